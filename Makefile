@@ -1,0 +1,50 @@
+# fairgate. `make help` lists the targets.
+GO        ?= go
+FUZZTIME  ?= 10s
+BENCHTIME ?= 1s
+PKGS      := ./...
+
+.PHONY: help build run test bench fuzz vet staticcheck fmt-check tidy-check deps-check lint ci ensure-redis
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
+
+build: ## build bin/fairgate
+	$(GO) build -o bin/fairgate ./cmd/fairgate
+
+run: ## run the service on the embedded memory store
+	$(GO) run ./cmd/fairgate serve
+
+ensure-redis: ## install redis-server for the tests if missing (apt-get, as root)
+	@bash scripts/ensure-redis.sh
+
+test: ensure-redis ## the whole suite, race detector on, against real redis-server processes
+	$(GO) test -race -shuffle=on -timeout 9m $(PKGS)
+
+bench: ensure-redis ## benchmarks of this module (peers: cd bench && go test -bench .)
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
+
+fuzz: ## run every fuzz target for FUZZTIME each
+	@set -e; for pkg in $$($(GO) list $(PKGS)); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+	    echo "fuzz $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
+	  done; done
+
+vet: ## go vet
+	$(GO) vet $(PKGS)
+
+staticcheck: ## staticcheck
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 $(PKGS)
+
+fmt-check: ## fail if any file is not gofmt'ed
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "not gofmt'ed:"; echo "$$out"; exit 1; fi
+
+tidy-check: ## fail if go.mod or go.sum is not tidy
+	$(GO) mod tidy -diff
+
+deps-check: ## keep the dependency direction (algo <- store <- backends)
+	@bash scripts/deps-check.sh
+
+lint: vet fmt-check tidy-check deps-check staticcheck ## every static check
+
+ci: lint test ## what CI runs, and more

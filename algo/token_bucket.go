@@ -1,0 +1,39 @@
+package algo
+
+// tokenBucket refills one token every em microseconds up to burst. State A
+// is the whole tokens, B the time up to which refill has been credited; the
+// partial token is the time now-B, kept exactly instead of as a fraction.
+//
+// Mirror: store/redisstore/lua/token_bucket.lua. Change both or neither.
+func tokenBucket(em, burst int64, s State, now, cost int64) (Outcome, State) {
+	tokens, last := s.A, s.B
+	if now > last {
+		n := (now - last) / em
+		tokens += n
+		last += n * em
+		if tokens >= burst {
+			tokens, last = burst, now
+		}
+	}
+	if cost == 0 {
+		return Outcome{Allowed: true, Remaining: tokens, ResetUs: tbReset(em, burst, tokens, last, now)}, s
+	}
+	if tokens < cost {
+		return Outcome{
+			Remaining: tokens,
+			RetryUs:   (cost-tokens)*em - (now - last),
+			ResetUs:   tbReset(em, burst, tokens, last, now),
+		}, s
+	}
+	tokens -= cost
+	return Outcome{Allowed: true, Remaining: tokens, ResetUs: tbReset(em, burst, tokens, last, now)},
+		State{A: tokens, B: last}
+}
+
+// tbReset is the time from now until the bucket holds burst tokens.
+func tbReset(em, burst, tokens, last, now int64) int64 {
+	if tokens >= burst {
+		return 0
+	}
+	return clamp0((burst-tokens)*em - (now - last))
+}

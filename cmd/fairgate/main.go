@@ -1,0 +1,62 @@
+// Command fairgate is the fairgate service: per-tenant rate limiting for
+// multi-tenant APIs. Run `fairgate help` for its commands.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/fairgate/fairgate/internal/app"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+const usage = `fairgate: per-tenant rate limiting for multi-tenant APIs.
+
+Usage:
+  fairgate serve [--listen 127.0.0.1:8080] [--store memory://|redis://HOST:PORT[/DB]|rediss://…|redis-cluster://H:P,H:P] [--store-timeout 50ms]
+  fairgate help
+
+serve runs the decision API until SIGTERM or Ctrl-C. Flags default to the
+environment variables FAIRGATE_LISTEN, FAIRGATE_STORE and FAIRGATE_STORE_TIMEOUT.
+`
+
+// run is main without the process: it returns the exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return runReady(ctx, args, stdout, stderr, nil)
+}
+
+func runReady(ctx context.Context, args []string, stdout, stderr io.Writer, ready func(string)) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	case "serve":
+		c, err := app.ParseServe(args[1:], stderr)
+		if err != nil {
+			fmt.Fprintln(stderr, "fairgate:", err)
+			return 2
+		}
+		log := slog.New(slog.NewJSONHandler(stderr, nil))
+		if err := app.Serve(ctx, c, log, ready); err != nil {
+			fmt.Fprintln(stderr, "fairgate:", err)
+			return 1
+		}
+		return 0
+	}
+	fmt.Fprintf(stderr, "fairgate: unknown command %q\n\n%s", args[0], usage)
+	return 2
+}

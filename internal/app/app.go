@@ -1,0 +1,155 @@
+// Package app wires fairgate's daemon: flags and environment -> store ->
+// servers, and runs them until the context ends.
+package app
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fairgate/fairgate/internal/server"
+	"github.com/fairgate/fairgate/store"
+	"github.com/fairgate/fairgate/store/memstore"
+	"github.com/fairgate/fairgate/store/redisstore"
+)
+
+// OpenStore opens the store a URL names: memory:// (optionally
+// ?max_keys=N&shards=N) or a redisstore URL.
+func OpenStore(raw string) (store.Store, error) {
+	if rest, ok := strings.CutPrefix(raw, "memory://"); ok {
+		var c memstore.Config
+		if rest != "" {
+			q, err := url.ParseQuery(strings.TrimPrefix(rest, "?"))
+			if err != nil {
+				return nil, fmt.Errorf("store %q: %w", raw, err)
+			}
+			for k, v := range q {
+				var dst *int
+				switch k {
+				case "max_keys":
+					dst = &c.MaxKeys
+				case "shards":
+					dst = &c.Shards
+				default:
+					return nil, fmt.Errorf("store %q: unknown option %q: want max_keys or shards", raw, k)
+				}
+				n, err := strconv.Atoi(v[0])
+				if err != nil || n < 1 {
+					return nil, fmt.Errorf("store %q: %s=%q is not a positive integer", raw, k, v[0])
+				}
+				*dst = n
+			}
+		}
+		return memstore.New(c), nil
+	}
+	return redisstore.New(redisstore.Config{URL: raw})
+}
+
+// ServeConfig is what `fairgate serve` runs.
+type ServeConfig struct {
+	Listen       string
+	Store        string
+	StoreTimeout time.Duration
+}
+
+// env returns the environment value for name, or def.
+func env(name, def string) string {
+	if v, ok := os.LookupEnv(name); ok {
+		return v
+	}
+	return def
+}
+
+// ParseServe reads `fairgate serve` flags, with FAIRGATE_* environment
+// variables as their defaults.
+func ParseServe(args []string, stderr io.Writer) (ServeConfig, error) {
+	fs := flag.NewFlagSet("fairgate serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var c ServeConfig
+	fs.StringVar(&c.Listen, "listen", env("FAIRGATE_LISTEN", "127.0.0.1:8080"), "address of the decision API (FAIRGATE_LISTEN)")
+	fs.StringVar(&c.Store, "store", env("FAIRGATE_STORE", "memory://"), "memory://, redis://HOST:PORT[/DB], rediss://… or redis-cluster://H:P,H:P (FAIRGATE_STORE)")
+	timeout := env("FAIRGATE_STORE_TIMEOUT", "50ms")
+	fs.Func("store-timeout", "deadline of each store call (FAIRGATE_STORE_TIMEOUT, default 50ms)", func(v string) error { timeout = v; return nil })
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("serve: unexpected argument %q", fs.Arg(0))
+	}
+	d, err := time.ParseDuration(timeout)
+	if err != nil || d <= 0 {
+		return c, fmt.Errorf("serve: store timeout %q: want a positive duration such as 50ms", timeout)
+	}
+	c.StoreTimeout = d
+	return c, nil
+}
+
+// Serve runs the service until ctx ends, then shuts down gracefully. ready,
+// if not nil, receives the listening address once it accepts connections.
+func Serve(ctx context.Context, c ServeConfig, log *slog.Logger, ready func(addr string)) error {
+	st, err := OpenStore(c.Store)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	h, err := server.New(server.Config{Store: st, Timeout: c.StoreTimeout, Logger: log})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", c.Listen)
+	if err != nil {
+		return fmt.Errorf("serve: listen on %s: %w", c.Listen, err)
+	}
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	log.Info("serving", slog.String("listen", ln.Addr().String()), slog.String("store", redactStore(c.Store)))
+	if ready != nil {
+		ready(ln.Addr().String())
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return fmt.Errorf("serve: shutdown: %w", err)
+	}
+	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// redactStore hides a password in a store URL for logs.
+func redactStore(raw string) string {
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		return raw
+	}
+	if at := strings.LastIndexByte(rest, '@'); at >= 0 {
+		return scheme + "://xxxxx@" + rest[at+1:]
+	}
+	return raw
+}

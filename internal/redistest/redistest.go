@@ -1,0 +1,260 @@
+// Package redistest starts real redis-server processes on free loopback
+// ports for tests: standalone servers and Redis Clusters formed with
+// `redis-cli --cluster create`. Each process runs in its own temporary
+// directory with persistence off and is killed by Close.
+//
+// A missing redis-server or redis-cli is an error that says how to install
+// them; tests never skip for it.
+package redistest
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Server is one running redis-server.
+type Server struct {
+	// Addr is host:port on the loopback interface.
+	Addr string
+	// Port is the TCP port.
+	Port int
+	dir  string
+	args []string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+const installHint = "install it: `make test` does so as root, or run `apt-get install redis-server`"
+
+// binary returns the path of a Redis binary or an error saying how to get it.
+func binary(name string) (string, error) {
+	p, err := exec.LookPath(name)
+	if err != nil {
+		return "", fmt.Errorf("redistest: %s not found on PATH: %s", name, installHint)
+	}
+	return p, nil
+}
+
+// freePort asks the kernel for a free loopback port.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Start starts a standalone redis-server with extra arguments appended to
+// the defaults (for example "--cluster-enabled", "yes").
+func Start(extra ...string) (*Server, error) {
+	bin, err := binary("redis-server")
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "fairgate-redis-")
+	if err != nil {
+		return nil, err
+	}
+	var lastErr error
+	for range 5 {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Port: port, dir: dir}
+		s.args = append([]string{
+			"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
+			"--save", "", "--appendonly", "no", "--daemonize", "no",
+			"--protected-mode", "no", "--loglevel", "warning", "--logfile", dir + "/redis.log",
+		}, extra...)
+		if lastErr = s.start(bin); lastErr == nil {
+			return s, nil
+		}
+	}
+	os.RemoveAll(dir)
+	return nil, lastErr
+}
+
+func (s *Server) start(bin string) error {
+	s.cmd = exec.Command(bin, s.args...)
+	s.cmd.Dir = s.dir
+	if err := s.cmd.Start(); err != nil {
+		return fmt.Errorf("redistest: start redis-server: %w", err)
+	}
+	s.done = make(chan struct{})
+	go func(cmd *exec.Cmd, done chan struct{}) { _ = cmd.Wait(); close(done) }(s.cmd, s.done)
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-s.done:
+			log, _ := os.ReadFile(s.dir + "/redis.log")
+			return fmt.Errorf("redistest: redis-server on port %d exited at start: %s", s.Port, strings.TrimSpace(string(log)))
+		default:
+		}
+		if r, err := Do(s.Addr, "PING"); err == nil && r == "PONG" {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	s.Kill()
+	return fmt.Errorf("redistest: redis-server on port %d did not answer PING within 10s", s.Port)
+}
+
+// Kill stops the server at once with SIGKILL, as a crash would, and waits
+// for it to exit. It keeps the directory so the server can be restarted.
+func (s *Server) Kill() {
+	if s.cmd != nil && s.cmd.Process != nil {
+		_ = s.cmd.Process.Signal(syscall.SIGCONT)
+		_ = s.cmd.Process.Kill()
+		<-s.done
+	}
+}
+
+// Restart kills the server and starts it again on the same port, with an
+// empty script cache and (persistence being off) no data.
+func (s *Server) Restart() error {
+	s.Kill()
+	bin, err := binary("redis-server")
+	if err != nil {
+		return err
+	}
+	var lastErr error
+	for range 50 { // the port may take a moment to be free again
+		if lastErr = s.start(bin); lastErr == nil {
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return lastErr
+}
+
+// Pause stops the process with SIGSTOP: it keeps its connections but
+// answers nothing, like a stalled server. Resume undoes it.
+func (s *Server) Pause() error { return s.cmd.Process.Signal(syscall.SIGSTOP) }
+
+// Resume continues a paused server.
+func (s *Server) Resume() error { return s.cmd.Process.Signal(syscall.SIGCONT) }
+
+// Close kills the server and removes its directory. It is idempotent.
+func (s *Server) Close() {
+	s.Kill()
+	os.RemoveAll(s.dir)
+}
+
+// Cluster is a running Redis Cluster on loopback ports.
+type Cluster struct {
+	// Nodes holds every node, masters first.
+	Nodes []*Server
+}
+
+// Addrs returns every node's address, masters first.
+func (c *Cluster) Addrs() []string {
+	a := make([]string, len(c.Nodes))
+	for i, n := range c.Nodes {
+		a[i] = n.Addr
+	}
+	return a
+}
+
+// StartCluster starts masters × (1 + replicas) cluster-enabled servers and
+// joins them with `redis-cli --cluster create`, waiting until every node
+// reports cluster_state:ok.
+func StartCluster(masters, replicas int) (*Cluster, error) {
+	cli, err := binary("redis-cli")
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{}
+	for range masters * (1 + replicas) {
+		s, err := Start("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000")
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		c.Nodes = append(c.Nodes, s)
+	}
+	args := append([]string{"--cluster", "create"}, c.Addrs()...)
+	args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
+	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("redistest: redis-cli --cluster create: %w: %s", err, out)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for _, n := range c.Nodes {
+		for {
+			info, err := Do(n.Addr, "CLUSTER", "INFO")
+			if err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_slots_ok:16384") {
+				break
+			}
+			if time.Now().After(deadline) {
+				c.Close()
+				return nil, fmt.Errorf("redistest: cluster node %s not ok after 30s: %q %v", n.Addr, info, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return c, nil
+}
+
+// Close kills every node. It is idempotent.
+func (c *Cluster) Close() {
+	for _, n := range c.Nodes {
+		n.Close()
+	}
+}
+
+// Do sends one command to addr over a fresh connection and returns a simple
+// reply as a string: a status, an integer, or a bulk string. An error reply
+// is returned as an error. For test set-up and inspection only.
+func Do(addr string, args ...string) (string, error) {
+	conn, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	if _, err := conn.Write([]byte(b.String())); err != nil {
+		return "", err
+	}
+	r := bufio.NewReader(conn)
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	line = strings.TrimRight(line, "\r\n")
+	if line == "" {
+		return "", errors.New("redistest: empty reply")
+	}
+	switch line[0] {
+	case '+', ':':
+		return line[1:], nil
+	case '-':
+		return "", errors.New(line[1:])
+	case '$':
+		n, err := strconv.Atoi(line[1:])
+		if err != nil || n < 0 {
+			return "", err
+		}
+		buf := make([]byte, n+2)
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return "", err
+		}
+		return string(buf[:n]), nil
+	}
+	return "", fmt.Errorf("redistest: unsupported reply %q", line)
+}

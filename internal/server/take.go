@@ -1,0 +1,209 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/fairgate/fairgate/algo"
+	"github.com/fairgate/fairgate/internal/problem"
+	"github.com/fairgate/fairgate/store"
+)
+
+// takeRequest is the body of POST /v1/take. Pointers tell a missing field
+// from a zero one.
+type takeRequest struct {
+	Key       *string `json:"key"`
+	Limit     *int64  `json:"limit"`
+	PeriodMs  *int64  `json:"period_ms"`
+	Burst     *int64  `json:"burst"`
+	Cost      *int64  `json:"cost"`
+	Algorithm *string `json:"algorithm"`
+	Fail      *string `json:"fail"`
+}
+
+// takeResponse is the answer of POST /v1/take, allowed or not.
+type takeResponse struct {
+	Allowed      bool  `json:"allowed"`
+	Limit        int64 `json:"limit"`
+	Remaining    int64 `json:"remaining"`
+	RetryAfterMs int64 `json:"retry_after_ms"`
+	ResetAfterMs int64 `json:"reset_after_ms"`
+	Degraded     bool  `json:"degraded,omitempty"`
+}
+
+// ceilMs rounds d up to whole milliseconds, so a client that waits it is
+// never early.
+func ceilMs(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }
+
+// maxPeriodMs is algo.MaxPeriod in milliseconds.
+const maxPeriodMs = int64(algo.MaxPeriod / time.Millisecond)
+
+// decodeJSON reads one JSON object from r's body into v, strictly: no
+// unknown fields, nothing after it, at most MaxBody bytes. It writes the
+// error response itself and reports whether decoding succeeded.
+func decodeJSON(w http.ResponseWriter, r *http.Request, v any) bool {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			problem.Write(w, problem.Details{Status: http.StatusRequestEntityTooLarge, Detail: fmt.Sprintf("body is over %d bytes", MaxBody)})
+			return false
+		}
+		problem.BadRequest(w, "reading body: "+err.Error())
+		return false
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		problem.BadRequest(w, jsonError(err))
+		return false
+	}
+	if dec.More() {
+		problem.BadRequest(w, "body holds more than one JSON value")
+		return false
+	}
+	return true
+}
+
+// jsonError turns a decoding error into a detail that names the field.
+func jsonError(err error) string {
+	var typ *json.UnmarshalTypeError
+	var syn *json.SyntaxError
+	switch {
+	case errors.As(err, &typ) && typ.Field == "":
+		return "body must be a JSON object, not " + typ.Value
+	case errors.As(err, &typ):
+		return fmt.Sprintf("field %s: want %s, got %s", typ.Field, jsonType(typ.Type.String()), typ.Value)
+	case errors.As(err, &syn), errors.Is(err, io.ErrUnexpectedEOF):
+		return "body is not valid JSON: " + err.Error()
+	case errors.Is(err, io.EOF):
+		return "body is empty: want a JSON object"
+	}
+	// The decoder's unknown-field error: `json: unknown field "x"`.
+	if msg := err.Error(); len(msg) > 6 && msg[:6] == "json: " {
+		return msg[6:]
+	}
+	return err.Error()
+}
+
+func jsonType(goType string) string {
+	switch goType {
+	case "int64":
+		return "an integer"
+	case "string":
+		return "a string"
+	}
+	return goType
+}
+
+// parseTake validates a request and returns the check and fail mode, or a
+// detail naming the field at fault.
+func parseTake(req *takeRequest) (c store.Check, failOpen bool, detail string) {
+	switch {
+	case req.Key == nil || *req.Key == "":
+		return c, false, "key: required, a non-empty string"
+	case req.Limit == nil:
+		return c, false, "limit: required"
+	case *req.Limit < 1 || *req.Limit > algo.MaxCount:
+		return c, false, fmt.Sprintf("limit: %d is outside 1..%d", *req.Limit, algo.MaxCount)
+	case req.PeriodMs == nil:
+		return c, false, "period_ms: required"
+	case *req.PeriodMs < 1 || *req.PeriodMs > maxPeriodMs:
+		return c, false, fmt.Sprintf("period_ms: %d is outside 1..%d (366 days)", *req.PeriodMs, maxPeriodMs)
+	case *req.PeriodMs*1000 < *req.Limit:
+		return c, false, fmt.Sprintf("period_ms: %d ms for limit %d is under 1µs per unit: lengthen the period or lower the limit", *req.PeriodMs, *req.Limit)
+	}
+	c.Key = *req.Key
+	c.Limit = algo.Limit{Limit: *req.Limit, Period: time.Duration(*req.PeriodMs) * time.Millisecond}
+	if req.Algorithm != nil {
+		a, err := algo.ParseAlgorithm(*req.Algorithm)
+		if err != nil {
+			return c, false, fmt.Sprintf("algorithm: unknown %q: want gcra, token_bucket, sliding_log, sliding_window or fixed_window", *req.Algorithm)
+		}
+		c.Limit.Algorithm = a
+	}
+	if req.Burst != nil {
+		switch b := *req.Burst; {
+		case b < 1 || b > algo.MaxCount:
+			return c, false, fmt.Sprintf("burst: %d is outside 1..%d", b, algo.MaxCount)
+		case c.Limit.Algorithm.Windowed() && b != *req.Limit:
+			return c, false, fmt.Sprintf("burst: %d must equal limit %d for %v, or be omitted", b, *req.Limit, c.Limit.Algorithm)
+		}
+		c.Limit.Burst = *req.Burst
+	}
+	if err := c.Limit.Validate(); err != nil {
+		return c, false, "limit: " + err.Error()
+	}
+	c.Cost = 1
+	if req.Cost != nil {
+		c.Cost = *req.Cost
+		switch {
+		case c.Cost < 0:
+			return c, false, fmt.Sprintf("cost: %d is negative: use 0 to peek", c.Cost)
+		case c.Cost > c.Limit.Capacity():
+			return c, false, fmt.Sprintf("cost: %d exceeds burst %d: such a request could never pass", c.Cost, c.Limit.Capacity())
+		}
+	}
+	if req.Fail != nil {
+		switch *req.Fail {
+		case "open":
+			failOpen = true
+		case "closed":
+		default:
+			return c, false, fmt.Sprintf("fail: unknown mode %q: want open or closed", *req.Fail)
+		}
+	}
+	return c, failOpen, ""
+}
+
+func (s *Server) handleTake(w http.ResponseWriter, r *http.Request) {
+	var req takeRequest
+	if !decodeJSON(w, r, &req) {
+		return
+	}
+	c, failOpen, detail := parseTake(&req)
+	if detail != "" {
+		problem.BadRequest(w, detail)
+		return
+	}
+	checks := [1]store.Check{c}
+	var res store.Result
+	if err := s.take(r.Context(), checks[:], &res); err != nil {
+		if errors.Is(err, store.ErrInvalidCheck) {
+			problem.BadRequest(w, err.Error())
+			return
+		}
+		if failOpen {
+			writeJSON(w, http.StatusOK, takeResponse{Allowed: true, Limit: c.Limit.Limit, Remaining: c.Limit.Capacity(), Degraded: true})
+			return
+		}
+		w.Header().Set("Retry-After", "1")
+		problem.Write(w, problem.Details{
+			Type:   "urn:fairgate:problem:rate-limiter-unavailable",
+			Title:  "Rate limiter unavailable",
+			Status: http.StatusServiceUnavailable,
+			Detail: "the limit store did not answer in time; this key fails closed",
+		})
+		return
+	}
+	d := res.Decisions[0]
+	writeJSON(w, http.StatusOK, takeResponse{
+		Allowed:      d.Allowed,
+		Limit:        d.Limit,
+		Remaining:    d.Remaining,
+		RetryAfterMs: ceilMs(d.RetryAfter),
+		ResetAfterMs: ceilMs(d.ResetAfter),
+	})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	body, _ := json.Marshal(v)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(append(body, '\n'))
+}

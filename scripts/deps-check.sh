@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Keeps the dependency direction of CONVENTIONS.md: algo imports only the
+# standard library; store imports only algo; backends never import each
+# other; no public package imports internal/. Test files are not checked.
+set -euo pipefail
+mod=$(go list -m)
+fail=0
+while read -r pkg imports; do
+  rel=${pkg#"$mod"}; rel=${rel#/}
+  for imp in $imports; do
+    case "$imp" in "$mod"*) ;; *) 
+      # A non-module import: only algo is held to the standard library.
+      if [ "$rel" = algo ] && [[ "$imp" == *.*/* ]]; then echo "deps-check: algo imports $imp (standard library only)"; fail=1; fi
+      continue ;;
+    esac
+    irel=${imp#"$mod"/}
+    case "$rel" in
+      algo) echo "deps-check: algo imports $irel"; fail=1 ;;
+      store) [ "$irel" = algo ] || { echo "deps-check: store imports $irel (only algo)"; fail=1; } ;;
+      store/memstore) [[ "$irel" == store/redisstore* ]] && { echo "deps-check: memstore imports $irel"; fail=1; } ;;
+      store/redisstore) [[ "$irel" == store/memstore* ]] && { echo "deps-check: redisstore imports $irel"; fail=1; } ;;
+    esac
+    if [[ "$rel" != internal/* && "$rel" != cmd/* && "$irel" == internal/* ]]; then
+      echo "deps-check: public package $rel imports $irel"; fail=1
+    fi
+  done
+done < <(go list -f '{{.ImportPath}} {{join .Imports " "}}' ./...)
+[ $fail = 0 ] && echo "deps-check: ok"
+exit $fail

@@ -1,0 +1,24 @@
+// Package redisstore is fairgate's shared store on Redis 6.2 or later,
+// standalone or Redis Cluster, through the rueidis client (which pipelines
+// concurrent calls on one connection automatically).
+//
+// A batch is decided by one Lua script call (lua/take.lua with the five
+// algorithm files) that reads Redis TIME, evaluates every check, and writes
+// only when all pass. Scripts run by SHA and are sent again by the client
+// after a NOSCRIPT reply (a restart or failover empties the script cache).
+//
+// On Redis Cluster, a batch whose keys share one slot (the same hash tag)
+// is one call. A batch over several slots is decided in two phases: each
+// slot's part is reserved by one script call, all parts in parallel; when
+// any part rejects (or fails), the parts that were charged are refunded by
+// lua/refund.lua. Between the two phases a concurrent caller can see the
+// reserved parts as taken: it may be rejected, or told less remaining, by a
+// batch that in the end charged nothing. It can never be admitted beyond a
+// limit. If a refund itself fails, the reservation stays charged (the error
+// is returned): the store errs toward limiting. Each part is decided at its
+// own node's TIME.
+//
+// State keys are Prefix + algorithm code + ":" + the check's key, so one
+// key under two algorithms has two states, and hash tags in the check's
+// key are kept (the prefix has no braces).
+package redisstore

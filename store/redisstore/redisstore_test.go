@@ -1,0 +1,473 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/redis/rueidis"
+
+	"github.com/fairgate/fairgate/algo"
+	"github.com/fairgate/fairgate/internal/redistest"
+	"github.com/fairgate/fairgate/store"
+	"github.com/fairgate/fairgate/store/storetest"
+)
+
+var (
+	standalone *redistest.Server
+	cluster    *redistest.Cluster
+)
+
+func TestMain(m *testing.M) {
+	var err error
+	if standalone, err = redistest.Start(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	if cluster, err = redistest.StartCluster(3, 0); err != nil {
+		standalone.Close()
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	standalone.Close()
+	cluster.Close()
+	os.Exit(code)
+}
+
+func open(t testing.TB, url string) *Store {
+	t.Helper()
+	s, err := New(Config{URL: url, Prefix: fmt.Sprintf("t%d:", rand.Uint32())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func standaloneURL() string { return "redis://" + standalone.Addr }
+func clusterURL() string    { return "redis-cluster://" + strings.Join(cluster.Addrs(), ",") }
+
+func TestConformanceStandalone(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, open(t, standaloneURL()), storetest.Options{})
+}
+
+func TestConformanceCluster(t *testing.T) {
+	t.Parallel()
+	s := open(t, clusterURL())
+	if !s.cluster {
+		t.Fatal("redis-cluster:// did not give a cluster client")
+	}
+	storetest.Run(t, s, storetest.Options{})
+}
+
+// TestClusterDetectedFromPlainURL: a redis:// URL naming a cluster node
+// still groups batches by slot.
+func TestClusterDetectedFromPlainURL(t *testing.T) {
+	s := open(t, "redis://"+cluster.Nodes[0].Addr)
+	if !s.cluster {
+		t.Fatal("cluster node behind redis:// not detected as a cluster")
+	}
+	var res store.Result
+	checks := []store.Check{{Key: "{a}x", Limit: algo.PerSecond(5), Cost: 1}, {Key: "{b}y", Limit: algo.PerSecond(5), Cost: 1}}
+	if err := s.Take(context.Background(), checks, &res); err != nil || !res.Allowed {
+		t.Fatalf("cross-slot batch: %+v, %v", res, err)
+	}
+}
+
+// TestSlotMatchesRedis compares Slot with CLUSTER KEYSLOT.
+func TestSlotMatchesRedis(t *testing.T) {
+	keys := []string{"", "a", "{a}", "{a}b", "a{b}c", "{}a", "{a", "a}", "}{a}", "{{a}}", "foo{bar}{zap}", "\xff{\x00}", strings.Repeat("k", 1000)}
+	r := rand.New(rand.NewPCG(3, 4))
+	for range 200 {
+		b := make([]byte, r.IntN(12))
+		for i := range b {
+			b[i] = "ab{}:x\x00\xff"[r.IntN(8)]
+		}
+		keys = append(keys, string(b))
+	}
+	for _, k := range keys {
+		want, err := redistest.Do(cluster.Nodes[0].Addr, "CLUSTER", "KEYSLOT", k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fmt.Sprint(Slot(k)); got != want {
+			t.Errorf("Slot(%q) = %s, Redis says %s", k, got, want)
+		}
+	}
+}
+
+func TestParseURL(t *testing.T) {
+	tests := []struct {
+		url   string
+		addrs []string
+		db    int
+		tls   bool
+		user  string
+		pass  string
+		err   string
+	}{
+		{url: "redis://127.0.0.1:6379", addrs: []string{"127.0.0.1:6379"}},
+		{url: "redis://u:p@h:1/3", addrs: []string{"h:1"}, db: 3, user: "u", pass: "p"},
+		{url: "rediss://h:6380", addrs: []string{"h:6380"}, tls: true},
+		{url: "redis-cluster://a:1,b:2,c:3", addrs: []string{"a:1", "b:2", "c:3"}},
+		{url: "rediss-cluster://:s%40cret@a:1,b:2", addrs: []string{"a:1", "b:2"}, tls: true, pass: "s@cret"},
+		{url: "redis-cluster://a:1,b", err: `address "b": want host:port`},
+		{url: "redis-cluster://a:99999", err: "bad port"},
+		{url: "memcache://a:1", err: `unknown scheme "memcache"`},
+		{url: "127.0.0.1:6379", err: "want redis://host:port"},
+		{url: "redis://h:1/x", err: "invalid database number"},
+	}
+	for _, tt := range tests {
+		opt, err := ParseURL(tt.url)
+		if tt.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.err) {
+				t.Errorf("ParseURL(%q) error = %v, want %q", tt.url, err, tt.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("ParseURL(%q): %v", tt.url, err)
+			continue
+		}
+		got := []any{opt.InitAddress, opt.SelectDB, opt.TLSConfig != nil, opt.Username, opt.Password}
+		want := []any{tt.addrs, tt.db, tt.tls, tt.user, tt.pass}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("ParseURL(%q) -want +got:\n%s", tt.url, diff)
+		}
+	}
+	if _, err := ParseURL("redis-cluster://u:hunter2@a:1,b"); err == nil || strings.Contains(err.Error(), "hunter2") {
+		t.Errorf("error shows the password or is nil: %v", err)
+	}
+}
+
+func TestNewErrors(t *testing.T) {
+	if _, err := New(Config{}); err == nil {
+		t.Error("New with neither client nor URL succeeded")
+	}
+	if _, err := New(Config{URL: standaloneURL(), Prefix: "{x}"}); err == nil || !strings.Contains(err.Error(), "brace") {
+		t.Errorf("prefix with braces: err = %v", err)
+	}
+	if _, err := New(Config{URL: "redis://127.0.0.1:1"}); err == nil {
+		t.Error("New on a closed port succeeded")
+	}
+}
+
+// TestUserClient: the store accepts the caller's own client and leaves it open.
+func TestUserClient(t *testing.T) {
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{standalone.Addr}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, err := New(Config{Client: c, Prefix: "user:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res store.Result
+	if err := s.Take(context.Background(), []store.Check{{Key: "k", Limit: algo.PerSecond(1), Cost: 1}}, &res); err != nil || !res.Allowed {
+		t.Fatalf("Take: %+v %v", res, err)
+	}
+	s.Close()
+	if err := c.Do(context.Background(), c.B().Ping().Build()).Error(); err != nil {
+		t.Fatalf("the caller's client was closed by Store.Close: %v", err)
+	}
+}
+
+// readState reads the raw state of key under a, as the scripts store it.
+func readState(t *testing.T, s *Store, a algo.Algorithm, key string) (algo.State, bool) {
+	t.Helper()
+	ctx := context.Background()
+	c := s.c
+	k := s.Key(a, key)
+	num := func(m rueidis.RedisMessage) int64 {
+		if m.IsNil() {
+			return 0
+		}
+		str, err := m.ToString()
+		if err != nil {
+			t.Fatalf("state of %q: %v", k, err)
+		}
+		var v int64
+		if _, err := fmt.Sscan(str, &v); err != nil {
+			t.Fatalf("state of %q: %q is not an integer: %v", k, str, err)
+		}
+		return v
+	}
+	switch a {
+	case algo.GCRA:
+		m, err := c.Do(ctx, c.B().Get().Key(k).Build()).ToMessage()
+		if rueidis.IsRedisNil(err) {
+			return algo.State{}, false
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return algo.State{A: num(m)}, true
+	case algo.SlidingLog:
+		zs, err := c.Do(ctx, c.B().Zrange().Key(k).Min("0").Max("-1").Withscores().Build()).AsZScores()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(zs) == 0 {
+			return algo.State{}, false
+		}
+		var st algo.State
+		seen := map[string]bool{}
+		for _, z := range zs {
+			st.Log = append(st.Log, int64(z.Score))
+			if seen[z.Member] {
+				t.Fatalf("duplicate member %q", z.Member)
+			}
+			seen[z.Member] = true
+		}
+		return st, true
+	default:
+		fields := map[algo.Algorithm][]string{algo.TokenBucket: {"t", "l"}, algo.SlidingWindow: {"w", "c", "p"}, algo.FixedWindow: {"w", "n"}}[a]
+		ms, err := c.Do(ctx, c.B().Hmget().Key(k).Field(fields...).Build()).ToArray()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ms[0].IsNil() {
+			return algo.State{}, false
+		}
+		vals := []int64{0, 0, 0}
+		for i := range ms {
+			vals[i] = num(ms[i])
+		}
+		return algo.State{A: vals[0], B: vals[1], C: vals[2]}, true
+	}
+}
+
+// redisTime returns Redis's TIME in µs.
+func redisTime(t *testing.T, s *Store) int64 {
+	t.Helper()
+	v, err := s.c.Do(context.Background(), s.c.B().Time().Build()).AsStrSlice()
+	if err != nil || len(v) != 2 {
+		t.Fatalf("TIME: %v %v", v, err)
+	}
+	var sec, usec int64
+	fmt.Sscan(v[0], &sec)
+	fmt.Sscan(v[1], &usec)
+	return sec*1_000_000 + usec
+}
+
+type refEntry struct {
+	st  algo.State
+	exp int64
+}
+
+// TestDifferential sends random batches through the Lua scripts and runs
+// the Go reference at the times Redis reported: decisions and stored state
+// must be identical, for all five algorithms, alone and mixed in batches.
+func TestDifferential(t *testing.T) {
+	t.Parallel()
+	s := open(t, standaloneURL())
+	seed := rand.Uint64()
+	r := rand.New(rand.NewPCG(seed, 9))
+	defer func() {
+		if t.Failed() {
+			t.Logf("seed %d", seed)
+		}
+	}()
+	type keyed struct {
+		key   string
+		limit algo.Limit
+	}
+	var pool []keyed
+	for i := range 15 {
+		a := algo.Algorithms[i%5]
+		l := algo.Limit{Limit: 1 + r.Int64N(8), Algorithm: a}
+		l.Period = time.Duration(l.Limit*(500+r.Int64N(4000))) * time.Microsecond
+		if i >= 10 {
+			l.Period *= 2000 // long periods: grid weighting, coarse windows
+		}
+		if !a.Windowed() && r.IntN(2) == 0 {
+			l.Burst = 1 + r.Int64N(10)
+		}
+		pool = append(pool, keyed{fmt.Sprintf("k%d", i), l})
+	}
+	ref := map[string]*refEntry{}
+	var res store.Result
+	for op := range 1500 {
+		n := 1 + r.IntN(3)
+		var checks []store.Check
+		for _, j := range r.Perm(len(pool))[:n] {
+			checks = append(checks, store.Check{Key: pool[j].key, Limit: pool[j].limit, Cost: r.Int64N(pool[j].limit.Capacity() + 1)})
+		}
+		if err := s.Take(context.Background(), checks, &res); err != nil {
+			t.Fatalf("op %d: %v", op, err)
+		}
+		now := res.Now.UnixMicro()
+		// The Go reference, at Redis's time.
+		outs := make([]algo.Outcome, n)
+		next := make([]algo.State, n)
+		all := true
+		for i, c := range checks {
+			e := ref[c.Key]
+			var st algo.State
+			if e != nil && now < e.exp {
+				st = e.st
+			}
+			outs[i], next[i] = c.Limit.Eval(st, now, c.Cost)
+			all = all && outs[i].Allowed
+		}
+		for i, c := range checks {
+			switch {
+			case all && c.Cost > 0:
+				ref[c.Key] = &refEntry{next[i], now + outs[i].ResetUs}
+			case !all && outs[i].Allowed && c.Cost > 0:
+				var st algo.State
+				if e := ref[c.Key]; e != nil && now < e.exp {
+					st = e.st
+				}
+				outs[i], _ = c.Limit.Eval(st, now, 0)
+			}
+		}
+		if res.Allowed != all {
+			t.Fatalf("op %d at %d: batch allowed %v, reference %v; checks %+v", op, now, res.Allowed, all, checks)
+		}
+		for i, c := range checks {
+			if want := outs[i].Decision(c.Limit); res.Decisions[i] != want {
+				t.Fatalf("op %d at %d, %v %q cost %d: Lua decided %+v, Go %+v", op, now, c.Limit, c.Key, c.Cost, res.Decisions[i], want)
+			}
+			e := ref[c.Key]
+			got, ok := readState(t, s, c.Limit.Algorithm, c.Key)
+			switch {
+			case e == nil || now >= e.exp:
+				// Expired for the reference; Redis may hold it up to 1 ms
+				// longer (PX is rounded up), which decides the same.
+			case !ok:
+				// Gone: it must have expired by Redis's clock at the read
+				// (give or take the millisecond PX rounds to).
+				if after := redisTime(t, s); e.exp-after > 2000 {
+					t.Fatalf("op %d: Redis lost the state of %q, %dµs before its expiry", op, c.Key, e.exp-after)
+				}
+			case !cmp.Equal(e.st, got, cmp.Comparer(func(a, b []int64) bool { return fmt.Sprint(a) == fmt.Sprint(b) })):
+				t.Fatalf("op %d: state of %q (%v): Redis %+v, Go %+v", op, c.Key, c.Limit.Algorithm, got, e.st)
+			}
+		}
+		if r.IntN(3) == 0 {
+			time.Sleep(time.Duration(r.IntN(3000)) * time.Microsecond)
+		}
+	}
+}
+
+// TestScriptFlushCostsNoError: SCRIPT FLUSH mid-run; callers see no error.
+func TestScriptFlushCostsNoError(t *testing.T) {
+	t.Parallel()
+	s := open(t, standaloneURL())
+	var errs atomic.Int64
+	var calls atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			var res store.Result
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				c := []store.Check{{Key: fmt.Sprint("flush", w), Limit: algo.PerSecond(1000), Cost: 1}}
+				if err := s.Take(context.Background(), c, &res); err != nil {
+					errs.Add(1)
+					t.Errorf("take during SCRIPT FLUSH: %v", err)
+				}
+				calls.Add(1)
+			}
+		})
+	}
+	for range 10 {
+		time.Sleep(20 * time.Millisecond)
+		if _, err := redistest.Do(standalone.Addr, "SCRIPT", "FLUSH"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if errs.Load() > 0 || calls.Load() == 0 {
+		t.Fatalf("%d errors in %d calls", errs.Load(), calls.Load())
+	}
+}
+
+// TestRestartCostsNoErrorOnceReconnected: a Redis restart (empty script
+// cache, no data) mid-run: calls fail while it is down, and once the store
+// reconnects, no call fails, NOSCRIPT least of all.
+func TestRestartCostsNoErrorOnceReconnected(t *testing.T) {
+	t.Parallel()
+	srv, err := redistest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	s := open(t, "redis://"+srv.Addr)
+	var res store.Result
+	c := []store.Check{{Key: "restart", Limit: algo.PerSecond(1000), Cost: 1}}
+	for range 10 {
+		if err := s.Take(context.Background(), c, &res); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		err := s.Take(ctx, c, &res)
+		cancel()
+		if err == nil {
+			break
+		}
+		if strings.Contains(err.Error(), "NOSCRIPT") {
+			t.Fatalf("NOSCRIPT reached the caller: %v", err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("store did not reconnect within 10s: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for i := range 200 {
+		if err := s.Take(context.Background(), c, &res); err != nil {
+			t.Fatalf("call %d after reconnecting: %v", i, err)
+		}
+	}
+}
+
+// TestRejectionWritesNothing: a rejected take and a peek leave the key's
+// value and TTL as they were (no write, no penalty extension).
+func TestRejectionWritesNothing(t *testing.T) {
+	t.Parallel()
+	s := open(t, standaloneURL())
+	for _, a := range algo.Algorithms {
+		l := algo.Limit{Limit: 2, Period: time.Hour, Algorithm: a}
+		key := "nowrite:" + a.String()
+		var res store.Result
+		if err := s.Take(context.Background(), []store.Check{{Key: key, Limit: l, Cost: 2}}, &res); err != nil {
+			t.Fatal(err)
+		}
+		before, _ := readState(t, s, a, key)
+		ttl1, _ := redistest.Do(standalone.Addr, "PTTL", s.Key(a, key))
+		time.Sleep(5 * time.Millisecond)
+		for _, cost := range []int64{1, 0, 2} {
+			if err := s.Take(context.Background(), []store.Check{{Key: key, Limit: l, Cost: cost}}, &res); err != nil {
+				t.Fatal(err)
+			}
+		}
+		after, _ := readState(t, s, a, key)
+		ttl2, _ := redistest.Do(standalone.Addr, "PTTL", s.Key(a, key))
+		if !cmp.Equal(before, after) || ttl2 > ttl1 {
+			t.Errorf("%v: rejected takes changed state %+v -> %+v or TTL %s -> %s", a, before, after, ttl1, ttl2)
+		}
+	}
+}

@@ -1,0 +1,42 @@
+package redisstore
+
+// crcTable is the CRC-16/XMODEM table Redis Cluster hashes keys with.
+var crcTable = func() (t [256]uint16) {
+	for i := range t {
+		c := uint16(i) << 8
+		for range 8 {
+			if c&0x8000 != 0 {
+				c = c<<1 ^ 0x1021
+			} else {
+				c <<= 1
+			}
+		}
+		t[i] = c
+	}
+	return t
+}()
+
+// Slot returns the Redis Cluster hash slot of key: CRC16 of its hash tag
+// (the bytes between the first '{' and the next '}', when not empty) or of
+// the whole key, modulo 16384.
+func Slot(key string) uint16 {
+	if i := indexByte(key, '{'); i >= 0 {
+		if j := indexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	var crc uint16
+	for k := 0; k < len(key); k++ {
+		crc = crc<<8 ^ crcTable[byte(crc>>8)^key[k]]
+	}
+	return crc & 16383
+}
+
+func indexByte(s string, c byte) int {
+	for i := 0; i < len(s); i++ {
+		if s[i] == c {
+			return i
+		}
+	}
+	return -1
+}

@@ -1,0 +1,308 @@
+// Package storetest is the conformance suite every [store.Store] backend
+// runs: exact admission under concurrency, the sustained-rate bounds of
+// docs/algorithms.md, exact and sufficient retry-after, peeks, all-or-nothing
+// batches (also across Redis Cluster slots), and key isolation.
+//
+// The suite asserts decisions, never commands: a backend passes by deciding
+// like package algo, whatever it does inside.
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fairgate/fairgate/algo"
+	"github.com/fairgate/fairgate/store"
+)
+
+// Options tunes the suite. The zero value runs it in full.
+type Options struct {
+	// Trials is how many fresh keys the concurrency test tries per
+	// algorithm. Zero means 100.
+	Trials int
+	// Sustained is how long the sustained-rate run lasts. Zero means 5 s.
+	Sustained time.Duration
+}
+
+var prefixes atomic.Int64
+
+// prefix returns a key prefix no other test in this process uses. It has no
+// braces, so keys keep the hash tags the tests give them.
+func prefix(t *testing.T) string {
+	return fmt.Sprintf("st%d-%d:", time.Now().UnixNano()%1_000_000_007, prefixes.Add(1))
+}
+
+// Run runs the suite against the store s.
+func Run(t *testing.T, s store.Store, o Options) {
+	if o.Trials == 0 {
+		o.Trials = 100
+	}
+	if o.Sustained == 0 {
+		o.Sustained = 5 * time.Second
+	}
+	t.Run("ConcurrentExact", func(t *testing.T) { t.Parallel(); testConcurrentExact(t, s, o.Trials) })
+	t.Run("SustainedBound", func(t *testing.T) { t.Parallel(); testSustained(t, s, o.Sustained) })
+	t.Run("RetryAfter", func(t *testing.T) { t.Parallel(); testRetryAfter(t, s) })
+	t.Run("CostRules", func(t *testing.T) { t.Parallel(); testCostRules(t, s) })
+	t.Run("AllOrNothing", func(t *testing.T) { t.Parallel(); testAllOrNothing(t, s) })
+	t.Run("KeyIsolation", func(t *testing.T) { t.Parallel(); testKeyIsolation(t, s) })
+}
+
+// longLimit is a limit that does not refill within a test: 10 per 366 days.
+func longLimit(a algo.Algorithm) algo.Limit {
+	return algo.Limit{Limit: 10, Period: algo.MaxPeriod, Burst: 10, Algorithm: a}
+}
+
+func take(t *testing.T, s store.Store, checks ...store.Check) store.Result {
+	t.Helper()
+	var res store.Result
+	if err := s.Take(context.Background(), checks, &res); err != nil {
+		t.Fatalf("Take(%v): %v", checks, err)
+	}
+	return res
+}
+
+func testConcurrentExact(t *testing.T, s store.Store, trials int) {
+	p := prefix(t)
+	for _, a := range algo.Algorithms {
+		t.Run(a.String(), func(t *testing.T) {
+			t.Parallel()
+			l := longLimit(a)
+			for trial := range trials {
+				key := fmt.Sprintf("%s{t%d}%v", p, trial, a)
+				var admitted atomic.Int64
+				var wg sync.WaitGroup
+				errs := make(chan error, 200)
+				for range 200 {
+					wg.Go(func() {
+						var res store.Result
+						if err := s.Take(context.Background(), []store.Check{{Key: key, Limit: l, Cost: 1}}, &res); err != nil {
+							errs <- err
+							return
+						}
+						if res.Allowed {
+							admitted.Add(1)
+						}
+					})
+				}
+				wg.Wait()
+				close(errs)
+				for err := range errs {
+					t.Fatalf("trial %d: %v", trial, err)
+				}
+				if got := admitted.Load(); got != 10 {
+					t.Fatalf("trial %d: 200 concurrent takes on a fresh key with burst 10 admitted %d, want exactly 10", trial, got)
+				}
+			}
+		})
+	}
+}
+
+func testSustained(t *testing.T, s store.Store, d time.Duration) {
+	p := prefix(t)
+	for _, a := range algo.Algorithms {
+		t.Run(a.String(), func(t *testing.T) {
+			t.Parallel()
+			seed := rand.Uint64()
+			r := rand.New(rand.NewPCG(seed, 1))
+			l := algo.Limit{Limit: 20 + r.Int64N(30), Period: time.Duration(100+r.IntN(200)) * time.Millisecond, Algorithm: a}
+			if !a.Windowed() {
+				l.Burst = 1 + r.Int64N(20)
+			}
+			key := p + "sustained:" + a.String()
+			var mu sync.Mutex
+			var admitted []int64
+			deadline := time.Now().Add(d)
+			var wg sync.WaitGroup
+			for w := range 8 {
+				wg.Go(func() {
+					r := rand.New(rand.NewPCG(seed, uint64(w)+2))
+					var res store.Result
+					for time.Now().Before(deadline) {
+						if err := s.Take(context.Background(), []store.Check{{Key: key, Limit: l, Cost: 1}}, &res); err != nil {
+							t.Error(err)
+							return
+						}
+						if res.Allowed {
+							mu.Lock()
+							admitted = append(admitted, res.Now.UnixMicro())
+							mu.Unlock()
+						}
+						time.Sleep(time.Duration(r.IntN(2000)) * time.Microsecond)
+					}
+				})
+			}
+			wg.Wait()
+			sortInts(admitted)
+			if msg := algo.CheckBound(l, admitted); msg != "" {
+				t.Fatalf("seed %d: %s", seed, msg)
+			}
+			// It must also admit: at least half the sustained rate over the run.
+			if want := int64(d/l.Period) * l.Limit / 2; int64(len(admitted)) < want {
+				t.Fatalf("seed %d: %v admitted %d in %v, want at least %d", seed, l, len(admitted), d, want)
+			}
+		})
+	}
+}
+
+func sortInts(a []int64) {
+	// Insertion sort on nearly sorted input.
+	for i := 1; i < len(a); i++ {
+		for j := i; j > 0 && a[j] < a[j-1]; j-- {
+			a[j], a[j-1] = a[j-1], a[j]
+		}
+	}
+}
+
+func testRetryAfter(t *testing.T, s store.Store) {
+	p := prefix(t)
+	for _, a := range algo.Algorithms {
+		t.Run(a.String(), func(t *testing.T) {
+			t.Parallel()
+			l := algo.Limit{Limit: 4, Period: 200 * time.Millisecond, Algorithm: a}
+			if !a.Windowed() {
+				l.Burst = 2
+			}
+			key := p + "retry:" + a.String()
+			c := store.Check{Key: key, Limit: l, Cost: l.Capacity()}
+			for round := range 3 {
+				res := take(t, s, c)
+				if !res.Allowed {
+					// A fresh window may still hold the previous round's weight; wait it out.
+					time.Sleep(res.RetryAfter())
+					res = take(t, s, c)
+				}
+				if !res.Allowed {
+					t.Fatalf("round %d: full take rejected after waiting: %+v", round, res)
+				}
+				first := take(t, s, c)
+				if first.Allowed {
+					t.Fatalf("round %d: second full take admitted: %+v", round, first)
+				}
+				target := first.Now.Add(first.RetryAfter())
+				for range 5 {
+					again := take(t, s, c)
+					if again.Allowed {
+						break // time passed target already
+					}
+					if got := again.Now.Add(again.RetryAfter()); !got.Equal(target) {
+						t.Fatalf("round %d: rejected take moved the admission time from %v to %v", round, target, got)
+					}
+				}
+				time.Sleep(time.Until(target))
+				if res := take(t, s, c); !res.Allowed {
+					t.Fatalf("round %d: not admitted after waiting retry-after (%v): %+v", round, first.RetryAfter(), res)
+				}
+			}
+		})
+	}
+}
+
+func testCostRules(t *testing.T, s store.Store) {
+	p := prefix(t)
+	for _, a := range algo.Algorithms {
+		t.Run(a.String(), func(t *testing.T) {
+			t.Parallel()
+			l := longLimit(a)
+			key := p + "cost:" + a.String()
+			var res store.Result
+			err := s.Take(context.Background(), []store.Check{{Key: key, Limit: l, Cost: 11}}, &res)
+			if !errors.Is(err, algo.ErrCostExceedsBurst) {
+				t.Fatalf("cost 11 over burst 10: err = %v, want ErrCostExceedsBurst", err)
+			}
+			take(t, s, store.Check{Key: key, Limit: l, Cost: 3})
+			for range 3 {
+				peek := take(t, s, store.Check{Key: key, Limit: l, Cost: 0})
+				if !peek.Allowed || peek.Decisions[0].Remaining != 7 {
+					t.Fatalf("peek = %+v, want allowed with remaining 7", peek.Decisions[0])
+				}
+			}
+			if res := take(t, s, store.Check{Key: key, Limit: l, Cost: 7}); !res.Allowed || res.Decisions[0].Remaining != 0 {
+				t.Fatalf("take 7 after peeks = %+v, want allowed with remaining 0", res.Decisions[0])
+			}
+			rej := take(t, s, store.Check{Key: key, Limit: l, Cost: 1})
+			if rej.Allowed || rej.Decisions[0].Remaining != 0 || rej.Decisions[0].RetryAfter <= 0 {
+				t.Fatalf("take on empty = %+v, want rejected, remaining 0, retry > 0", rej.Decisions[0])
+			}
+			if peek := take(t, s, store.Check{Key: key, Limit: l, Cost: 0}); !peek.Allowed || peek.Decisions[0].Remaining != 0 {
+				t.Fatalf("peek on empty = %+v, want allowed with remaining 0", peek.Decisions[0])
+			}
+		})
+	}
+}
+
+func testAllOrNothing(t *testing.T, s store.Store) {
+	p := prefix(t)
+	for _, a := range algo.Algorithms {
+		t.Run(a.String(), func(t *testing.T) {
+			t.Parallel()
+			l := longLimit(a)
+			// Different hash tags: different cluster slots, so this is also
+			// the cross-slot path on Redis Cluster. The same tag: one slot.
+			for _, keys := range [][3]string{
+				{p + "{aon-a}" + a.String(), p + "{aon-b}" + a.String(), p + "{aon-c}" + a.String()},
+				{p + "{aon}1" + a.String(), p + "{aon}2" + a.String(), p + "{aon}3" + a.String()},
+			} {
+				wide, narrow, other := keys[0], keys[1], keys[2]
+				take(t, s, store.Check{Key: narrow, Limit: l, Cost: 9})
+				batch := []store.Check{{Key: wide, Limit: l, Cost: 2}, {Key: narrow, Limit: l, Cost: 2}, {Key: other, Limit: l, Cost: 1}}
+				res := take(t, s, batch...)
+				if res.Allowed {
+					t.Fatalf("batch admitted though %q has 1 left of the 2 asked", narrow)
+				}
+				want := []bool{true, false, true}
+				for i, d := range res.Decisions {
+					if d.Allowed != want[i] {
+						t.Errorf("decision %d allowed = %v, want %v", i, d.Allowed, want[i])
+					}
+				}
+				if d := res.Decisions[0]; d.Remaining != 10 || d.RetryAfter != 0 {
+					t.Errorf("uncharged check reports %+v, want a peek: remaining 10, no retry", d)
+				}
+				for _, k := range []string{wide, other} {
+					peek := take(t, s, store.Check{Key: k, Limit: l})
+					if r := peek.Decisions[0].Remaining; r != 10 {
+						t.Fatalf("a rejected batch charged %q: remaining %d, want 10", k, r)
+					}
+				}
+				res = take(t, s, store.Check{Key: wide, Limit: l, Cost: 2}, store.Check{Key: narrow, Limit: l, Cost: 1}, store.Check{Key: other, Limit: l, Cost: 1})
+				if !res.Allowed {
+					t.Fatalf("batch within every limit rejected: %+v", res)
+				}
+				for i, want := range []int64{8, 0, 9} {
+					if r := res.Decisions[i].Remaining; r != want {
+						t.Errorf("after admitted batch, remaining[%d] = %d, want %d", i, r, want)
+					}
+				}
+			}
+		})
+	}
+}
+
+func testKeyIsolation(t *testing.T, s store.Store) {
+	p := prefix(t)
+	keys := []string{
+		"a", "{a}", "a}", "{", "}", "{}", "}{", "{a}b", "a{b}", "a:b", "a:b:", ":a:b",
+		"a b", " a", "a\x00b", "\xff\xfe\xfd", "\u00e9", "e\u0301",
+		strings.Repeat("x", 1024), strings.Repeat("x", 1023) + "y",
+	}
+	for _, a := range algo.Algorithms {
+		l := algo.Limit{Limit: 1, Period: algo.MaxPeriod, Algorithm: a}
+		for i, k := range keys {
+			res := take(t, s, store.Check{Key: p + k, Limit: l, Cost: 1})
+			if !res.Allowed {
+				t.Fatalf("%v: key %d (%q) was already used: it shares state with an earlier key", a, i, k)
+			}
+			if res := take(t, s, store.Check{Key: p + k, Limit: l, Cost: 1}); res.Allowed {
+				t.Fatalf("%v: key %d (%q) admitted twice with limit 1", a, i, k)
+			}
+		}
+	}
+}
