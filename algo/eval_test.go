@@ -296,3 +296,23 @@ func TestSustainedBound(t *testing.T) {
 		})
 	}
 }
+
+// TestValidFastPathAgrees: the fast path and the explaining path agree on
+// random limits near every bound.
+func TestValidFastPathAgrees(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	pick := func(xs ...int64) int64 { return xs[r.IntN(len(xs))] }
+	for range 20000 {
+		l := Limit{
+			Limit:     pick(-1, 0, 1, 2, 7, MaxLogLimit, MaxLogLimit+1, MaxCount, MaxCount+1),
+			Period:    time.Duration(pick(0, 1, 1000, 1500, 1e6, 3.6e12, int64(MaxPeriod), int64(MaxPeriod)+1000)),
+			Burst:     pick(-1, 0, 1, 7, MaxLogLimit, MaxCount, MaxCount+1),
+			Algorithm: Algorithm(r.IntN(6)),
+		}
+		// The slow path names a reason exactly when the fast path refuses.
+		reason := !strings.HasSuffix(l.invalid().Error(), ": "+l.String())
+		if l.valid() == reason {
+			t.Fatalf("%+v: valid() = %v, slow path says %v", l, l.valid(), l.invalid())
+		}
+	}
+}

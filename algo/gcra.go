@@ -11,14 +11,16 @@ func gcra(em, burst int64, s State, now, cost int64) (Outcome, State) {
 		tat = now
 	}
 	tolerance := em * burst
-	// Capacity left now: how many emission intervals TAT is behind now+tolerance.
-	left := min(clamp0(now+tolerance-tat)/em, burst)
+	// left is the capacity now: how many emission intervals TAT is behind
+	// now+tolerance.
 	if cost == 0 {
+		left := min(clamp0(now+tolerance-tat)/em, burst)
 		return Outcome{Allowed: true, Remaining: left, ResetUs: tat - now}, s
 	}
 	newTat := tat + em*cost
 	allowAt := newTat - tolerance
 	if now < allowAt {
+		left := min(clamp0(now+tolerance-tat)/em, burst)
 		return Outcome{Remaining: left, RetryUs: allowAt - now, ResetUs: tat - now}, s
 	}
 	return Outcome{Allowed: true, Remaining: (now - allowAt) / em, ResetUs: newTat - now}, State{A: newTat}

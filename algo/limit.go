@@ -3,6 +3,7 @@ package algo
 import (
 	"errors"
 	"fmt"
+	"math/bits"
 	"time"
 )
 
@@ -131,6 +132,28 @@ func (l Limit) String() string {
 // Validate reports whether l is within its bounds. The error wraps
 // [ErrInvalidLimit] and names the field and what would be right.
 func (l Limit) Validate() error {
+	if l.valid() {
+		return nil
+	}
+	return l.invalid()
+}
+
+// valid is Validate's allocation-free fast path: every bound at once.
+func (l Limit) valid() bool {
+	if l.Algorithm >= numAlgorithms || l.Limit < 1 || l.Limit > MaxCount ||
+		l.Period < time.Microsecond || l.Period > MaxPeriod || l.Period%time.Microsecond != 0 ||
+		l.Period/time.Microsecond < time.Duration(l.Limit) || l.Burst < 0 || l.Burst > MaxCount {
+		return false
+	}
+	if l.Algorithm.Windowed() {
+		return (l.Burst == 0 || l.Burst == l.Limit) && (l.Algorithm != SlidingLog || l.Limit <= MaxLogLimit)
+	}
+	hi, lo := bits.Mul64(uint64(l.emission()), uint64(l.Capacity()))
+	return hi == 0 && lo <= uint64(MaxRefill/time.Microsecond)
+}
+
+// invalid explains why l is not valid.
+func (l Limit) invalid() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s", ErrInvalidLimit, fmt.Sprintf(format, args...))
 	}
@@ -153,12 +176,13 @@ func (l Limit) Validate() error {
 		return bad("limit %d is over %d for sliding_log, which stores an entry per unit: use sliding_window", l.Limit, MaxLogLimit)
 	}
 	if !l.Algorithm.Windowed() {
-		em := l.emission()
-		if em > int64(MaxRefill/time.Microsecond)/l.Capacity() {
+		// emission × burst <= MaxRefill, checked without a second division.
+		hi, lo := bits.Mul64(uint64(l.emission()), uint64(l.Capacity()))
+		if hi != 0 || lo > uint64(MaxRefill/time.Microsecond) {
 			return bad("burst × period / limit is over %v: lower the burst or the period", MaxRefill)
 		}
 	}
-	return nil
+	return fmt.Errorf("%w: %v", ErrInvalidLimit, l) // no reason found: valid and invalid disagree
 }
 
 // CheckCost reports whether cost can ever be taken from l: it must be

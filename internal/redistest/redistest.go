@@ -258,3 +258,19 @@ func Do(addr string, args ...string) (string, error) {
 	}
 	return "", fmt.Errorf("redistest: unsupported reply %q", line)
 }
+
+// Main is a TestMain body for packages that share one standalone server:
+// it starts the server into *srv, runs the tests, closes the server and
+// returns the exit code. A server that cannot start fails the run loudly.
+//
+//	func TestMain(m *testing.M) { os.Exit(redistest.Main(m, &srv)) }
+func Main(m interface{ Run() int }, srv **Server) int {
+	s, err := Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	*srv = s
+	defer s.Close()
+	return m.Run()
+}

@@ -23,16 +23,7 @@ import (
 
 var redisSrv *redistest.Server
 
-func TestMain(m *testing.M) {
-	var err error
-	if redisSrv, err = redistest.Start(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	redisSrv.Close()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(redistest.Main(m, &redisSrv)) }
 
 func newServer(t *testing.T, st store.Store, timeout time.Duration) *httptest.Server {
 	t.Helper()

@@ -10,12 +10,15 @@
 // key if one is near the least recently used end, else the least recently
 // used key. Evicting a key forgets its state: the key starts again full,
 // which is the only way an attacker who floods distinct keys can affect
-// others. Idle keys are also removed as traffic passes (each call checks
-// the oldest keys of the shard it touches) and by [Store.Sweep].
+// others. Keys whose state has expired and that stay unused for
+// Config.IdleAfter are also removed as traffic passes (each call checks the
+// least recently used keys of the shards it touches), and by [Store.Sweep].
 //
-// Bytes per key (measured, see bench/RESULTS.md): about 200 for GCRA,
-// token bucket, sliding window and fixed window; a sliding log key adds 8
-// bytes per logged unit (at most algo.MaxLogLimit).
+// Bytes per key (measured with a 22-byte key, see bench/RESULTS.md): about
+// 175 for GCRA, token bucket, sliding window and fixed window, key included;
+// a sliding log key adds 8 bytes per logged unit (at most algo.MaxLogLimit,
+// so at most about 80 KB). The default bound of 1,000,000 keys is therefore
+// about 175 MB for the counter algorithms.
 //
 // Time comes from Config.Now, so tests can drive a virtual clock.
 package memstore

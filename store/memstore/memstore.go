@@ -15,10 +15,16 @@ type Config struct {
 	// Shards is the number of independently locked shards, rounded up to a
 	// power of two. Zero means 64.
 	Shards int
-	// MaxKeys bounds the keys held. Zero means 1,000,000 (about 200 MB at
-	// the largest per-key size of the counter algorithms).
+	// MaxKeys bounds the keys held. Zero means 1,000,000 (about 175 MB for
+	// the counter algorithms with short keys; see the package doc).
 	MaxKeys int
-	// Now is the clock. Zero means time.Now.
+	// IdleAfter is how long a key whose state has expired (it is full
+	// again) is kept before traffic reaps it. Keeping it saves re-inserting
+	// keys that are used often but stay under their limit; under memory
+	// pressure expired keys are evicted first regardless. Zero means 1 minute.
+	IdleAfter time.Duration
+	// Now is the clock. Zero means the system clock, read as the monotonic
+	// time since New (one clock read per call; immune to wall-clock steps).
 	Now func() time.Time
 }
 
@@ -28,7 +34,18 @@ type Store struct {
 	mask     uint64
 	perShard int
 	seed     maphash.Seed
-	now      func() time.Time
+	idle     int64            // µs
+	now      func() time.Time // nil: the monotonic clock since base
+	base     time.Time
+	baseUs   int64
+}
+
+// nowUs reads the store's clock in µs since the epoch.
+func (s *Store) nowUs() int64 {
+	if s.now != nil {
+		return s.now().UnixMicro()
+	}
+	return s.baseUs + int64(time.Since(s.base)/time.Microsecond)
 }
 
 type mkey struct {
@@ -38,17 +55,22 @@ type mkey struct {
 
 type entry struct {
 	k          mkey
+	h          uint64 // maphash of k.key: the shard map's key
+	chain      *entry // next entry with the same hash (collisions are rare)
 	st         algo.State
 	exp        int64 // µs: the state carries no information from then on
+	moved      int64 // µs: when touch last moved it to the front
 	prev, next *entry
 }
 
 type shard struct {
 	mu   sync.Mutex
-	m    map[mkey]*entry
-	root entry // LRU ring: root.next is the most recent, root.prev the least
+	m    map[uint64]*entry // by maphash of the key; entries with one hash chain
+	root entry             // LRU ring: root.next is the most recent, root.prev the least
 	free *entry
-	_    [40]byte // keep shards on separate cache lines
+	n    int      // entries held (the map counts hashes)
+	ops  uint32   // calls since the shard last reaped
+	_    [28]byte // keep shards on separate cache lines
 }
 
 // New returns a store configured by c.
@@ -72,46 +94,60 @@ func New(c Config) *Store {
 		now:      c.Now,
 	}
 	if s.now == nil {
-		s.now = time.Now
+		s.base = time.Now()
+		s.baseUs = s.base.UnixMicro()
+	}
+	s.idle = int64(c.IdleAfter / time.Microsecond)
+	if s.idle <= 0 {
+		s.idle = int64(time.Minute / time.Microsecond)
 	}
 	for i := range s.shards {
 		sh := &s.shards[i]
-		sh.m = make(map[mkey]*entry)
+		sh.m = make(map[uint64]*entry)
 		sh.root.next, sh.root.prev = &sh.root, &sh.root
 	}
 	return s
 }
 
 // batchInline is the batch size decided without allocating.
-const batchInline = 8
+const batchInline = 4
+
+// reapEvery is how many calls a shard serves between looks at its least
+// recently used end for idle keys; each look removes up to 2×reapEvery.
+const reapEvery = 16
 
 // Take decides checks atomically. See [store.Store].
 func (s *Store) Take(ctx context.Context, checks []store.Check, res *store.Result) error {
-	return s.TakeAt(ctx, s.now(), checks, res)
+	return s.take(ctx, s.nowUs(), checks, res)
 }
 
 // TakeAt is Take at the given time instead of the store's clock.
 func (s *Store) TakeAt(ctx context.Context, now time.Time, checks []store.Check, res *store.Result) error {
+	return s.take(ctx, now.UnixMicro(), checks, res)
+}
+
+func (s *Store) take(ctx context.Context, us int64, checks []store.Check, res *store.Result) error {
 	if err := store.Validate(checks); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	us := now.UnixMicro()
 	n := len(checks)
 
+	var hBuf [batchInline]uint64
 	var idxBuf, lockBuf [batchInline]uint32
 	var entBuf [batchInline]*entry
 	var stBuf [batchInline]algo.State
 	var outBuf [batchInline]algo.Outcome
-	idx, locks, ents, sts, outs := idxBuf[:0], lockBuf[:0], entBuf[:0], stBuf[:0], outBuf[:0]
+	hs, idx, locks, ents, sts, outs := hBuf[:0], idxBuf[:0], lockBuf[:0], entBuf[:0], stBuf[:0], outBuf[:0]
 	if n > batchInline {
-		idx, locks = make([]uint32, 0, n), make([]uint32, 0, n)
+		hs, idx, locks = make([]uint64, 0, n), make([]uint32, 0, n), make([]uint32, 0, n)
 		ents, sts, outs = make([]*entry, 0, n), make([]algo.State, 0, n), make([]algo.Outcome, 0, n)
 	}
 	for i := range checks {
-		idx = append(idx, uint32(maphash.String(s.seed, checks[i].Key)&s.mask))
+		h := maphash.String(s.seed, checks[i].Key)
+		hs, idx = append(hs, h), append(idx, uint32(h&s.mask))
 	}
 	locks = sortedUnique(append(locks, idx...))
 	for _, l := range locks {
@@ -121,7 +157,7 @@ func (s *Store) TakeAt(ctx context.Context, now time.Time, checks []store.Check,
 	allowed := true
 	for i := range checks {
 		c := &checks[i]
-		e := s.shards[idx[i]].m[mkey{c.Limit.Algorithm, c.Key}]
+		e := s.shards[idx[i]].lookup(hs[i], c.Limit.Algorithm, c.Key)
 		var st algo.State
 		if e != nil {
 			st = e.st
@@ -137,10 +173,10 @@ func (s *Store) TakeAt(ctx context.Context, now time.Time, checks []store.Check,
 		case allowed && c.Cost > 0:
 			e := ents[i]
 			if e == nil {
-				e = sh.insert(mkey{c.Limit.Algorithm, c.Key}, us, s.perShard)
+				e = sh.insert(hs[i], mkey{c.Limit.Algorithm, c.Key}, us, s.perShard)
 			}
 			e.st, e.exp = sts[i], us+outs[i].ResetUs
-			sh.touch(e)
+			sh.touch(e, us)
 		case !allowed && outs[i].Allowed && c.Cost > 0:
 			// Uncharged because another check rejected: report a peek.
 			var st algo.State
@@ -151,13 +187,17 @@ func (s *Store) TakeAt(ctx context.Context, now time.Time, checks []store.Check,
 			fallthrough
 		default:
 			if ents[i] != nil {
-				sh.touch(ents[i])
+				sh.touch(ents[i], us)
 			}
 		}
 	}
 	for _, l := range locks {
-		s.shards[l].reap(us, 2)
-		s.shards[l].mu.Unlock()
+		sh := &s.shards[l]
+		if sh.ops++; sh.ops >= reapEvery {
+			sh.ops = 0
+			sh.reap(us-s.idle, 2*reapEvery)
+		}
+		sh.mu.Unlock()
 	}
 
 	res.Allowed = allowed
@@ -185,10 +225,21 @@ func sortedUnique(a []uint32) []uint32 {
 	return out
 }
 
-// insert adds an entry for k, evicting one first when the shard is full.
-// The caller holds sh.mu.
-func (sh *shard) insert(k mkey, now int64, limit int) *entry {
-	if len(sh.m) >= limit {
+// lookup returns the entry for (alg, key) with hash h, or nil. The caller
+// holds sh.mu.
+func (sh *shard) lookup(h uint64, alg algo.Algorithm, key string) *entry {
+	for e := sh.m[h]; e != nil; e = e.chain {
+		if e.k.alg == alg && e.k.key == key {
+			return e
+		}
+	}
+	return nil
+}
+
+// insert adds an entry for k with hash h, evicting one first when the shard
+// is full. The caller holds sh.mu.
+func (sh *shard) insert(h uint64, k mkey, now int64, limit int) *entry {
+	if sh.n >= limit {
 		sh.evictOne(now)
 	}
 	e := sh.free
@@ -198,8 +249,10 @@ func (sh *shard) insert(k mkey, now int64, limit int) *entry {
 	} else {
 		e = new(entry)
 	}
-	e.k = k
-	sh.m[k] = e
+	e.k, e.h, e.moved = k, h, now
+	e.chain = sh.m[h]
+	sh.m[h] = e
+	sh.n++
 	e.prev, e.next = &sh.root, sh.root.next
 	e.prev.next, e.next.prev = e, e
 	return e
@@ -223,11 +276,11 @@ func (sh *shard) evictOne(now int64) {
 	}
 }
 
-// reap removes up to n expired entries from the LRU end.
-func (sh *shard) reap(now int64, n int) {
+// reap removes up to n entries from the LRU end that expired before t.
+func (sh *shard) reap(t int64, n int) {
 	for i := 0; i < n; i++ {
 		e := sh.root.prev
-		if e == &sh.root || e.exp > now {
+		if e == &sh.root || e.exp > t {
 			return
 		}
 		sh.remove(e)
@@ -235,37 +288,63 @@ func (sh *shard) reap(now int64, n int) {
 }
 
 func (sh *shard) remove(e *entry) {
-	delete(sh.m, e.k)
+	if head := sh.m[e.h]; head == e {
+		if e.chain == nil {
+			delete(sh.m, e.h)
+		} else {
+			sh.m[e.h] = e.chain
+		}
+	} else {
+		for p := head; p != nil; p = p.chain {
+			if p.chain == e {
+				p.chain = e.chain
+				break
+			}
+		}
+	}
+	sh.n--
 	e.prev.next, e.next.prev = e.next, e.prev
 	*e = entry{next: sh.free}
 	sh.free = e
 }
 
-// touch moves e to the most recently used end.
-func (sh *shard) touch(e *entry) {
-	if sh.root.next == e {
+// touchEvery is how often a busy key moves to the front of the LRU ring:
+// the order is kept to within this much, which is all eviction needs, and a
+// key used again and again does not write to its neighbours every time.
+const touchEvery = 1_000_000 // µs
+
+// touch moves e to the most recently used end, at most once per touchEvery.
+func (sh *shard) touch(e *entry, now int64) {
+	if sh.root.next == e || now-e.moved < touchEvery && now >= e.moved {
 		return
 	}
+	e.moved = now
 	e.prev.next, e.next.prev = e.next, e.prev
 	e.prev, e.next = &sh.root, sh.root.next
 	e.prev.next, e.next.prev = e, e
 }
 
-// Sweep removes every expired key and returns how many it removed. Idle keys
-// are also removed as traffic passes; call Sweep to reclaim memory after a
-// burst of distinct keys with no traffic since.
+// Sweep removes every expired key, idle or not, and returns how many it
+// removed. Idle keys are also removed as traffic passes; call Sweep to
+// reclaim memory after a burst of distinct keys with no traffic since.
 func (s *Store) Sweep() int {
-	now := s.now().UnixMicro()
+	now := s.nowUs()
 	removed := 0
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		for _, e := range sh.m {
-			if e.exp <= now {
-				sh.remove(e)
-				removed++
+		var expired []*entry
+		for _, head := range sh.m {
+			for e := head; e != nil; e = e.chain {
+				if e.exp <= now {
+					expired = append(expired, e)
+				}
 			}
 		}
+		for _, e := range expired {
+			sh.remove(e)
+		}
+		removed += len(expired)
 		sh.free = nil // let the garbage collector have them
 		sh.mu.Unlock()
 	}
@@ -278,7 +357,7 @@ func (s *Store) Len() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		n += len(sh.m)
+		n += sh.n
 		sh.mu.Unlock()
 	}
 	return n
@@ -287,10 +366,11 @@ func (s *Store) Len() int {
 // State returns the stored state of key under alg and whether one is held,
 // for tests and diagnostics.
 func (s *Store) State(alg algo.Algorithm, key string) (algo.State, bool) {
-	sh := &s.shards[maphash.String(s.seed, key)&s.mask]
+	h := maphash.String(s.seed, key)
+	sh := &s.shards[h&s.mask]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e := sh.m[mkey{alg, key}]
+	e := sh.lookup(h, alg, key)
 	if e == nil {
 		return algo.State{}, false
 	}

@@ -88,12 +88,19 @@ func TestIdleKeysAreReaped(t *testing.T) {
 	for i := range 100 {
 		_ = s.Take(context.Background(), []store.Check{{Key: fmt.Sprint(i), Limit: algo.PerSecond(10), Cost: 1}}, &res)
 	}
-	clk.advance(time.Second)
-	for range 60 {
+	clk.advance(time.Second) // expired, but not idle for IdleAfter: kept
+	for range 5 * reapEvery {
+		_ = s.Take(context.Background(), []store.Check{{Key: "busy", Limit: algo.PerSecond(10), Cost: 0}}, &res)
+	}
+	if n := s.Len(); n < 100 {
+		t.Fatalf("Len() = %d, keys reaped before IdleAfter", n)
+	}
+	clk.advance(time.Minute)
+	for range 5 * reapEvery {
 		_ = s.Take(context.Background(), []store.Check{{Key: "busy", Limit: algo.PerSecond(10), Cost: 0}}, &res)
 	}
 	if n := s.Len(); n > 1 {
-		t.Fatalf("Len() = %d after 60 calls, want the 100 idle keys reaped", n)
+		t.Fatalf("Len() = %d after %d calls, want the 100 idle keys reaped", n, 5*reapEvery)
 	}
 }
 

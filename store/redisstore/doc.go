@@ -2,10 +2,16 @@
 // standalone or Redis Cluster, through the rueidis client (which pipelines
 // concurrent calls on one connection automatically).
 //
-// A batch is decided by one Lua script call (lua/take.lua with the five
-// algorithm files) that reads Redis TIME, evaluates every check, and writes
-// only when all pass. Scripts run by SHA and are sent again by the client
-// after a NOSCRIPT reply (a restart or failover empties the script cache).
+// A batch is decided by one Lua script call that reads Redis TIME,
+// evaluates every check, and writes only when all pass. The script is built
+// from lua/: lib.lua, then lua/take.lua with the eval and write fragments of
+// the algorithms the batch uses spliced in (one file per algorithm, each a
+// mirror of its algo/ twin). Redis runs a script's whole chunk on every
+// call, so a batch gets the script of just its algorithms, and fragments are
+// inline code rather than functions defined per call: that halved Redis's
+// time per call (bench/RESULTS.md). Scripts run by SHA and are sent again by
+// the client after a NOSCRIPT reply (a restart or failover empties the
+// script cache).
 //
 // On Redis Cluster, a batch whose keys share one slot (the same hash tag)
 // is one call. A batch over several slots is decided in two phases: each

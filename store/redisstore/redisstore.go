@@ -20,24 +20,108 @@ import (
 //go:embed lua/*.lua
 var luaFiles embed.FS
 
-// script joins lib.lua, the five algorithm files and the named driver.
-func script(driver string) string {
-	var b strings.Builder
-	for _, f := range []string{"lib", "gcra", "token_bucket", "sliding_log", "sliding_window", "fixed_window", driver} {
-		src, err := luaFiles.ReadFile("lua/" + f + ".lua")
-		if err != nil {
-			panic("redisstore: missing embedded script " + f) // a build defect, not a runtime condition
-		}
-		b.Write(src)
-		b.WriteByte('\n')
+// algoFiles are the algorithm scripts, indexed by algo.Algorithm.
+var algoFiles = [...]string{"gcra", "token_bucket", "sliding_log", "sliding_window", "fixed_window"}
+
+// fragments are the sections of one algorithm file: --@helpers, --@eval,
+// --@write and --@refund (see lua/lib.lua for their contract).
+type fragments struct{ helpers, eval, write, refund string }
+
+// readLua returns an embedded script file; its absence is a build defect.
+func readLua(name string) string {
+	src, err := luaFiles.ReadFile("lua/" + name + ".lua")
+	if err != nil {
+		panic("redisstore: missing embedded script " + name)
 	}
+	return string(src)
+}
+
+// parseFragments splits an algorithm file at its --@section lines.
+func parseFragments(name string) fragments {
+	var f fragments
+	var cur *string
+	for _, line := range strings.SplitAfter(readLua(name), "\n") {
+		switch strings.TrimSpace(line) {
+		case "--@helpers":
+			cur = &f.helpers
+		case "--@eval":
+			cur = &f.eval
+		case "--@write":
+			cur = &f.write
+		case "--@refund":
+			cur = &f.refund
+		default:
+			if cur != nil {
+				*cur += line
+			}
+		}
+	}
+	if f.eval == "" || f.write == "" || f.refund == "" {
+		panic("redisstore: " + name + ".lua lacks an --@eval, --@write or --@refund section")
+	}
+	return f
+}
+
+// script builds the named driver (take or refund) for the algorithms in mask
+// (bit i for algo.Algorithm i): lib.lua, their helpers, and the driver with
+// each --{{section}} replaced by a dispatch on the algorithm code to their
+// fragments. A batch runs the script of just the algorithms it uses: Redis
+// runs the whole chunk on every call, so what a batch does not use would
+// still cost it.
+func script(driver string, mask uint8) string {
+	var frags []fragments
+	var codes []int
+	for i, name := range algoFiles {
+		if mask&(1<<i) != 0 {
+			frags = append(frags, parseFragments(name))
+			codes = append(codes, i)
+		}
+	}
+	dispatch := func(pick func(fragments) string) string {
+		var b strings.Builder
+		for j, f := range frags {
+			if j == 0 {
+				fmt.Fprintf(&b, "if code == %d then\n", codes[j])
+			} else {
+				fmt.Fprintf(&b, "elseif code == %d then\n", codes[j])
+			}
+			b.WriteString(pick(f))
+		}
+		b.WriteString("end\n")
+		return b.String()
+	}
+	var b strings.Builder
+	b.WriteString(readLua("lib"))
+	for _, f := range frags {
+		b.WriteString(f.helpers)
+	}
+	body := readLua(driver)
+	for section, pick := range map[string]func(fragments) string{
+		"eval":   func(f fragments) string { return f.eval },
+		"write":  func(f fragments) string { return f.write },
+		"refund": func(f fragments) string { return f.refund },
+	} {
+		body = strings.ReplaceAll(body, "--{{"+section+"}}", dispatch(pick))
+	}
+	b.WriteString(body)
 	return b.String()
 }
 
-var (
-	takeScript   = rueidis.NewLuaScript(script("take"))
-	refundScript = rueidis.NewLuaScript(script("refund"))
-)
+// TakeScript returns the source of the batch script the store runs (lib.lua,
+// the five algorithm files and take.lua), for tools and benchmarks that
+// want to call it through another client.
+func TakeScript() string { return script("take", allAlgorithms) }
+
+const allAlgorithms = 1<<len(algoFiles) - 1
+
+// takeScripts and refundScripts hold one script per set of algorithms.
+var takeScripts, refundScripts = func() (take, refund [allAlgorithms + 1]*rueidis.Lua) {
+	for m := 1; m <= allAlgorithms; m++ {
+		take[m] = rueidis.NewLuaScript(script("take", uint8(m)))
+		refund[m] = rueidis.NewLuaScript(script("refund", uint8(m)))
+	}
+	return take, refund
+}()
 
 // algoCodes are the per-algorithm key segments, indexed by algo.Algorithm.
 var algoCodes = [...]string{"g:", "t:", "l:", "w:", "f:"}
@@ -179,6 +263,7 @@ func (s *Store) Client() rueidis.Client { return s.c }
 // part is the checks of one batch that one script call decides.
 type part struct {
 	idx   []int // indexes into the batch
+	algos uint8 // the algorithms it uses, a bit each
 	keys  []string
 	args  []string
 	reply []int64
@@ -193,7 +278,7 @@ func (s *Store) Take(ctx context.Context, checks []store.Check, res *store.Resul
 	parts := s.split(checks)
 	if len(parts) == 1 {
 		p := &parts[0]
-		s.run(ctx, takeScript, p, 6)
+		s.run(ctx, takeScripts[p.algos], p, 6)
 		if p.err != nil {
 			return p.err
 		}
@@ -228,6 +313,7 @@ func (s *Store) split(checks []store.Check) []part {
 		p := &parts[g]
 		p1, p2 := c.Limit.Params()
 		p.idx = append(p.idx, i)
+		p.algos |= 1 << c.Limit.Algorithm
 		p.keys = append(p.keys, k)
 		p.args = append(p.args, strconv.Itoa(int(c.Limit.Algorithm)), strconv.FormatInt(p1, 10), strconv.FormatInt(p2, 10), strconv.FormatInt(c.Cost, 10), "0")
 	}
@@ -242,10 +328,10 @@ func (s *Store) split(checks []store.Check) []part {
 }
 
 // run executes script for p and parses a reply of 2 + per×len(p.idx)
-// integers (take) or 1 + per×len(p.idx) (refund) into p.reply.
+// integers (take, per 6) or 1 + per×len(p.idx) (refund, per 4) into p.reply.
 func (s *Store) run(ctx context.Context, sc *rueidis.Lua, p *part, per int) {
 	head := 2
-	if sc == refundScript {
+	if per == 4 {
 		head = 1
 	}
 	msgs, err := sc.Exec(ctx, s.c, p.keys, p.args).ToArray()
@@ -283,7 +369,7 @@ func fill(res *store.Result, checks []store.Check, p *part, off, per int) {
 // takeParts decides a batch over several cluster slots: reserve every part
 // in parallel, then refund the charged parts if any part rejected or failed.
 func (s *Store) takeParts(ctx context.Context, checks []store.Check, parts []part, res *store.Result) error {
-	s.parallel(ctx, takeScript, parts, 6)
+	s.parallel(ctx, &takeScripts, parts, 6)
 	allowed, failed := true, error(nil)
 	var now int64
 	for g := range parts {
@@ -312,7 +398,7 @@ func (s *Store) takeParts(ctx context.Context, checks []store.Check, parts []par
 		if p.err != nil || p.reply[1] != 1 {
 			continue
 		}
-		r := part{idx: p.idx, keys: p.keys}
+		r := part{idx: p.idx, algos: p.algos, keys: p.keys}
 		for j := range p.idx {
 			a := p.args[5*j : 5*j+4]
 			info := p.reply[2+6*j+4 : 2+6*j+6]
@@ -323,7 +409,7 @@ func (s *Store) takeParts(ctx context.Context, checks []store.Check, parts []par
 	// A refund must happen even when the caller's deadline has passed.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
-	s.parallel(rctx, refundScript, refunds, 4)
+	s.parallel(rctx, &refundScripts, refunds, 4)
 	for g := range refunds {
 		if refunds[g].err != nil {
 			return fmt.Errorf("redisstore: refund of a rejected cross-slot batch failed, its reservation stays charged: %w", refunds[g].err)
@@ -333,11 +419,11 @@ func (s *Store) takeParts(ctx context.Context, checks []store.Check, parts []par
 	return failed
 }
 
-// parallel runs script for every part at once.
-func (s *Store) parallel(ctx context.Context, sc *rueidis.Lua, parts []part, per int) {
+// parallel runs every part at once, each with the script of its algorithms.
+func (s *Store) parallel(ctx context.Context, scripts *[allAlgorithms + 1]*rueidis.Lua, parts []part, per int) {
 	var wg sync.WaitGroup
 	for g := range parts {
-		wg.Go(func() { s.run(ctx, sc, &parts[g], per) })
+		wg.Go(func() { s.run(ctx, scripts[parts[g].algos], &parts[g], per) })
 	}
 	wg.Wait()
 }

@@ -471,3 +471,16 @@ func TestRejectionWritesNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestEveryScriptCompiles loads the take and refund script of every set of
+// algorithms into Redis: a syntax error in a rarely used combination fails
+// here, not in production.
+func TestEveryScriptCompiles(t *testing.T) {
+	for m := 1; m <= allAlgorithms; m++ {
+		for _, driver := range []string{"take", "refund"} {
+			if _, err := redistest.Do(standalone.Addr, "SCRIPT", "LOAD", script(driver, uint8(m))); err != nil {
+				t.Errorf("%s script for algorithm set %05b: %v", driver, m, err)
+			}
+		}
+	}
+}

@@ -1,5 +1,18 @@
--- lib.lua: helpers for the algorithm files; the scripts are lib.lua, the
--- five algorithm files, then take.lua or refund.lua, joined in that order.
+-- lib.lua: the start of every script. A script is lib.lua, the helpers of
+-- the algorithms its batch uses, then take.lua or refund.lua with the
+-- algorithms' fragments spliced in where the driver says --{{eval}},
+-- --{{write}} or --{{refund}}. Redis runs the whole chunk on every call, so
+-- the fragments are inline code, not functions: nothing is defined per call
+-- but a few helpers.
+--
+-- Fragment contract (locals the driver declares):
+--   eval   reads key, now, p1, p2, cost; sets ok, rem, retry, reset (µs) and
+--          s1, s2, s3 (the state to write). Reads only.
+--   write  reads key, now, p1, p2, cost, s1..s3, reset; stores the state of
+--          an admitted take; sets info1, info2 (what refund needs).
+--   refund reads key, now, p1, p2, cost, info1, info2; gives back a take
+--          made by write (cross-slot batches only).
+--
 -- Numbers are IEEE doubles. algo.Limit.Validate keeps every value below
 -- 2^53, where they are exact integers; division is floored explicitly and
 -- corrected, numbers are written with %d, never in exponent notation.
@@ -15,28 +28,3 @@ local function idiv(a, b)
   end
   return q
 end
-
-local function clamp0(x)
-  if x < 0 then return 0 end
-  return x
-end
-
--- fmt writes an integer with no exponent.
-local function fmt(x)
-  return string.format('%d', x)
-end
-
--- expire_us sets key to expire after us microseconds, rounded up to a
--- whole millisecond (never earlier than the state stops mattering).
-local function expire_us(key, us)
-  redis.call('PEXPIRE', key, math.max(1, idiv(us + 999, 1000)))
-end
-
--- ALG maps an algorithm code (algo.Algorithm) to its functions:
---   eval(key, now, p1, p2, cost) -> allowed, remaining, retry_us, reset_us, new_state
---     reads only; new_state is whatever write needs.
---   write(key, now, p1, p2, cost, new_state, reset_us) -> info1, info2
---     stores the state after an admitted take; info is what refund needs.
---   refund(key, now, p1, p2, cost, info1, info2)
---     gives back a take made by write (cross-slot batches only).
-local ALG = {}

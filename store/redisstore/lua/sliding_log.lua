@@ -5,64 +5,46 @@
 -- p1 = period (µs), p2 = limit.
 -- Expired members are ignored on every call and removed on every admitted
 -- take; rejected takes and peeks write nothing.
-local sl = {}
-ALG[2] = sl
-
-local function sl_newest(key)
-  local r = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-  if #r == 0 then return nil end
-  return tonumber(r[2])
+--@eval
+local live = redis.call('ZCOUNT', key, '(' .. string.format('%d', now - p1), '+inf')
+local newest = nil
+if live > 0 then
+  newest = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
+  reset = math.max(0, newest + p1 - now)
 end
-
-function sl.eval(key, now, period, limit, cost)
-  local cutoff = now - period
-  local n = redis.call('ZCOUNT', key, '(' .. fmt(cutoff), '+inf')
-  local reset = 0
-  local newest = nil
-  if n > 0 then
-    newest = sl_newest(key)
-    reset = clamp0(newest + period - now)
-  end
-  if cost == 0 then
-    return true, clamp0(limit - n), 0, reset
-  end
-  if n + cost > limit then
-    -- The (n+cost-limit)th oldest live member must expire first.
-    local rank = redis.call('ZCARD', key) - n + (n + cost - limit) - 1
-    local r = redis.call('ZRANGE', key, rank, rank, 'WITHSCORES')
-    return false, clamp0(limit - n), tonumber(r[2]) + period - now, reset
-  end
+if cost == 0 then
+  ok, rem = true, math.max(0, p2 - live)
+elseif live + cost > p2 then
+  -- The (live+cost-limit)th oldest live member must expire first.
+  local rank = redis.call('ZCARD', key) - live + (live + cost - p2) - 1
+  rem, retry = math.max(0, p2 - live), tonumber(redis.call('ZRANGE', key, rank, rank, 'WITHSCORES')[2]) + p1 - now
+else
   local ts = now
   if newest and newest > ts then ts = newest end
-  return true, limit - n - cost, 0, ts + period - now, ts
+  ok, rem, reset, s1 = true, p2 - live - cost, ts + p1 - now, ts
 end
-
-function sl.write(key, now, period, limit, cost, ts, reset)
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now - period))
-  local seq = 0
-  local last = redis.call('ZREVRANGEBYSCORE', key, fmt(ts), fmt(ts), 'LIMIT', 0, 1)
-  if #last > 0 then
-    seq = tonumber(string.sub(last[1], -8), 16) + 1
-  end
-  local prefix = fmt(ts) .. ':'
-  local i = 0
-  while i < cost do
-    local args = {}
-    local j = 0
-    while j < 500 and i < cost do
-      args[#args + 1] = fmt(ts)
-      args[#args + 1] = prefix .. string.format('%08x', seq + i)
-      i, j = i + 1, j + 1
-    end
-    redis.call('ZADD', key, unpack(args))
-  end
-  expire_us(key, reset)
-  return ts, seq
+--@write
+redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - p1))
+local ts = string.format('%d', s1)
+local seq = 0
+local last = redis.call('ZREVRANGEBYSCORE', key, ts, ts, 'LIMIT', 0, 1)
+if #last > 0 then
+  seq = tonumber(string.sub(last[1], -8), 16) + 1
 end
-
-function sl.refund(key, now, period, limit, cost, ts, seq)
-  local prefix = fmt(ts) .. ':'
-  for i = 0, cost - 1 do
-    redis.call('ZREM', key, prefix .. string.format('%08x', seq + i))
+local j = 0
+while j < cost do
+  local args = {}
+  while #args < 1000 and j < cost do
+    args[#args + 1] = ts
+    args[#args + 1] = ts .. ':' .. string.format('%08x', seq + j)
+    j = j + 1
   end
+  redis.call('ZADD', key, unpack(args))
+end
+redis.call('PEXPIRE', key, math.max(1, idiv(reset + 999, 1000)))
+info1, info2 = s1, seq
+--@refund
+local ts = string.format('%d', info1)
+for j = 0, cost - 1 do
+  redis.call('ZREM', key, ts .. ':' .. string.format('%08x', info2 + j))
 end

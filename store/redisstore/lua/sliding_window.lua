@@ -2,30 +2,12 @@
 -- algo/sliding_window.go: change both or neither.
 -- Key: a hash; w = current window start (µs), c = its count, p = the
 -- previous window's count.
--- p1 = period (µs), p2 = limit.
-local sw = {}
-ALG[3] = sw
-
--- Windows up to 2^21 µs are weighted to the µs, longer ones on a grid of
--- period/2^21 steps (algo.slidingWindowGrid).
-local SW_GRID = 2097152
-
-local function sw_state(key, now, period)
-  local w = idiv(now, period) * period
-  local v = redis.call('HMGET', key, 'w', 'c', 'p')
-  local ws, cur, prev = tonumber(v[1]) or 0, tonumber(v[2]) or 0, tonumber(v[3]) or 0
-  if ws == w then
-  elseif ws == w - period then
-    cur, prev = 0, cur
-  else
-    cur, prev = 0, 0
-  end
-  return w, cur, prev
-end
-
+-- p1 = period (µs), p2 = limit. Windows up to 2^21 µs are weighted to the
+-- µs, longer ones on a grid of period/2^21 steps (algo.slidingWindowGrid).
+--@helpers
 local function sw_reset(w, period, g, pg, cur, prev, now)
   if cur > 0 then return w + period + pg * g - now end
-  if prev > 0 then return clamp0(w + pg * g - now) end
+  if prev > 0 then return math.max(0, w + pg * g - now) end
   return 0
 end
 
@@ -36,40 +18,40 @@ local function sw_retry(w, period, limit, g, pg, cur, prev, cost, now)
     if at < period then return w + at - now end
   end
   local need = 0
-  if cur > 0 then need = clamp0(pg - idiv((limit - cost) * pg, cur)) end
+  if cur > 0 then need = math.max(0, pg - idiv((limit - cost) * pg, cur)) end
   return w + period + need * g - now
 end
-
-function sw.eval(key, now, period, limit, cost)
-  local w, cur, prev = sw_state(key, now, period)
-  local g = idiv(period, SW_GRID) + 1
-  local pg = idiv(period, g)
-  local eg = idiv(now - w, g)
-  local weighted = idiv(prev * (pg - eg) + pg - 1, pg)
-  if cost == 0 then
-    return true, clamp0(limit - cur - weighted), 0, sw_reset(w, period, g, pg, cur, prev, now)
-  end
-  if cur + weighted + cost > limit then
-    return false, clamp0(limit - cur - weighted),
-      sw_retry(w, period, limit, g, pg, cur, prev, cost, now),
-      sw_reset(w, period, g, pg, cur, prev, now)
-  end
+--@eval
+local w = idiv(now, p1) * p1
+local v = redis.call('HMGET', key, 'w', 'c', 'p')
+local ws, cur, prev = tonumber(v[1]) or 0, tonumber(v[2]) or 0, tonumber(v[3]) or 0
+if ws == w then
+elseif ws == w - p1 then
+  cur, prev = 0, cur
+else
+  cur, prev = 0, 0
+end
+local g = idiv(p1, 2097152) + 1
+local pg = idiv(p1, g)
+local weighted = idiv(prev * (pg - idiv(now - w, g)) + pg - 1, pg)
+if cost == 0 then
+  ok, rem = true, math.max(0, p2 - cur - weighted)
+elseif cur + weighted + cost > p2 then
+  rem, retry = math.max(0, p2 - cur - weighted), sw_retry(w, p1, p2, g, pg, cur, prev, cost, now)
+else
   cur = cur + cost
-  return true, clamp0(limit - cur - weighted), 0, sw_reset(w, period, g, pg, cur, prev, now), {w, cur, prev}
+  ok, rem, s1, s2, s3 = true, math.max(0, p2 - cur - weighted), w, cur, prev
 end
-
-function sw.write(key, now, period, limit, cost, st, reset)
-  redis.call('HSET', key, 'w', fmt(st[1]), 'c', fmt(st[2]), 'p', fmt(st[3]))
-  expire_us(key, reset)
-  return st[1], 0
-end
-
-function sw.refund(key, now, period, limit, cost, w)
-  local v = redis.call('HMGET', key, 'w', 'c', 'p')
-  local ws = tonumber(v[1])
-  if ws == w then
-    redis.call('HSET', key, 'c', fmt(clamp0((tonumber(v[2]) or 0) - cost)))
-  elseif ws == w + period then
-    redis.call('HSET', key, 'p', fmt(clamp0((tonumber(v[3]) or 0) - cost)))
-  end
+reset = sw_reset(w, p1, g, pg, cur, prev, now)
+--@write
+redis.call('HSET', key, 'w', string.format('%d', s1), 'c', string.format('%d', s2), 'p', string.format('%d', s3))
+redis.call('PEXPIRE', key, math.max(1, idiv(reset + 999, 1000)))
+info1 = s1
+--@refund
+local v = redis.call('HMGET', key, 'w', 'c', 'p')
+local ws = tonumber(v[1])
+if ws == info1 then
+  redis.call('HSET', key, 'c', string.format('%d', math.max(0, (tonumber(v[2]) or 0) - cost)))
+elseif ws == info1 + p1 then
+  redis.call('HSET', key, 'p', string.format('%d', math.max(0, (tonumber(v[3]) or 0) - cost)))
 end

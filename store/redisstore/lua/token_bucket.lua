@@ -2,16 +2,13 @@
 -- both or neither.
 -- Key: a hash; t = whole tokens, l = time refill is credited up to (µs).
 -- p1 = emission interval (µs per token), p2 = burst.
-local tb = {}
-ALG[1] = tb
-
+--@helpers
 local function tb_refill(key, now, em, burst)
   local v = redis.call('HMGET', key, 't', 'l')
   local tokens, last = tonumber(v[1]) or 0, tonumber(v[2]) or 0
   if now > last then
     local n = idiv(now - last, em)
-    tokens = tokens + n
-    last = last + n * em
+    tokens, last = tokens + n, last + n * em
     if tokens >= burst then
       tokens, last = burst, now
     end
@@ -21,34 +18,28 @@ end
 
 local function tb_reset(em, burst, tokens, last, now)
   if tokens >= burst then return 0 end
-  return clamp0((burst - tokens) * em - (now - last))
+  return math.max(0, (burst - tokens) * em - (now - last))
 end
-
-function tb.eval(key, now, em, burst, cost)
-  local tokens, last = tb_refill(key, now, em, burst)
-  if cost == 0 then
-    return true, tokens, 0, tb_reset(em, burst, tokens, last, now)
-  end
-  if tokens < cost then
-    return false, tokens, (cost - tokens) * em - (now - last), tb_reset(em, burst, tokens, last, now)
-  end
+--@eval
+local tokens, last = tb_refill(key, now, p1, p2)
+if cost == 0 then
+  ok, rem = true, tokens
+elseif tokens < cost then
+  rem, retry = tokens, (cost - tokens) * p1 - (now - last)
+else
   tokens = tokens - cost
-  return true, tokens, 0, tb_reset(em, burst, tokens, last, now), {tokens, last}
+  ok, rem, s1, s2 = true, tokens, tokens, last
 end
-
-function tb.write(key, now, em, burst, cost, st, reset)
-  redis.call('HSET', key, 't', fmt(st[1]), 'l', fmt(st[2]))
-  expire_us(key, reset)
-  return 0, 0
-end
-
-function tb.refund(key, now, em, burst, cost)
-  local tokens, last = tb_refill(key, now, em, burst)
-  tokens = math.min(burst, tokens + cost)
-  if tokens >= burst then
-    redis.call('DEL', key)
-    return
-  end
-  redis.call('HSET', key, 't', fmt(tokens), 'l', fmt(last))
-  expire_us(key, tb_reset(em, burst, tokens, last, now))
+reset = tb_reset(p1, p2, tokens, last, now)
+--@write
+redis.call('HSET', key, 't', string.format('%d', s1), 'l', string.format('%d', s2))
+redis.call('PEXPIRE', key, math.max(1, idiv(reset + 999, 1000)))
+--@refund
+local tokens, last = tb_refill(key, now, p1, p2)
+tokens = math.min(p2, tokens + cost)
+if tokens >= p2 then
+  redis.call('DEL', key)
+else
+  redis.call('HSET', key, 't', string.format('%d', tokens), 'l', string.format('%d', last))
+  redis.call('PEXPIRE', key, math.max(1, idiv(tb_reset(p1, p2, tokens, last, now) + 999, 1000)))
 end

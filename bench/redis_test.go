@@ -1,0 +1,183 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-redis/redis_rate/v10"
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+
+	"github.com/fairgate/fairgate/algo"
+	"github.com/fairgate/fairgate/internal/redistest"
+	"github.com/fairgate/fairgate/store"
+	"github.com/fairgate/fairgate/store/redisstore"
+)
+
+var callerCounts = []int{1, 16, 64, 256}
+
+// The same generous limit for everyone, so the run measures decisions, not
+// rejections: 1e9 per hour, burst 1e6.
+var (
+	fgLimit = algo.Limit{Limit: 1_000_000_000, Period: time.Hour, Burst: 1_000_000}
+	rrLimit = redis_rate.Limit{Rate: 1_000_000_000, Period: time.Hour, Burst: 1_000_000}
+)
+
+func fairgateStore(b *testing.B, prefix string) *redisstore.Store {
+	s, err := redisstore.New(redisstore.Config{URL: "redis://" + redisSrv.Addr, Prefix: prefix})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	return s
+}
+
+func goRedis(b *testing.B, callers int) *redis.Client {
+	// The pool as large as the callers: go-redis's best case.
+	c := redis.NewClient(&redis.Options{Addr: redisSrv.Addr, PoolSize: max(callers, 20)})
+	b.Cleanup(func() { c.Close() })
+	return c
+}
+
+// BenchmarkRedis: one decision per call against one local Redis, fairgate
+// beside redis_rate, at 1, 16, 64 and 256 concurrent callers; and
+// fairgate's 2-key batch (one round trip) beside its single key.
+//
+//	cd bench && go test -run '^$' -bench Redis -count 6
+func BenchmarkRedis(b *testing.B) {
+	ks := keys(10_000)
+	ctx := context.Background()
+	for _, n := range callerCounts {
+		b.Run(fmt.Sprintf("impl=fairgate/callers=%d", n), func(b *testing.B) {
+			s := fairgateStore(b, "fgb:")
+			concurrently(b, n, func(i int) error {
+				var res store.Result
+				return s.Take(ctx, []store.Check{{Key: ks[i%len(ks)], Limit: fgLimit, Cost: 1}}, &res)
+			})
+		})
+		b.Run(fmt.Sprintf("impl=redis_rate/callers=%d", n), func(b *testing.B) {
+			l := redis_rate.NewLimiter(goRedis(b, n))
+			concurrently(b, n, func(i int) error {
+				_, err := l.Allow(ctx, ks[i%len(ks)], rrLimit)
+				return err
+			})
+		})
+	}
+	b.Run("impl=fairgate-batch2/callers=64", func(b *testing.B) {
+		s := fairgateStore(b, "fgb2:")
+		concurrently(b, 64, func(i int) error {
+			k := ks[i%len(ks)]
+			var res store.Result
+			return s.Take(ctx, []store.Check{{Key: k + ":class", Limit: fgLimit, Cost: 1}, {Key: k, Limit: fgLimit, Cost: 1}}, &res)
+		})
+	})
+	b.Run("impl=redis_rate-2keys/callers=64", func(b *testing.B) {
+		l := redis_rate.NewLimiter(goRedis(b, 64))
+		concurrently(b, 64, func(i int) error {
+			k := ks[i%len(ks)]
+			if _, err := l.Allow(ctx, k+":class", rrLimit); err != nil {
+				return err
+			}
+			_, err := l.Allow(ctx, k, rrLimit)
+			return err
+		})
+	})
+}
+
+// BenchmarkClient runs fairgate's own batch script through go-redis and
+// through rueidis at 64 callers: the measurement behind the client choice.
+//
+//	cd bench && go test -run '^$' -bench Client -count 6
+func BenchmarkClient(b *testing.B) {
+	ks := keys(10_000)
+	ctx := context.Background()
+	p1, p2 := fgLimit.Params()
+	args := []string{"0", strconv.FormatInt(p1, 10), strconv.FormatInt(p2, 10), "1", "0"}
+	src := redisstore.TakeScript()
+	b.Run("client=go-redis/callers=64", func(b *testing.B) {
+		c := goRedis(b, 64)
+		sc := redis.NewScript(src)
+		iargs := make([]any, len(args))
+		for i, a := range args {
+			iargs[i] = a
+		}
+		concurrently(b, 64, func(i int) error {
+			return sc.Run(ctx, c, []string{"fgc:g:" + ks[i%len(ks)]}, iargs...).Err()
+		})
+	})
+	b.Run("client=rueidis/callers=64", func(b *testing.B) {
+		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{redisSrv.Addr}, DisableCache: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(c.Close)
+		sc := rueidis.NewLuaScript(src)
+		concurrently(b, 64, func(i int) error {
+			return sc.Exec(ctx, c, []string{"fgc:g:" + ks[i%len(ks)]}, args).Error()
+		})
+	})
+}
+
+// BenchmarkFootprint reports Redis's own cost of one GCRA key: its bytes
+// (MEMORY USAGE) and the server time per script call (INFO commandstats
+// usec_per_call), fairgate beside redis_rate.
+//
+//	cd bench && go test -run '^$' -bench Footprint -benchtime 20000x
+func BenchmarkFootprint(b *testing.B) {
+	ctx := context.Background()
+	run := func(b *testing.B, key string, take func(i int) error) {
+		if _, err := redistest.Do(redisSrv.Addr, "CONFIG", "RESETSTAT"); err != nil {
+			b.Fatal(err)
+		}
+		for i := 0; b.Loop(); i++ {
+			if err := take(i); err != nil {
+				b.Fatal(err)
+			}
+		}
+		mem, err := redistest.Do(redisSrv.Addr, "MEMORY", "USAGE", key)
+		if err != nil {
+			b.Fatal(err)
+		}
+		stats, err := redistest.Do(redisSrv.Addr, "INFO", "commandstats")
+		if err != nil {
+			b.Fatal(err)
+		}
+		bytes, _ := strconv.ParseFloat(mem, 64)
+		b.ReportMetric(bytes, "redis-bytes/key")
+		b.ReportMetric(usecPerCall(stats, "evalsha"), "redis-µs/call")
+	}
+	b.Run("impl=fairgate", func(b *testing.B) {
+		s := fairgateStore(b, "fgf:")
+		run(b, s.Key(algo.GCRA, "rl:{tenant-00001}:all"), func(i int) error {
+			var res store.Result
+			return s.Take(ctx, []store.Check{{Key: "rl:{tenant-00001}:all", Limit: fgLimit, Cost: 1}}, &res)
+		})
+	})
+	b.Run("impl=redis_rate", func(b *testing.B) {
+		l := redis_rate.NewLimiter(goRedis(b, 1))
+		run(b, "rate:rl:{tenant-00001}:all", func(i int) error {
+			_, err := l.Allow(ctx, "rl:{tenant-00001}:all", rrLimit)
+			return err
+		})
+	})
+}
+
+// usecPerCall finds usec_per_call for cmd in INFO commandstats output.
+func usecPerCall(stats, cmd string) float64 {
+	for _, line := range strings.Split(stats, "\n") {
+		if !strings.HasPrefix(line, "cmdstat_"+cmd+":") {
+			continue
+		}
+		for _, f := range strings.Split(strings.TrimSpace(line[len("cmdstat_"+cmd+":"):]), ",") {
+			if v, ok := strings.CutPrefix(f, "usec_per_call="); ok {
+				x, _ := strconv.ParseFloat(v, 64)
+				return x
+			}
+		}
+	}
+	return -1
+}
