@@ -138,19 +138,6 @@ func TestValidate(t *testing.T) {
 	}
 }
 
-func contains(s, sub string) bool {
-	return len(sub) == 0 || (len(s) >= len(sub) && indexOf(s, sub) >= 0)
-}
-
-func indexOf(s, sub string) int {
-	for i := 0; i+len(sub) <= len(s); i++ {
-		if s[i:i+len(sub)] == sub {
-			return i
-		}
-	}
-	return -1
-}
-
 func TestCheckCost(t *testing.T) {
 	l := PerSecond(10).WithBurst(5)
 	for cost, wantErr := range map[int64]bool{-1: true, 0: false, 5: false, 6: true} {

@@ -2,7 +2,6 @@ package server
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -284,5 +283,4 @@ func TestNewNeedsStore(t *testing.T) {
 	if _, err := New(Config{}); err == nil {
 		t.Error("New without a store succeeded")
 	}
-	_ = context.Background
 }
