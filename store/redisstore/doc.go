@@ -11,7 +11,9 @@
 // inline code rather than functions defined per call: that halved Redis's
 // time per call (bench/RESULTS.md). Scripts run by SHA and are sent again by
 // the client after a NOSCRIPT reply (a restart or failover empties the
-// script cache).
+// script cache). A take whose connection breaks is retried on a fresh one
+// within the caller's deadline; should the broken attempt have run, the
+// batch is charged twice, which errs toward limiting.
 //
 // On Redis Cluster, a batch whose keys share one slot (the same hash tag)
 // is one call. A batch over several slots is decided in two phases: each

@@ -115,9 +115,15 @@ func TakeScript() string { return script("take", allAlgorithms) }
 const allAlgorithms = 1<<len(algoFiles) - 1
 
 // takeScripts and refundScripts hold one script per set of algorithms.
+//
+// A take is retried by the client on a fresh connection when its connection
+// breaks (a restart or failover leaves every pooled connection to find out
+// on its own), within the caller's deadline. If the broken attempt had run,
+// the retry charges the batch a second time: that errs toward limiting. A
+// refund is never retried, since refunding twice would over-admit.
 var takeScripts, refundScripts = func() (take, refund [allAlgorithms + 1]*rueidis.Lua) {
 	for m := 1; m <= allAlgorithms; m++ {
-		take[m] = rueidis.NewLuaScript(script("take", uint8(m)))
+		take[m] = rueidis.NewLuaScriptRetryable(script("take", uint8(m)))
 		refund[m] = rueidis.NewLuaScript(script("refund", uint8(m)))
 	}
 	return take, refund
