@@ -117,16 +117,21 @@ const batchInline = 4
 const reapEvery = 16
 
 // Take decides checks atomically. See [store.Store].
+//
+// The clock is read once the batch's shards are locked, so the decisions of
+// any one key are made at non-decreasing times in the order they are made.
 func (s *Store) Take(ctx context.Context, checks []store.Check, res *store.Result) error {
-	return s.take(ctx, s.nowUs(), checks, res)
+	return s.take(ctx, false, 0, checks, res)
 }
 
-// TakeAt is Take at the given time instead of the store's clock.
+// TakeAt is Take at the given time instead of the store's clock. Calls for
+// one key should not go back in time; the algorithms tolerate it, but the
+// window bounds of docs/algorithms.md assume time moves forward.
 func (s *Store) TakeAt(ctx context.Context, now time.Time, checks []store.Check, res *store.Result) error {
-	return s.take(ctx, now.UnixMicro(), checks, res)
+	return s.take(ctx, true, now.UnixMicro(), checks, res)
 }
 
-func (s *Store) take(ctx context.Context, us int64, checks []store.Check, res *store.Result) error {
+func (s *Store) take(ctx context.Context, fixed bool, us int64, checks []store.Check, res *store.Result) error {
 	if err := store.Validate(checks); err != nil {
 		return err
 	}
@@ -152,6 +157,9 @@ func (s *Store) take(ctx context.Context, us int64, checks []store.Check, res *s
 	locks = sortedUnique(append(locks, idx...))
 	for _, l := range locks {
 		s.shards[l].mu.Lock()
+	}
+	if !fixed {
+		us = s.nowUs()
 	}
 
 	allowed := true
