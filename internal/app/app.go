@@ -119,7 +119,7 @@ func Serve(ctx context.Context, c ServeConfig, log *slog.Logger, ready func(addr
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	log.Info("serving", slog.String("listen", ln.Addr().String()), slog.String("store", redactStore(c.Store)))
+	log.Info("serving", slog.String("listen", ln.Addr().String()), slog.String("store", redisstore.RedactURL(c.Store)))
 	if ready != nil {
 		ready(ln.Addr().String())
 	}
@@ -140,16 +140,4 @@ func Serve(ctx context.Context, c ServeConfig, log *slog.Logger, ready func(addr
 		return err
 	}
 	return nil
-}
-
-// redactStore hides a password in a store URL for logs.
-func redactStore(raw string) string {
-	scheme, rest, ok := strings.Cut(raw, "://")
-	if !ok {
-		return raw
-	}
-	if at := strings.LastIndexByte(rest, '@'); at >= 0 {
-		return scheme + "://xxxxx@" + rest[at+1:]
-	}
-	return raw
 }

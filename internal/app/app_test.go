@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fairgate/fairgate/store/memstore"
+	"github.com/fairgate/fairgate/store/redisstore"
 )
 
 func TestOpenStore(t *testing.T) {
@@ -47,8 +48,10 @@ func TestParseServeEnvironment(t *testing.T) {
 	}
 }
 
-func TestRedactStore(t *testing.T) {
-	if got := redactStore("redis://user:hunter2@h:1"); strings.Contains(got, "hunter2") {
-		t.Errorf("redactStore kept the password: %s", got)
+func TestStoreURLRedacted(t *testing.T) {
+	for _, u := range []string{"redis://user:hunter2@h:1", "redis-cluster://:hunter2@a:1,b:2", "rediss://u:hunter2@h:1/2"} {
+		if got := redisstore.RedactURL(u); strings.Contains(got, "hunter2") {
+			t.Errorf("RedactURL(%q) = %q keeps the password", u, got)
+		}
 	}
 }

@@ -174,7 +174,7 @@ func New(c Config) (*Store, error) {
 			return nil, err
 		}
 		if s.c, err = rueidis.NewClient(opt); err != nil {
-			return nil, fmt.Errorf("redisstore: connect to %s: %w", redactURL(c.URL), err)
+			return nil, fmt.Errorf("redisstore: connect to %s: %w", RedactURL(c.URL), err)
 		}
 		s.owned = true
 	}
@@ -185,7 +185,7 @@ func New(c Config) (*Store, error) {
 // ParseURL turns a store URL (see [Config.URL]) into rueidis options.
 func ParseURL(raw string) (rueidis.ClientOption, error) {
 	bad := func(why string) (rueidis.ClientOption, error) {
-		return rueidis.ClientOption{}, fmt.Errorf("redisstore: bad URL %q: %s", redactURL(raw), why)
+		return rueidis.ClientOption{}, fmt.Errorf("redisstore: bad URL %q: %s", RedactURL(raw), why)
 	}
 	var opt rueidis.ClientOption
 	scheme, rest, ok := strings.Cut(raw, "://")
@@ -244,8 +244,9 @@ func splitHostPort(hp string) (string, string, error) {
 	return hp[:i], hp[i+1:], nil
 }
 
-// redactURL hides a password in a URL for messages.
-func redactURL(raw string) string {
+// RedactURL returns a store URL with its password hidden, for logs and
+// messages.
+func RedactURL(raw string) string {
 	scheme, rest, ok := strings.Cut(raw, "://")
 	if !ok {
 		return raw

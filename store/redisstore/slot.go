@@ -1,5 +1,7 @@
 package redisstore
 
+import "strings"
+
 // crcTable is the CRC-16/XMODEM table Redis Cluster hashes keys with.
 var crcTable = func() (t [256]uint16) {
 	for i := range t {
@@ -20,8 +22,8 @@ var crcTable = func() (t [256]uint16) {
 // (the bytes between the first '{' and the next '}', when not empty) or of
 // the whole key, modulo 16384.
 func Slot(key string) uint16 {
-	if i := indexByte(key, '{'); i >= 0 {
-		if j := indexByte(key[i+1:], '}'); j > 0 {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
 			key = key[i+1 : i+1+j]
 		}
 	}
@@ -30,13 +32,4 @@ func Slot(key string) uint16 {
 		crc = crc<<8 ^ crcTable[byte(crc>>8)^key[k]]
 	}
 	return crc & 16383
-}
-
-func indexByte(s string, c byte) int {
-	for i := 0; i < len(s); i++ {
-		if s[i] == c {
-			return i
-		}
-	}
-	return -1
 }

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -140,7 +141,7 @@ func testSustained(t *testing.T, s store.Store, d time.Duration) {
 				})
 			}
 			wg.Wait()
-			sortInts(admitted)
+			slices.Sort(admitted)
 			if msg := algo.CheckBound(l, admitted); msg != "" {
 				t.Fatalf("seed %d: %s", seed, msg)
 			}
@@ -149,15 +150,6 @@ func testSustained(t *testing.T, s store.Store, d time.Duration) {
 				t.Fatalf("seed %d: %v admitted %d in %v, want at least %d", seed, l, len(admitted), d, want)
 			}
 		})
-	}
-}
-
-func sortInts(a []int64) {
-	// Insertion sort on nearly sorted input.
-	for i := 1; i < len(a); i++ {
-		for j := i; j > 0 && a[j] < a[j-1]; j-- {
-			a[j], a[j-1] = a[j-1], a[j]
-		}
 	}
 }
 
