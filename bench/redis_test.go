@@ -67,25 +67,27 @@ func BenchmarkRedis(b *testing.B) {
 			})
 		})
 	}
-	b.Run("impl=fairgate-batch2/callers=64", func(b *testing.B) {
-		s := fairgateStore(b, "fgb2:")
-		concurrently(b, 64, func(i int) error {
-			k := ks[i%len(ks)]
-			var res store.Result
-			return s.Take(ctx, []store.Check{{Key: k + ":class", Limit: fgLimit, Cost: 1}, {Key: k, Limit: fgLimit, Cost: 1}}, &res)
+	for _, n := range []int{1, 16, 64} {
+		b.Run(fmt.Sprintf("impl=fairgate-batch2/callers=%d", n), func(b *testing.B) {
+			s := fairgateStore(b, "fgb2:")
+			concurrently(b, n, func(i int) error {
+				k := ks[i%len(ks)]
+				var res store.Result
+				return s.Take(ctx, []store.Check{{Key: k + ":class", Limit: fgLimit, Cost: 1}, {Key: k, Limit: fgLimit, Cost: 1}}, &res)
+			})
 		})
-	})
-	b.Run("impl=redis_rate-2keys/callers=64", func(b *testing.B) {
-		l := redis_rate.NewLimiter(goRedis(b, 64))
-		concurrently(b, 64, func(i int) error {
-			k := ks[i%len(ks)]
-			if _, err := l.Allow(ctx, k+":class", rrLimit); err != nil {
+		b.Run(fmt.Sprintf("impl=redis_rate-2keys/callers=%d", n), func(b *testing.B) {
+			l := redis_rate.NewLimiter(goRedis(b, n))
+			concurrently(b, n, func(i int) error {
+				k := ks[i%len(ks)]
+				if _, err := l.Allow(ctx, k+":class", rrLimit); err != nil {
+					return err
+				}
+				_, err := l.Allow(ctx, k, rrLimit)
 				return err
-			}
-			_, err := l.Allow(ctx, k, rrLimit)
-			return err
+			})
 		})
-	})
+	}
 }
 
 // BenchmarkClient runs fairgate's own batch script through go-redis and
@@ -96,7 +98,7 @@ func BenchmarkClient(b *testing.B) {
 	ks := keys(10_000)
 	ctx := context.Background()
 	p1, p2 := fgLimit.Params()
-	args := []string{"0", strconv.FormatInt(p1, 10), strconv.FormatInt(p2, 10), "1", "0"}
+	args := []string{"0", strconv.FormatInt(p1, 10), strconv.FormatInt(p2, 10), "1"}
 	src := redisstore.TakeScript()
 	b.Run("client=go-redis/callers=64", func(b *testing.B) {
 		c := goRedis(b, 64)

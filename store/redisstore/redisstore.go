@@ -114,23 +114,29 @@ func TakeScript() string { return script("take", allAlgorithms) }
 
 const allAlgorithms = 1<<len(algoFiles) - 1
 
-// takeScripts and refundScripts hold one script per set of algorithms.
+// takeScripts, take1Scripts and refundScripts hold one script per set of
+// algorithms; take1 is take for a batch of one check.
 //
 // A take is retried by the client on a fresh connection when its connection
 // breaks (a restart or failover leaves every pooled connection to find out
 // on its own), within the caller's deadline. If the broken attempt had run,
 // the retry charges the batch a second time: that errs toward limiting. A
 // refund is never retried, since refunding twice would over-admit.
-var takeScripts, refundScripts = func() (take, refund [allAlgorithms + 1]*rueidis.Lua) {
+var takeScripts, take1Scripts, refundScripts = func() (take, take1, refund [allAlgorithms + 1]*rueidis.Lua) {
 	for m := 1; m <= allAlgorithms; m++ {
 		take[m] = rueidis.NewLuaScriptRetryable(script("take", uint8(m)))
+		take1[m] = rueidis.NewLuaScriptRetryable(script("take1", uint8(m)))
 		refund[m] = rueidis.NewLuaScript(script("refund", uint8(m)))
 	}
-	return take, refund
+	return take, take1, refund
 }()
 
-// algoCodes are the per-algorithm key segments, indexed by algo.Algorithm.
-var algoCodes = [...]string{"g:", "t:", "l:", "w:", "f:"}
+// algoCodes are the per-algorithm key segments, and algoArgs the codes the
+// scripts dispatch on, indexed by algo.Algorithm.
+var (
+	algoCodes = [...]string{"g:", "t:", "l:", "w:", "f:"}
+	algoArgs  = [...]string{"0", "1", "2", "3", "4"}
+)
 
 // Config configures a Store. Set exactly one of Client and URL.
 type Config struct {
@@ -285,7 +291,11 @@ func (s *Store) Take(ctx context.Context, checks []store.Check, res *store.Resul
 	parts := s.split(checks)
 	if len(parts) == 1 {
 		p := &parts[0]
-		s.run(ctx, takeScripts[p.algos], p, 6)
+		sc := takeScripts[p.algos]
+		if len(p.idx) == 1 {
+			sc = take1Scripts[p.algos]
+		}
+		s.run(ctx, sc, p, 6)
 		if p.err != nil {
 			return p.err
 		}
@@ -322,14 +332,7 @@ func (s *Store) split(checks []store.Check) []part {
 		p.idx = append(p.idx, i)
 		p.algos |= 1 << c.Limit.Algorithm
 		p.keys = append(p.keys, k)
-		p.args = append(p.args, strconv.Itoa(int(c.Limit.Algorithm)), strconv.FormatInt(p1, 10), strconv.FormatInt(p2, 10), strconv.FormatInt(c.Cost, 10), "0")
-	}
-	if len(parts) > 1 {
-		for g := range parts {
-			for j := range parts[g].idx {
-				parts[g].args[5*j+4] = "1" // refund information wanted
-			}
-		}
+		p.args = append(p.args, algoArgs[c.Limit.Algorithm], strconv.FormatInt(p1, 10), strconv.FormatInt(p2, 10), strconv.FormatInt(c.Cost, 10))
 	}
 	return parts
 }
@@ -407,7 +410,7 @@ func (s *Store) takeParts(ctx context.Context, checks []store.Check, parts []par
 		}
 		r := part{idx: p.idx, algos: p.algos, keys: p.keys}
 		for j := range p.idx {
-			a := p.args[5*j : 5*j+4]
+			a := p.args[4*j : 4*j+4]
 			info := p.reply[2+6*j+4 : 2+6*j+6]
 			r.args = append(r.args, a[0], a[1], a[2], a[3], strconv.FormatInt(info[0], 10), strconv.FormatInt(info[1], 10))
 		}

@@ -1,7 +1,6 @@
 -- take.lua: decide a batch of checks as one atomic, all-or-nothing step.
 -- KEYS[i]  the state key of check i (all in one cluster slot).
--- ARGV     5 values per check i, at 5i-4..5i: algorithm code, p1, p2, cost,
---          and a flag (1 when the caller may refund; unused here).
+-- ARGV     4 values per check i, at 4i-3..4i: algorithm code, p1, p2, cost.
 --          p1 and p2 are algo.Limit.Params: integers, µs and counts.
 -- Reply    {now_us, batch_allowed (1|0), then 6 integers per check:
 --           allowed (1|0), remaining, retry_after_us, reset_after_us,
@@ -13,8 +12,8 @@ local nkeys = #KEYS
 local R = {}
 local all = true
 for i = 1, nkeys do
-  local key, code = KEYS[i], tonumber(ARGV[5 * i - 4])
-  local p1, p2, cost = tonumber(ARGV[5 * i - 3]), tonumber(ARGV[5 * i - 2]), tonumber(ARGV[5 * i - 1])
+  local key, code = KEYS[i], tonumber(ARGV[4 * i - 3])
+  local p1, p2, cost = tonumber(ARGV[4 * i - 2]), tonumber(ARGV[4 * i - 1]), tonumber(ARGV[4 * i])
   local ok, rem, retry, reset, s1, s2, s3 = false, 0, 0, 0, 0, 0, 0
   --{{eval}}
   local b = 7 * i - 7
@@ -23,8 +22,8 @@ for i = 1, nkeys do
 end
 local out = {now, all and 1 or 0}
 for i = 1, nkeys do
-  local key, code = KEYS[i], tonumber(ARGV[5 * i - 4])
-  local p1, p2, cost = tonumber(ARGV[5 * i - 3]), tonumber(ARGV[5 * i - 2]), tonumber(ARGV[5 * i - 1])
+  local key, code = KEYS[i], tonumber(ARGV[4 * i - 3])
+  local p1, p2, cost = tonumber(ARGV[4 * i - 2]), tonumber(ARGV[4 * i - 1]), tonumber(ARGV[4 * i])
   local b = 7 * i - 7
   local ok, rem, retry, reset, s1, s2, s3 = R[b + 1], R[b + 2], R[b + 3], R[b + 4], R[b + 5], R[b + 6], R[b + 7]
   local info1, info2 = 0, 0
