@@ -484,3 +484,70 @@ func TestEveryScriptCompiles(t *testing.T) {
 		}
 	}
 }
+
+// evalCalls sums the EVALSHA and EVAL calls every cluster node has served.
+func evalCalls(t *testing.T) int {
+	t.Helper()
+	total := 0
+	for _, n := range cluster.Nodes {
+		info, err := redistest.Do(n.Addr, "INFO", "commandstats")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(info, "\n") {
+			for _, cmd := range []string{"cmdstat_evalsha:calls=", "cmdstat_eval:calls="} {
+				if rest, ok := strings.CutPrefix(line, cmd); ok {
+					var c int
+					fmt.Sscan(strings.SplitN(rest, ",", 2)[0], &c)
+					total += c
+				}
+			}
+		}
+	}
+	return total
+}
+
+// TestClusterCallsPerBatch: a batch whose keys share a hash tag is one
+// script call; a batch over three slots is one call per slot (and, when a
+// part rejects, one refund call per charged part).
+func TestClusterCallsPerBatch(t *testing.T) {
+	s := open(t, clusterURL())
+	l := algo.Limit{Limit: 5, Period: time.Hour}
+	var res store.Result
+	take := func(checks ...store.Check) int {
+		t.Helper()
+		before := evalCalls(t)
+		if err := s.Take(context.Background(), checks, &res); err != nil {
+			t.Fatal(err)
+		}
+		return evalCalls(t) - before
+	}
+	// Warm every node's script cache first (its first call of a script is
+	// a NOSCRIPT miss and an EVAL), on the same slots with other keys.
+	for _, k := range []string{"{acme}w", "{a}w", "{b}w", "{c}w"} {
+		for _, checks := range [][]store.Check{
+			{{Key: k, Limit: l, Cost: 5}},
+			{{Key: k + "1", Limit: l, Cost: 1}, {Key: k + "2", Limit: l.With(algo.FixedWindow), Cost: 1}},
+			{{Key: k + "3", Limit: l, Cost: 1}, {Key: k + "4", Limit: l, Cost: 1}},
+		} {
+			take(checks...)
+		}
+	}
+	take(store.Check{Key: "{a}w5", Limit: l, Cost: 1}, store.Check{Key: "{b}w5", Limit: l, Cost: 1}, store.Check{Key: "{c}w", Limit: l, Cost: 1}) // a refund on each node
+
+	same := []store.Check{{Key: "{acme}a", Limit: l, Cost: 1}, {Key: "{acme}b", Limit: l.With(algo.FixedWindow), Cost: 1}, {Key: "{acme}c", Limit: l, Cost: 1}}
+	if n := take(same...); n != 1 || !res.Allowed {
+		t.Errorf("same-tag batch of 3: %d script calls (allowed %v), want 1", n, res.Allowed)
+	}
+	spread := []store.Check{{Key: "{a}x", Limit: l, Cost: 1}, {Key: "{b}x", Limit: l, Cost: 1}, {Key: "{c}x", Limit: l, Cost: 1}}
+	if n := take(spread...); n != 3 || !res.Allowed {
+		t.Errorf("batch over 3 slots: %d script calls (allowed %v), want 3", n, res.Allowed)
+	}
+	take(store.Check{Key: "{c}x", Limit: l, Cost: 4}) // {c}x is now empty
+	if n := take(spread...); n != 3+2 || res.Allowed {
+		t.Errorf("rejected batch over 3 slots: %d script calls (allowed %v), want 3 reservations + 2 refunds", n, res.Allowed)
+	}
+	if d := res.Decisions[0]; d.Remaining != 4 {
+		t.Errorf("refunded part reports remaining %d, want 4 (its peek after the refund)", d.Remaining)
+	}
+}
