@@ -1,0 +1,50 @@
+package server
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/fairgate/fairgate/internal/problem"
+	"github.com/fairgate/fairgate/store/memstore"
+)
+
+// FuzzTake sends arbitrary bodies to POST /v1/take: the server answers 200
+// with a decision or a 4xx problem+json, never panics, never 5xx.
+func FuzzTake(f *testing.F) {
+	for _, s := range []string{
+		`{"key":"k","limit":10,"period_ms":1000}`,
+		`{"key":"k","limit":5,"period_ms":1000,"burst":5,"cost":0,"algorithm":"sliding_log","fail":"open"}`,
+		`{"key":"{x}","limit":1000000000,"period_ms":31622400000,"burst":1}`,
+		`{"key":"k","limit":1,"period_ms":1,"cost":2}`,
+		`[]`, `null`, `{"key":null}`, `{"limit":1e400}`, "\x00\xff",
+	} {
+		f.Add(s)
+	}
+	h, err := New(Config{Store: memstore.New(memstore.Config{MaxKeys: 10_000})})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, body string) {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/take", strings.NewReader(body)))
+		switch {
+		case rec.Code == http.StatusOK:
+			var r takeResponse
+			if err := json.Unmarshal(rec.Body.Bytes(), &r); err != nil {
+				t.Fatalf("200 with a body that is not a decision: %q", rec.Body.String())
+			}
+			if r.Remaining < 0 || r.RetryAfterMs < 0 || r.ResetAfterMs < 0 || r.Allowed != (r.RetryAfterMs == 0) {
+				t.Fatalf("inconsistent decision %+v for %q", r, body)
+			}
+		case rec.Code == http.StatusBadRequest || rec.Code == http.StatusRequestEntityTooLarge:
+			if rec.Header().Get("Content-Type") != problem.ContentType {
+				t.Fatalf("%d without problem+json for %q", rec.Code, body)
+			}
+		default:
+			t.Fatalf("status %d for %q: %s", rec.Code, body, rec.Body.String())
+		}
+	})
+}
