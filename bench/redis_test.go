@@ -59,6 +59,17 @@ func BenchmarkRedis(b *testing.B) {
 				return s.Take(ctx, []store.Check{{Key: ks[i%len(ks)], Limit: fgLimit, Cost: 1}}, &res)
 			})
 		})
+		b.Run(fmt.Sprintf("impl=fairgate-nocoalesce/callers=%d", n), func(b *testing.B) {
+			s, err := redisstore.New(redisstore.Config{URL: "redis://" + redisSrv.Addr, Prefix: "fgn:", NoCoalescing: true})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { s.Close() })
+			concurrently(b, n, func(i int) error {
+				var res store.Result
+				return s.Take(ctx, []store.Check{{Key: ks[i%len(ks)], Limit: fgLimit, Cost: 1}}, &res)
+			})
+		})
 		b.Run(fmt.Sprintf("impl=redis_rate/callers=%d", n), func(b *testing.B) {
 			l := redis_rate.NewLimiter(goRedis(b, n))
 			concurrently(b, n, func(i int) error {
@@ -70,6 +81,18 @@ func BenchmarkRedis(b *testing.B) {
 	for _, n := range []int{1, 16, 64} {
 		b.Run(fmt.Sprintf("impl=fairgate-batch2/callers=%d", n), func(b *testing.B) {
 			s := fairgateStore(b, "fgb2:")
+			concurrently(b, n, func(i int) error {
+				k := ks[i%len(ks)]
+				var res store.Result
+				return s.Take(ctx, []store.Check{{Key: k + ":class", Limit: fgLimit, Cost: 1}, {Key: k, Limit: fgLimit, Cost: 1}}, &res)
+			})
+		})
+		b.Run(fmt.Sprintf("impl=fairgate-batch2-nocoalesce/callers=%d", n), func(b *testing.B) {
+			s, err := redisstore.New(redisstore.Config{URL: "redis://" + redisSrv.Addr, Prefix: "fgn2:", NoCoalescing: true})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { s.Close() })
 			concurrently(b, n, func(i int) error {
 				k := ks[i%len(ks)]
 				var res store.Result

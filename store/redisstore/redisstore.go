@@ -149,15 +149,21 @@ type Config struct {
 	// Prefix starts every key the store writes. Zero means "fg:". It must
 	// not contain '{' or '}'.
 	Prefix string
+	// NoCoalescing sends every batch in a script call of its own instead
+	// of merging concurrent ones (see coalesce.go). Zero means coalesce.
+	NoCoalescing bool
 }
 
 // Store is the Redis store. It is safe for concurrent use.
 type Store struct {
-	c       rueidis.Client
-	owned   bool
-	cluster bool
-	prefix  string
-	once    sync.Once
+	c          rueidis.Client
+	owned      bool
+	cluster    bool
+	prefix     string
+	once       sync.Once
+	noCoalesce bool
+	coMu       sync.Mutex
+	co         map[uint16]*coalescer // by slot; one at 0 on standalone Redis
 }
 
 // New returns a store on the configured Redis. With a URL it connects (and
@@ -173,7 +179,7 @@ func New(c Config) (*Store, error) {
 	if strings.ContainsAny(prefix, "{}") {
 		return nil, fmt.Errorf("redisstore: prefix %q contains a brace: it would change the keys' cluster slots", prefix)
 	}
-	s := &Store{c: c.Client, prefix: prefix}
+	s := &Store{c: c.Client, prefix: prefix, noCoalesce: c.NoCoalescing}
 	if s.c == nil {
 		opt, err := ParseURL(c.URL)
 		if err != nil {
@@ -275,8 +281,9 @@ func (s *Store) Client() rueidis.Client { return s.c }
 
 // part is the checks of one batch that one script call decides.
 type part struct {
-	idx   []int // indexes into the batch
-	algos uint8 // the algorithms it uses, a bit each
+	idx   []int  // indexes into the batch
+	slot  uint16 // its cluster slot (0 on standalone Redis)
+	algos uint8  // the algorithms it uses, a bit each
 	keys  []string
 	args  []string
 	reply []int64
@@ -291,11 +298,7 @@ func (s *Store) Take(ctx context.Context, checks []store.Check, res *store.Resul
 	parts := s.split(checks)
 	if len(parts) == 1 {
 		p := &parts[0]
-		sc := takeScripts[p.algos]
-		if len(p.idx) == 1 {
-			sc = take1Scripts[p.algos]
-		}
-		s.run(ctx, sc, p, 6)
+		s.decide(ctx, p)
 		if p.err != nil {
 			return p.err
 		}
@@ -326,6 +329,9 @@ func (s *Store) split(checks []store.Check) []part {
 		}
 		if g == len(parts) {
 			parts = append(parts, part{})
+			if s.cluster {
+				parts[g].slot = slots[g]
+			}
 		}
 		p := &parts[g]
 		p1, p2 := c.Limit.Params()
@@ -379,7 +385,11 @@ func fill(res *store.Result, checks []store.Check, p *part, off, per int) {
 // takeParts decides a batch over several cluster slots: reserve every part
 // in parallel, then refund the charged parts if any part rejected or failed.
 func (s *Store) takeParts(ctx context.Context, checks []store.Check, parts []part, res *store.Result) error {
-	s.parallel(ctx, &takeScripts, parts, 6)
+	var wg sync.WaitGroup
+	for g := range parts {
+		wg.Go(func() { s.decide(ctx, &parts[g]) })
+	}
+	wg.Wait()
 	allowed, failed := true, error(nil)
 	var now int64
 	for g := range parts {

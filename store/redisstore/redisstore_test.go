@@ -477,7 +477,7 @@ func TestRejectionWritesNothing(t *testing.T) {
 // here, not in production.
 func TestEveryScriptCompiles(t *testing.T) {
 	for m := 1; m <= allAlgorithms; m++ {
-		for _, driver := range []string{"take", "take1", "refund"} {
+		for _, driver := range []string{"take", "take1", "take_multi", "refund"} {
 			if _, err := redistest.Do(standalone.Addr, "SCRIPT", "LOAD", script(driver, uint8(m))); err != nil {
 				t.Errorf("%s script for algorithm set %05b: %v", driver, m, err)
 			}
@@ -549,5 +549,71 @@ func TestClusterCallsPerBatch(t *testing.T) {
 	}
 	if d := res.Decisions[0]; d.Remaining != 4 {
 		t.Errorf("refunded part reports remaining %d, want 4 (its peek after the refund)", d.Remaining)
+	}
+}
+
+// TestCoalescing: 400 concurrent single-key takes reach Redis in fewer
+// script calls than takes, and still admit exactly the burst; with
+// NoCoalescing every take is a call of its own.
+func TestCoalescing(t *testing.T) {
+	srv, err := redistest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	calls := func() int {
+		info, err := redistest.Do(srv.Addr, "INFO", "commandstats")
+		if err != nil {
+			t.Fatal(err)
+		}
+		total := 0
+		for _, line := range strings.Split(info, "\n") {
+			for _, cmd := range []string{"cmdstat_evalsha:calls=", "cmdstat_eval:calls="} {
+				if rest, ok := strings.CutPrefix(line, cmd); ok {
+					var c int
+					fmt.Sscan(strings.SplitN(rest, ",", 2)[0], &c)
+					total += c
+				}
+			}
+		}
+		return total
+	}
+	for _, noCoalesce := range []bool{false, true} {
+		s, err := New(Config{URL: "redis://" + srv.Addr, Prefix: fmt.Sprintf("co%v:", noCoalesce), NoCoalescing: noCoalesce})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		l := algo.Limit{Limit: 50, Period: time.Hour, Algorithm: algo.SlidingWindow}
+		before := calls()
+		var admitted atomic.Int64
+		var wg sync.WaitGroup
+		for i := range 400 {
+			wg.Go(func() {
+				var res store.Result
+				checks := []store.Check{{Key: "hot", Limit: l, Cost: 1}}
+				if i%2 == 0 { // and half of them as two-check batches
+					checks = append(checks, store.Check{Key: fmt.Sprint("own", i), Limit: l.With(algo.GCRA), Cost: 1})
+				}
+				if err := s.Take(context.Background(), checks, &res); err != nil {
+					t.Error(err)
+				}
+				if res.Allowed {
+					admitted.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		n := calls() - before
+		if admitted.Load() != 50 {
+			t.Errorf("coalescing off=%v: %d admitted of 400 on a limit of 50, want exactly 50", noCoalesce, admitted.Load())
+		}
+		switch {
+		case noCoalesce && n < 400:
+			t.Errorf("coalescing off: %d script calls for 400 takes, want one each", n)
+		case !noCoalesce && n >= 400:
+			t.Errorf("coalescing on: %d script calls for 400 concurrent takes, want fewer", n)
+		}
+		t.Logf("coalescing off=%v: %d script calls for 400 takes", noCoalesce, n)
 	}
 }

@@ -1,0 +1,208 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/fairgate/fairgate/store"
+)
+
+// Coalescing: the batches that concurrent callers send to one slot while
+// earlier calls to it are in flight are merged into one script call
+// (lua/take_multi.lua) that decides each batch as its own atomic step, in
+// order. Redis's cost per call (the command, TIME, the script's start) is
+// then shared. Nothing waits on a timer: a batch is sent at once when fewer
+// than maxInflight calls to its slot are in flight, and otherwise joins the
+// next call.
+const (
+	maxInflight = 4  // script calls in flight per slot
+	maxMerge    = 64 // batches merged into one call
+)
+
+// multiScripts hold take_multi.lua per set of algorithms.
+var multiScripts = func() (m [allAlgorithms + 1]*rueidis.Lua) {
+	for i := 1; i <= allAlgorithms; i++ {
+		m[i] = rueidis.NewLuaScriptRetryable(script("take_multi", uint8(i)))
+	}
+	return m
+}()
+
+// request is one batch part waiting in a coalescer.
+type request struct {
+	ctx   context.Context
+	p     *part
+	reply []int64 // as take.lua's: now, allowed, 6 per check
+	err   error
+	done  chan struct{}
+}
+
+type coalescer struct {
+	mu       sync.Mutex
+	queue    []*request
+	inflight int
+}
+
+// coalescerFor returns the coalescer of a slot (of the only one, standalone).
+func (s *Store) coalescerFor(slot uint16) *coalescer {
+	s.coMu.Lock()
+	defer s.coMu.Unlock()
+	c := s.co[slot]
+	if c == nil {
+		if s.co == nil {
+			s.co = make(map[uint16]*coalescer)
+		}
+		c = &coalescer{}
+		s.co[slot] = c
+	}
+	return c
+}
+
+// decide runs part p's take, merged with concurrent ones for its slot, and
+// fills p.reply as run would. If ctx ends first it returns ctx's error; a
+// batch already sent may still be charged then, which errs toward limiting.
+func (s *Store) decide(ctx context.Context, p *part) {
+	if s.noCoalesce {
+		s.runPart(ctx, p)
+		return
+	}
+	c := s.coalescerFor(p.slot)
+	c.mu.Lock()
+	if c.inflight < maxInflight && len(c.queue) == 0 {
+		// Nothing to merge with: send it from this goroutine.
+		c.inflight++
+		c.mu.Unlock()
+		s.runPart(ctx, p)
+		s.release(c)
+		return
+	}
+	r := &request{ctx: ctx, p: p, done: make(chan struct{})}
+	c.queue = append(c.queue, r)
+	start := c.inflight < maxInflight
+	if start {
+		c.inflight++
+	}
+	c.mu.Unlock()
+	if start {
+		go s.flush(c)
+	}
+	select {
+	case <-r.done:
+		p.reply, p.err = r.reply, r.err
+	case <-ctx.Done():
+		p.err = fmt.Errorf("%w: %w", store.ErrUnavailable, ctx.Err())
+	}
+}
+
+// runPart sends part p alone, with the script for its size.
+func (s *Store) runPart(ctx context.Context, p *part) {
+	sc := takeScripts[p.algos]
+	if len(p.idx) == 1 {
+		sc = take1Scripts[p.algos]
+	}
+	s.run(ctx, sc, p, 6)
+}
+
+// release gives back a call's place in flight, handing it to a flusher when
+// batches queued meanwhile.
+func (s *Store) release(c *coalescer) {
+	c.mu.Lock()
+	if len(c.queue) > 0 {
+		c.mu.Unlock()
+		go s.flush(c)
+		return
+	}
+	c.inflight--
+	c.mu.Unlock()
+}
+
+// flush sends the queued requests of c, up to maxMerge a call, until none
+// are left.
+func (s *Store) flush(c *coalescer) {
+	for {
+		c.mu.Lock()
+		n := min(len(c.queue), maxMerge)
+		if n == 0 {
+			c.inflight--
+			c.mu.Unlock()
+			return
+		}
+		batch := make([]*request, 0, n)
+		for _, r := range c.queue[:n] {
+			if r.ctx.Err() == nil { // a caller that gave up is not charged
+				batch = append(batch, r)
+			}
+		}
+		c.queue = append(c.queue[:0], c.queue[n:]...)
+		c.mu.Unlock()
+		if len(batch) > 0 {
+			s.send(batch)
+		}
+	}
+}
+
+// send decides the requests in one script call and answers each.
+func (s *Store) send(batch []*request) {
+	defer func() {
+		for _, r := range batch {
+			close(r.done)
+		}
+	}()
+	// The call lives as long as its most patient caller, at most 5 s.
+	limit := time.Now().Add(5 * time.Second)
+	var deadline time.Time
+	for _, r := range batch {
+		d, ok := r.ctx.Deadline()
+		if !ok || d.After(limit) {
+			d = limit
+		}
+		if d.After(deadline) {
+			deadline = d
+		}
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	if len(batch) == 1 {
+		r := batch[0]
+		p := *r.p
+		s.runPart(ctx, &p)
+		r.reply, r.err = p.reply, p.err
+		return
+	}
+	var mask uint8
+	var keys []string
+	args := []string{strconv.Itoa(len(batch))}
+	for _, r := range batch {
+		mask |= r.p.algos
+		keys = append(keys, r.p.keys...)
+		args = append(args, strconv.Itoa(len(r.p.idx)))
+		args = append(args, r.p.args...)
+	}
+	msgs, err := multiScripts[mask].Exec(ctx, s.c, keys, args).ToArray()
+	if err == nil && len(msgs) != 1+len(batch)+6*len(keys) {
+		err = fmt.Errorf("script replied %d values, want %d", len(msgs), 1+len(batch)+6*len(keys))
+	}
+	var vals []int64
+	for i := 0; err == nil && i < len(msgs); i++ {
+		var v int64
+		if v, err = msgs[i].AsInt64(); err == nil {
+			vals = append(vals, v)
+		}
+	}
+	if err != nil {
+		for _, r := range batch {
+			r.err = fmt.Errorf("%w: %w", store.ErrUnavailable, err)
+		}
+		return
+	}
+	o := 1
+	for _, r := range batch {
+		n := 1 + 6*len(r.p.idx)
+		r.reply = append([]int64{vals[0]}, vals[o:o+n]...)
+		o += n
+	}
+}
