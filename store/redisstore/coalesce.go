@@ -24,12 +24,14 @@ const (
 	maxMerge    = 64 // batches merged into one call
 )
 
-// multiScripts hold take_multi.lua per set of algorithms.
-var multiScripts = func() (m [allAlgorithms + 1]*rueidis.Lua) {
+// multiScripts and multi1Scripts hold take_multi.lua and take1_multi.lua
+// (every batch one check) per set of algorithms.
+var multiScripts, multi1Scripts = func() (m, m1 [allAlgorithms + 1]*rueidis.Lua) {
 	for i := 1; i <= allAlgorithms; i++ {
 		m[i] = rueidis.NewLuaScriptRetryable(script("take_multi", uint8(i)))
+		m1[i] = rueidis.NewLuaScriptRetryable(script("take1_multi", uint8(i)))
 	}
-	return m
+	return m, m1
 }()
 
 // request is one batch part waiting in a coalescer.
@@ -176,13 +178,19 @@ func (s *Store) send(batch []*request) {
 	var mask uint8
 	var keys []string
 	args := []string{strconv.Itoa(len(batch))}
+	singles := true
 	for _, r := range batch {
 		mask |= r.p.algos
+		singles = singles && len(r.p.idx) == 1
 		keys = append(keys, r.p.keys...)
 		args = append(args, strconv.Itoa(len(r.p.idx)))
 		args = append(args, r.p.args...)
 	}
-	msgs, err := multiScripts[mask].Exec(ctx, s.c, keys, args).ToArray()
+	sc := multiScripts[mask]
+	if singles {
+		sc = multi1Scripts[mask]
+	}
+	msgs, err := sc.Exec(ctx, s.c, keys, args).ToArray()
 	if err == nil && len(msgs) != 1+len(batch)+6*len(keys) {
 		err = fmt.Errorf("script replied %d values, want %d", len(msgs), 1+len(batch)+6*len(keys))
 	}

@@ -477,7 +477,7 @@ func TestRejectionWritesNothing(t *testing.T) {
 // here, not in production.
 func TestEveryScriptCompiles(t *testing.T) {
 	for m := 1; m <= allAlgorithms; m++ {
-		for _, driver := range []string{"take", "take1", "take_multi", "refund"} {
+		for _, driver := range []string{"take", "take1", "take_multi", "take1_multi", "refund"} {
 			if _, err := redistest.Do(standalone.Addr, "SCRIPT", "LOAD", script(driver, uint8(m))); err != nil {
 				t.Errorf("%s script for algorithm set %05b: %v", driver, m, err)
 			}
