@@ -38,7 +38,7 @@ var multiScripts, multi1Scripts = func() (m, m1 [allAlgorithms + 1]*rueidis.Lua)
 type request struct {
 	ctx   context.Context
 	p     *part
-	reply []int64 // as take.lua's: now, allowed, 6 per check
+	reply []int64 // as take_multi.lua's for one batch: now, allowed, 6 per check
 	err   error
 	done  chan struct{}
 }
@@ -100,13 +100,17 @@ func (s *Store) decide(ctx context.Context, p *part) {
 	}
 }
 
-// runPart sends part p alone, with the script for its size.
+// runPart sends part p alone: take1.lua for one check, else take_multi.lua
+// with one batch (whose reply has the same layout).
 func (s *Store) runPart(ctx context.Context, p *part) {
-	sc := takeScripts[p.algos]
 	if len(p.idx) == 1 {
-		sc = take1Scripts[p.algos]
+		s.run(ctx, take1Scripts[p.algos], p, 6)
+		return
 	}
-	s.run(ctx, sc, p, 6)
+	q := *p
+	q.args = append([]string{"1", strconv.Itoa(len(p.idx))}, p.args...)
+	s.run(ctx, multiScripts[p.algos], &q, 6)
+	p.reply, p.err = q.reply, q.err
 }
 
 // release gives back a call's place in flight, handing it to a flusher when

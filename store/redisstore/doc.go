@@ -4,7 +4,7 @@
 //
 // A batch is decided by one Lua script call that reads Redis TIME,
 // evaluates every check, and writes only when all pass. The script is built
-// from lua/: lib.lua, then a driver (take1.lua for one check, take.lua for
+// from lua/: lib.lua, then a driver (take1.lua for one check, take_multi.lua for
 // more) with the eval and write fragments of the algorithms the batch uses
 // spliced in (one file per algorithm, each a mirror of its algo/ twin).
 // Redis runs a script's whole chunk on every call, so a batch gets the

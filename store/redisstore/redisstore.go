@@ -107,28 +107,27 @@ func script(driver string, mask uint8) string {
 	return b.String()
 }
 
-// TakeScript returns the source of the batch script the store runs (lib.lua,
-// the five algorithm files and take.lua), for tools and benchmarks that
-// want to call it through another client.
-func TakeScript() string { return script("take", allAlgorithms) }
+// TakeScript returns the source of the single-check script the store runs
+// (lib.lua, the five algorithm files and take1.lua), for tools and
+// benchmarks that want to call it through another client.
+func TakeScript() string { return script("take1", allAlgorithms) }
 
 const allAlgorithms = 1<<len(algoFiles) - 1
 
-// takeScripts, take1Scripts and refundScripts hold one script per set of
-// algorithms; take1 is take for a batch of one check.
+// take1Scripts and refundScripts hold one script per set of algorithms
+// (batches of several checks run take_multi.lua, in coalesce.go).
 //
 // A take is retried by the client on a fresh connection when its connection
 // breaks (a restart or failover leaves every pooled connection to find out
 // on its own), within the caller's deadline. If the broken attempt had run,
 // the retry charges the batch a second time: that errs toward limiting. A
 // refund is never retried, since refunding twice would over-admit.
-var takeScripts, take1Scripts, refundScripts = func() (take, take1, refund [allAlgorithms + 1]*rueidis.Lua) {
+var take1Scripts, refundScripts = func() (take1, refund [allAlgorithms + 1]*rueidis.Lua) {
 	for m := 1; m <= allAlgorithms; m++ {
-		take[m] = rueidis.NewLuaScriptRetryable(script("take", uint8(m)))
 		take1[m] = rueidis.NewLuaScriptRetryable(script("take1", uint8(m)))
 		refund[m] = rueidis.NewLuaScript(script("refund", uint8(m)))
 	}
-	return take, take1, refund
+	return take1, refund
 }()
 
 // algoCodes are the per-algorithm key segments, and algoArgs the codes the

@@ -1,5 +1,6 @@
 -- lib.lua: the start of every script. A script is lib.lua, the helpers of
--- the algorithms its batch uses, then take.lua or refund.lua with the
+-- the algorithms its batch uses, then a driver (take1.lua, take_multi.lua,
+-- take1_multi.lua or refund.lua) with the
 -- algorithms' fragments spliced in where the driver says --{{eval}},
 -- --{{write}} or --{{refund}}. Redis runs the whole chunk on every call, so
 -- the fragments are inline code, not functions: nothing is defined per call

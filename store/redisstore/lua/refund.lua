@@ -2,7 +2,7 @@
 -- that another part rejected, then report a peek of each check.
 -- KEYS[i]  the state key of check i.
 -- ARGV     6 values per check i, at 6i-5..6i: algorithm code, p1, p2, cost,
---          refund_info1, refund_info2 (as take.lua returned them).
+--          refund_info1, refund_info2 (as the take scripts returned them).
 -- Reply    {now_us, then 4 integers per check: 1, remaining, 0, reset_after_us}
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])

@@ -1,9 +1,10 @@
--- take1.lua: take.lua for a batch of one check, without the bookkeeping a
--- batch needs (Redis runs every line of a script on every call).
+-- take1.lua: decide a batch of one check, without the bookkeeping a batch
+-- of several needs (Redis runs every line of a script on every call).
 -- KEYS[1]  the state key.
--- ARGV     algorithm code, p1, p2, cost (as in take.lua).
--- Reply    as take.lua's for one check: {now_us, allowed, allowed,
---           remaining, retry_after_us, reset_after_us, info1, info2}
+-- ARGV     algorithm code, p1, p2, cost (as in take_multi.lua).
+-- Reply    as take_multi.lua's for one batch of one check: {now_us,
+--           allowed, allowed, remaining, retry_after_us, reset_after_us,
+--           info1, info2}
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local key, code = KEYS[1], tonumber(ARGV[1])

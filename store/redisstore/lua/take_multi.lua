@@ -2,11 +2,15 @@
 -- one atomic, all-or-nothing step of its own, in order (a later batch sees
 -- an earlier one's writes). Concurrent callers' batches for one slot are
 -- merged into it to save Redis the cost of a call apiece.
--- KEYS     every batch's keys, batch after batch.
+-- KEYS     every batch's keys, batch after batch (all in one cluster slot).
 -- ARGV     [1] = number of batches; then per batch: its number of checks n,
---          then 4 values per check (as in take.lua).
+--          then 4 values per check i: algorithm code, p1, p2, cost (p1 and
+--          p2 are algo.Limit.Params: integers, µs and counts).
 -- Reply    {now_us, then per batch: batch_allowed (1|0), then 6 integers
---           per check as in take.lua}
+--           per check: allowed (1|0), remaining, retry_after_us,
+--           reset_after_us, refund_info1, refund_info2}
+-- Time is Redis TIME, never the caller's; the reply carries it. A batch of
+-- several checks that is not merged runs this script as one batch.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local out = {now}
@@ -39,6 +43,7 @@ for _ = 1, tonumber(ARGV[1]) do
       if all then
         --{{write}}
       elseif ok then
+        -- Uncharged because another check rejected: report a peek.
         cost = 0
         ok, rem, retry, reset = false, 0, 0, 0
         --{{eval}}
