@@ -1,7 +1,7 @@
 // Package memstore is fairgate's in-process store: the embedded default,
 // and the fallback limiter when a shared store is out.
 //
-// State lives in a sharded map; a batch locks the shards it touches in
+// State lives in sharded open-addressed tables (table.go); a batch locks the shards it touches in
 // index order, decides every check with package algo, and commits all or
 // nothing. A decision on an existing key allocates nothing.
 //
@@ -15,10 +15,10 @@
 // least recently used keys of the shards it touches), and by [Store.Sweep].
 //
 // Bytes per key (measured with a 22-byte key, see bench/RESULTS.md): about
-// 175 for GCRA, token bucket, sliding window and fixed window, key included;
+// 152 for GCRA, token bucket, sliding window and fixed window, key included;
 // a sliding log key adds 8 bytes per logged unit (at most algo.MaxLogLimit,
 // so at most about 80 KB). The default bound of 1,000,000 keys is therefore
-// about 175 MB for the counter algorithms.
+// about 152 MB for the counter algorithms.
 //
 // Time comes from Config.Now, so tests can drive a virtual clock.
 package memstore

@@ -15,7 +15,7 @@ type Config struct {
 	// Shards is the number of independently locked shards, rounded up to a
 	// power of two. Zero means 64.
 	Shards int
-	// MaxKeys bounds the keys held. Zero means 1,000,000 (about 175 MB for
+	// MaxKeys bounds the keys held. Zero means 1,000,000 (about 152 MB for
 	// the counter algorithms with short keys; see the package doc).
 	MaxKeys int
 	// IdleAfter is how long a key whose state has expired (it is full
@@ -48,30 +48,18 @@ func (s *Store) nowUs() int64 {
 	return s.baseUs + int64(time.Since(s.base)/time.Microsecond)
 }
 
-type mkey struct {
-	alg algo.Algorithm
-	key string
-}
-
-type entry struct {
-	k          mkey
-	h          uint64 // maphash of k.key: the shard map's key
-	chain      *entry // next entry with the same hash (collisions are rare)
-	st         algo.State
-	exp        int64 // µs: the state carries no information from then on
-	moved      int64 // µs: when touch last moved it to the front
-	prev, next *entry
-}
-
+// shard is one independently locked part of the store: an open-addressed
+// index over pages of entries, and the entries' LRU ring. See table.go.
 type shard struct {
-	mu   sync.Mutex
-	m    map[uint64]*entry // by maphash of the key; entries with one hash chain
-	root entry             // LRU ring: root.next is the most recent, root.prev the least
-	free *entry
-	n    int      // entries held (the map counts hashes)
-	last int64    // µs: the latest clock reading decided under this lock
-	ops  uint32   // calls since the shard last reaped
-	_    [20]byte // keep shards on separate cache lines
+	mu    sync.Mutex
+	slots []slot             // open-addressed index, a power of two long
+	pages []*[pageSize]entry // the entries; entry 0 is the LRU ring's root
+	n     int                // entries held
+	high  uint32             // entries ever allocated, root included
+	free  uint32             // head of the free list (through next), 0: empty
+	last  int64              // µs: the latest clock reading decided under this lock
+	ops   uint32             // calls since the shard last reaped
+	_     [24]byte           // keep shards on separate cache lines
 }
 
 // New returns a store configured by c.
@@ -104,8 +92,7 @@ func New(c Config) *Store {
 	}
 	for i := range s.shards {
 		sh := &s.shards[i]
-		sh.m = make(map[uint64]*entry)
-		sh.root.next, sh.root.prev = &sh.root, &sh.root
+		sh.init()
 	}
 	return s
 }
@@ -149,13 +136,13 @@ func (s *Store) take(ctx context.Context, fixed bool, us int64, checks []store.C
 
 	var hBuf [batchInline]uint64
 	var idxBuf, lockBuf [batchInline]uint32
-	var entBuf [batchInline]*entry
+	var entBuf [batchInline]uint32
 	var stBuf [batchInline]algo.State
 	var outBuf [batchInline]algo.Outcome
 	hs, idx, locks, ents, sts, outs := hBuf[:0], idxBuf[:0], lockBuf[:0], entBuf[:0], stBuf[:0], outBuf[:0]
 	if n > batchInline {
 		hs, idx, locks = make([]uint64, 0, n), make([]uint32, 0, n), make([]uint32, 0, n)
-		ents, sts, outs = make([]*entry, 0, n), make([]algo.State, 0, n), make([]algo.Outcome, 0, n)
+		ents, sts, outs = make([]uint32, 0, n), make([]algo.State, 0, n), make([]algo.Outcome, 0, n)
 	}
 	for i := range checks {
 		h := maphash.String(s.seed, checks[i].Key)
@@ -177,41 +164,51 @@ func (s *Store) take(ctx context.Context, fixed bool, us int64, checks []store.C
 		}
 	}
 
+	// Entries found are pinned until the batch is done, so that inserting
+	// another of its keys cannot evict them.
 	allowed := true
 	for i := range checks {
 		c := &checks[i]
-		e := s.shards[idx[i]].lookup(hs[i], c.Limit.Algorithm, c.Key)
+		sh := &s.shards[idx[i]]
+		ei := sh.lookup(uint32(hs[i]>>32), c.Limit.Algorithm, c.Key)
 		var st algo.State
-		if e != nil {
-			st = e.st
+		if ei != 0 {
+			e := sh.at(ei)
+			st, e.pinned = e.st, true
 		}
 		o, next := c.Limit.Eval(st, us, c.Cost)
 		allowed = allowed && o.Allowed
-		ents, sts, outs = append(ents, e), append(sts, next), append(outs, o)
+		ents, sts, outs = append(ents, ei), append(sts, next), append(outs, o)
 	}
 	for i := range checks {
 		c := &checks[i]
 		sh := &s.shards[idx[i]]
 		switch {
 		case allowed && c.Cost > 0:
-			e := ents[i]
-			if e == nil {
-				e = sh.insert(hs[i], mkey{c.Limit.Algorithm, c.Key}, us, s.perShard)
+			if ents[i] == 0 {
+				ents[i] = sh.insert(uint32(hs[i]>>32), c.Limit.Algorithm, c.Key, us, s.perShard)
+				sh.at(ents[i]).pinned = true
 			}
+			e := sh.at(ents[i])
 			e.st, e.exp = sts[i], us+outs[i].ResetUs
-			sh.touch(e, us)
+			sh.touch(ents[i], us)
 		case !allowed && outs[i].Allowed && c.Cost > 0:
 			// Uncharged because another check rejected: report a peek.
 			var st algo.State
-			if ents[i] != nil {
-				st = ents[i].st
+			if ents[i] != 0 {
+				st = sh.at(ents[i]).st
 			}
 			outs[i], _ = c.Limit.Eval(st, us, 0)
 			fallthrough
 		default:
-			if ents[i] != nil {
+			if ents[i] != 0 {
 				sh.touch(ents[i], us)
 			}
+		}
+	}
+	for i, ei := range ents {
+		if ei != 0 {
+			s.shards[idx[i]].at(ei).pinned = false
 		}
 	}
 	for _, l := range locks {
@@ -245,20 +242,22 @@ func (s *Store) takeOne(fixed bool, us int64, c *store.Check, res *store.Result)
 		us = max(us, sh.last)
 		sh.last = us
 	}
-	e := sh.lookup(h, c.Limit.Algorithm, c.Key)
+	tag := uint32(h >> 32)
+	ei := sh.lookup(tag, c.Limit.Algorithm, c.Key)
 	var st algo.State
-	if e != nil {
-		st = e.st
+	if ei != 0 {
+		st = sh.at(ei).st
 	}
 	o, next := c.Limit.Eval(st, us, c.Cost)
 	if o.Allowed && c.Cost > 0 {
-		if e == nil {
-			e = sh.insert(h, mkey{c.Limit.Algorithm, c.Key}, us, s.perShard)
+		if ei == 0 {
+			ei = sh.insert(tag, c.Limit.Algorithm, c.Key, us, s.perShard)
 		}
+		e := sh.at(ei)
 		e.st, e.exp = next, us+o.ResetUs
 	}
-	if e != nil {
-		sh.touch(e, us)
+	if ei != 0 {
+		sh.touch(ei, us)
 	}
 	if sh.ops++; sh.ops >= reapEvery {
 		sh.ops = 0
@@ -286,127 +285,26 @@ func sortedUnique(a []uint32) []uint32 {
 	return out
 }
 
-// lookup returns the entry for (alg, key) with hash h, or nil. The caller
-// holds sh.mu.
-func (sh *shard) lookup(h uint64, alg algo.Algorithm, key string) *entry {
-	for e := sh.m[h]; e != nil; e = e.chain {
-		if e.k.alg == alg && e.k.key == key {
-			return e
-		}
-	}
-	return nil
-}
-
-// insert adds an entry for k with hash h, evicting one first when the shard
-// is full. The caller holds sh.mu.
-func (sh *shard) insert(h uint64, k mkey, now int64, limit int) *entry {
-	if sh.n >= limit {
-		sh.evictOne(now)
-	}
-	e := sh.free
-	if e != nil {
-		sh.free = e.next
-		*e = entry{}
-	} else {
-		e = new(entry)
-	}
-	e.k, e.h, e.moved = k, h, now
-	e.chain = sh.m[h]
-	sh.m[h] = e
-	sh.n++
-	e.prev, e.next = &sh.root, sh.root.next
-	e.prev.next, e.next.prev = e, e
-	return e
-}
-
-// evictScan is how many of the least recently used entries eviction looks
-// at for an expired one before it takes the least recently used.
-const evictScan = 8
-
-// evictOne removes an expired entry near the LRU end, else the LRU entry.
-func (sh *shard) evictOne(now int64) {
-	victim := sh.root.prev
-	for e, i := sh.root.prev, 0; e != &sh.root && i < evictScan; e, i = e.prev, i+1 {
-		if e.exp <= now {
-			victim = e
-			break
-		}
-	}
-	if victim != &sh.root {
-		sh.remove(victim)
-	}
-}
-
-// reap removes up to n entries from the LRU end that expired before t.
-func (sh *shard) reap(t int64, n int) {
-	for i := 0; i < n; i++ {
-		e := sh.root.prev
-		if e == &sh.root || e.exp > t {
-			return
-		}
-		sh.remove(e)
-	}
-}
-
-func (sh *shard) remove(e *entry) {
-	if head := sh.m[e.h]; head == e {
-		if e.chain == nil {
-			delete(sh.m, e.h)
-		} else {
-			sh.m[e.h] = e.chain
-		}
-	} else {
-		for p := head; p != nil; p = p.chain {
-			if p.chain == e {
-				p.chain = e.chain
-				break
-			}
-		}
-	}
-	sh.n--
-	e.prev.next, e.next.prev = e.next, e.prev
-	*e = entry{next: sh.free}
-	sh.free = e
-}
-
-// touchEvery is how often a busy key moves to the front of the LRU ring:
-// the order is kept to within this much, which is all eviction needs, and a
-// key used again and again does not write to its neighbours every time.
-const touchEvery = 1_000_000 // µs
-
-// touch moves e to the most recently used end, at most once per touchEvery.
-func (sh *shard) touch(e *entry, now int64) {
-	if sh.root.next == e || now-e.moved < touchEvery && now >= e.moved {
-		return
-	}
-	e.moved = now
-	e.prev.next, e.next.prev = e.next, e.prev
-	e.prev, e.next = &sh.root, sh.root.next
-	e.prev.next, e.next.prev = e, e
-}
-
 // Sweep removes every expired key, idle or not, and returns how many it
 // removed. Idle keys are also removed as traffic passes; call Sweep to
-// reclaim memory after a burst of distinct keys with no traffic since.
+// reclaim memory after a burst of distinct keys with no traffic since. The
+// slots of removed keys are reused by later keys; a shard left empty gives
+// its memory back.
 func (s *Store) Sweep() int {
 	now := s.nowUs()
 	removed := 0
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		var expired []*entry
-		for _, head := range sh.m {
-			for e := head; e != nil; e = e.chain {
-				if e.exp <= now {
-					expired = append(expired, e)
-				}
+		for ei := sh.at(0).next; ei != 0 && sh.n > 0; {
+			e := sh.at(ei)
+			next := e.next
+			if e.exp <= now {
+				sh.remove(ei)
+				removed++
 			}
+			ei = next
 		}
-		for _, e := range expired {
-			sh.remove(e)
-		}
-		removed += len(expired)
-		sh.free = nil // let the garbage collector have them
 		sh.mu.Unlock()
 	}
 	return removed
@@ -431,11 +329,11 @@ func (s *Store) State(alg algo.Algorithm, key string) (algo.State, bool) {
 	sh := &s.shards[h&s.mask]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e := sh.lookup(h, alg, key)
-	if e == nil {
+	ei := sh.lookup(uint32(h>>32), alg, key)
+	if ei == 0 {
 		return algo.State{}, false
 	}
-	return e.st, true
+	return sh.at(ei).st, true
 }
 
 // Close does nothing: the store holds no resources but memory. It exists
