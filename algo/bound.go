@@ -16,7 +16,7 @@ import (
 //	SlidingWindow:     at most limit in every aligned window, and at most
 //	                   2×limit in every window one period long.
 func CheckBound(l Limit, admitted []int64) string {
-	p1, p2 := l.Params()
+	p1, p2, p3 := l.Params()
 	period := int64(l.Period / time.Microsecond)
 	// countIn returns the most admissions in any window [t, t+w) that opens at an admission.
 	maxIn := func(w int64) (int, int64) {
@@ -46,7 +46,7 @@ func CheckBound(l Limit, admitted []int64) string {
 	case SlidingWindow, FixedWindow:
 		counts := map[int64]int64{}
 		for _, t := range admitted {
-			counts[t-t%period]++
+			counts[windowStart(t, period, p3)]++
 		}
 		for w, n := range counts {
 			if n > l.Limit {
@@ -60,4 +60,14 @@ func CheckBound(l Limit, admitted []int64) string {
 		}
 	}
 	return ""
+}
+
+// windowStart is the start of the window [offset + k×period, +period) that
+// holds t: floored, also for t < offset.
+func windowStart(t, period, offset int64) int64 {
+	r := (t - offset) % period
+	if r < 0 {
+		r += period
+	}
+	return t - r
 }

@@ -67,7 +67,7 @@ func (o Outcome) Decision(l Limit) Decision {
 // Eval assumes l is valid and 0 <= cost <= burst ([Limit.Validate],
 // [Limit.CheckCost]); it does not check.
 func (l Limit) Eval(s State, now, cost int64) (Outcome, State) {
-	p1, p2 := l.Params()
+	p1, p2, p3 := l.Params()
 	switch l.Algorithm {
 	case TokenBucket:
 		return tokenBucket(p1, p2, s, now, cost)
@@ -76,7 +76,7 @@ func (l Limit) Eval(s State, now, cost int64) (Outcome, State) {
 	case SlidingWindow:
 		return slidingWindow(p1, p2, s, now, cost)
 	case FixedWindow:
-		return fixedWindow(p1, p2, s, now, cost)
+		return fixedWindow(p1, p2, p3, s, now, cost)
 	default:
 		return gcra(p1, p2, s, now, cost)
 	}

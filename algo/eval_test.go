@@ -66,6 +66,18 @@ func TestTokenBucketSteps(t *testing.T) {
 	}
 }
 
+// With an offset of 300 ms the windows are [t0+300ms, t0+1300ms), …
+func TestFixedWindowOffsetSteps(t *testing.T) {
+	l := Limit{Limit: 2, Period: time.Second, Algorithm: FixedWindow, Offset: 300 * time.Millisecond}
+	runSteps(t, l, []step{
+		{200 * ms, 2, Outcome{Allowed: true, Remaining: 0, ResetUs: 100 * ms}}, // window from t0-700ms
+		{250 * ms, 1, Outcome{Remaining: 0, RetryUs: 50 * ms, ResetUs: 50 * ms}},
+		{300 * ms, 1, Outcome{Allowed: true, Remaining: 1, ResetUs: 1000 * ms}},
+		{1299 * ms, 1, Outcome{Allowed: true, Remaining: 0, ResetUs: 1 * ms}},
+		{1300 * ms, 0, Outcome{Allowed: true, Remaining: 2, ResetUs: 0}},
+	})
+}
+
 func TestFixedWindowSteps(t *testing.T) {
 	l := Limit{Limit: 3, Period: time.Second, Algorithm: FixedWindow}
 	runSteps(t, l, []step{
@@ -126,6 +138,10 @@ func TestValidate(t *testing.T) {
 		{Limit{Limit: MaxLogLimit + 1, Period: time.Hour, Algorithm: SlidingLog}, "use sliding_window"},
 		{Limit{Limit: 1, Period: MaxPeriod, Burst: MaxCount}, "lower the burst"},
 		{Limit{Limit: 1, Period: time.Second, Algorithm: Algorithm(9)}, "unknown algorithm"},
+		{Limit{Limit: 1, Period: time.Second, Offset: time.Millisecond}, "only for fixed_window"},
+		{Limit{Limit: 1, Period: time.Second, Algorithm: FixedWindow, Offset: time.Second}, "in [0, period"},
+		{Limit{Limit: 1, Period: time.Second, Algorithm: FixedWindow, Offset: -time.Millisecond}, "in [0, period"},
+		{Limit{Limit: 1, Period: time.Second, Algorithm: FixedWindow, Offset: 999 * time.Millisecond}, ""},
 	}
 	for _, tt := range tests {
 		err := tt.l.Validate()

@@ -1,11 +1,12 @@
 package algo
 
-// fixedWindow counts units per window [w, w+period), w a multiple of period
-// since the epoch. State A is the window start, B its count.
+// fixedWindow counts units per window [w, w+period), w = offset plus a
+// multiple of period since the epoch. State A is the window start, B its
+// count.
 //
 // Mirror: store/redisstore/lua/fixed_window.lua. Change both or neither.
-func fixedWindow(period, limit int64, s State, now, cost int64) (Outcome, State) {
-	w := now - now%period
+func fixedWindow(period, limit, offset int64, s State, now, cost int64) (Outcome, State) {
+	w := windowStart(now, period, offset)
 	n := s.B
 	if s.A != w {
 		n = 0

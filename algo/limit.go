@@ -102,6 +102,11 @@ type Limit struct {
 	Burst int64
 	// Algorithm decides the limit. The zero value is GCRA.
 	Algorithm Algorithm
+	// Offset shifts a FixedWindow's windows: they start at Offset + k×Period
+	// since the Unix epoch. Between 0 and Period, whole microseconds; zero
+	// for the other algorithms. Calendar quotas (a day in a time zone, a
+	// month) use it with one key per calendar window.
+	Offset time.Duration
 }
 
 // PerSecond returns a GCRA limit of n per second with burst n.
@@ -142,7 +147,8 @@ func (l Limit) Validate() error {
 func (l Limit) valid() bool {
 	if l.Algorithm >= numAlgorithms || l.Limit < 1 || l.Limit > MaxCount ||
 		l.Period < time.Microsecond || l.Period > MaxPeriod || l.Period%time.Microsecond != 0 ||
-		l.Period/time.Microsecond < time.Duration(l.Limit) || l.Burst < 0 || l.Burst > MaxCount {
+		l.Period/time.Microsecond < time.Duration(l.Limit) || l.Burst < 0 || l.Burst > MaxCount ||
+		l.Offset != 0 && (l.Algorithm != FixedWindow || l.Offset < 0 || l.Offset >= l.Period || l.Offset%time.Microsecond != 0) {
 		return false
 	}
 	if l.Algorithm.Windowed() {
@@ -172,6 +178,10 @@ func (l Limit) invalid() error {
 		return bad("burst %d is outside 1..%d", l.Burst, MaxCount)
 	case l.Algorithm.Windowed() && l.Burst != 0 && l.Burst != l.Limit:
 		return bad("burst %d must equal limit %d for %v (or be omitted)", l.Burst, l.Limit, l.Algorithm)
+	case l.Offset != 0 && l.Algorithm != FixedWindow:
+		return bad("offset %v is only for fixed_window, not %v", l.Offset, l.Algorithm)
+	case l.Offset < 0 || l.Offset >= l.Period || l.Offset%time.Microsecond != 0:
+		return bad("offset %v must be whole microseconds in [0, period %v)", l.Offset, l.Period)
 	case l.Algorithm == SlidingLog && l.Limit > MaxLogLimit:
 		return bad("limit %d is over %d for sliding_log, which stores an entry per unit: use sliding_window", l.Limit, MaxLogLimit)
 	}
@@ -204,12 +214,13 @@ func (l Limit) emission() int64 {
 	return (p + l.Limit - 1) / l.Limit
 }
 
-// Params returns the two integers that, with the algorithm code, define l to
-// the Redis scripts: the emission interval in µs and the burst for GCRA and
-// token bucket; the period in µs and the limit for the window algorithms.
-func (l Limit) Params() (p1, p2 int64) {
+// Params returns the three integers that, with the algorithm code, define l
+// to the Redis scripts: the emission interval in µs and the burst for GCRA
+// and token bucket; the period in µs and the limit for the window
+// algorithms. p3 is the window offset in µs (fixed window; else 0).
+func (l Limit) Params() (p1, p2, p3 int64) {
 	if l.Algorithm.Windowed() {
-		return int64(l.Period / time.Microsecond), l.Limit
+		return int64(l.Period / time.Microsecond), l.Limit, int64(l.Offset / time.Microsecond)
 	}
-	return l.emission(), l.Capacity()
+	return l.emission(), l.Capacity(), 0
 }

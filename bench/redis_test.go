@@ -120,8 +120,8 @@ func BenchmarkRedis(b *testing.B) {
 func BenchmarkClient(b *testing.B) {
 	ks := keys(10_000)
 	ctx := context.Background()
-	p1, p2 := fgLimit.Params()
-	args := []string{"0", strconv.FormatInt(p1, 10), strconv.FormatInt(p2, 10), "1"}
+	p1, p2, p3 := fgLimit.Params()
+	args := []string{"0", strconv.FormatInt(p1, 10), strconv.FormatInt(p2, 10), strconv.FormatInt(p3, 10), "1"}
 	src := redisstore.TakeScript()
 	b.Run("client=go-redis/callers=64", func(b *testing.B) {
 		c := goRedis(b, 64)

@@ -309,6 +309,10 @@ func (s *Store) Take(ctx context.Context, checks []store.Check, res *store.Resul
 	return s.takeParts(ctx, checks, parts, res)
 }
 
+// argsPerCheck is how many ARGV values the take scripts read per check:
+// algorithm code, p1, p2, p3, cost.
+const argsPerCheck = 5
+
 // split groups the checks by cluster slot (one group on standalone Redis),
 // in first-seen order, and encodes each group's keys and arguments.
 func (s *Store) split(checks []store.Check) []part {
@@ -333,11 +337,11 @@ func (s *Store) split(checks []store.Check) []part {
 			}
 		}
 		p := &parts[g]
-		p1, p2 := c.Limit.Params()
+		p1, p2, p3 := c.Limit.Params()
 		p.idx = append(p.idx, i)
 		p.algos |= 1 << c.Limit.Algorithm
 		p.keys = append(p.keys, k)
-		p.args = append(p.args, algoArgs[c.Limit.Algorithm], strconv.FormatInt(p1, 10), strconv.FormatInt(p2, 10), strconv.FormatInt(c.Cost, 10))
+		p.args = append(p.args, algoArgs[c.Limit.Algorithm], strconv.FormatInt(p1, 10), strconv.FormatInt(p2, 10), strconv.FormatInt(p3, 10), strconv.FormatInt(c.Cost, 10))
 	}
 	return parts
 }
@@ -419,9 +423,10 @@ func (s *Store) takeParts(ctx context.Context, checks []store.Check, parts []par
 		}
 		r := part{idx: p.idx, algos: p.algos, keys: p.keys}
 		for j := range p.idx {
-			a := p.args[4*j : 4*j+4]
+			a := p.args[argsPerCheck*j : argsPerCheck*(j+1)]
 			info := p.reply[2+6*j+4 : 2+6*j+6]
-			r.args = append(r.args, a[0], a[1], a[2], a[3], strconv.FormatInt(info[0], 10), strconv.FormatInt(info[1], 10))
+			r.args = append(r.args, a...)
+			r.args = append(r.args, strconv.FormatInt(info[0], 10), strconv.FormatInt(info[1], 10))
 		}
 		refunds = append(refunds, r)
 	}

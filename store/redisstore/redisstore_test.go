@@ -293,6 +293,9 @@ func TestDifferential(t *testing.T) {
 		if !a.Windowed() && r.IntN(2) == 0 {
 			l.Burst = 1 + r.Int64N(10)
 		}
+		if a == algo.FixedWindow && r.IntN(2) == 0 {
+			l.Offset = time.Duration(r.Int64N(int64(l.Period/time.Microsecond))) * time.Microsecond
+		}
 		pool = append(pool, keyed{fmt.Sprintf("k%d", i), l})
 	}
 	ref := map[string]*refEntry{}

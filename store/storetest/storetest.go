@@ -117,6 +117,9 @@ func testSustained(t *testing.T, s store.Store, d time.Duration) {
 			if !a.Windowed() {
 				l.Burst = 1 + r.Int64N(20)
 			}
+			if a == algo.FixedWindow {
+				l.Offset = time.Duration(r.Int64N(int64(l.Period/time.Microsecond))) * time.Microsecond
+			}
 			key := p + "sustained:" + a.String()
 			var mu sync.Mutex
 			var admitted []int64

@@ -1,11 +1,11 @@
 -- fixed_window.lua: fixed window. Mirror of algo/fixed_window.go: change
 -- both or neither.
--- Key: a hash; w = window start (µs, a multiple of the period since the
--- epoch), n = its count. It expires at the window's end, set in the same
--- atomic step as the count.
--- p1 = period (µs), p2 = limit.
+-- Key: a hash; w = window start (µs, the offset plus a multiple of the
+-- period since the epoch), n = its count. It expires at the window's end,
+-- set in the same atomic step as the count.
+-- p1 = period (µs), p2 = limit, p3 = offset (µs, 0 <= p3 < p1).
 --@eval
-local w = idiv(now, p1) * p1
+local w = p3 + idiv(now - p3, p1) * p1
 local v = redis.call('HMGET', key, 'w', 'n')
 local used = tonumber(v[2]) or 0
 if tonumber(v[1]) ~= w then used = 0 end

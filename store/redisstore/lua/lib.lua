@@ -7,7 +7,7 @@
 -- but a few helpers.
 --
 -- Fragment contract (locals the driver declares):
---   eval   reads key, now, p1, p2, cost; sets ok, rem, retry, reset (µs) and
+--   eval   reads key, now, p1, p2, p3, cost; sets ok, rem, retry, reset (µs) and
 --          s1, s2, s3 (the state to write). Reads only.
 --   write  reads key, now, p1, p2, cost, s1..s3, reset; stores the state of
 --          an admitted take; sets info1, info2 (what refund needs).

@@ -1,16 +1,18 @@
 -- refund.lua: give back the takes of one slot's part of a cross-slot batch
 -- that another part rejected, then report a peek of each check.
 -- KEYS[i]  the state key of check i.
--- ARGV     6 values per check i, at 6i-5..6i: algorithm code, p1, p2, cost,
---          refund_info1, refund_info2 (as the take scripts returned them).
+-- ARGV     7 values per check i, at 7i-6..7i: algorithm code, p1, p2, p3,
+--          cost, refund_info1, refund_info2 (as the take scripts returned
+--          them).
 -- Reply    {now_us, then 4 integers per check: 1, remaining, 0, reset_after_us}
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local out = {now}
 for i = 1, #KEYS do
-  local key, code = KEYS[i], tonumber(ARGV[6 * i - 5])
-  local p1, p2, cost = tonumber(ARGV[6 * i - 4]), tonumber(ARGV[6 * i - 3]), tonumber(ARGV[6 * i - 2])
-  local info1, info2 = tonumber(ARGV[6 * i - 1]), tonumber(ARGV[6 * i])
+  local a = 7 * i - 6
+  local key, code = KEYS[i], tonumber(ARGV[a])
+  local p1, p2, p3, cost = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
+  local info1, info2 = tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6])
   if cost > 0 then
     --{{refund}}
   end

@@ -4,8 +4,8 @@
 -- merged into it to save Redis the cost of a call apiece.
 -- KEYS     every batch's keys, batch after batch (all in one cluster slot).
 -- ARGV     [1] = number of batches; then per batch: its number of checks n,
---          then 4 values per check i: algorithm code, p1, p2, cost (p1 and
---          p2 are algo.Limit.Params: integers, µs and counts).
+--          then 5 values per check i: algorithm code, p1, p2, p3, cost (p1,
+--          p2 and p3 are algo.Limit.Params: integers, µs and counts).
 -- Reply    {now_us, then per batch: batch_allowed (1|0), then 6 integers
 --           per check: allowed (1|0), remaining, retry_after_us,
 --           reset_after_us, refund_info1, refund_info2}
@@ -23,8 +23,9 @@ for _ = 1, tonumber(ARGV[1]) do
   local R = {}
   local all = true
   for i = 1, nkeys do
-    local key, code = KEYS[k0 + i], tonumber(ARGV[a0 + 4 * i - 4])
-    local p1, p2, cost = tonumber(ARGV[a0 + 4 * i - 3]), tonumber(ARGV[a0 + 4 * i - 2]), tonumber(ARGV[a0 + 4 * i - 1])
+    local a = a0 + 5 * i - 5
+    local key, code = KEYS[k0 + i], tonumber(ARGV[a])
+    local p1, p2, p3, cost = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
     local ok, rem, retry, reset, s1, s2, s3 = false, 0, 0, 0, 0, 0, 0
     --{{eval}}
     local b = 7 * i - 7
@@ -34,8 +35,9 @@ for _ = 1, tonumber(ARGV[1]) do
   o = o + 1
   out[o] = all and 1 or 0
   for i = 1, nkeys do
-    local key, code = KEYS[k0 + i], tonumber(ARGV[a0 + 4 * i - 4])
-    local p1, p2, cost = tonumber(ARGV[a0 + 4 * i - 3]), tonumber(ARGV[a0 + 4 * i - 2]), tonumber(ARGV[a0 + 4 * i - 1])
+    local a = a0 + 5 * i - 5
+    local key, code = KEYS[k0 + i], tonumber(ARGV[a])
+    local p1, p2, p3, cost = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
     local b = 7 * i - 7
     local ok, rem, retry, reset, s1, s2, s3 = R[b + 1], R[b + 2], R[b + 3], R[b + 4], R[b + 5], R[b + 6], R[b + 7]
     local info1, info2 = 0, 0
@@ -52,7 +54,7 @@ for _ = 1, tonumber(ARGV[1]) do
     out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = ok and 1 or 0, rem, retry, reset, info1, info2
     o = o + 6
   end
-  ai = a0 + 4 * nkeys
+  ai = a0 + 5 * nkeys
   k0 = k0 + nkeys
 end
 return out
