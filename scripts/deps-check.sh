@@ -19,6 +19,7 @@ while read -r pkg imports; do
       store) [ "$irel" = algo ] || { echo "deps-check: store imports $irel (only algo)"; fail=1; } ;;
       store/memstore) [[ "$irel" == store/redisstore* ]] && { echo "deps-check: memstore imports $irel"; fail=1; } ;;
       store/redisstore) [[ "$irel" == store/memstore* ]] && { echo "deps-check: redisstore imports $irel"; fail=1; } ;;
+      limiter|limiter/*) [[ "$irel" == store/?* && "$irel" != store/storetest ]] && { echo "deps-check: $rel imports the backend $irel (the app wires backends)"; fail=1; } ;;
     esac
     if [[ "$rel" != internal/* && "$rel" != cmd/* && "$irel" == internal/* ]]; then
       echo "deps-check: public package $rel imports $irel"; fail=1

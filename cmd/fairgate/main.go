@@ -23,11 +23,18 @@ func main() {
 const usage = `fairgate: per-tenant rate limiting for multi-tenant APIs.
 
 Usage:
-  fairgate serve [--listen 127.0.0.1:8080] [--store memory://|redis://HOST:PORT[/DB]|rediss://…|redis-cluster://H:P,H:P] [--store-timeout 50ms]
+  fairgate serve [--config FILE] [--config-poll 1s] [--listen 127.0.0.1:8080] [--store memory://|redis://HOST:PORT[/DB]|rediss://…|redis-cluster://H:P,H:P] [--store-timeout 50ms]
+  fairgate check-config [FILE]
   fairgate help
 
-serve runs the decision API until SIGTERM or Ctrl-C. Flags default to the
-environment variables FAIRGATE_LISTEN, FAIRGATE_STORE and FAIRGATE_STORE_TIMEOUT.
+serve runs the decision API until SIGTERM or Ctrl-C, with the policy of the
+config file (default: the embedded examples/fairgate.yaml), reloaded when the
+file changes and on SIGHUP. Flags default to the environment variables
+FAIRGATE_CONFIG, FAIRGATE_CONFIG_POLL, FAIRGATE_LISTEN, FAIRGATE_STORE and
+FAIRGATE_STORE_TIMEOUT.
+
+check-config prints every problem of a config file, with its line, and exits
+1 if there is any.
 `
 
 // run is main without the process: it returns the exit code.
@@ -43,6 +50,23 @@ func runReady(ctx context.Context, args []string, stdout, stderr io.Writer, read
 	switch args[0] {
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
+		return 0
+	case "check-config":
+		if len(args) > 2 {
+			fmt.Fprintln(stderr, "fairgate: check-config takes one file")
+			return 2
+		}
+		path := ""
+		if len(args) == 2 {
+			path = args[1]
+		}
+		c, _, err := app.LoadConfig(path)
+		if err != nil {
+			fmt.Fprintln(stderr, err)
+			return 1
+		}
+		fmt.Fprintf(stdout, "%s: ok (%d plans, %d classes, %d routes, %d anonymous routes, %d tenants)\n",
+			c.File, len(c.Policy.Plans), len(c.Policy.Classes), len(c.Policy.Routes), len(c.Policy.Anonymous), len(c.Policy.Tenants))
 		return 0
 	case "serve":
 		c, err := app.ParseServe(args[1:], stderr)

@@ -5,7 +5,11 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -59,6 +63,10 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"serve", "--store-timeout", "soon"}, 2, `store timeout "soon"`},
 		{[]string{"serve", "extra"}, 2, `unexpected argument "extra"`},
 		{[]string{"serve", "--listen", "256.0.0.1:99999"}, 1, "listen on"},
+		{[]string{"serve", "--config", "testdata/bad.yaml"}, 1, "testdata/bad.yaml:4: plans.free[0].burst: burst -5 is outside"},
+		{[]string{"serve", "--config", "testdata/missing.yaml"}, 1, "no such file"},
+		{[]string{"check-config", "testdata/bad.yaml"}, 1, "testdata/bad.yaml:9: classes.search.share: share 2 is outside (0, 1]"},
+		{[]string{"check-config"}, 0, "examples/fairgate.yaml: ok"},
 	}
 	for _, tt := range tests {
 		var out, errb bytes.Buffer
@@ -66,5 +74,68 @@ func TestUsageErrors(t *testing.T) {
 		if code != tt.code || !strings.Contains(out.String()+errb.String(), tt.msg) {
 			t.Errorf("run(%q) = %d, %q; want %d with %q", tt.args, code, out.String()+errb.String(), tt.code, tt.msg)
 		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the server's log and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+// TestSIGHUPReloads serves a config file (not polled, so that only the
+// signal can reload it), breaks it and sends SIGHUP (the
+// running config stays, the problem is logged), then fixes it and sends
+// SIGHUP again (it is applied).
+func TestSIGHUPReloads(t *testing.T) {
+	example, err := os.ReadFile("../../examples/fairgate.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "fairgate.yaml")
+	if err := os.WriteFile(path, example, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addrc := make(chan string, 1)
+	done := make(chan int, 1)
+	var logs syncBuffer
+	go func() {
+		done <- runReady(ctx, []string{"serve", "--listen", "127.0.0.1:0", "--config", path, "--config-poll", "1h"}, io.Discard, &logs, func(a string) { addrc <- a })
+	}()
+	select {
+	case <-addrc:
+	case code := <-done:
+		t.Fatalf("serve exited %d: %s", code, logs.String())
+	}
+	waitLog := func(what string) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for !strings.Contains(logs.String(), what) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no log line with %q:\n%s", what, logs.String())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	bad := strings.Replace(string(example), "{share: 0.25, fail: open}", "{share: 3, fail: open}", 1)
+	os.WriteFile(path, []byte(bad), 0o600)
+	syscall.Kill(os.Getpid(), syscall.SIGHUP)
+	waitLog("config reload refused")
+	waitLog("share 3 is outside (0, 1]")
+	os.WriteFile(path, example, 0o600)
+	syscall.Kill(os.Getpid(), syscall.SIGHUP)
+	waitLog(`"msg":"config reloaded"`)
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("serve exited %d: %s", code, logs.String())
 	}
 }

@@ -13,11 +13,21 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/fairgate/fairgate/examples"
+	"github.com/fairgate/fairgate/internal/config"
 	"github.com/fairgate/fairgate/internal/server"
+	"github.com/fairgate/fairgate/limiter"
+	"github.com/fairgate/fairgate/limiter/redisctl"
 	"github.com/fairgate/fairgate/store"
 	"github.com/fairgate/fairgate/store/memstore"
 	"github.com/fairgate/fairgate/store/redisstore"
@@ -60,6 +70,10 @@ type ServeConfig struct {
 	Listen       string
 	Store        string
 	StoreTimeout time.Duration
+	// Config is the config file; empty means the embedded example.
+	Config string
+	// ConfigPoll is how often the config file is looked at for changes.
+	ConfigPoll time.Duration
 }
 
 // env returns the environment value for name, or def.
@@ -78,6 +92,9 @@ func ParseServe(args []string, stderr io.Writer) (ServeConfig, error) {
 	var c ServeConfig
 	fs.StringVar(&c.Listen, "listen", env("FAIRGATE_LISTEN", "127.0.0.1:8080"), "address of the decision API (FAIRGATE_LISTEN)")
 	fs.StringVar(&c.Store, "store", env("FAIRGATE_STORE", "memory://"), "memory://, redis://HOST:PORT[/DB], rediss://… or redis-cluster://H:P,H:P (FAIRGATE_STORE)")
+	fs.StringVar(&c.Config, "config", env("FAIRGATE_CONFIG", ""), "the config file, reloaded when it changes and on SIGHUP (FAIRGATE_CONFIG; default: the embedded examples/fairgate.yaml)")
+	poll := env("FAIRGATE_CONFIG_POLL", "1s")
+	fs.Func("config-poll", "how often the config file is looked at for changes (FAIRGATE_CONFIG_POLL, default 1s)", func(v string) error { poll = v; return nil })
 	timeout := env("FAIRGATE_STORE_TIMEOUT", "50ms")
 	fs.Func("store-timeout", "deadline of each store call (FAIRGATE_STORE_TIMEOUT, default 50ms)", func(v string) error { timeout = v; return nil })
 	if err := fs.Parse(args); err != nil {
@@ -91,18 +108,85 @@ func ParseServe(args []string, stderr io.Writer) (ServeConfig, error) {
 		return c, fmt.Errorf("serve: store timeout %q: want a positive duration such as 50ms", timeout)
 	}
 	c.StoreTimeout = d
+	if c.ConfigPoll, err = time.ParseDuration(poll); err != nil || c.ConfigPoll <= 0 {
+		return c, fmt.Errorf("serve: config poll %q: want a positive duration such as 1s", poll)
+	}
 	return c, nil
+}
+
+// LoadConfig reads the config file at path, or the embedded example when
+// path is empty, and returns it with its raw content.
+func LoadConfig(path string) (*config.Config, []byte, error) {
+	if path == "" {
+		c, err := config.Parse(examples.ConfigName, examples.Config)
+		return c, examples.Config, err
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("config: %w", err)
+	}
+	c, err := config.Parse(path, data)
+	return c, data, err
 }
 
 // Serve runs the service until ctx ends, then shuts down gracefully. ready,
 // if not nil, receives the listening address once it accepts connections.
+// The config is validated before anything starts: a bad file never starts
+// the server. It is reloaded when it changes on disk and on SIGHUP.
 func Serve(ctx context.Context, c ServeConfig, log *slog.Logger, ready func(addr string)) error {
+	cfg, raw, err := LoadConfig(c.Config)
+	if err != nil {
+		return err
+	}
 	st, err := OpenStore(c.Store)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	h, err := server.New(server.Config{Store: st, Timeout: c.StoreTimeout, Logger: log})
+	var control limiter.ControlStore
+	if rs, ok := st.(*redisstore.Store); ok {
+		control = redisctl.New(rs.Client(), "")
+	}
+	timeout := c.StoreTimeout
+	if _, ok := st.(*memstore.Store); ok {
+		timeout = -1 // in-process: no I/O to bound
+	}
+	reg := prometheus.NewRegistry()
+	lim, err := limiter.New(limiter.Config{
+		Store:      st,
+		Policy:     cfg.Policy,
+		Control:    control,
+		Timeout:    timeout,
+		Fallback:   memstore.New(memstore.Config{MaxKeys: 100_000}),
+		Logger:     log,
+		Registerer: reg,
+	})
+	if err != nil {
+		return err
+	}
+	bg, cancelBG := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() { cancelBG(); wg.Wait() }()
+	wg.Go(func() { lim.Run(bg) })
+	if c.Config != "" {
+		w := config.NewWatcher(c.Config, c.ConfigPoll, raw, func(nc *config.Config) error { return lim.SetPolicy(nc.Policy) }, log)
+		wg.Go(func() { w.Run(bg) })
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		wg.Go(func() {
+			defer signal.Stop(hup)
+			for {
+				select {
+				case <-bg.Done():
+					return
+				case <-hup:
+					w.Reload()
+				}
+			}
+		})
+	}
+	log.Info("policy loaded", slog.String("config", cfg.File), slog.Int("plans", len(cfg.Policy.Plans)), slog.Int("routes", len(cfg.Policy.Routes)))
+	h, err := server.New(server.Config{Store: st, Timeout: c.StoreTimeout, Logger: log, Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{})})
 	if err != nil {
 		return err
 	}

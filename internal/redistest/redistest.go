@@ -274,3 +274,18 @@ func Main(m interface{ Run() int }, srv **Server) int {
 	defer s.Close()
 	return m.Run()
 }
+
+// MainWithCluster is Main that also starts a 3-master Redis Cluster into
+// *cl, for packages whose tests run on both.
+//
+//	func TestMain(m *testing.M) { os.Exit(redistest.MainWithCluster(m, &srv, &cl)) }
+func MainWithCluster(m interface{ Run() int }, srv **Server, cl **Cluster) int {
+	c, err := StartCluster(3, 0)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	*cl = c
+	defer c.Close()
+	return Main(m, srv)
+}

@@ -29,6 +29,8 @@ type Config struct {
 	// Logger receives store errors, at most one line a second. Nil means
 	// silent.
 	Logger *slog.Logger
+	// Metrics, if not nil, is served at GET /metrics.
+	Metrics http.Handler
 }
 
 // Server serves the decision API. It is an http.Handler.
@@ -61,6 +63,9 @@ func New(c Config) (*Server, error) {
 		w.Write([]byte("ok\n"))
 	}))
 	s.mux.HandleFunc("/v1/take", only("POST", s.handleTake))
+	if c.Metrics != nil {
+		s.mux.Handle("/metrics", only("GET", c.Metrics.ServeHTTP))
+	}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, problem.Details{Status: http.StatusNotFound, Detail: "no such endpoint: " + r.Method + " " + r.URL.Path})
 	})

@@ -25,22 +25,7 @@ var (
 	cluster    *redistest.Cluster
 )
 
-func TestMain(m *testing.M) {
-	var err error
-	if standalone, err = redistest.Start(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	if cluster, err = redistest.StartCluster(3, 0); err != nil {
-		standalone.Close()
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	standalone.Close()
-	cluster.Close()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(redistest.MainWithCluster(m, &standalone, &cluster)) }
 
 func open(t testing.TB, url string) *Store {
 	t.Helper()

@@ -1,0 +1,135 @@
+package config
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fairgate/fairgate/limiter"
+)
+
+// base is a valid file; each case below replaces one of its lines (1-based)
+// and expects a problem on that line naming the field.
+var base = []string{
+	"default_plan: free",  // 1
+	"default_class: read", // 2
+	"plans:",              // 3
+	"  free:",             // 4
+	"    - {limit: 120, period: 1m, burst: 30}", // 5
+	"  team:", // 6
+	"    - {limit: 1200, period: 1m, burst: 200}", // 7
+	"classes:",                // 8
+	"  read: {share: 1}",      // 9
+	"  search: {share: 0.25}", // 10
+	"routes:",                 // 11
+	"  - {route: \"GET /v1/users/{id}\", class: read}", // 12
+	"  - {route: \"GET /v1/search\", class: search}",   // 13
+	"tenants:",                      // 14
+	"  acme: {plan: team}",          // 15
+	"anonymous:",                    // 16
+	"  - name: login",               // 17
+	"    route: \"POST /v1/login\"", // 18
+	"    limits: [{limit: 5, period: 1m, by: ip}]", // 19
+	"timezone: UTC", // 20
+}
+
+func with(line int, text string) []byte {
+	lines := append([]string(nil), base...)
+	lines[line-1] = text
+	return []byte(strings.Join(lines, "\n") + "\n")
+}
+
+func TestBaseIsValid(t *testing.T) {
+	if _, err := Parse("base.yaml", with(1, base[0])); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestValidationErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		line int
+		text string
+		want string // in the message, after "base.yaml:<line>: "
+	}{
+		{"unknown field", 9, "  read: {share: 1, colour: red}", "classes.read.colour: unknown field \"colour\""},
+		{"unknown top-level field", 20, "timezon: UTC", "timezon: unknown field"},
+		{"limit below 1", 5, "    - {limit: 0, period: 1m, burst: 30}", "plans.free[0].limit: limit 0 is outside 1..1000000000"},
+		{"burst below 1", 5, "    - {limit: 120, period: 1m, burst: -1}", "plans.free[0].burst: burst -1 is outside"},
+		{"period does not parse", 5, "    - {limit: 120, period: 1 minute, burst: 30}", "plans.free[0].period: period \"1 minute\" does not parse: want a positive duration such as"},
+		{"period missing", 5, "    - {limit: 120, burst: 30}", "plans.free[0].period: period is required"},
+		{"share above 1", 10, "  search: {share: 1.5}", "classes.search.share: share 1.5 is outside (0, 1]"},
+		{"share zero", 10, "  search: {share: 0}", "classes.search.share: share 0 is outside (0, 1]"},
+		{"cost over class burst", 13, "  - {route: \"GET /v1/search\", class: search, cost: 9}", "routes[1].cost: cost 9 exceeds the burst 8 of class \"search\" under plan \"free\""},
+		{"unknown plan", 15, "  acme: {plan: platinum}", "tenants.acme.plan: unknown plan \"platinum\": want one of free, team"},
+		{"unknown default plan", 1, "default_plan: gold", "default_plan: unknown plan \"gold\""},
+		{"unknown class", 13, "  - {route: \"GET /v1/search\", class: find}", "routes[1].class: unknown class \"find\": want one of read, search"},
+		{"duplicate route", 13, "  - {route: \"GET /v1/users/{id}\", class: search}", "routes[1].route: duplicate route \"GET /v1/users/{id}\""},
+		{"conflicting route", 13, "  - {route: \"GET /v1/users/{name}\", class: search}", "routes[1].route: pattern \"GET /v1/users/{name}\": duplicate route"},
+		{"route without method", 13, "  - {route: \"/v1/search\", class: search}", "routes[1].route: pattern \"/v1/search\": want a method and a path"},
+		{"unknown algorithm", 7, "    - {limit: 1200, period: 1m, burst: 200, algorithm: leaky}", "plans.team[0].algorithm: unknown algorithm \"leaky\""},
+		{"window burst", 7, "    - {limit: 1200, period: 1m, burst: 200, algorithm: fixed_window}", "plans.team[0].burst: burst 200 must equal limit 1200 for fixed_window"},
+		{"not an integer", 7, "    - {limit: lots, period: 1m}", "plans.team[0].limit: \"lots\" is not an integer"},
+		{"bad fail mode", 9, "  read: {share: 1, fail: maybe}", "classes.read.fail: fail mode \"maybe\": want open or closed"},
+		{"bad by", 19, "    limits: [{limit: 5, period: 1m, by: mac}]", "anonymous[0].limits[0].by: by \"mac\": want ip or credential"},
+		{"anonymous cost over burst", 19, "    limits: [{limit: 5, period: 1m, burst: 5}]\n    cost: 6", "anonymous[0].limits[0].burst: cost 6 exceeds the burst 5"},
+		{"bad time zone", 20, "timezone: Mars/Olympus", "timezone: unknown time zone \"Mars/Olympus\""},
+		{"bad plan name", 6, "  Team Plan:", "plans.Team Plan: plan name \"Team Plan\""},
+		{"tenant share unknown class", 15, "  acme: {plan: team, shares: {export: 0.5}}", "tenants.acme.shares.export: unknown class \"export\""},
+		{"tenant override burst", 15, "  acme: {plan: team, burst: 0.5}", "tenants.acme.burst: \"0.5\" is not an integer"},
+		{"tenant override limits unknown rule", 15, "  acme: {plan: team, limits: {daily: {limit: 5}}}", "tenants.acme.limits.daily: plan \"team\" has no rule \"daily\""},
+		{"not yaml", 9, "  read: {share: 1", "(file): not valid YAML"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse("base.yaml", with(tc.line, tc.text))
+			var ce *Error
+			if !errors.As(err, &ce) {
+				t.Fatalf("Parse = %v, want a *config.Error", err)
+			}
+			want := "base.yaml:" + strconv.Itoa(tc.line) + ": " + tc.want
+			if tc.name == "not yaml" {
+				want = tc.want // the parser reports the line where it gave up
+			}
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("error:\n%v\nwant a line containing:\n%s", err, want)
+			}
+		})
+	}
+}
+
+func TestEveryProblemIsReported(t *testing.T) {
+	doc := with(5, "    - {limit: 0, period: 1m, burst: 30}")
+	doc = []byte(strings.Replace(string(doc), "  search: {share: 0.25}", "  search: {share: 7}", 1))
+	_, err := Parse("base.yaml", doc)
+	var ce *Error
+	if !errors.As(err, &ce) || len(ce.Problems) < 2 {
+		t.Fatalf("Parse = %v, want both problems", err)
+	}
+}
+
+func TestCalendarAndOverrides(t *testing.T) {
+	doc := strings.Replace(string(with(20, "timezone: Europe/Berlin")), "    - {limit: 120, period: 1m, burst: 30}",
+		"    - {limit: 120, period: 1m, burst: 30}\n    - {name: monthly, limit: 100000, period: month}", 1)
+	doc = strings.Replace(doc, "  acme: {plan: team}", "  acme: {plan: free, burst: 60, limits: {monthly: {limit: 200000}}, shares: {search: 0.5}}", 1)
+	c, err := Parse("c.yaml", []byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := c.Policy
+	if p.Location.String() != "Europe/Berlin" {
+		t.Errorf("location %v", p.Location)
+	}
+	r := p.Plans["free"].Rules[1]
+	if r.Calendar != limiter.Month || r.Name != "monthly" || r.Limit.Limit != 100000 {
+		t.Errorf("monthly rule = %+v", r)
+	}
+	a := p.Tenants["acme"]
+	if a.Burst != 60 || a.Rules["monthly"].Limit != 200000 || a.Shares["search"] != 0.5 {
+		t.Errorf("acme = %+v", a)
+	}
+	if d := p.Plans["free"].Rules[0].Limit.Period; d != time.Minute {
+		t.Errorf("period %v", d)
+	}
+}

@@ -1,0 +1,277 @@
+package config
+
+import (
+	"fmt"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/fairgate/fairgate/algo"
+	"github.com/fairgate/fairgate/limiter"
+)
+
+// config decodes the top level.
+func (d *decoder) config(n *yaml.Node, c *Config) {
+	p := &c.Policy
+	p.Plans, p.Classes, p.Tenants = map[string]limiter.Plan{}, map[string]limiter.Class{}, map[string]limiter.Tenant{}
+	d.fields(n, "", map[string]func(*yaml.Node, string){
+		"timezone": func(v *yaml.Node, path string) {
+			name := d.str(v, path)
+			loc, err := time.LoadLocation(name)
+			if err != nil {
+				d.add(v, path, "unknown time zone %q: want UTC or an IANA name such as Europe/Berlin", name)
+				return
+			}
+			p.Location = loc
+		},
+		"default_plan":  func(v *yaml.Node, path string) { p.DefaultPlan = d.str(v, path); d.note(path, path, v) },
+		"default_class": func(v *yaml.Node, path string) { p.DefaultClass = d.str(v, path); d.note(path, path, v) },
+		"headers": func(v *yaml.Node, path string) {
+			switch h := d.str(v, path); h {
+			case "draft", "x", "both", "none":
+				c.Headers = h
+			default:
+				d.add(v, path, "header form %q: want draft (RateLimit, RateLimit-Policy), x (X-RateLimit-*), both or none", h)
+			}
+		},
+		"plans": func(v *yaml.Node, path string) {
+			d.note(path, path, v)
+			d.entries(v, path, func(name string, k, v *yaml.Node, path string) {
+				d.note(path, path, k)
+				p.Plans[name] = limiter.Plan{Name: name, Rules: d.rules(v, path, path+".rules")}
+			})
+		},
+		"classes": func(v *yaml.Node, path string) {
+			d.note(path, path, v)
+			d.entries(v, path, func(name string, k, v *yaml.Node, path string) {
+				d.note(path, path, k)
+				cl := limiter.Class{Name: name, Share: 1}
+				d.fields(v, path, map[string]func(*yaml.Node, string){
+					"share":  func(v *yaml.Node, path string) { cl.Share = d.float(v, path); d.note(path, path, v) },
+					"fail":   func(v *yaml.Node, path string) { cl.Fail = d.failMode(v, path) },
+					"shadow": func(v *yaml.Node, path string) { cl.Shadow = d.bool(v, path) },
+				})
+				p.Classes[name] = cl
+			})
+		},
+		"routes": func(v *yaml.Node, path string) {
+			d.list(v, path, func(i int, v *yaml.Node, path string) {
+				d.note(path, path, v)
+				r := limiter.Route{Cost: 1}
+				d.fields(v, path, map[string]func(*yaml.Node, string){
+					"route": func(v *yaml.Node, path string) { r.Pattern = d.str(v, path); d.note(path, path, v) },
+					"class": func(v *yaml.Node, path string) { r.Class = d.str(v, path); d.note(path, path, v) },
+					"cost":  func(v *yaml.Node, path string) { r.Cost = d.int(v, path); d.note(path, path, v) },
+				})
+				if r.Pattern == "" {
+					d.add(v, path+".route", "route is required: a method and a path such as \"GET /v1/users/{id}\"")
+				}
+				if r.Class == "" {
+					d.add(v, path+".class", "class is required")
+				}
+				p.Routes = append(p.Routes, r)
+			})
+		},
+		"anonymous": func(v *yaml.Node, path string) {
+			d.list(v, path, func(i int, v *yaml.Node, path string) {
+				d.note(path, path, v)
+				a := limiter.AnonRoute{Cost: 1, Fail: limiter.FailClosed}
+				d.fields(v, path, map[string]func(*yaml.Node, string){
+					"name":   func(v *yaml.Node, path string) { a.Name = d.str(v, path); d.note(path, path, v) },
+					"route":  func(v *yaml.Node, path string) { a.Pattern = d.str(v, path); d.note(path, path, v) },
+					"cost":   func(v *yaml.Node, path string) { a.Cost = d.int(v, path); d.note(path, path, v) },
+					"fail":   func(v *yaml.Node, path string) { a.Fail = d.failMode(v, path) },
+					"shadow": func(v *yaml.Node, path string) { a.Shadow = d.bool(v, path) },
+					"limits": func(v *yaml.Node, fpath string) {
+						lp := fmt.Sprintf("anonymous[%d].rules", i)
+						d.list(v, fpath, func(j int, v *yaml.Node, path string) {
+							by := limiter.ByIP
+							r := d.rule(v, path, fmt.Sprintf("%s[%d]", lp, j), map[string]func(*yaml.Node, string){
+								"by": func(v *yaml.Node, path string) {
+									switch s := d.str(v, path); s {
+									case "ip":
+									case "credential":
+										by = limiter.ByCredential
+									default:
+										d.add(v, path, "by %q: want ip or credential", s)
+									}
+								},
+							})
+							a.Rules = append(a.Rules, limiter.AnonRule{Rule: r, By: by})
+						})
+					},
+				})
+				if a.Name == "" {
+					d.add(v, path+".name", "name is required: it tells the route's keys apart")
+				}
+				if a.Pattern == "" {
+					d.add(v, path+".route", "route is required")
+				}
+				p.Anonymous = append(p.Anonymous, a)
+			})
+		},
+		"tenants": func(v *yaml.Node, path string) {
+			d.entries(v, path, func(id string, k, v *yaml.Node, path string) {
+				d.note(path, path, k)
+				var t limiter.Tenant
+				d.fields(v, path, map[string]func(*yaml.Node, string){
+					"plan":  func(v *yaml.Node, path string) { t.Plan = d.str(v, path); d.note(path, path, v) },
+					"limit": func(v *yaml.Node, path string) { t.Limit = d.int(v, path); d.note(path, path, v) },
+					"burst": func(v *yaml.Node, path string) { t.Burst = d.int(v, path); d.note(path, path, v) },
+					"limits": func(v *yaml.Node, path string) {
+						t.Rules = map[string]limiter.RuleOverride{}
+						d.entries(v, path, func(name string, k, v *yaml.Node, path string) {
+							lp := "tenants." + id + ".rules." + name
+							d.note(lp, path, k)
+							var o limiter.RuleOverride
+							d.fields(v, path, map[string]func(*yaml.Node, string){
+								"limit": func(v *yaml.Node, path string) { o.Limit = d.int(v, path); d.note(lp+".limit", path, v) },
+								"burst": func(v *yaml.Node, path string) { o.Burst = d.int(v, path); d.note(lp+".burst", path, v) },
+							})
+							t.Rules[name] = o
+						})
+					},
+					"shares": func(v *yaml.Node, path string) {
+						t.Shares = map[string]float64{}
+						d.entries(v, path, func(name string, k, v *yaml.Node, path string) {
+							d.note(path, path, v)
+							t.Shares[name] = d.float(v, path)
+						})
+					},
+				})
+				p.Tenants[id] = t
+			})
+		},
+		"providers": func(v *yaml.Node, path string) {
+			d.entries(v, path, func(name string, k, v *yaml.Node, path string) {
+				if !validName(name) {
+					d.add(k, path, "provider name %q: want lower-case letters, digits, '-' and '_'", name)
+				}
+				var pr Provider
+				d.fields(v, path, map[string]func(*yaml.Node, string){
+					"limit":  func(v *yaml.Node, path string) { pr.Limit.Limit = d.int(v, path) },
+					"period": func(v *yaml.Node, path string) { pr.Limit.Period = d.fixedPeriod(v, path) },
+					"burst":  func(v *yaml.Node, path string) { pr.Limit.Burst = d.int(v, path) },
+					"tenant": func(v *yaml.Node, path string) {
+						d.fields(v, path, map[string]func(*yaml.Node, string){
+							"limit":  func(v *yaml.Node, path string) { pr.Tenant.Limit = d.int(v, path) },
+							"period": func(v *yaml.Node, path string) { pr.Tenant.Period = d.fixedPeriod(v, path) },
+							"burst":  func(v *yaml.Node, path string) { pr.Tenant.Burst = d.int(v, path) },
+						})
+						d.checkLimit(v, path, pr.Tenant)
+					},
+				})
+				d.checkLimit(v, path, pr.Limit)
+				c.Providers[name] = pr
+			})
+		},
+	})
+}
+
+func validName(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// list walks a sequence.
+func (d *decoder) list(n *yaml.Node, path string, each func(i int, v *yaml.Node, path string)) {
+	if n.Kind != yaml.SequenceNode {
+		d.add(n, path, "want a list")
+		return
+	}
+	for i, v := range n.Content {
+		each(i, v, fmt.Sprintf("%s[%d]", path, i))
+	}
+}
+
+// rules decodes a plan: a list of limits, or one limit.
+func (d *decoder) rules(n *yaml.Node, path, lp string) []limiter.Rule {
+	d.note(lp, path, n)
+	if n.Kind == yaml.MappingNode {
+		d.note(lp+"[0]", path, n)
+		return []limiter.Rule{d.rule(n, path, lp+"[0]", nil)}
+	}
+	var out []limiter.Rule
+	d.list(n, path, func(i int, v *yaml.Node, path string) {
+		out = append(out, d.rule(v, path, fmt.Sprintf("%s[%d]", lp, i), nil))
+	})
+	if n.Kind == yaml.SequenceNode && len(out) == 0 {
+		d.add(n, path, "no limits: give at least one")
+	}
+	return out
+}
+
+// rule decodes one limit; extra adds fields (such as an anonymous rule's
+// by). lp is the limiter's path of the rule.
+func (d *decoder) rule(n *yaml.Node, path, lp string, extra map[string]func(*yaml.Node, string)) limiter.Rule {
+	d.note(lp, path, n)
+	var r limiter.Rule
+	var hasLimit, hasPeriod bool
+	fields := map[string]func(*yaml.Node, string){
+		"name": func(v *yaml.Node, path string) { r.Name = d.str(v, path); d.note(lp+".name", path, v) },
+		"limit": func(v *yaml.Node, path string) {
+			r.Limit.Limit = d.int(v, path)
+			hasLimit = true
+			d.note(lp+".limit", path, v)
+		},
+		"period": func(v *yaml.Node, path string) {
+			r.Limit.Period, r.Calendar = d.period(v, path)
+			hasPeriod = true
+			d.note(lp+".period", path, v)
+		},
+		"burst": func(v *yaml.Node, path string) { r.Limit.Burst = d.int(v, path); d.note(lp+".burst", path, v) },
+		"algorithm": func(v *yaml.Node, path string) {
+			a, err := algo.ParseAlgorithm(d.str(v, path))
+			if err != nil {
+				d.add(v, path, "unknown algorithm %q: want gcra, token_bucket, sliding_log, sliding_window or fixed_window", v.Value)
+			}
+			r.Limit.Algorithm = a
+			d.note(lp+".algorithm", path, v)
+		},
+		"shadow": func(v *yaml.Node, path string) { r.Shadow = d.bool(v, path) },
+	}
+	for k, f := range extra {
+		fields[k] = f
+	}
+	d.fields(n, path, fields)
+	if n.Kind == yaml.MappingNode {
+		if !hasLimit {
+			d.add(n, path+".limit", "limit is required: how many per period")
+		}
+		if !hasPeriod {
+			d.add(n, path+".period", "period is required: a duration such as 1m, or day or month")
+		}
+		if r.Calendar != limiter.NoCalendar && r.Limit.Algorithm != algo.GCRA && r.Limit.Algorithm != algo.FixedWindow {
+			d.add(n, path+".algorithm", "a calendar window (%v) is always a fixed window: leave algorithm out", r.Calendar)
+		}
+	}
+	return r
+}
+
+// fixedPeriod is period without calendar windows.
+func (d *decoder) fixedPeriod(n *yaml.Node, path string) time.Duration {
+	p, cal := d.period(n, path)
+	if cal != limiter.NoCalendar {
+		d.add(n, path, "%v: want a duration such as 1s here", cal)
+	}
+	return p
+}
+
+// checkLimit validates a provider's limit.
+func (d *decoder) checkLimit(n *yaml.Node, path string, l algo.Limit) {
+	if l.Limit == 0 && l.Period == 0 {
+		d.add(n, path, "limit and period are required")
+		return
+	}
+	if err := l.Validate(); err != nil {
+		d.add(n, path, "%v", err)
+	}
+}

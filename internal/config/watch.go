@@ -1,0 +1,80 @@
+package config
+
+import (
+	"context"
+	"crypto/sha256"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+)
+
+// Watcher reloads a config file when its content changes on disk (looked
+// at every interval, which also catches editors that replace the file and
+// Kubernetes ConfigMap symlink swaps) and when Reload is called (on
+// SIGHUP). A file that fails validation is logged and changes nothing: the
+// running config stays.
+type Watcher struct {
+	path  string
+	every time.Duration
+	apply func(*Config) error
+	log   *slog.Logger
+
+	mu   sync.Mutex
+	last [sha256.Size]byte // of the content last applied or refused
+}
+
+// NewWatcher returns a watcher of path that passes every valid new content
+// to apply. current is the content already in force.
+func NewWatcher(path string, every time.Duration, current []byte, apply func(*Config) error, log *slog.Logger) *Watcher {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if every <= 0 {
+		every = time.Second
+	}
+	return &Watcher{path: path, every: every, apply: apply, log: log, last: sha256.Sum256(current)}
+}
+
+// Run looks at the file every interval until ctx ends.
+func (w *Watcher) Run(ctx context.Context) error {
+	t := time.NewTicker(w.every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			w.check(false)
+		}
+	}
+}
+
+// Reload reads the file now, applying it even if its content is the same,
+// and returns what stopped it, if anything (also logged).
+func (w *Watcher) Reload() error { return w.check(true) }
+
+func (w *Watcher) check(force bool) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	data, err := os.ReadFile(w.path)
+	if err != nil {
+		w.log.Error("config reload failed; keeping the running config", slog.String("file", w.path), slog.String("error", err.Error()))
+		return err
+	}
+	sum := sha256.Sum256(data)
+	if sum == w.last && !force {
+		return nil
+	}
+	w.last = sum
+	c, err := Parse(w.path, data)
+	if err == nil {
+		err = w.apply(c)
+	}
+	if err != nil {
+		w.log.Error("config reload refused; keeping the running config", slog.String("file", w.path), slog.String("error", err.Error()))
+		return err
+	}
+	w.log.Info("config reloaded", slog.String("file", w.path))
+	return nil
+}

@@ -1,0 +1,79 @@
+package limiter
+
+import (
+	"context"
+	"maps"
+	"sync"
+)
+
+// ControlStore keeps the run-time overlay (plan changes and tenant
+// overrides written through the admin API) where every instance reads it:
+// Redis when the store is Redis, memory for the embedded default.
+// Implementations are safe for concurrent use.
+type ControlStore interface {
+	// Version returns the overlay's version: it changes with every write.
+	// Cheap: instances call it every poll.
+	Version(ctx context.Context) (int64, error)
+	// Load returns the whole overlay, consistent with its version.
+	Load(ctx context.Context) (Overlay, error)
+	// PutPlan writes a plan.
+	PutPlan(ctx context.Context, p Plan) error
+	// PutTenant writes tenant id's entry.
+	PutTenant(ctx context.Context, id string, t Tenant) error
+	// DeleteTenant removes tenant id's entry, if any.
+	DeleteTenant(ctx context.Context, id string) error
+}
+
+// MemoryControl is the in-process ControlStore of the embedded default.
+type MemoryControl struct {
+	mu sync.Mutex
+	ov Overlay
+}
+
+// NewMemoryControl returns an empty MemoryControl.
+func NewMemoryControl() *MemoryControl {
+	return &MemoryControl{ov: Overlay{Plans: map[string]Plan{}, Tenants: map[string]Tenant{}}}
+}
+
+// Version implements ControlStore.
+func (m *MemoryControl) Version(context.Context) (int64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.ov.Version, nil
+}
+
+// Load implements ControlStore.
+func (m *MemoryControl) Load(context.Context) (Overlay, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return Overlay{Version: m.ov.Version, Plans: maps.Clone(m.ov.Plans), Tenants: maps.Clone(m.ov.Tenants)}, nil
+}
+
+// PutPlan implements ControlStore.
+func (m *MemoryControl) PutPlan(_ context.Context, p Plan) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.ov.Plans[p.Name] = p
+	m.ov.Version++
+	return nil
+}
+
+// PutTenant implements ControlStore.
+func (m *MemoryControl) PutTenant(_ context.Context, id string, t Tenant) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.ov.Tenants[id] = t
+	m.ov.Version++
+	return nil
+}
+
+// DeleteTenant implements ControlStore.
+func (m *MemoryControl) DeleteTenant(_ context.Context, id string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.ov.Tenants, id)
+	m.ov.Version++
+	return nil
+}
+
+var _ ControlStore = (*MemoryControl)(nil)

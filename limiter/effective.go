@@ -1,0 +1,101 @@
+package limiter
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/fairgate/fairgate/store"
+)
+
+// LayerState is one layer of a tenant's effective limits, with its current
+// state from a cost-0 peek.
+type LayerState struct {
+	// Policy and Key name the layer; Class is "" for the tenant overall.
+	Policy, Key, Class string
+	// Limit, Burst and Period are the layer's, shares and overrides applied.
+	Limit, Burst int64
+	Period       time.Duration
+	// Shadow reports a layer that is not enforced.
+	Shadow bool
+	// Remaining and ResetAfter are the layer's state now.
+	Remaining  int64
+	ResetAfter time.Duration
+}
+
+// TenantLimits is what a tenant is limited by now.
+type TenantLimits struct {
+	Tenant string
+	Plan   string
+	// Overridden reports a tenant entry in the config or written at run
+	// time; Expires is when a run-time entry ends (zero: never).
+	Overridden bool
+	Expires    time.Time
+	Layers     []LayerState
+}
+
+// Effective returns tenant id's effective limits: its plan, and every
+// layer (each class with a share below 1, then the tenant overall) with
+// limit, burst and the current remaining and reset, read by a cost-0 peek
+// that changes nothing.
+func (l *Limiter) Effective(ctx context.Context, id string) (TenantLimits, error) {
+	s := l.snap.Load()
+	now := l.now()
+	if id == "" || len(id) > MaxTenantID {
+		return TenantLimits{}, fmt.Errorf("%w: want 1 to %d bytes", ErrBadTenant, MaxTenantID)
+	}
+	t := s.tenant(id, now)
+	out := TenantLimits{Tenant: id, Plan: t.plan, Overridden: t != s.defTenant, Expires: t.tenant.Expires}
+	var layers []Layer
+	var classes []string
+	for _, name := range sortedKeys(s.classes) {
+		r, err := s.Resolve(Request{Tenant: id, Class: name, HasCost: true}, now)
+		if err != nil {
+			return out, err
+		}
+		for _, ly := range r.Layers {
+			if len(ly.Key) > 0 && !seenKey(layers, ly.Key) {
+				layers = append(layers, ly)
+				classes = append(classes, classOf(ly, name))
+			}
+		}
+	}
+	for start := 0; start < len(layers); start += store.MaxBatch {
+		part := layers[start:min(len(layers), start+store.MaxBatch)]
+		checks := make([]store.Check, len(part))
+		for i, ly := range part {
+			checks[i] = store.Check{Key: ly.Key, Limit: ly.Limit}
+		}
+		var res store.Result
+		if err := l.take(ctx, checks, &res); err != nil {
+			return out, err
+		}
+		for i, ly := range part {
+			d := res.Decisions[i]
+			out.Layers = append(out.Layers, LayerState{
+				Policy: ly.Policy, Key: ly.Key, Class: classes[start+i],
+				Limit: ly.Limit.Limit, Burst: ly.Limit.Capacity(), Period: ly.Limit.Period,
+				Shadow: ly.Shadow, Remaining: d.Remaining, ResetAfter: d.ResetAfter,
+			})
+		}
+	}
+	return out, nil
+}
+
+func seenKey(ls []Layer, key string) bool {
+	for _, l := range ls {
+		if l.Key == key {
+			return true
+		}
+	}
+	return false
+}
+
+// classOf is the class a layer belongs to, "" for the tenant overall.
+func classOf(ly Layer, class string) string {
+	if strings.Contains(ly.Policy, ".tenant.") {
+		return ""
+	}
+	return class
+}

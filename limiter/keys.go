@@ -1,0 +1,112 @@
+package limiter
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"net/netip"
+	"strings"
+)
+
+// Keys. Every key of one tenant carries the hash tag {t:<id>}, so that a
+// tenant's layers share a Redis Cluster slot and are decided by one script
+// call; the ID is escaped so that no ID, however chosen, can end the tag
+// early, move into another tenant's slot or collide with another ID:
+//
+//	rl:{t:<id>}:c:<class>:<rule>[:<window>]   tenant and route class
+//	rl:{t:<id>}:all:<rule>[:<window>]         tenant overall
+//	rl:{ip:<addr>}:a:<route>:<rule>           anonymous, per IPv4 address or IPv6 /64
+//	rl:{cr:<hash>}:a:<route>:<rule>           anonymous, per credential
+//
+// <id> keeps the bytes [A-Za-z0-9._-] and writes every other byte as %XX, so
+// the escaped ID holds no '{', '}' or ':' and two IDs escape alike only if
+// they are equal. An ID longer than 64 bytes is replaced by '~' and the
+// base64url SHA-256 of it ('~' never appears in an escaped ID), which keeps
+// keys short whatever the ID. Credentials are always hashed, so that no
+// secret reaches the store. Class, route and rule names are restricted to
+// [a-z0-9_-] by validation.
+
+// maxEscaped is the longest tenant ID kept readable in keys.
+const maxEscaped = 64
+
+// TenantTag returns the hash tag content for tenant id: the part of every
+// key of the tenant between the braces.
+func TenantTag(id string) string { return "t:" + escapeID(id) }
+
+func escapeID(id string) string {
+	if len(id) > maxEscaped {
+		return "~" + hashB64(id)
+	}
+	clean := true
+	for i := 0; i < len(id); i++ {
+		if !plain(id[i]) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return id
+	}
+	const hex = "0123456789ABCDEF"
+	var b strings.Builder
+	b.Grow(len(id) * 3)
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if plain(c) {
+			b.WriteByte(c)
+		} else {
+			b.WriteByte('%')
+			b.WriteByte(hex[c>>4])
+			b.WriteByte(hex[c&15])
+		}
+	}
+	return b.String()
+}
+
+func plain(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-'
+}
+
+func hashB64(s string) string {
+	h := sha256.Sum256([]byte(s))
+	return base64.RawURLEncoding.EncodeToString(h[:])
+}
+
+// ClientPrefix returns what an anonymous rule by IP keys on: the address
+// itself for IPv4 (and IPv4-mapped IPv6), its /64 for IPv6.
+func ClientPrefix(a netip.Addr) string {
+	a = a.Unmap()
+	if a.Is6() {
+		p, _ := a.Prefix(64)
+		return p.String()
+	}
+	return a.String()
+}
+
+// tenantKey builds a tenant's key from its tag (TenantTag).
+func tenantKey(tag, kind, name, rule, window string) string {
+	var b strings.Builder
+	b.Grow(12 + len(tag) + len(kind) + len(name) + len(rule) + len(window))
+	b.WriteString("rl:{")
+	b.WriteString(tag)
+	b.WriteString("}:")
+	b.WriteString(kind)
+	if name != "" {
+		b.WriteByte(':')
+		b.WriteString(name)
+	}
+	b.WriteByte(':')
+	b.WriteString(rule)
+	if window != "" {
+		b.WriteByte(':')
+		b.WriteString(window)
+	}
+	return b.String()
+}
+
+func anonKey(tag, route, rule, window string) string {
+	k := "rl:{" + tag + "}:a:" + route + ":" + rule
+	if window != "" {
+		k += ":" + window
+	}
+	return k
+}

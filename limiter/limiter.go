@@ -1,0 +1,487 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fairgate/fairgate/algo"
+	"github.com/fairgate/fairgate/store"
+)
+
+// Reason says why a decision is what it is.
+type Reason string
+
+// The reasons.
+const (
+	// ReasonAllowed: every enforced layer admitted.
+	ReasonAllowed Reason = "allowed"
+	// ReasonLimited: an enforced layer rejected.
+	ReasonLimited Reason = "limited"
+	// ReasonShadowLimited: admitted, but a shadow layer would have rejected.
+	ReasonShadowLimited Reason = "shadow_limited"
+	// ReasonDegradedOpen: the store failed and the fail mode is open; the
+	// in-process fallback limiter decided.
+	ReasonDegradedOpen Reason = "degraded_open"
+	// ReasonUnavailable: the store failed and the fail mode is closed.
+	ReasonUnavailable Reason = "unavailable_closed"
+	// ReasonFree: the request costs nothing and was not checked.
+	ReasonFree Reason = "free"
+)
+
+// LayerDecision is one layer's decision.
+type LayerDecision struct {
+	Layer
+	// Allowed reports whether the layer admitted (or, when another layer
+	// rejected and nothing was charged, would have).
+	Allowed bool
+	// Remaining is the layer's capacity left.
+	Remaining int64
+	// RetryAfter is how long until the layer admits the cost; 0 if allowed.
+	RetryAfter time.Duration
+	// ResetAfter is how long until the layer is full again.
+	ResetAfter time.Duration
+}
+
+func (ld *LayerDecision) set(d algo.Decision) {
+	ld.Allowed, ld.Remaining, ld.RetryAfter, ld.ResetAfter = d.Allowed, d.Remaining, d.RetryAfter, d.ResetAfter
+}
+
+// Decision is the answer for one request. It is a value, never an error.
+type Decision struct {
+	// Allowed reports whether the request may proceed.
+	Allowed bool
+	// Reason says why.
+	Reason Reason
+	// Policy is the policy of the layer closest to exhaustion: the one that
+	// rejected, or the one with the least remaining.
+	Policy string
+	// RetryAfter is zero when allowed; otherwise how long to wait. When the
+	// store is unavailable and the mode is closed, a fixed 5 s.
+	RetryAfter time.Duration
+	// Tightest indexes Layers: the layer Policy names, -1 when none.
+	Tightest int
+	// Layers holds one decision per layer, narrowest first.
+	Layers []LayerDecision
+	// Resolution is what the request resolved to.
+	Resolution Resolution
+}
+
+// UnavailableRetryAfter is the Retry-After of a fail-closed decision.
+const UnavailableRetryAfter = 5 * time.Second
+
+// Config configures a Limiter.
+type Config struct {
+	// Store decides the layers. Required.
+	Store store.Store
+	// Policy is the policy from the config file. Required; replace it with
+	// [Limiter.SetPolicy].
+	Policy Policy
+	// Control keeps run-time plan changes and overrides, shared by every
+	// instance. Nil means an in-process one ([NewMemoryControl]).
+	Control ControlStore
+	// PollEvery is how often Run looks for changes in Control. Zero means
+	// 1 s, so that a change reaches every instance within 2 s.
+	PollEvery time.Duration
+	// Timeout bounds each store call. Zero means 50 ms; negative means no
+	// deadline of the limiter's own (for an in-process store, which does no
+	// I/O and for which a timer per call is pure cost).
+	Timeout time.Duration
+	// Fallback decides when Store fails and the fail mode is open: an
+	// in-process store (memstore) that limits each instance on its own. Nil
+	// means admit without limiting while the store is out.
+	Fallback store.Store
+	// Now is the clock for calendar windows and override expiry. Nil means
+	// time.Now.
+	Now func() time.Time
+	// Logger receives shadow rejections, store errors and policy changes.
+	// Nil means silent.
+	Logger *slog.Logger
+	// Registerer receives the limiter's metrics. Nil means none.
+	Registerer prometheus.Registerer
+}
+
+// Limiter decides requests by policy. It is safe for concurrent use.
+type Limiter struct {
+	store    store.Store
+	fallback store.Store
+	control  ControlStore
+	poll     time.Duration
+	timeout  time.Duration
+	now      func() time.Time
+	log      *slog.Logger
+	m        *metrics
+
+	mu      sync.Mutex // serializes recompiles
+	base    Policy
+	overlay Overlay
+	snap    atomic.Pointer[Snapshot]
+	lastLog atomic.Int64
+}
+
+// New returns a limiter for c. It fails if c.Policy does not compile, with
+// the [Problems].
+func New(c Config) (*Limiter, error) {
+	if c.Store == nil {
+		return nil, errors.New("limiter: Config.Store is required")
+	}
+	l := &Limiter{store: c.Store, fallback: c.Fallback, control: c.Control, poll: c.PollEvery, timeout: c.Timeout, now: c.Now, log: c.Logger}
+	if l.control == nil {
+		l.control = NewMemoryControl()
+	}
+	if l.poll <= 0 {
+		l.poll = time.Second
+	}
+	if l.timeout == 0 {
+		l.timeout = 50 * time.Millisecond
+	}
+	if l.now == nil {
+		l.now = time.Now
+	}
+	if l.log == nil {
+		l.log = slog.New(slog.DiscardHandler)
+	}
+	var err error
+	if l.m, err = newMetrics(c.Registerer); err != nil {
+		return nil, err
+	}
+	snap, err := Compile(c.Policy)
+	if err != nil {
+		return nil, err
+	}
+	l.base = c.Policy
+	l.snap.Store(snap)
+	return l, nil
+}
+
+// Snapshot returns the policy in force.
+func (l *Limiter) Snapshot() *Snapshot { return l.snap.Load() }
+
+// SetPolicy replaces the file's policy, keeping the run-time overlay. A
+// policy that does not compile changes nothing and returns the [Problems].
+func (l *Limiter) SetPolicy(p Policy) error {
+	if _, err := Compile(p); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.base = p
+	l.rebuild()
+	return nil
+}
+
+// rebuild compiles base with overlay and swaps it in. Overlay entries that
+// no longer fit the base (a plan removed from the file, say) are left out
+// and logged. The caller holds l.mu; l.base compiles on its own.
+func (l *Limiter) rebuild() {
+	snap, err := CompileWith(l.base, l.overlay)
+	if err != nil {
+		l.log.Error("run-time overrides do not fit the policy; leaving out those that do not", slog.String("error", err.Error()))
+		kept := Overlay{Version: l.overlay.Version, Plans: map[string]Plan{}, Tenants: map[string]Tenant{}}
+		for _, name := range sortedKeys(l.overlay.Plans) {
+			kept.Plans[name] = l.overlay.Plans[name]
+			if _, err := CompileWith(l.base, kept); err != nil {
+				delete(kept.Plans, name)
+				l.log.Error("left out run-time plan", slog.String("plan", name))
+			}
+		}
+		for _, id := range sortedKeys(l.overlay.Tenants) {
+			kept.Tenants[id] = l.overlay.Tenants[id]
+			if _, err := CompileWith(l.base, kept); err != nil {
+				delete(kept.Tenants, id)
+				l.log.Error("left out run-time override", slog.String("tenant", id))
+			}
+		}
+		if snap, err = CompileWith(l.base, kept); err != nil {
+			snap, _ = Compile(l.base)
+		}
+	}
+	l.snap.Store(snap)
+}
+
+// Run follows the control store until ctx ends, applying every change
+// within PollEvery. It returns nil when ctx ends.
+func (l *Limiter) Run(ctx context.Context) error {
+	t := time.NewTicker(l.poll)
+	defer t.Stop()
+	for {
+		if err := l.Refresh(ctx); err != nil && ctx.Err() == nil {
+			l.logRare("control store poll failed", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Refresh loads the control store's overlay if it changed.
+func (l *Limiter) Refresh(ctx context.Context) error {
+	v, err := l.control.Version(ctx)
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	same := v == l.overlay.Version
+	l.mu.Unlock()
+	if same {
+		return nil
+	}
+	ov, err := l.control.Load(ctx)
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if ov.Version == l.overlay.Version {
+		return nil
+	}
+	l.overlay = ov
+	l.rebuild()
+	l.log.Info("run-time policy changed", slog.Int64("version", ov.Version))
+	return nil
+}
+
+// PutOverride writes tenant id's entry to the control store, for every
+// instance, after checking that it compiles with the policy in force. An
+// entry with Expires in the past is refused.
+func (l *Limiter) PutOverride(ctx context.Context, id string, t Tenant) error {
+	if !t.Expires.IsZero() && !t.Expires.After(l.now()) {
+		return fmt.Errorf("limiter: override for %q expires at %v, already past", id, t.Expires)
+	}
+	if err := l.check(func(ov *Overlay) { ov.Tenants[id] = t }); err != nil {
+		return err
+	}
+	if err := l.control.PutTenant(ctx, id, t); err != nil {
+		return err
+	}
+	return l.Refresh(ctx)
+}
+
+// DeleteOverride removes tenant id's run-time entry.
+func (l *Limiter) DeleteOverride(ctx context.Context, id string) error {
+	if err := l.control.DeleteTenant(ctx, id); err != nil {
+		return err
+	}
+	return l.Refresh(ctx)
+}
+
+// PutPlan writes a plan to the control store, replacing the file's plan of
+// that name for every instance, after checking that it compiles.
+func (l *Limiter) PutPlan(ctx context.Context, p Plan) error {
+	if err := l.check(func(ov *Overlay) { ov.Plans[p.Name] = p }); err != nil {
+		return err
+	}
+	if err := l.control.PutPlan(ctx, p); err != nil {
+		return err
+	}
+	return l.Refresh(ctx)
+}
+
+// check compiles the policy in force with edit applied to a copy of the
+// overlay.
+func (l *Limiter) check(edit func(*Overlay)) error {
+	l.mu.Lock()
+	ov := Overlay{Plans: map[string]Plan{}, Tenants: map[string]Tenant{}}
+	for k, v := range l.overlay.Plans {
+		ov.Plans[k] = v
+	}
+	for k, v := range l.overlay.Tenants {
+		ov.Tenants[k] = v
+	}
+	base := l.base
+	l.mu.Unlock()
+	edit(&ov)
+	_, err := CompileWith(base, ov)
+	return err
+}
+
+// Decide decides req. The error is for requests that cannot be decided as
+// asked (ErrNoTenant, ErrUnknownClass, ErrBadCost, ErrBadTenant); store
+// failures are decided by the fail mode, never returned.
+func (l *Limiter) Decide(ctx context.Context, req Request) (Decision, error) {
+	res, err := l.snap.Load().Resolve(req, l.now())
+	if err != nil {
+		return Decision{Tightest: -1, Resolution: res}, err
+	}
+	d := Decision{Resolution: res, Tightest: -1}
+	if res.Cost == 0 {
+		d.Allowed, d.Reason = true, ReasonFree
+		l.m.decisions.WithLabelValues(res.Class, string(d.Reason)).Inc()
+		return d, nil
+	}
+	checks := res.Checks()
+	var sr store.Result
+	err = l.take(ctx, checks, &sr)
+	if err == nil && !sr.Allowed && anyShadowRejects(res.Layers, sr.Decisions) {
+		err = l.retryEnforced(ctx, &d, res, checks, &sr)
+	} else if err == nil {
+		d.Layers = layerDecisions(res.Layers, sr.Decisions)
+	}
+	switch {
+	case err != nil && res.Fail == FailClosed:
+		d.Reason, d.RetryAfter = ReasonUnavailable, UnavailableRetryAfter
+		d.Layers = nil
+	case err != nil:
+		var fr store.Result
+		if l.fallback == nil {
+			d.Allowed, d.Reason = true, ReasonDegradedOpen
+		} else if ferr := l.fallback.Take(ctx, checks, &fr); ferr != nil {
+			d.Allowed, d.Reason = true, ReasonDegradedOpen
+		} else {
+			d.Layers = layerDecisions(res.Layers, fr.Decisions)
+			d.Allowed, d.Reason, d.RetryAfter = fr.Allowed, ReasonDegradedOpen, fr.RetryAfter()
+		}
+	default:
+		d.Allowed = true
+		d.Reason = ReasonAllowed
+		for _, ld := range d.Layers {
+			if !ld.Allowed && !ld.Shadow {
+				d.Allowed, d.Reason = false, ReasonLimited
+				d.RetryAfter = max(d.RetryAfter, ld.RetryAfter)
+			}
+		}
+		if d.Allowed {
+			for _, ld := range d.Layers {
+				if !ld.Allowed && ld.Shadow {
+					d.Reason = ReasonShadowLimited
+				}
+			}
+		}
+	}
+	d.Tightest = tightest(d.Layers)
+	if d.Tightest >= 0 {
+		d.Policy = d.Layers[d.Tightest].Policy
+	}
+	for _, ld := range d.Layers {
+		if ld.Shadow && !ld.Allowed {
+			l.m.shadow.WithLabelValues(ld.Policy).Inc()
+			l.log.Info("shadow limit would reject", slog.String("tenant", res.Tenant), slog.String("policy", ld.Policy), slog.Duration("retry_after", ld.RetryAfter))
+		}
+	}
+	l.m.decisions.WithLabelValues(res.Class, string(d.Reason)).Inc()
+	return d, nil
+}
+
+// retryEnforced handles a batch rejected at least in part by shadow layers:
+// if an enforced layer rejected too, the answer stands; otherwise the batch
+// is decided again without the rejecting shadow layers, so that shadow
+// limits never block (and, on a second shadow rejection, without any).
+func (l *Limiter) retryEnforced(ctx context.Context, d *Decision, res Resolution, checks []store.Check, sr *store.Result) error {
+	all := layerDecisions(res.Layers, sr.Decisions)
+	for _, ld := range all {
+		if !ld.Allowed && !ld.Shadow {
+			d.Layers = all
+			return nil
+		}
+	}
+	for attempt := 0; attempt < 2; attempt++ {
+		var idx []int
+		var sub []store.Check
+		for i, ld := range all {
+			keep := !ld.Shadow || (attempt == 0 && ld.Allowed)
+			if keep {
+				idx = append(idx, i)
+				sub = append(sub, checks[i])
+			}
+		}
+		if len(sub) == 0 {
+			d.Layers = all
+			return nil
+		}
+		var r2 store.Result
+		if err := l.take(ctx, sub, &r2); err != nil {
+			return err
+		}
+		if r2.Allowed || attempt == 1 || !anyShadowRejectsAt(all, idx, r2.Decisions) {
+			for j, i := range idx {
+				all[i].set(r2.Decisions[j])
+			}
+			d.Layers = all
+			return nil
+		}
+	}
+	d.Layers = all
+	return nil
+}
+
+func anyShadowRejects(layers []Layer, ds []algo.Decision) bool {
+	for i, x := range ds {
+		if !x.Allowed && layers[i].Shadow {
+			return true
+		}
+	}
+	return false
+}
+
+func anyShadowRejectsAt(all []LayerDecision, idx []int, ds []algo.Decision) bool {
+	for j, x := range ds {
+		if !x.Allowed && all[idx[j]].Shadow {
+			return true
+		}
+	}
+	return false
+}
+
+func layerDecisions(layers []Layer, ds []algo.Decision) []LayerDecision {
+	out := make([]LayerDecision, len(layers))
+	for i := range layers {
+		out[i] = LayerDecision{Layer: layers[i]}
+		if i < len(ds) {
+			out[i].set(ds[i])
+		}
+	}
+	return out
+}
+
+// tightest is store.Result.Tightest over layer decisions, enforced layers
+// first: the rejecting enforced layer with the longest retry-after, else
+// the layer with the least remaining relative to its burst.
+func tightest(ls []LayerDecision) int {
+	best := -1
+	for i, x := range ls {
+		if best < 0 {
+			best = i
+			continue
+		}
+		b := ls[best]
+		xr, br := !x.Allowed && !x.Shadow, !b.Allowed && !b.Shadow
+		switch {
+		case xr && (!br || x.RetryAfter > b.RetryAfter):
+			best = i
+		case !xr && !br && x.Remaining*b.Limit.Capacity() < b.Remaining*x.Limit.Capacity():
+			best = i
+		}
+	}
+	return best
+}
+
+// take runs one store call under the limiter's deadline.
+func (l *Limiter) take(ctx context.Context, checks []store.Check, res *store.Result) error {
+	if l.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, l.timeout)
+		defer cancel()
+	}
+	start := time.Now()
+	err := l.store.Take(ctx, checks, res)
+	l.m.storeSeconds.Observe(time.Since(start).Seconds())
+	if err != nil {
+		l.m.storeErrors.Inc()
+		l.logRare("store call failed", err)
+	}
+	return err
+}
+
+func (l *Limiter) logRare(msg string, err error) {
+	if now := time.Now().Unix(); l.lastLog.Swap(now) != now {
+		l.log.Warn(msg, slog.String("error", err.Error()))
+	}
+}

@@ -1,0 +1,50 @@
+package limiter
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the limiter's Prometheus metrics. Labels are policy, class
+// and reason names from the config: never a tenant ID.
+type metrics struct {
+	decisions    *prometheus.CounterVec
+	shadow       *prometheus.CounterVec
+	storeErrors  prometheus.Counter
+	storeSeconds prometheus.Histogram
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fairgate_decisions_total",
+			Help: "Decisions by route class (or anonymous route) and reason.",
+		}, []string{"class", "reason"}),
+		shadow: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fairgate_shadow_rejections_total",
+			Help: "Would-be rejections of shadow layers, by policy; nothing was enforced.",
+		}, []string{"policy"}),
+		storeErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fairgate_store_errors_total",
+			Help: "Store calls that failed or timed out.",
+		}),
+		storeSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "fairgate_store_call_seconds",
+			Help:    "Duration of store calls.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1},
+		}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.decisions, m.shadow, m.storeErrors, m.storeSeconds} {
+		if err := reg.Register(c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if !errors.As(err, &are) {
+				return nil, err
+			}
+		}
+	}
+	return m, nil
+}

@@ -1,0 +1,251 @@
+package limiter
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/fairgate/fairgate/algo"
+	"github.com/fairgate/fairgate/store"
+)
+
+// Request is what a decision is asked about.
+type Request struct {
+	// Tenant is the verified tenant ID, from a credential the caller has
+	// checked; never from a header the client controls. Empty for an
+	// anonymous request.
+	Tenant string
+	// Method and Path are the HTTP request's, for route matching.
+	Method, Path string
+	// Class names the class directly instead of Method and Path.
+	Class string
+	// Cost, when HasCost, replaces the route's cost.
+	Cost    int64
+	HasCost bool
+	// IP is the client's address, for anonymous routes.
+	IP netip.Addr
+	// Credential is what an anonymous request presents (a user name, an
+	// e-mail address), for anonymous rules by credential. It is hashed
+	// before use.
+	Credential string
+}
+
+// Layer is one limit a request is checked against.
+type Layer struct {
+	// Policy names the layer: "<plan>.<class>.<rule>" for a tenant and
+	// class, "<plan>.tenant.<rule>" for the tenant overall,
+	// "anonymous.<route>.<rule>" for an anonymous route.
+	Policy string
+	// Key is the store key.
+	Key string
+	// Limit is the layer's limit, shares and overrides applied.
+	Limit algo.Limit
+	// Shadow reports that the layer is not enforced.
+	Shadow bool
+}
+
+// Resolution is what a request resolves to: the layers to check as one
+// batch, narrowest first, and how to decide them.
+type Resolution struct {
+	Tenant string
+	// Plan is the tenant's plan ("" for anonymous requests).
+	Plan string
+	// Class is the route class, or the anonymous route's name.
+	Class string
+	// Anonymous reports an anonymous route.
+	Anonymous bool
+	// Cost is what the request costs in every layer; 0 is free.
+	Cost int64
+	// Fail is the fail mode.
+	Fail FailMode
+	// Layers are the limits to check.
+	Layers []Layer
+}
+
+// Errors of resolution.
+var (
+	// ErrNoTenant means a request without a tenant matched no anonymous
+	// route: it needs a credential (the proxy answers 401).
+	ErrNoTenant = errors.New("limiter: no tenant for a route that is not anonymous")
+	// ErrUnknownClass means Request.Class names no class.
+	ErrUnknownClass = errors.New("limiter: unknown class")
+	// ErrBadCost means Request.Cost is negative or over a layer's burst.
+	ErrBadCost = errors.New("limiter: bad cost")
+	// ErrBadTenant means the tenant ID is longer than MaxTenantID.
+	ErrBadTenant = errors.New("limiter: tenant ID too long")
+)
+
+// Resolve returns the layers of req at time now (which picks calendar
+// windows and decides whether overrides have expired).
+func (s *Snapshot) Resolve(req Request, now time.Time) (Resolution, error) {
+	if len(req.Tenant) > MaxTenantID {
+		return Resolution{}, fmt.Errorf("%w: %d bytes, at most %d", ErrBadTenant, len(req.Tenant), MaxTenantID)
+	}
+	pattern := ""
+	if req.Class == "" {
+		pattern = s.match(req.Method, req.Path)
+	}
+	if req.Tenant == "" {
+		a, ok := s.anon[pattern]
+		if !ok {
+			return Resolution{}, ErrNoTenant
+		}
+		return s.resolveAnon(a, req, now)
+	}
+	var c *Class
+	cost := int64(1)
+	switch {
+	case req.Class != "":
+		var ok bool
+		if c, ok = s.classes[req.Class]; !ok {
+			return Resolution{}, fmt.Errorf("%w %q", ErrUnknownClass, req.Class)
+		}
+	case s.routes[pattern] != nil:
+		r := s.routes[pattern]
+		c, cost = s.classes[r.Class], r.Cost
+	default:
+		c = s.classes[s.policy.DefaultClass]
+	}
+	if req.HasCost {
+		cost = req.Cost
+	}
+	t := s.tenant(req.Tenant, now)
+	res := Resolution{Tenant: req.Tenant, Plan: t.plan, Class: c.Name, Cost: cost, Fail: c.Fail}
+	if cost < 0 {
+		return res, fmt.Errorf("%w: %d is negative", ErrBadCost, cost)
+	}
+	res.Layers = make([]Layer, 0, 2*len(t.rules))
+	tag := TenantTag(req.Tenant)
+	if t.share(c) < 1 {
+		for _, r := range t.rules {
+			if r.Calendar != NoCalendar {
+				continue
+			}
+			res.Layers = append(res.Layers, Layer{
+				Policy: t.plan + "." + c.Name + "." + r.Name,
+				Key:    tenantKey(tag, "c", c.Name, r.Name, ""),
+				Limit:  t.classLimit(r, c),
+				Shadow: r.Shadow || c.Shadow,
+			})
+		}
+	}
+	for _, r := range t.rules {
+		l, window := s.window(r, now)
+		res.Layers = append(res.Layers, Layer{
+			Policy: t.plan + ".tenant." + r.Name,
+			Key:    tenantKey(tag, "all", "", r.Name, window),
+			Limit:  l,
+			Shadow: r.Shadow, // a shadow class shadows only the layer it adds
+		})
+	}
+	return res, checkCosts(res)
+}
+
+func (s *Snapshot) resolveAnon(a *AnonRoute, req Request, now time.Time) (Resolution, error) {
+	cost := a.Cost
+	if req.HasCost {
+		cost = req.Cost
+	}
+	res := Resolution{Class: a.Name, Anonymous: true, Cost: cost, Fail: a.Fail}
+	if cost < 0 {
+		return res, fmt.Errorf("%w: %d is negative", ErrBadCost, cost)
+	}
+	ip := "unknown"
+	if req.IP.IsValid() {
+		ip = ClientPrefix(req.IP)
+	}
+	for _, r := range a.Rules {
+		tag := "ip:" + ip
+		if r.By == ByCredential && req.Credential != "" {
+			tag = "cr:" + hashB64(req.Credential)
+		}
+		l, window := s.window(crule{Rule: r.Rule}, now)
+		res.Layers = append(res.Layers, Layer{
+			Policy: "anonymous." + a.Name + "." + r.Name,
+			Key:    anonKey(tag, a.Name, r.Name, window),
+			Limit:  l,
+			Shadow: r.Shadow || a.Shadow,
+		})
+	}
+	return res, checkCosts(res)
+}
+
+func checkCosts(res Resolution) error {
+	for _, l := range res.Layers {
+		if res.Cost > l.Limit.Capacity() {
+			return fmt.Errorf("%w: cost %d exceeds the burst %d of %s", ErrBadCost, res.Cost, l.Limit.Capacity(), l.Policy)
+		}
+	}
+	return nil
+}
+
+// tenant returns the effective rules of tenant id at now.
+func (s *Snapshot) tenant(id string, now time.Time) *ctenant {
+	t, ok := s.tenants[id]
+	if !ok {
+		return s.defTenant
+	}
+	for t.expired(now) {
+		if t.base == nil {
+			return s.defTenant
+		}
+		t = t.base
+	}
+	return t
+}
+
+func (t *ctenant) expired(now time.Time) bool {
+	return !t.tenant.Expires.IsZero() && !now.Before(t.tenant.Expires)
+}
+
+func (t *ctenant) share(c *Class) float64 {
+	if v, ok := t.shares[c.Name]; ok {
+		return v
+	}
+	return c.Share
+}
+
+// window returns rule r's limit at now and, for a calendar rule, the label
+// of the current window for its key.
+func (s *Snapshot) window(r crule, now time.Time) (algo.Limit, string) {
+	if r.Calendar == NoCalendar {
+		return r.Limit, ""
+	}
+	us := now.UnixMicro()
+	if r.win != nil {
+		if w := r.win.cur.Load(); w != nil && w.start <= us && us < w.end {
+			return w.limit, w.label
+		}
+	}
+	t := now.In(s.loc)
+	var start, end time.Time
+	var label string
+	switch r.Calendar {
+	case Day:
+		start = time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, s.loc)
+		end = start.AddDate(0, 0, 1)
+		label = start.Format("d20060102")
+	default:
+		start = time.Date(t.Year(), t.Month(), 1, 0, 0, 0, 0, s.loc)
+		end = start.AddDate(0, 1, 0)
+		label = start.Format("m200601")
+	}
+	period := end.Sub(start)
+	l := algo.Limit{Limit: r.Limit.Limit, Period: period, Algorithm: algo.FixedWindow}
+	pus := int64(period / time.Microsecond)
+	l.Offset = time.Duration(((start.UnixMicro()%pus)+pus)%pus) * time.Microsecond
+	if r.win != nil {
+		r.win.cur.Store(&calWindow{start: start.UnixMicro(), end: end.UnixMicro(), limit: l, label: label})
+	}
+	return l, label
+}
+
+// Checks returns the store checks of res.
+func (res Resolution) Checks() []store.Check {
+	cs := make([]store.Check, len(res.Layers))
+	for i, l := range res.Layers {
+		cs[i] = store.Check{Key: l.Key, Limit: l.Limit, Cost: res.Cost}
+	}
+	return cs
+}
