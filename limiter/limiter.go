@@ -5,11 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sony/gobreaker/v2"
 
 	"github.com/fairgate/fairgate/algo"
 	"github.com/fairgate/fairgate/store"
@@ -97,6 +101,16 @@ type Config struct {
 	// in-process store (memstore) that limits each instance on its own. Nil
 	// means admit without limiting while the store is out.
 	Fallback store.Store
+	// Instances is how many fairgate instances share the store. While the
+	// store is out each instance's fallback limits alone, at the policy's
+	// limits × FallbackHeadroom / Instances. Zero means 1.
+	Instances int
+	// FallbackHeadroom scales the fallback's share of each limit. Zero
+	// means 1.2.
+	FallbackHeadroom float64
+	// BreakerCooldown is how long the circuit breaker keeps the store
+	// uncalled once it opens, before one probe. Zero means 2 s.
+	BreakerCooldown time.Duration
 	// Now is the clock for calendar windows and override expiry. Nil means
 	// time.Now.
 	Now func() time.Time
@@ -117,6 +131,9 @@ type Limiter struct {
 	now      func() time.Time
 	log      *slog.Logger
 	m        *metrics
+	cb       *gobreaker.CircuitBreaker[struct{}]
+	share    float64 // the fallback's share of each limit
+	logged   sampler
 
 	mu      sync.Mutex // serializes recompiles
 	base    Policy
@@ -151,6 +168,38 @@ func New(c Config) (*Limiter, error) {
 	if l.m, err = newMetrics(c.Registerer); err != nil {
 		return nil, err
 	}
+	instances, headroom := max(1, c.Instances), c.FallbackHeadroom
+	if headroom <= 0 {
+		headroom = 1.2
+	}
+	l.share = min(1, headroom/float64(instances))
+	cooldown := c.BreakerCooldown
+	if cooldown <= 0 {
+		cooldown = 2 * time.Second
+	}
+	l.cb = gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
+		Name:        "store",
+		MaxRequests: 1, // one probe at a time while half-open
+		Interval:    10 * time.Second,
+		Timeout:     cooldown,
+		ReadyToTrip: func(n gobreaker.Counts) bool {
+			return n.ConsecutiveFailures >= 5 || n.Requests >= 20 && 2*n.TotalFailures >= n.Requests
+		},
+		// A caller that went away, or a batch that is invalid, says
+		// nothing about the store.
+		IsExcluded: func(err error) bool {
+			return errors.Is(err, context.Canceled) || errors.Is(err, store.ErrInvalidCheck)
+		},
+		OnStateChange: func(_ string, from, to gobreaker.State) {
+			l.m.breaker.Set(float64(to))
+			switch to {
+			case gobreaker.StateOpen:
+				l.log.Error("store out: breaker open, deciding by fail mode", slog.String("from", from.String()))
+			case gobreaker.StateClosed:
+				l.log.Info("store recovered: breaker closed")
+			}
+		},
+	})
 	snap, err := Compile(c.Policy)
 	if err != nil {
 		return nil, err
@@ -205,6 +254,20 @@ func (l *Limiter) rebuild() {
 	l.snap.Store(snap)
 }
 
+// Overlay returns a copy of the run-time overlay in force.
+func (l *Limiter) Overlay() Overlay {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return Overlay{Version: l.overlay.Version, Plans: maps.Clone(l.overlay.Plans), Tenants: maps.Clone(l.overlay.Tenants)}
+}
+
+// Base returns the file's policy in force.
+func (l *Limiter) Base() Policy {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.base
+}
+
 // Run follows the control store until ctx ends, applying every change
 // within PollEvery. It returns nil when ctx ends.
 func (l *Limiter) Run(ctx context.Context) error {
@@ -214,12 +277,42 @@ func (l *Limiter) Run(ctx context.Context) error {
 		if err := l.Refresh(ctx); err != nil && ctx.Err() == nil {
 			l.logRare("control store poll failed", err)
 		}
+		l.probe(ctx)
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
 		}
 	}
+}
+
+// probeCheck is the peek Run sends through the breaker, so that an outage
+// (and the recovery) is seen without traffic.
+var probeCheck = []store.Check{{Key: "fg:probe", Limit: algo.Limit{Limit: 1, Period: time.Second}}}
+
+func (l *Limiter) probe(ctx context.Context) {
+	var res store.Result
+	_ = l.take(ctx, probeCheck, &res)
+}
+
+// StoreUp reports whether the store answers: the breaker is closed.
+func (l *Limiter) StoreUp() bool { return l.cb.State() == gobreaker.StateClosed }
+
+// HasFailClosed reports whether some class or anonymous route of the
+// policy in force fails closed (and so is refused while the store is out).
+func (l *Limiter) HasFailClosed() bool {
+	s := l.snap.Load()
+	for _, c := range s.classes {
+		if c.Fail == FailClosed {
+			return true
+		}
+	}
+	for _, a := range s.anon {
+		if a.Fail == FailClosed {
+			return true
+		}
+	}
+	return false
 }
 
 // Refresh loads the control store's overlay if it changed.
@@ -314,7 +407,7 @@ func (l *Limiter) Decide(ctx context.Context, req Request) (Decision, error) {
 	d := Decision{Resolution: res, Tightest: -1}
 	if res.Cost == 0 {
 		d.Allowed, d.Reason = true, ReasonFree
-		l.m.decisions.WithLabelValues(res.Class, string(d.Reason)).Inc()
+		l.count(&d)
 		return d, nil
 	}
 	checks := res.Checks()
@@ -329,14 +422,19 @@ func (l *Limiter) Decide(ctx context.Context, req Request) (Decision, error) {
 	case err != nil && res.Fail == FailClosed:
 		d.Reason, d.RetryAfter = ReasonUnavailable, UnavailableRetryAfter
 		d.Layers = nil
+		l.m.failures.WithLabelValues("closed").Inc()
 	case err != nil:
 		var fr store.Result
-		if l.fallback == nil {
-			d.Allowed, d.Reason = true, ReasonDegradedOpen
-		} else if ferr := l.fallback.Take(ctx, checks, &fr); ferr != nil {
+		fchecks := l.fallbackChecks(checks)
+		l.m.failures.WithLabelValues("open").Inc()
+		if l.fallback == nil || l.fallback.Take(ctx, fchecks, &fr) != nil {
 			d.Allowed, d.Reason = true, ReasonDegradedOpen
 		} else {
-			d.Layers = layerDecisions(res.Layers, fr.Decisions)
+			layers := slices.Clone(res.Layers)
+			for i := range layers {
+				layers[i].Limit = fchecks[i].Limit
+			}
+			d.Layers = layerDecisions(layers, fr.Decisions)
 			d.Allowed, d.Reason, d.RetryAfter = fr.Allowed, ReasonDegradedOpen, fr.RetryAfter()
 		}
 	default:
@@ -366,8 +464,82 @@ func (l *Limiter) Decide(ctx context.Context, req Request) (Decision, error) {
 			l.log.Info("shadow limit would reject", slog.String("tenant", res.Tenant), slog.String("policy", ld.Policy), slog.Duration("retry_after", ld.RetryAfter))
 		}
 	}
-	l.m.decisions.WithLabelValues(res.Class, string(d.Reason)).Inc()
+	l.count(&d)
+	if !d.Allowed && d.Reason == ReasonLimited && l.logged.allow(time.Now().Unix()) {
+		l.log.Info("limited", slog.String("tenant", res.Tenant), slog.String("policy", d.Policy), slog.Duration("retry_after", d.RetryAfter))
+	}
 	return d, nil
+}
+
+// count records d in the decisions metric.
+func (l *Limiter) count(d *Decision) {
+	plan := d.Resolution.Plan
+	if d.Resolution.Anonymous {
+		plan = "anonymous"
+	}
+	policy := d.Policy
+	if policy == "" {
+		policy = d.Resolution.Class
+	}
+	l.m.decisions.WithLabelValues(policy, plan, string(d.Reason)).Inc()
+}
+
+// fallbackChecks are checks sized for the fallback: each limit and burst
+// times the instance's share (at least 1, and at least the cost), so that
+// the instances together admit about the policy's limits while the store
+// is out.
+func (l *Limiter) fallbackChecks(checks []store.Check) []store.Check {
+	out := slices.Clone(checks)
+	if l.share >= 1 {
+		return out
+	}
+	for i := range out {
+		lim := &out[i].Limit
+		lim.Limit = max(1, int64(math.Ceil(float64(lim.Limit)*l.share)))
+		if lim.Burst != 0 {
+			lim.Burst = max(out[i].Cost, int64(math.Ceil(float64(lim.Burst)*l.share)))
+		}
+		if lim.Algorithm.Windowed() {
+			lim.Burst = 0
+			lim.Limit = max(lim.Limit, out[i].Cost)
+		} else if lim.Burst == 0 && lim.Limit < out[i].Cost {
+			lim.Burst = out[i].Cost
+		}
+		if lim.Period/time.Microsecond < time.Duration(lim.Limit) || lim.Validate() != nil {
+			out[i].Limit = checks[i].Limit // cannot shrink it validly: keep the policy's
+		}
+	}
+	return out
+}
+
+// TakeChecks decides checks given directly (the /v1/take API) through the
+// same path as Decide: deadline, breaker and fail mode. The error is for
+// invalid checks only.
+func (l *Limiter) TakeChecks(ctx context.Context, checks []store.Check, fail FailMode, res *store.Result) (Reason, error) {
+	if err := store.Validate(checks); err != nil {
+		return "", err
+	}
+	err := l.take(ctx, checks, res)
+	switch {
+	case err == nil && res.Allowed:
+		return ReasonAllowed, nil
+	case err == nil:
+		return ReasonLimited, nil
+	case errors.Is(err, store.ErrInvalidCheck):
+		return "", err
+	case fail == FailClosed:
+		l.m.failures.WithLabelValues("closed").Inc()
+		return ReasonUnavailable, nil
+	}
+	l.m.failures.WithLabelValues("open").Inc()
+	if l.fallback == nil || l.fallback.Take(ctx, l.fallbackChecks(checks), res) != nil {
+		res.Allowed = true
+		res.Decisions = res.Decisions[:0]
+		for _, c := range checks {
+			res.Decisions = append(res.Decisions, algo.Decision{Allowed: true, Limit: c.Limit.Limit, Remaining: c.Limit.Capacity()})
+		}
+	}
+	return ReasonDegradedOpen, nil
 }
 
 // retryEnforced handles a batch rejected at least in part by shadow layers:
@@ -471,13 +643,32 @@ func (l *Limiter) take(ctx context.Context, checks []store.Check, res *store.Res
 		defer cancel()
 	}
 	start := time.Now()
-	err := l.store.Take(ctx, checks, res)
+	_, err := l.cb.Execute(func() (struct{}, error) { return struct{}{}, l.store.Take(ctx, checks, res) })
+	if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
+		return fmt.Errorf("%w: breaker open: %w", store.ErrUnavailable, err)
+	}
 	l.m.storeSeconds.Observe(time.Since(start).Seconds())
 	if err != nil {
 		l.m.storeErrors.Inc()
 		l.logRare("store call failed", err)
 	}
 	return err
+}
+
+// sampler lets through at most sampleRate calls per second.
+type sampler struct {
+	sec atomic.Int64
+	n   atomic.Int64
+}
+
+const sampleRate = 10
+
+func (s *sampler) allow(now int64) bool {
+	if s.sec.Load() != now {
+		s.sec.Store(now)
+		s.n.Store(0)
+	}
+	return s.n.Add(1) <= sampleRate
 }
 
 func (l *Limiter) logRare(msg string, err error) {

@@ -143,6 +143,14 @@ func TestResolve(t *testing.T) {
 				{"anonymous.login.1m", "rl:{ip:192.0.2.7}:a:login:1m", 10, 10, time.Minute, 0, false},
 				{"anonymous.login.per-user", "rl:{ip:192.0.2.7}:a:login:per-user", 5, 5, 15 * time.Minute, 0, false},
 			}, nil},
+		{"plan from the credential, for an unlisted tenant",
+			Request{Tenant: "newco", Plan: "team", Class: "read"}, 1, "read", []layerRow{
+				{"team.tenant.1m", "rl:{t:newco}:all:1m", 1200, 200, time.Minute, 0, false},
+			}, nil},
+		{"the policy's entry wins over the credential's plan",
+			Request{Tenant: "acme", Plan: "free", Class: "read"}, 1, "read", []layerRow{
+				{"enterprise.tenant.1m", "rl:{t:acme}:all:1m", 6000, 600, time.Minute, 0, false},
+			}, nil},
 		{"no tenant on a tenant route", Request{Method: "GET", Path: "/v1/users/1"}, 0, "", nil, ErrNoTenant},
 		{"unknown class", Request{Tenant: "acme", Class: "bulk"}, 0, "", nil, ErrUnknownClass},
 		{"cost over a layer's burst", Request{Tenant: "newco", Class: "search", Cost: 9, HasCost: true}, 9, "search", nil, ErrBadCost},

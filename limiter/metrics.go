@@ -13,14 +13,16 @@ type metrics struct {
 	shadow       *prometheus.CounterVec
 	storeErrors  prometheus.Counter
 	storeSeconds prometheus.Histogram
+	failures     *prometheus.CounterVec
+	breaker      prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fairgate_decisions_total",
-			Help: "Decisions by route class (or anonymous route) and reason.",
-		}, []string{"class", "reason"}),
+			Help: "Decisions by policy (the tightest layer, or the class), plan and outcome.",
+		}, []string{"policy", "plan", "outcome"}),
 		shadow: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fairgate_shadow_rejections_total",
 			Help: "Would-be rejections of shadow layers, by policy; nothing was enforced.",
@@ -34,11 +36,19 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help:    "Duration of store calls.",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1},
 		}),
+		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fairgate_store_failure_decisions_total",
+			Help: "Decisions made without the store, by fail mode: open (the fallback decided) or closed (503).",
+		}, []string{"fail_mode"}),
+		breaker: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fairgate_store_breaker_state",
+			Help: "The store's circuit breaker: 0 closed, 1 half-open, 2 open.",
+		}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.decisions, m.shadow, m.storeErrors, m.storeSeconds} {
+	for _, c := range []prometheus.Collector{m.decisions, m.shadow, m.storeErrors, m.storeSeconds, m.failures, m.breaker} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {

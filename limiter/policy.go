@@ -350,6 +350,10 @@ func CompileWith(p Policy, ov Overlay) (*Snapshot, error) {
 		}
 	}
 	s.defTenant = compileTenant(&ps, s, "default_plan", Tenant{})
+	s.planTenants = map[string]*ctenant{}
+	for name := range s.plans {
+		s.planTenants[name] = compileTenant(&ps, s, "plans."+name, Tenant{Plan: name})
+	}
 	for i, r := range p.Routes {
 		path := fmt.Sprintf("routes[%d]", i)
 		c, ok := s.classes[r.Class]
@@ -620,6 +624,8 @@ type Snapshot struct {
 	classes   map[string]*Class
 	tenants   map[string]*ctenant
 	defTenant *ctenant
+	// planTenants are unlisted tenants on each plan (Request.Plan).
+	planTenants map[string]*ctenant
 	routes    map[string]*Route
 	anon      map[string]*AnonRoute
 	mux       *http.ServeMux

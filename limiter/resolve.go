@@ -16,6 +16,10 @@ type Request struct {
 	// checked; never from a header the client controls. Empty for an
 	// anonymous request.
 	Tenant string
+	// Plan is a plan named by the verified credential (a JWT claim). It
+	// applies to tenants the policy does not list; an unknown plan is
+	// ignored (the default plan applies).
+	Plan string
 	// Method and Path are the HTTP request's, for route matching.
 	Method, Path string
 	// Class names the class directly instead of Method and Path.
@@ -111,6 +115,11 @@ func (s *Snapshot) Resolve(req Request, now time.Time) (Resolution, error) {
 		cost = req.Cost
 	}
 	t := s.tenant(req.Tenant, now)
+	if t == s.defTenant && req.Plan != "" {
+		if pt, ok := s.planTenants[req.Plan]; ok {
+			t = pt
+		}
+	}
 	res := Resolution{Tenant: req.Tenant, Plan: t.plan, Class: c.Name, Cost: cost, Fail: c.Fail}
 	if cost < 0 {
 		return res, fmt.Errorf("%w: %d is negative", ErrBadCost, cost)

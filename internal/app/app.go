@@ -21,9 +21,12 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/fairgate/fairgate/examples"
+	"github.com/fairgate/fairgate/httplimit"
+	"github.com/fairgate/fairgate/internal/auth"
 	"github.com/fairgate/fairgate/internal/config"
 	"github.com/fairgate/fairgate/internal/server"
 	"github.com/fairgate/fairgate/limiter"
@@ -74,6 +77,13 @@ type ServeConfig struct {
 	Config string
 	// ConfigPoll is how often the config file is looked at for changes.
 	ConfigPoll time.Duration
+	// Upstream, if set, is the API to proxy to.
+	Upstream string
+	// UpstreamTimeout bounds the wait for the upstream's response headers.
+	UpstreamTimeout time.Duration
+	// AdminListen is the admin API's address; AdminToken its bearer token
+	// (without one the admin API does not start).
+	AdminListen, AdminToken string
 }
 
 // env returns the environment value for name, or def.
@@ -95,6 +105,12 @@ func ParseServe(args []string, stderr io.Writer) (ServeConfig, error) {
 	fs.StringVar(&c.Config, "config", env("FAIRGATE_CONFIG", ""), "the config file, reloaded when it changes and on SIGHUP (FAIRGATE_CONFIG; default: the embedded examples/fairgate.yaml)")
 	poll := env("FAIRGATE_CONFIG_POLL", "1s")
 	fs.Func("config-poll", "how often the config file is looked at for changes (FAIRGATE_CONFIG_POLL, default 1s)", func(v string) error { poll = v; return nil })
+	fs.StringVar(&c.Upstream, "upstream", env("FAIRGATE_UPSTREAM", ""), "proxy requests to this API, such as http://127.0.0.1:9000 (FAIRGATE_UPSTREAM)")
+	upTimeout := env("FAIRGATE_UPSTREAM_TIMEOUT", "30s")
+	fs.Func("upstream-timeout", "wait for the upstream's response headers (FAIRGATE_UPSTREAM_TIMEOUT, default 30s)", func(v string) error { upTimeout = v; return nil })
+	fs.StringVar(&c.AdminListen, "admin-listen", env("FAIRGATE_ADMIN_LISTEN", "127.0.0.1:8081"), "address of the admin API (FAIRGATE_ADMIN_LISTEN)")
+	tokenFile := ""
+	fs.StringVar(&tokenFile, "admin-token-file", "", "file holding the admin API's bearer token (or FAIRGATE_ADMIN_TOKEN); without a token the admin API does not start")
 	timeout := env("FAIRGATE_STORE_TIMEOUT", "50ms")
 	fs.Func("store-timeout", "deadline of each store call (FAIRGATE_STORE_TIMEOUT, default 50ms)", func(v string) error { timeout = v; return nil })
 	if err := fs.Parse(args); err != nil {
@@ -110,6 +126,17 @@ func ParseServe(args []string, stderr io.Writer) (ServeConfig, error) {
 	c.StoreTimeout = d
 	if c.ConfigPoll, err = time.ParseDuration(poll); err != nil || c.ConfigPoll <= 0 {
 		return c, fmt.Errorf("serve: config poll %q: want a positive duration such as 1s", poll)
+	}
+	if c.UpstreamTimeout, err = time.ParseDuration(upTimeout); err != nil || c.UpstreamTimeout <= 0 {
+		return c, fmt.Errorf("serve: upstream timeout %q: want a positive duration such as 30s", upTimeout)
+	}
+	c.AdminToken = os.Getenv("FAIRGATE_ADMIN_TOKEN")
+	if tokenFile != "" {
+		b, err := os.ReadFile(tokenFile)
+		if err != nil {
+			return c, fmt.Errorf("serve: admin token file: %w", err)
+		}
+		c.AdminToken = strings.TrimSpace(string(b))
 	}
 	return c, nil
 }
@@ -152,12 +179,15 @@ func Serve(ctx context.Context, c ServeConfig, log *slog.Logger, ready func(addr
 		timeout = -1 // in-process: no I/O to bound
 	}
 	reg := prometheus.NewRegistry()
+	reloads := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fairgate_config_reloads_total", Help: "Config file reloads by result (applied, refused)."}, []string{"result"})
+	reg.MustRegister(reloads, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	lim, err := limiter.New(limiter.Config{
 		Store:      st,
 		Policy:     cfg.Policy,
 		Control:    control,
 		Timeout:    timeout,
 		Fallback:   memstore.New(memstore.Config{MaxKeys: 100_000}),
+		Instances:  cfg.Instances,
 		Logger:     log,
 		Registerer: reg,
 	})
@@ -167,9 +197,40 @@ func Serve(ctx context.Context, c ServeConfig, log *slog.Logger, ready func(addr
 	bg, cancelBG := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer func() { cancelBG(); wg.Wait() }()
+	authn, err := auth.New(bg, cfg.Auth)
+	if err != nil {
+		return err
+	}
+	sc := server.Config{
+		Limiter: lim, Headers: httplimit.Form(cfg.Headers), Auth: authn, ClientIP: auth.ClientIP{Trusted: cfg.TrustedProxies},
+		UpstreamTimeout: c.UpstreamTimeout, Logger: log, Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+	}
+	if c.Upstream != "" {
+		if sc.Upstream, err = url.Parse(c.Upstream); err != nil {
+			return fmt.Errorf("serve: upstream %q: %w", c.Upstream, err)
+		}
+	}
+	h, err := server.New(sc)
+	if err != nil {
+		return err
+	}
 	wg.Go(func() { lim.Run(bg) })
+	var reload func() error
 	if c.Config != "" {
-		w := config.NewWatcher(c.Config, c.ConfigPoll, raw, func(nc *config.Config) error { return lim.SetPolicy(nc.Policy) }, log)
+		w := config.NewWatcher(c.Config, c.ConfigPoll, raw, func(nc *config.Config) error {
+			na, err := auth.New(bg, nc.Auth)
+			if err == nil {
+				err = lim.SetPolicy(nc.Policy)
+			}
+			if err != nil {
+				reloads.WithLabelValues("refused").Inc()
+				return err
+			}
+			h.SetIdentity(na, auth.ClientIP{Trusted: nc.TrustedProxies})
+			reloads.WithLabelValues("applied").Inc()
+			return nil
+		}, log)
+		reload = w.Reload
 		wg.Go(func() { w.Run(bg) })
 		hup := make(chan os.Signal, 1)
 		signal.Notify(hup, syscall.SIGHUP)
@@ -185,11 +246,7 @@ func Serve(ctx context.Context, c ServeConfig, log *slog.Logger, ready func(addr
 			}
 		})
 	}
-	log.Info("policy loaded", slog.String("config", cfg.File), slog.Int("plans", len(cfg.Policy.Plans)), slog.Int("routes", len(cfg.Policy.Routes)))
-	h, err := server.New(server.Config{Store: st, Timeout: c.StoreTimeout, Logger: log, Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{})})
-	if err != nil {
-		return err
-	}
+	log.Info("policy loaded", slog.String("config", cfg.File), slog.Int("plans", len(cfg.Policy.Plans)), slog.Int("routes", len(cfg.Policy.Routes)), slog.String("headers", cfg.Headers))
 	ln, err := net.Listen("tcp", c.Listen)
 	if err != nil {
 		return fmt.Errorf("serve: listen on %s: %w", c.Listen, err)
@@ -203,7 +260,31 @@ func Serve(ctx context.Context, c ServeConfig, log *slog.Logger, ready func(addr
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	log.Info("serving", slog.String("listen", ln.Addr().String()), slog.String("store", redisstore.RedactURL(c.Store)))
+	if sc.Upstream != nil {
+		// Proxied responses stream for as long as the upstream sends; the
+		// upstream timeout bounds the wait for their headers.
+		srv.ReadTimeout, srv.WriteTimeout = 0, 0
+	}
+	servers := []*http.Server{srv}
+	if c.AdminToken == "" {
+		log.Warn("admin API not started: set FAIRGATE_ADMIN_TOKEN or --admin-token-file to enable it")
+	} else {
+		ah, err := server.NewAdmin(server.AdminConfig{Limiter: lim, Token: c.AdminToken, Reload: reload, Logger: log})
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		aln, err := net.Listen("tcp", c.AdminListen)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("serve: admin listen on %s: %w", c.AdminListen, err)
+		}
+		asrv := &http.Server{Handler: ah, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second, ErrorLog: srv.ErrorLog}
+		servers = append(servers, asrv)
+		log.Info("admin API", slog.String("listen", aln.Addr().String()))
+		wg.Go(func() { asrv.Serve(aln) })
+	}
+	log.Info("serving", slog.String("listen", ln.Addr().String()), slog.String("store", redisstore.RedactURL(c.Store)), slog.String("upstream", c.Upstream))
 	if ready != nil {
 		ready(ln.Addr().String())
 	}
@@ -217,6 +298,9 @@ func Serve(ctx context.Context, c ServeConfig, log *slog.Logger, ready func(addr
 	log.Info("shutting down")
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	for _, x := range servers[1:] {
+		x.Shutdown(sctx)
+	}
 	if err := srv.Shutdown(sctx); err != nil {
 		return fmt.Errorf("serve: shutdown: %w", err)
 	}

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/netip"
 	"os"
 	"slices"
 	"sort"
@@ -18,6 +19,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/fairgate/fairgate/internal/auth"
 
 	"github.com/fairgate/fairgate/algo"
 	"github.com/fairgate/fairgate/limiter"
@@ -29,11 +32,21 @@ type Config struct {
 	File string
 	// Policy is the limiting policy.
 	Policy limiter.Policy
-	// Headers is the response header form: "draft" (the IETF RateLimit
-	// and RateLimit-Policy fields), "x" (X-RateLimit-*), "both" or "none".
+	// Headers is the response header form: "draft" (RateLimit-Limit,
+	// RateLimit-Remaining, RateLimit-Reset), "structured" (the IETF draft's
+	// RateLimit and RateLimit-Policy structured fields) or "x"
+	// (X-RateLimit-*).
 	Headers string
 	// Providers are the outbound providers by name.
 	Providers map[string]Provider
+	// Auth are the credentials the proxy accepts.
+	Auth auth.Config
+	// TrustedProxies are the peers whose X-Forwarded-For and Forwarded
+	// headers are believed.
+	TrustedProxies []netip.Prefix
+	// Instances is how many fairgate instances share the store (sizes the
+	// fallback limiter). At least 1.
+	Instances int
 }
 
 // Provider is an outbound provider's budget: Limit for the whole account,
@@ -84,7 +97,7 @@ func Load(path string) (*Config, error) {
 // Parse validates data as the config file named file.
 func Parse(file string, data []byte) (*Config, error) {
 	d := &decoder{file: file, where: map[string]where{}}
-	c := &Config{File: file, Headers: "draft", Providers: map[string]Provider{}}
+	c := &Config{File: file, Headers: "draft", Providers: map[string]Provider{}, Instances: 1}
 	var root yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&root); err != nil {

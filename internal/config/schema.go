@@ -1,12 +1,22 @@
 package config
 
 import (
+	"bytes"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/pem"
 	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
 
 	"github.com/fairgate/fairgate/algo"
+	"github.com/fairgate/fairgate/internal/auth"
 	"github.com/fairgate/fairgate/limiter"
 )
 
@@ -28,10 +38,10 @@ func (d *decoder) config(n *yaml.Node, c *Config) {
 		"default_class": func(v *yaml.Node, path string) { p.DefaultClass = d.str(v, path); d.note(path, path, v) },
 		"headers": func(v *yaml.Node, path string) {
 			switch h := d.str(v, path); h {
-			case "draft", "x", "both", "none":
+			case "draft", "structured", "x":
 				c.Headers = h
 			default:
-				d.add(v, path, "header form %q: want draft (RateLimit, RateLimit-Policy), x (X-RateLimit-*), both or none", h)
+				d.add(v, path, "header form %q: want draft (RateLimit-Limit, -Remaining, -Reset), structured (RateLimit, RateLimit-Policy) or x (X-RateLimit-*)", h)
 			}
 		},
 		"plans": func(v *yaml.Node, path string) {
@@ -142,6 +152,29 @@ func (d *decoder) config(n *yaml.Node, c *Config) {
 				p.Tenants[id] = t
 			})
 		},
+		"instances": func(v *yaml.Node, path string) {
+			if n := d.int(v, path); n < 1 || n > 10_000 {
+				d.add(v, path, "instances %d: want 1 to 10000, the number of fairgate instances sharing the store", n)
+			} else {
+				c.Instances = int(n)
+			}
+		},
+		"trusted_proxies": func(v *yaml.Node, path string) {
+			d.list(v, path, func(i int, v *yaml.Node, path string) {
+				s := d.str(v, path)
+				p, err := netip.ParsePrefix(s)
+				if err != nil {
+					a, aerr := netip.ParseAddr(s)
+					if aerr != nil {
+						d.add(v, path, "%q is not a CIDR such as 10.0.0.0/8 or an address", s)
+						return
+					}
+					p = netip.PrefixFrom(a, a.BitLen())
+				}
+				c.TrustedProxies = append(c.TrustedProxies, p.Masked())
+			})
+		},
+		"auth": func(v *yaml.Node, path string) { d.auth(v, path, &c.Auth) },
 		"providers": func(v *yaml.Node, path string) {
 			d.entries(v, path, func(name string, k, v *yaml.Node, path string) {
 				if !validName(name) {
@@ -166,6 +199,94 @@ func (d *decoder) config(n *yaml.Node, c *Config) {
 			})
 		},
 	})
+}
+
+// auth decodes the credentials section. Key files are read relative to
+// the config file's directory.
+func (d *decoder) auth(n *yaml.Node, path string, a *auth.Config) {
+	d.fields(n, path, map[string]func(*yaml.Node, string){
+		"api_keys": func(v *yaml.Node, path string) {
+			d.list(v, path, func(i int, v *yaml.Node, path string) {
+				var k auth.APIKey
+				d.fields(v, path, map[string]func(*yaml.Node, string){
+					"sha256": func(v *yaml.Node, path string) {
+						k.SHA256 = strings.ToLower(d.str(v, path))
+						if b, err := hex.DecodeString(k.SHA256); err != nil || len(b) != sha256.Size {
+							d.add(v, path, "want the 64 hex digits of the key's SHA-256 (printf %%s KEY | sha256sum), never the key itself")
+						}
+					},
+					"tenant": func(v *yaml.Node, path string) { k.Tenant = d.str(v, path) },
+					"plan":   func(v *yaml.Node, path string) { k.Plan = d.str(v, path) },
+				})
+				if k.Tenant == "" {
+					d.add(v, path+".tenant", "tenant is required: the tenant the key belongs to")
+				}
+				a.APIKeys = append(a.APIKeys, k)
+			})
+		},
+		"jwt": func(v *yaml.Node, path string) {
+			j := &auth.JWTConfig{}
+			a.JWT = j
+			d.fields(v, path, map[string]func(*yaml.Node, string){
+				"issuer":       func(v *yaml.Node, path string) { j.Issuer = d.str(v, path) },
+				"audience":     func(v *yaml.Node, path string) { j.Audience = d.str(v, path) },
+				"tenant_claim": func(v *yaml.Node, path string) { j.TenantClaim = d.str(v, path) },
+				"plan_claim":   func(v *yaml.Node, path string) { j.PlanClaim = d.str(v, path) },
+				"jwks_url":     func(v *yaml.Node, path string) { j.JWKSURL = d.str(v, path) },
+				"algorithms": func(v *yaml.Node, path string) {
+					d.list(v, path, func(i int, v *yaml.Node, path string) { j.Methods = append(j.Methods, d.str(v, path)) })
+				},
+				"public_keys": func(v *yaml.Node, path string) {
+					d.list(v, path, func(i int, v *yaml.Node, path string) {
+						if k, err := readPublicKey(d.rel(d.str(v, path))); err != nil {
+							d.add(v, path, "%v", err)
+						} else {
+							j.Keys = append(j.Keys, k)
+						}
+					})
+				},
+				"hmac_secret_file": func(v *yaml.Node, path string) {
+					b, err := os.ReadFile(d.rel(d.str(v, path)))
+					if err != nil || len(bytes.TrimSpace(b)) < 32 {
+						d.add(v, path, "want a readable file with a secret of at least 32 bytes")
+						return
+					}
+					j.Keys = append(j.Keys, bytes.TrimSpace(b))
+				},
+			})
+			if j.Audience == "" {
+				d.add(v, path+".audience", "audience is required, so that tokens for other services are refused")
+			}
+			if len(j.Keys) == 0 && j.JWKSURL == "" {
+				d.add(v, path, "give public_keys, hmac_secret_file or jwks_url to verify tokens with")
+			}
+		},
+	})
+}
+
+// rel resolves a path relative to the config file's directory.
+func (d *decoder) rel(p string) string {
+	if p == "" || filepath.IsAbs(p) {
+		return p
+	}
+	return filepath.Join(filepath.Dir(d.file), p)
+}
+
+// readPublicKey reads a PEM public key (PKIX: RSA, ECDSA or Ed25519).
+func readPublicKey(path string) (any, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("public key: %w", err)
+	}
+	blk, _ := pem.Decode(b)
+	if blk == nil {
+		return nil, fmt.Errorf("public key %s: no PEM block", path)
+	}
+	k, err := x509.ParsePKIXPublicKey(blk.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("public key %s: %w", path, err)
+	}
+	return k, nil
 }
 
 func validName(s string) bool {

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fairgate/fairgate/internal/problem"
+	"github.com/fairgate/fairgate/httplimit/problem"
 	"github.com/fairgate/fairgate/store/memstore"
 )
 
@@ -23,7 +23,7 @@ func FuzzTake(f *testing.F) {
 	} {
 		f.Add(s)
 	}
-	h, err := New(Config{Store: memstore.New(memstore.Config{MaxKeys: 10_000})})
+	h, err := New(Config{Limiter: testLimiter(f, memstore.New(memstore.Config{MaxKeys: 10_000}), -1)})
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -1,45 +1,62 @@
-// Package server is fairgate's HTTP decision API: GET /healthz and
+// Package server is fairgate's HTTP service: GET /healthz and /readyz,
 // POST /v1/take (a limit on any key with the policy in the request, in the
-// manner of redis-cell's CL.THROTTLE). Later issues add the tenant-aware
-// endpoints, the proxy and the admin API beside these.
+// manner of redis-cell's CL.THROTTLE), POST /v1/check (a tenant decision
+// for gateways), GET /v1/me/limits, /metrics, the reverse proxy in front of
+// an upstream API, and (admin.go) the admin API on its own listener.
 //
 // Nothing a client sends can crash or stall it: bodies are capped, decoding
 // is strict, every store call has a deadline, and errors are problem+json.
 package server
 
 import (
-	"context"
 	"errors"
 	"log/slog"
 	"net/http"
+	"net/netip"
+	"net/url"
 	"sync/atomic"
 	"time"
 
-	"github.com/fairgate/fairgate/internal/problem"
-	"github.com/fairgate/fairgate/store"
+	"github.com/fairgate/fairgate/httplimit"
+	"github.com/fairgate/fairgate/httplimit/problem"
+	"github.com/fairgate/fairgate/internal/auth"
+	"github.com/fairgate/fairgate/limiter"
 )
 
 // Config configures a Server.
 type Config struct {
-	// Store decides every limit. Required.
-	Store store.Store
-	// Timeout bounds each store call, connection wait included. Zero means
-	// 50 ms.
-	Timeout time.Duration
-	// Logger receives store errors, at most one line a second. Nil means
-	// silent.
+	// Limiter decides every request: /v1/take, /v1/check and the proxy.
+	// Required.
+	Limiter *limiter.Limiter
+	// Headers is the rate-limit header form. "" means draft.
+	Headers httplimit.Form
+	// Auth verifies the credentials of proxied requests and of
+	// /v1/me/limits. Nil means none are accepted (only anonymous routes
+	// pass the proxy).
+	Auth *auth.Authenticator
+	// ClientIP finds the client address behind trusted proxies.
+	ClientIP auth.ClientIP
+	// Upstream, if set, is the API that requests not addressed to fairgate
+	// are proxied to.
+	Upstream *url.URL
+	// UpstreamTimeout bounds the wait for the upstream's response headers.
+	// Zero means 30 s.
+	UpstreamTimeout time.Duration
+	// Logger receives errors. Nil means silent.
 	Logger *slog.Logger
 	// Metrics, if not nil, is served at GET /metrics.
 	Metrics http.Handler
 }
 
-// Server serves the decision API. It is an http.Handler.
+// Server serves the decision API and, with an upstream, the proxy. It is
+// an http.Handler.
 type Server struct {
-	store   store.Store
-	timeout time.Duration
-	log     *slog.Logger
-	lastLog atomic.Int64 // unix seconds of the last store-error log line
-	mux     *http.ServeMux
+	lim   *limiter.Limiter
+	form  httplimit.Form
+	id    atomic.Pointer[identity]
+	log   *slog.Logger
+	mux   *http.ServeMux
+	proxy http.Handler
 }
 
 // MaxBody is the largest request body accepted; larger ones get 413.
@@ -47,13 +64,15 @@ const MaxBody = 64 << 10
 
 // New returns a server for c.
 func New(c Config) (*Server, error) {
-	if c.Store == nil {
-		return nil, errors.New("server: Config.Store is required")
+	if c.Limiter == nil {
+		return nil, errors.New("server: Config.Limiter is required")
 	}
-	s := &Server{store: c.Store, timeout: c.Timeout, log: c.Logger}
-	if s.timeout <= 0 {
-		s.timeout = 50 * time.Millisecond
+	form, err := httplimit.ParseForm(string(c.Headers))
+	if err != nil {
+		return nil, err
 	}
+	s := &Server{lim: c.Limiter, form: form, log: c.Logger}
+	s.SetIdentity(c.Auth, c.ClientIP)
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -62,14 +81,56 @@ func New(c Config) (*Server, error) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Write([]byte("ok\n"))
 	}))
+	s.mux.HandleFunc("/readyz", only("GET", s.handleReady))
 	s.mux.HandleFunc("/v1/take", only("POST", s.handleTake))
+	s.mux.HandleFunc("/v1/check", only("POST", s.handleCheck))
+	s.mux.HandleFunc("/v1/me/limits", only("GET", s.handleMyLimits))
 	if c.Metrics != nil {
 		s.mux.Handle("/metrics", only("GET", c.Metrics.ServeHTTP))
 	}
-	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		problem.Write(w, problem.Details{Status: http.StatusNotFound, Detail: "no such endpoint: " + r.Method + " " + r.URL.Path})
-	})
+	if c.Upstream != nil {
+		if s.proxy, err = s.newProxy(c.Upstream, c.UpstreamTimeout); err != nil {
+			return nil, err
+		}
+		s.mux.Handle("/", s.proxy)
+	} else {
+		s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+			problem.Write(w, problem.Details{Status: http.StatusNotFound, Detail: "no such endpoint: " + r.Method + " " + r.URL.Path})
+		})
+	}
 	return s, nil
+}
+
+// identity is what the server verifies credentials and finds client
+// addresses with; swapped whole on a config reload.
+type identity struct {
+	auth *auth.Authenticator
+	ip   auth.ClientIP
+}
+
+// SetIdentity replaces the credentials and trusted proxies, as a config
+// reload does. Requests in flight finish with the old ones.
+func (s *Server) SetIdentity(a *auth.Authenticator, ip auth.ClientIP) {
+	s.id.Store(&identity{auth: a, ip: ip})
+}
+
+// clientIP is the request's client address by the trusted proxies in force.
+func (s *Server) clientIP(r *http.Request) netip.Addr { return s.id.Load().ip.Of(r) }
+
+// handleReady answers 200 while the store answers, or while no policy
+// fails closed (fail-open policies are served by the fallback); else 503.
+func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
+	up := s.lim.StoreUp()
+	ready := up || !s.lim.HasFailClosed()
+	status := http.StatusOK
+	if !ready {
+		status = http.StatusServiceUnavailable
+	}
+	store := "up"
+	if !up {
+		store = "down"
+	}
+	writeJSON(w, status, map[string]any{"ready": ready, "store": store, "fail_closed_policies": s.lim.HasFailClosed()})
 }
 
 // only restricts h to one method (GET also admits HEAD); other methods get
@@ -98,17 +159,4 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	s.mux.ServeHTTP(w, r)
-}
-
-// take runs one store call under the server's deadline.
-func (s *Server) take(ctx context.Context, checks []store.Check, res *store.Result) error {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	err := s.store.Take(ctx, checks, res)
-	if err != nil && !errors.Is(err, store.ErrInvalidCheck) {
-		if now := time.Now().Unix(); s.lastLog.Swap(now) != now {
-			s.log.Warn("store call failed", slog.String("error", err.Error()))
-		}
-	}
-	return err
 }

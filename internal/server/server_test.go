@@ -13,8 +13,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fairgate/fairgate/internal/problem"
+	"github.com/fairgate/fairgate/examples"
+	"github.com/fairgate/fairgate/httplimit/problem"
+	"github.com/fairgate/fairgate/internal/config"
 	"github.com/fairgate/fairgate/internal/redistest"
+	"github.com/fairgate/fairgate/limiter"
 	"github.com/fairgate/fairgate/store"
 	"github.com/fairgate/fairgate/store/memstore"
 	"github.com/fairgate/fairgate/store/redisstore"
@@ -24,9 +27,30 @@ var redisSrv *redistest.Server
 
 func TestMain(m *testing.M) { os.Exit(redistest.Main(m, &redisSrv)) }
 
+// testLimiter is a limiter with the example policy on st.
+func testLimiter(tb testing.TB, st store.Store, timeout time.Duration) *limiter.Limiter {
+	tb.Helper()
+	return testLimiterCooldown(tb, st, timeout, 500*time.Millisecond)
+}
+
+// testLimiterCooldown is testLimiter with the breaker's cooldown (0: the
+// production default).
+func testLimiterCooldown(tb testing.TB, st store.Store, timeout, cooldown time.Duration) *limiter.Limiter {
+	tb.Helper()
+	cfg, err := config.Parse(examples.ConfigName, examples.Config)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	l, err := limiter.New(limiter.Config{Store: st, Policy: cfg.Policy, Timeout: timeout, Fallback: memstore.New(memstore.Config{}), BreakerCooldown: cooldown})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return l
+}
+
 func newServer(t *testing.T, st store.Store, timeout time.Duration) *httptest.Server {
 	t.Helper()
-	h, err := New(Config{Store: st, Timeout: timeout})
+	h, err := New(Config{Limiter: testLimiter(t, st, timeout)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,8 +238,8 @@ func TestFailModes(t *testing.T) {
 				}
 				switch fail {
 				case "closed":
-					if resp.StatusCode != 503 || resp.Header.Get("Retry-After") != "1" || resp.Header.Get("Content-Type") != problem.ContentType {
-						t.Errorf("%s, fail closed: %d Retry-After %q %v; want 503 problem+json with Retry-After 1", phase, resp.StatusCode, resp.Header.Get("Retry-After"), m)
+					if resp.StatusCode != 503 || resp.Header.Get("Retry-After") != "5" || resp.Header.Get("Content-Type") != problem.ContentType {
+						t.Errorf("%s, fail closed: %d Retry-After %q %v; want 503 problem+json with Retry-After 5", phase, resp.StatusCode, resp.Header.Get("Retry-After"), m)
 					}
 				case "open":
 					if resp.StatusCode != 200 || m["allowed"] != true || m["degraded"] != true {
@@ -279,8 +303,8 @@ func TestConcurrentGarbage(t *testing.T) {
 	}
 }
 
-func TestNewNeedsStore(t *testing.T) {
+func TestNewNeedsLimiter(t *testing.T) {
 	if _, err := New(Config{}); err == nil {
-		t.Error("New without a store succeeded")
+		t.Error("New without a limiter succeeded")
 	}
 }

@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/fairgate/fairgate/algo"
-	"github.com/fairgate/fairgate/internal/problem"
+	"github.com/fairgate/fairgate/httplimit"
+	"github.com/fairgate/fairgate/httplimit/problem"
+	"github.com/fairgate/fairgate/limiter"
 	"github.com/fairgate/fairgate/store"
 )
 
@@ -173,22 +175,17 @@ func (s *Server) handleTake(w http.ResponseWriter, r *http.Request) {
 	}
 	checks := [1]store.Check{c}
 	var res store.Result
-	if err := s.take(r.Context(), checks[:], &res); err != nil {
-		if errors.Is(err, store.ErrInvalidCheck) {
-			problem.BadRequest(w, err.Error())
-			return
-		}
-		if failOpen {
-			writeJSON(w, http.StatusOK, takeResponse{Allowed: true, Limit: c.Limit.Limit, Remaining: c.Limit.Capacity(), Degraded: true})
-			return
-		}
-		w.Header().Set("Retry-After", "1")
-		problem.Write(w, problem.Details{
-			Type:   "urn:fairgate:problem:rate-limiter-unavailable",
-			Title:  "Rate limiter unavailable",
-			Status: http.StatusServiceUnavailable,
-			Detail: "the limit store did not answer in time; this key fails closed",
-		})
+	fail := limiter.FailClosed
+	if failOpen {
+		fail = limiter.FailOpen
+	}
+	reason, err := s.lim.TakeChecks(r.Context(), checks[:], fail, &res)
+	if err != nil {
+		problem.BadRequest(w, err.Error())
+		return
+	}
+	if reason == limiter.ReasonUnavailable {
+		httplimit.WriteRejection(w, s.form, limiter.Decision{Reason: reason, RetryAfter: limiter.UnavailableRetryAfter, Tightest: -1})
 		return
 	}
 	d := res.Decisions[0]
@@ -198,6 +195,7 @@ func (s *Server) handleTake(w http.ResponseWriter, r *http.Request) {
 		Remaining:    d.Remaining,
 		RetryAfterMs: ceilMs(d.RetryAfter),
 		ResetAfterMs: ceilMs(d.ResetAfter),
+		Degraded:     reason == limiter.ReasonDegradedOpen,
 	})
 }
 

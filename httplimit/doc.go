@@ -1,0 +1,10 @@
+// Package httplimit puts fairgate's decisions on HTTP: net/http middleware
+// around a [limiter.Limiter], the rate-limit response headers in the three
+// forms fairgate offers ([Draft], [Structured], [X]), Retry-After, and the
+// problem+json bodies of 429, 503 and 401 (package problem).
+//
+// The tenant comes from a function the caller passes, which must derive it
+// from a verified credential; the middleware never reads it from a header.
+// Store failures are decided by each policy's fail mode in the limiter;
+// the middleware writes what it decided.
+package httplimit

@@ -1,0 +1,117 @@
+package httplimit
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/dunglas/httpsfv"
+
+	"github.com/fairgate/fairgate/limiter"
+)
+
+// Form is a response header form. fairgate never switches it silently: it
+// is the config's `headers` field.
+type Form string
+
+// The header forms.
+const (
+	// Draft is RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset
+	// (whole seconds from now), as in the early IETF drafts and most APIs.
+	// The default.
+	Draft Form = "draft"
+	// Structured is the current IETF draft's (draft-ietf-httpapi-ratelimit-
+	// headers, revision 10 on) structured fields: RateLimit-Policy:
+	// "<policy>";q=<quota>;w=<window s> and RateLimit:
+	// "<policy>";r=<remaining>;t=<reset s>, with the draft's quota-exceeded
+	// problem type on 429.
+	Structured Form = "structured"
+	// X is X-RateLimit-Limit, X-RateLimit-Remaining and X-RateLimit-Reset
+	// (the Unix time, in seconds, at which the layer is full again).
+	X Form = "x"
+)
+
+// ParseForm returns the form named s; "" is Draft.
+func ParseForm(s string) (Form, error) {
+	switch f := Form(s); f {
+	case "":
+		return Draft, nil
+	case Draft, Structured, X:
+		return f, nil
+	}
+	return "", fmt.Errorf("httplimit: unknown header form %q: want draft, structured or x", s)
+}
+
+// ceilSeconds is d in whole seconds, rounded up.
+func ceilSeconds(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }
+
+// RetryAfter formats d as a Retry-After value: whole seconds, rounded up,
+// at least 1, so that a client that waits it is never early.
+func RetryAfter(d time.Duration) string { return strconv.FormatInt(max(1, ceilSeconds(d)), 10) }
+
+// quota returns the layer's quota and window for RateLimit-Policy: for
+// GCRA and token bucket the burst and the time to refill it from empty
+// (120 per minute with burst 30 is 30 per 15 s: the same rate, and the
+// burst a client can spend); for the window algorithms the limit and the
+// period.
+func quota(ld limiter.LayerDecision) (q int64, w time.Duration) {
+	l := ld.Limit
+	if l.Algorithm.Windowed() {
+		return l.Limit, l.Period
+	}
+	em, burst, _ := l.Params()
+	return burst, time.Duration(em*burst) * time.Microsecond
+}
+
+// SetHeaders writes the rate-limit headers of d's tightest layer to h in
+// form f, and Retry-After when d rejects. A decision with no layers (free,
+// or the store out and failing closed) gets only Retry-After, if any.
+func SetHeaders(h http.Header, f Form, d limiter.Decision, now time.Time) {
+	emit(f, d, now, h.Set)
+}
+
+// emit calls set with each header of d in form f, named as the drafts
+// spell them.
+func emit(f Form, d limiter.Decision, now time.Time, set func(name, value string)) {
+	if !d.Allowed && d.RetryAfter > 0 {
+		set("Retry-After", RetryAfter(d.RetryAfter))
+	}
+	if d.Tightest < 0 || d.Tightest >= len(d.Layers) {
+		return
+	}
+	ld := d.Layers[d.Tightest]
+	switch f {
+	case Structured:
+		q, w := quota(ld)
+		pol := httpsfv.NewItem(ld.Policy)
+		pol.Params.Add("q", q)
+		pol.Params.Add("w", max(1, ceilSeconds(w)))
+		if v, err := httpsfv.Marshal(httpsfv.List{pol}); err == nil {
+			set("RateLimit-Policy", v)
+		}
+		cur := httpsfv.NewItem(ld.Policy)
+		cur.Params.Add("r", ld.Remaining)
+		cur.Params.Add("t", ceilSeconds(ld.ResetAfter))
+		if v, err := httpsfv.Marshal(httpsfv.List{cur}); err == nil {
+			set("RateLimit", v)
+		}
+	case X:
+		set("X-RateLimit-Limit", strconv.FormatInt(ld.Limit.Capacity(), 10))
+		set("X-RateLimit-Remaining", strconv.FormatInt(ld.Remaining, 10))
+		set("X-RateLimit-Reset", strconv.FormatInt(now.Add(ld.ResetAfter).Add(time.Second-1).Unix(), 10))
+	default:
+		set("RateLimit-Limit", strconv.FormatInt(ld.Limit.Capacity(), 10))
+		set("RateLimit-Remaining", strconv.FormatInt(ld.Remaining, 10))
+		set("RateLimit-Reset", strconv.FormatInt(ceilSeconds(ld.ResetAfter), 10))
+	}
+}
+
+// HeaderMap is SetHeaders into a map, with the names spelled as the drafts
+// do (RateLimit-Limit, not Ratelimit-Limit), for APIs that hand the headers
+// to a gateway.
+func HeaderMap(f Form, d limiter.Decision, now time.Time) map[string]string {
+	m := map[string]string{}
+	emit(f, d, now, func(k, v string) { m[k] = v })
+	return m
+}

@@ -1,0 +1,184 @@
+package httplimit
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dunglas/httpsfv"
+
+	"github.com/fairgate/fairgate/algo"
+	"github.com/fairgate/fairgate/limiter"
+	"github.com/fairgate/fairgate/store/memstore"
+)
+
+func decision(allowed bool, remaining int64, retry, reset time.Duration) limiter.Decision {
+	return limiter.Decision{
+		Allowed: allowed, Policy: "free.tenant.1m", RetryAfter: retry, Tightest: 0,
+		Layers: []limiter.LayerDecision{{
+			Layer:     limiter.Layer{Policy: "free.tenant.1m", Limit: algo.Limit{Limit: 120, Period: time.Minute, Burst: 30}},
+			Allowed:   allowed, Remaining: remaining, RetryAfter: retry, ResetAfter: reset,
+		}},
+	}
+}
+
+func TestRetryAfterRoundsUp(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		0: "1", time.Nanosecond: "1", time.Second: "1", time.Second + time.Microsecond: "2", 1500 * time.Millisecond: "2", time.Minute: "60",
+	} {
+		if got := RetryAfter(d); got != want {
+			t.Errorf("RetryAfter(%v) = %s, want %s", d, got, want)
+		}
+	}
+}
+
+func TestHeaderForms(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	d := decision(false, 0, 499*time.Millisecond, 14_500*time.Millisecond)
+
+	h := http.Header{}
+	SetHeaders(h, Draft, d, now)
+	for k, want := range map[string]string{"RateLimit-Limit": "30", "RateLimit-Remaining": "0", "RateLimit-Reset": "15", "Retry-After": "1"} {
+		if got := h.Get(k); got != want {
+			t.Errorf("draft %s = %q, want %q", k, got, want)
+		}
+	}
+
+	h = http.Header{}
+	SetHeaders(h, X, d, now)
+	for k, want := range map[string]string{"X-RateLimit-Limit": "30", "X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "1800000015"} {
+		if got := h.Get(k); got != want {
+			t.Errorf("x %s = %q, want %q", k, got, want)
+		}
+	}
+
+	h = http.Header{}
+	SetHeaders(h, Structured, d, now)
+	pol, err := httpsfv.UnmarshalList(h.Values("RateLimit-Policy"))
+	if err != nil {
+		t.Fatalf("RateLimit-Policy %q does not parse: %v", h.Get("RateLimit-Policy"), err)
+	}
+	item := pol[0].(httpsfv.Item)
+	q, _ := item.Params.Get("q")
+	w, _ := item.Params.Get("w")
+	if item.Value != "free.tenant.1m" || q != int64(30) || w != int64(15) {
+		t.Errorf("RateLimit-Policy = %q: want \"free.tenant.1m\";q=30;w=15", h.Get("RateLimit-Policy"))
+	}
+	cur, err := httpsfv.UnmarshalList(h.Values("RateLimit"))
+	if err != nil {
+		t.Fatalf("RateLimit %q does not parse: %v", h.Get("RateLimit"), err)
+	}
+	ci := cur[0].(httpsfv.Item)
+	r, _ := ci.Params.Get("r")
+	tt, _ := ci.Params.Get("t")
+	if ci.Value != "free.tenant.1m" || r != int64(0) || tt != int64(15) {
+		t.Errorf("RateLimit = %q: want \"free.tenant.1m\";r=0;t=15", h.Get("RateLimit"))
+	}
+	if h.Get("RateLimit-Limit") != "" {
+		t.Error("structured form also wrote the draft fields")
+	}
+}
+
+func TestRejectionBodies(t *testing.T) {
+	for _, tc := range []struct {
+		form   Form
+		d      limiter.Decision
+		status int
+		typ    string
+		retry  string
+	}{
+		{Draft, decision(false, 0, 2100*time.Millisecond, 5*time.Second), 429, TypeRateLimited, "3"},
+		{Structured, decision(false, 0, 2100*time.Millisecond, 5*time.Second), 429, TypeQuotaExceeded, "3"},
+		{Draft, limiter.Decision{Reason: limiter.ReasonUnavailable, RetryAfter: limiter.UnavailableRetryAfter, Tightest: -1}, 503, TypeUnavailable, "5"},
+	} {
+		rec := httptest.NewRecorder()
+		WriteRejection(rec, tc.form, tc.d)
+		var body map[string]any
+		json.Unmarshal(rec.Body.Bytes(), &body)
+		if rec.Code != tc.status || rec.Header().Get("Retry-After") != tc.retry || body["type"] != tc.typ ||
+			rec.Header().Get("Content-Type") != "application/problem+json" {
+			t.Errorf("%s %d: got %d, Retry-After %q, body %v", tc.form, tc.status, rec.Code, rec.Header().Get("Retry-After"), body)
+		}
+		if tc.status == 429 && (body["policy"] != "free.tenant.1m" || body["retry_after_seconds"] != float64(3)) {
+			t.Errorf("429 body %v: want policy and retry_after_seconds", body)
+		}
+		if tc.status == 503 && body["code"] != "rate_limiter_unavailable" {
+			t.Errorf("503 body %v", body)
+		}
+	}
+}
+
+func TestMiddleware(t *testing.T) {
+	l, err := limiter.New(limiter.Config{
+		Store: memstore.New(memstore.Config{}),
+		Policy: limiter.Policy{
+			DefaultPlan: "free", DefaultClass: "read",
+			Plans:   map[string]limiter.Plan{"free": {Rules: []limiter.Rule{{Limit: algo.Limit{Limit: 60, Period: time.Minute, Burst: 2}}}}},
+			Classes: map[string]limiter.Class{"read": {Share: 1}},
+			Anonymous: []limiter.AnonRoute{{Name: "login", Pattern: "POST /login", Cost: 1, Fail: limiter.FailClosed,
+				Rules: []limiter.AnonRule{{Rule: limiter.Rule{Limit: algo.Limit{Limit: 1, Period: time.Minute}}}}}},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The tenant comes from a (pretend-verified) key; the X-Tenant header a
+	// client might send is ignored.
+	keys := map[string]string{"k-acme": "acme"}
+	mw, err := Middleware(Config{Limiter: l, Identify: func(r *http.Request) (Identity, error) {
+		k := r.Header.Get("Authorization")
+		if k == "" {
+			return Identity{}, nil
+		}
+		if t, ok := keys[strings.TrimPrefix(k, "Bearer ")]; ok {
+			return Identity{Tenant: t}, nil
+		}
+		return Identity{}, errors.New("unknown API key")
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reached int
+	h := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { reached++ }))
+	do := func(method, path, auth, peer string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest(method, path, nil)
+		r.RemoteAddr = peer
+		r.Header.Set("X-Tenant", "someone-else")
+		if auth != "" {
+			r.Header.Set("Authorization", auth)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, r)
+		return rec
+	}
+	for i, want := range []int{200, 200, 429} {
+		if rec := do("GET", "/v1/x", "Bearer k-acme", "192.0.2.1:5000"); rec.Code != want {
+			t.Errorf("request %d: %d, want %d", i, rec.Code, want)
+		} else if want == 200 && rec.Header().Get("RateLimit-Remaining") != []string{"1", "0"}[i] {
+			t.Errorf("request %d: RateLimit-Remaining %q", i, rec.Header().Get("RateLimit-Remaining"))
+		}
+	}
+	if rec := do("GET", "/v1/x", "Bearer wrong", "192.0.2.1:5000"); rec.Code != 401 {
+		t.Errorf("unknown key: %d, want 401", rec.Code)
+	}
+	if rec := do("GET", "/v1/x", "", "192.0.2.1:5000"); rec.Code != 401 {
+		t.Errorf("no credential on a tenant route: %d, want 401", rec.Code)
+	}
+	// Anonymous login: per client IP.
+	if rec := do("POST", "/login", "", "192.0.2.1:5000"); rec.Code != 200 {
+		t.Errorf("first login: %d", rec.Code)
+	}
+	if rec := do("POST", "/login", "", "192.0.2.1:6000"); rec.Code != 429 {
+		t.Errorf("second login from the same IP: %d, want 429", rec.Code)
+	}
+	if rec := do("POST", "/login", "", "192.0.2.2:5000"); rec.Code != 200 {
+		t.Errorf("login from another IP: %d, want 200", rec.Code)
+	}
+	if reached != 4 {
+		t.Errorf("handler reached %d times, want 4", reached)
+	}
+}

@@ -1,0 +1,161 @@
+package httplimit
+
+import (
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"time"
+
+	"github.com/fairgate/fairgate/httplimit/problem"
+	"github.com/fairgate/fairgate/limiter"
+)
+
+// Problem types of the responses fairgate writes.
+const (
+	// TypeQuotaExceeded is the IETF RateLimit draft's problem type for a
+	// request over its quota, used with the Structured form.
+	TypeQuotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+	// TypeRateLimited is fairgate's type for a 429 in the other forms.
+	TypeRateLimited = "urn:fairgate:problem:rate_limited"
+	// TypeUnavailable is the type of a 503 when the store is out and the
+	// policy fails closed.
+	TypeUnavailable = "urn:fairgate:problem:rate_limiter_unavailable"
+	// TypeUnauthorized is the type of a 401 for a missing or unknown
+	// credential.
+	TypeUnauthorized = "urn:fairgate:problem:unauthorized"
+)
+
+// WriteRejection answers a request d did not allow: 429 with Retry-After
+// and a problem+json body naming the policy and retry_after_seconds, or
+// 503 with Retry-After when the store is out and the policy fails closed.
+// The rate-limit headers are written too.
+func WriteRejection(w http.ResponseWriter, f Form, d limiter.Decision) {
+	SetHeaders(w.Header(), f, d, time.Now())
+	if d.Reason == limiter.ReasonUnavailable {
+		w.Header().Set("Retry-After", RetryAfter(d.RetryAfter))
+		problem.Write(w, problem.Details{
+			Type:   TypeUnavailable,
+			Title:  "Rate limiter unavailable",
+			Status: http.StatusServiceUnavailable,
+			Detail: "the rate limiter cannot decide right now and this route fails closed; retry later",
+			Ext:    map[string]any{"code": "rate_limiter_unavailable", "retry_after_seconds": max(1, ceilSeconds(d.RetryAfter))},
+		})
+		return
+	}
+	typ := TypeRateLimited
+	if f == Structured {
+		typ = TypeQuotaExceeded
+	}
+	problem.Write(w, problem.Details{
+		Type:   typ,
+		Title:  "Too many requests",
+		Status: http.StatusTooManyRequests,
+		Detail: "over the limit of policy " + d.Policy + "; retry after the time given",
+		Ext:    map[string]any{"policy": d.Policy, "retry_after_seconds": max(1, ceilSeconds(d.RetryAfter))},
+	})
+}
+
+// WriteUnauthorized answers 401 for a request without a valid credential.
+func WriteUnauthorized(w http.ResponseWriter, detail string) {
+	w.Header().Set("WWW-Authenticate", `Bearer realm="fairgate"`)
+	problem.Write(w, problem.Details{Type: TypeUnauthorized, Title: "Unauthorized", Status: http.StatusUnauthorized, Detail: detail})
+}
+
+// Config configures the middleware.
+type Config struct {
+	// Limiter decides. Required.
+	Limiter *limiter.Limiter
+	// Identify returns the request's verified identity (a zero Identity
+	// for an anonymous request), or an error for a bad credential (answered
+	// 401 with the error's text). It must never trust a header the client
+	// controls. Required.
+	Identify func(r *http.Request) (Identity, error)
+	// Route returns the method and path the route is matched on. Nil means
+	// r.Method and r.URL.Path.
+	Route func(r *http.Request) (method, path string)
+	// ClientIP returns the client's address for anonymous routes. Nil means
+	// the peer address (r.RemoteAddr).
+	ClientIP func(r *http.Request) netip.Addr
+	// Credential returns what an anonymous request presents (a login name)
+	// for rules by credential. Nil means none.
+	Credential func(r *http.Request) string
+	// Headers is the header form. "" means Draft.
+	Headers Form
+	// Logger receives decision errors. Nil means silent.
+	Logger *slog.Logger
+}
+
+// Identity is who a request is from, as its verified credential says.
+type Identity struct {
+	// Tenant is the tenant ID; "" for an anonymous request.
+	Tenant string
+	// Plan is a plan the credential names, for tenants the policy does not
+	// list; "" for none.
+	Plan string
+}
+
+// PeerIP is the address of r's peer, from RemoteAddr.
+func PeerIP(r *http.Request) netip.Addr {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	a, _ := netip.ParseAddr(host)
+	return a.Unmap()
+}
+
+// Middleware returns net/http middleware that decides every request with
+// c.Limiter before passing it on: allowed requests get the rate-limit
+// headers and go to next; rejected ones get 429 or 503 and never reach it.
+func Middleware(c Config) (func(http.Handler) http.Handler, error) {
+	if c.Limiter == nil || c.Identify == nil {
+		return nil, errors.New("httplimit: Config.Limiter and Config.Identify are required")
+	}
+	form, err := ParseForm(string(c.Headers))
+	if err != nil {
+		return nil, err
+	}
+	route := c.Route
+	if route == nil {
+		route = func(r *http.Request) (string, string) { return r.Method, r.URL.Path }
+	}
+	clientIP := c.ClientIP
+	if clientIP == nil {
+		clientIP = PeerIP
+	}
+	log := c.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			id, err := c.Identify(r)
+			if err != nil {
+				WriteUnauthorized(w, err.Error())
+				return
+			}
+			req := limiter.Request{Tenant: id.Tenant, Plan: id.Plan, IP: clientIP(r)}
+			req.Method, req.Path = route(r)
+			if c.Credential != nil && id.Tenant == "" {
+				req.Credential = c.Credential(r)
+			}
+			d, err := c.Limiter.Decide(r.Context(), req)
+			switch {
+			case errors.Is(err, limiter.ErrNoTenant):
+				WriteUnauthorized(w, "this route needs a credential")
+				return
+			case err != nil:
+				log.Warn("cannot decide request", slog.String("path", r.URL.Path), slog.String("error", err.Error()))
+				problem.Write(w, problem.Details{Status: http.StatusBadRequest, Detail: err.Error()})
+				return
+			case !d.Allowed:
+				WriteRejection(w, form, d)
+				return
+			}
+			SetHeaders(w.Header(), form, d, time.Now())
+			next.ServeHTTP(w, r)
+		})
+	}, nil
+}

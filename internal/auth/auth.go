@@ -1,0 +1,240 @@
+// Package auth finds who a proxied request is from: the tenant (and plan)
+// from a verified credential, and the client's address from the peer or,
+// only behind trusted proxies, from X-Forwarded-For or Forwarded. Nothing
+// here trusts a header the client controls to name a tenant.
+package auth
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/MicahParks/keyfunc/v3"
+	"github.com/golang-jwt/jwt/v5"
+)
+
+// APIKey is one configured API key: the SHA-256 of the key (never the key
+// itself) and the tenant it belongs to.
+type APIKey struct {
+	SHA256 string // hex
+	Tenant string
+	Plan   string // optional
+}
+
+// JWTConfig verifies bearer JWTs.
+type JWTConfig struct {
+	// Issuer, if set, must equal the token's iss.
+	Issuer string
+	// Audience must be among the token's aud. Required.
+	Audience string
+	// TenantClaim and PlanClaim name the claims that carry the tenant ID
+	// (required in every token) and the plan (optional). Empty means
+	// "tenant" and "plan".
+	TenantClaim, PlanClaim string
+	// Keys verify signatures: []byte for HMAC, or crypto public keys
+	// (*rsa.PublicKey, *ecdsa.PublicKey, ed25519.PublicKey).
+	Keys []any
+	// JWKSURL, if set, is fetched (and refreshed) for the keys.
+	JWKSURL string
+	// Methods are the accepted signing algorithms. Empty means RS256,
+	// RS384, RS512, PS256, ES256, ES384, EdDSA and, with an HMAC key, HS256.
+	Methods []string
+	// Leeway tolerates clock skew on exp and nbf. Zero means 30 s.
+	Leeway time.Duration
+}
+
+// Config configures an Authenticator.
+type Config struct {
+	APIKeys []APIKey
+	JWT     *JWTConfig
+	// Now is the clock for token expiry. Nil means time.Now.
+	Now func() time.Time
+}
+
+// Identity is who a request is from.
+type Identity struct {
+	Tenant string
+	Plan   string
+}
+
+// Errors of Authenticate. Their texts are safe to show the client.
+var (
+	// ErrNoCredential means the request carries no credential.
+	ErrNoCredential = errors.New("auth: no credential: send Authorization: Bearer <API key or JWT>")
+	// ErrBadCredential means the credential is unknown, expired or not
+	// valid for this API.
+	ErrBadCredential = errors.New("auth: credential not accepted")
+)
+
+// Authenticator verifies credentials. It is safe for concurrent use.
+type Authenticator struct {
+	keys    []apiKey
+	parser  *jwt.Parser
+	keyfunc jwt.Keyfunc
+	tenant  string
+	plan    string
+}
+
+type apiKey struct {
+	sum    [sha256.Size]byte
+	tenant string
+	plan   string
+}
+
+// New returns an Authenticator for c. With a JWKS URL it fetches the set
+// once under ctx and refreshes it in the background until ctx ends.
+func New(ctx context.Context, c Config) (*Authenticator, error) {
+	a := &Authenticator{}
+	for i, k := range c.APIKeys {
+		b, err := hex.DecodeString(k.SHA256)
+		if err != nil || len(b) != sha256.Size {
+			return nil, fmt.Errorf("auth: api_keys[%d].sha256: want 64 hex digits (sha256sum of the key)", i)
+		}
+		if k.Tenant == "" {
+			return nil, fmt.Errorf("auth: api_keys[%d].tenant: required", i)
+		}
+		var ak apiKey
+		copy(ak.sum[:], b)
+		ak.tenant, ak.plan = k.Tenant, k.Plan
+		a.keys = append(a.keys, ak)
+	}
+	if j := c.JWT; j != nil {
+		if j.Audience == "" {
+			return nil, errors.New("auth: jwt.audience: required, so that tokens for other services are refused")
+		}
+		if len(j.Keys) == 0 && j.JWKSURL == "" {
+			return nil, errors.New("auth: jwt: give keys or jwks_url")
+		}
+		a.tenant, a.plan = j.TenantClaim, j.PlanClaim
+		if a.tenant == "" {
+			a.tenant = "tenant"
+		}
+		if a.plan == "" {
+			a.plan = "plan"
+		}
+		methods := j.Methods
+		hmac := false
+		for _, k := range j.Keys {
+			if _, ok := k.([]byte); ok {
+				hmac = true
+			}
+		}
+		if len(methods) == 0 {
+			methods = []string{"RS256", "RS384", "RS512", "PS256", "ES256", "ES384", "EdDSA"}
+			if hmac {
+				methods = append(methods, "HS256")
+			}
+		}
+		leeway := j.Leeway
+		if leeway == 0 {
+			leeway = 30 * time.Second
+		}
+		opts := []jwt.ParserOption{jwt.WithValidMethods(methods), jwt.WithAudience(j.Audience), jwt.WithExpirationRequired(), jwt.WithLeeway(leeway)}
+		if j.Issuer != "" {
+			opts = append(opts, jwt.WithIssuer(j.Issuer))
+		}
+		if c.Now != nil {
+			opts = append(opts, jwt.WithTimeFunc(c.Now))
+		}
+		a.parser = jwt.NewParser(opts...)
+		static := jwt.VerificationKeySet{}
+		for _, k := range j.Keys {
+			static.Keys = append(static.Keys, k)
+		}
+		var remote keyfunc.Keyfunc
+		if j.JWKSURL != "" {
+			var err error
+			if remote, err = keyfunc.NewDefaultCtx(ctx, []string{j.JWKSURL}); err != nil {
+				return nil, fmt.Errorf("auth: jwks_url %s: %w", j.JWKSURL, err)
+			}
+		}
+		a.keyfunc = func(t *jwt.Token) (any, error) {
+			if remote != nil {
+				if k, err := remote.Keyfunc(t); err == nil {
+					return k, nil
+				} else if len(static.Keys) == 0 {
+					return nil, err
+				}
+			}
+			return static, nil
+		}
+	}
+	return a, nil
+}
+
+// Enabled reports whether any credential is configured.
+func (a *Authenticator) Enabled() bool { return len(a.keys) > 0 || a.parser != nil }
+
+// credential is the bearer token or X-API-Key of r.
+func credential(r *http.Request) string {
+	if h := r.Header.Get("Authorization"); h != "" {
+		if tok, ok := strings.CutPrefix(h, "Bearer "); ok {
+			return strings.TrimSpace(tok)
+		}
+		return ""
+	}
+	return r.Header.Get("X-API-Key")
+}
+
+// Authenticate returns the identity of r's credential, ErrNoCredential when
+// it has none, or an error wrapping ErrBadCredential.
+func (a *Authenticator) Authenticate(r *http.Request) (Identity, error) {
+	tok := credential(r)
+	if tok == "" {
+		return Identity{}, ErrNoCredential
+	}
+	if a.parser != nil && strings.Count(tok, ".") == 2 {
+		return a.verifyJWT(tok)
+	}
+	// Every key is compared, in constant time, whether or not an earlier
+	// one matched: the time taken says nothing about the keys.
+	sum := sha256.Sum256([]byte(tok))
+	found := -1
+	for i := range a.keys {
+		if subtle.ConstantTimeCompare(sum[:], a.keys[i].sum[:]) == 1 {
+			found = i
+		}
+	}
+	if found < 0 {
+		return Identity{}, fmt.Errorf("%w: unknown API key", ErrBadCredential)
+	}
+	return Identity{Tenant: a.keys[found].tenant, Plan: a.keys[found].plan}, nil
+}
+
+func (a *Authenticator) verifyJWT(tok string) (Identity, error) {
+	claims := jwt.MapClaims{}
+	if _, err := a.parser.ParseWithClaims(tok, claims, a.keyfunc); err != nil {
+		return Identity{}, fmt.Errorf("%w: %s", ErrBadCredential, jwtReason(err))
+	}
+	tenant, _ := claims[a.tenant].(string)
+	if tenant == "" {
+		return Identity{}, fmt.Errorf("%w: token has no %q claim", ErrBadCredential, a.tenant)
+	}
+	plan, _ := claims[a.plan].(string)
+	return Identity{Tenant: tenant, Plan: plan}, nil
+}
+
+// jwtReason says why a token was refused without echoing it.
+func jwtReason(err error) string {
+	switch {
+	case errors.Is(err, jwt.ErrTokenExpired):
+		return "token expired"
+	case errors.Is(err, jwt.ErrTokenInvalidAudience):
+		return "token is for another audience"
+	case errors.Is(err, jwt.ErrTokenInvalidIssuer):
+		return "token from another issuer"
+	case errors.Is(err, jwt.ErrTokenSignatureInvalid), errors.Is(err, jwt.ErrTokenUnverifiable):
+		return "signature does not verify"
+	case errors.Is(err, jwt.ErrTokenNotValidYet):
+		return "token not valid yet"
+	case errors.Is(err, jwt.ErrTokenRequiredClaimMissing):
+		return "token lacks a required claim (exp)"
+	}
+	return "malformed token"
+}

@@ -1,0 +1,171 @@
+package auth
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/big"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+)
+
+func sum(key string) string { s := sha256.Sum256([]byte(key)); return hex.EncodeToString(s[:]) }
+
+func bearer(tok string) *http.Request {
+	r := httptest.NewRequest("GET", "/", nil)
+	r.Header.Set("Authorization", "Bearer "+tok)
+	return r
+}
+
+func TestAPIKeys(t *testing.T) {
+	a, err := New(context.Background(), Config{APIKeys: []APIKey{{SHA256: sum("k-acme"), Tenant: "acme"}, {SHA256: sum("k-globex"), Tenant: "globex", Plan: "team"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, err := a.Authenticate(bearer("k-globex")); err != nil || id != (Identity{"globex", "team"}) {
+		t.Errorf("known key: %+v, %v", id, err)
+	}
+	r := httptest.NewRequest("GET", "/", nil)
+	r.Header.Set("X-API-Key", "k-acme")
+	r.Header.Set("X-Tenant", "globex") // ignored
+	if id, err := a.Authenticate(r); err != nil || id.Tenant != "acme" {
+		t.Errorf("X-API-Key: %+v, %v", id, err)
+	}
+	if _, err := a.Authenticate(bearer("k-nobody")); !errors.Is(err, ErrBadCredential) {
+		t.Errorf("unknown key: %v", err)
+	}
+	if _, err := a.Authenticate(httptest.NewRequest("GET", "/", nil)); !errors.Is(err, ErrNoCredential) {
+		t.Errorf("no key: %v", err)
+	}
+	if _, err := New(context.Background(), Config{APIKeys: []APIKey{{SHA256: "abc", Tenant: "x"}}}); err == nil {
+		t.Error("a malformed hash was accepted")
+	}
+}
+
+func rsaKey(t *testing.T) *rsa.PrivateKey {
+	k, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+var now = time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+
+func sign(t *testing.T, k *rsa.PrivateKey, kid string, claims jwt.MapClaims) string {
+	tok := jwt.NewWithClaims(jwt.SigningMethodRS256, claims)
+	tok.Header["kid"] = kid
+	s, err := tok.SignedString(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func claims(mod func(jwt.MapClaims)) jwt.MapClaims {
+	c := jwt.MapClaims{"tenant": "acme", "plan": "enterprise", "aud": "api", "iss": "https://id.example", "exp": now.Add(time.Hour).Unix()}
+	if mod != nil {
+		mod(c)
+	}
+	return c
+}
+
+func testJWT(t *testing.T, a *Authenticator, good, other *rsa.PrivateKey) {
+	t.Helper()
+	for _, tc := range []struct {
+		name string
+		tok  string
+		want error
+	}{
+		{"good", sign(t, good, "k1", claims(nil)), nil},
+		{"expired", sign(t, good, "k1", claims(func(c jwt.MapClaims) { c["exp"] = now.Add(-time.Hour).Unix() })), ErrBadCredential},
+		{"no expiry", sign(t, good, "k1", claims(func(c jwt.MapClaims) { delete(c, "exp") })), ErrBadCredential},
+		{"wrong audience", sign(t, good, "k1", claims(func(c jwt.MapClaims) { c["aud"] = "billing" })), ErrBadCredential},
+		{"wrong issuer", sign(t, good, "k1", claims(func(c jwt.MapClaims) { c["iss"] = "https://evil.example" })), ErrBadCredential},
+		{"wrong key", sign(t, other, "k1", claims(nil)), ErrBadCredential},
+		{"no tenant claim", sign(t, good, "k1", claims(func(c jwt.MapClaims) { delete(c, "tenant") })), ErrBadCredential},
+		{"alg none", func() string {
+			s, _ := jwt.NewWithClaims(jwt.SigningMethodNone, claims(nil)).SignedString(jwt.UnsafeAllowNoneSignatureType)
+			return s
+		}(), ErrBadCredential},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			id, err := a.Authenticate(bearer(tc.tok))
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("Authenticate = %+v, %v; want %v", id, err, tc.want)
+			}
+			if tc.want == nil && id != (Identity{"acme", "enterprise"}) {
+				t.Errorf("identity %+v", id)
+			}
+		})
+	}
+}
+
+func TestJWTWithStaticKey(t *testing.T) {
+	good, other := rsaKey(t), rsaKey(t)
+	a, err := New(context.Background(), Config{Now: func() time.Time { return now }, JWT: &JWTConfig{
+		Issuer: "https://id.example", Audience: "api", Keys: []any{&good.PublicKey},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testJWT(t, a, good, other)
+}
+
+func TestJWTWithJWKS(t *testing.T) {
+	good, other := rsaKey(t), rsaKey(t)
+	b64 := func(b []byte) string { return base64.RawURLEncoding.EncodeToString(b) }
+	jwks := fmt.Sprintf(`{"keys":[{"kty":"RSA","kid":"k1","alg":"RS256","use":"sig","n":%q,"e":%q}]}`,
+		b64(good.N.Bytes()), b64(big.NewInt(int64(good.E)).Bytes()))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(jwks))
+	}))
+	defer srv.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a, err := New(ctx, Config{Now: func() time.Time { return now }, JWT: &JWTConfig{Issuer: "https://id.example", Audience: "api", JWKSURL: srv.URL}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testJWT(t, a, good, other)
+}
+
+func TestClientIP(t *testing.T) {
+	c := ClientIP{Trusted: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00::/8")}}
+	for _, tc := range []struct {
+		peer, xff, fwd, want string
+	}{
+		{"203.0.113.9:4000", "", "", "203.0.113.9"},
+		{"203.0.113.9:4000", "198.51.100.1", "", "203.0.113.9"},             // untrusted peer: header ignored
+		{"10.0.0.5:4000", "198.51.100.1", "", "198.51.100.1"},               // trusted proxy
+		{"10.0.0.5:4000", "6.6.6.6, 198.51.100.1, 10.0.0.7", "", "198.51.100.1"}, // spoofed leftmost entry skipped
+		{"10.0.0.5:4000", "", `for=198.51.100.2;proto=https, for="10.1.1.1"`, "198.51.100.2"},
+		{"10.0.0.5:4000", "", `for="[2001:db8::7]:443"`, "2001:db8::7"},
+		{"[fd00::1]:4000", "2001:db8:1:2::9", "", "2001:db8:1:2::9"},
+		{"10.0.0.5:4000", "not-an-ip", "", "10.0.0.5"},
+		{"10.0.0.5:4000", "", "", "10.0.0.5"},
+	} {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.RemoteAddr = tc.peer
+		if tc.xff != "" {
+			r.Header.Set("X-Forwarded-For", tc.xff)
+		}
+		if tc.fwd != "" {
+			r.Header.Set("Forwarded", tc.fwd)
+		}
+		if got := c.Of(r); got != netip.MustParseAddr(tc.want) {
+			t.Errorf("peer %s xff %q fwd %q: %v, want %s", tc.peer, tc.xff, tc.fwd, got, tc.want)
+		}
+	}
+}

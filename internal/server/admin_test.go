@@ -1,0 +1,108 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fairgate/fairgate/examples"
+	"github.com/fairgate/fairgate/internal/config"
+	"github.com/fairgate/fairgate/limiter"
+	"github.com/fairgate/fairgate/limiter/redisctl"
+	"github.com/fairgate/fairgate/store/memstore"
+	"github.com/fairgate/fairgate/store/redisstore"
+)
+
+const adminToken = "test-admin-token-0123456789"
+
+// redisInstance is one fairgate instance on the shared test Redis: its own
+// client, limiter (following the control store) and server.
+func redisInstance(t *testing.T, prefix string) (*limiter.Limiter, *Server) {
+	t.Helper()
+	rs, err := redisstore.New(redisstore.Config{URL: "redis://" + redisSrv.Addr, Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rs.Close() })
+	cfg, err := config.Parse(examples.ConfigName, examples.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := limiter.New(limiter.Config{Store: rs, Policy: cfg.Policy, Control: redisctl.New(rs.Client(), prefix), Timeout: time.Second, Fallback: memstore.New(memstore.Config{})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { l.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	s, err := New(Config{Limiter: l})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, s
+}
+
+func TestAdmin(t *testing.T) {
+	prefix := fmt.Sprintf("adm%d:", time.Now().UnixNano())
+	la, _ := redisInstance(t, prefix)
+	lb, sb := redisInstance(t, prefix)
+	ah, err := NewAdmin(AdminConfig{Limiter: la, Token: adminToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := func(method, path, body, token string) *httptest.ResponseRecorder {
+		c := call{method: method, path: path, body: body}
+		if token != "" {
+			c.headers = map[string]string{"Authorization": "Bearer " + token}
+		}
+		return c.do(ah)
+	}
+	for _, tok := range []string{"", "wrong-token-wrong-token", adminToken + "x"} {
+		if rec := admin("GET", "/admin/config", "", tok); rec.Code != 401 {
+			t.Errorf("token %q: %d, want 401", tok, rec.Code)
+		}
+	}
+	if rec := admin("GET", "/admin/config", "", adminToken); rec.Code != 200 || !strings.Contains(rec.Body.String(), `"default_plan":"free"`) {
+		t.Errorf("config: %d %s", rec.Code, rec.Body.String())
+	}
+	if rec := admin("PUT", "/admin/tenants/newco", `{"plan":"gold"}`, adminToken); rec.Code != 400 || !strings.Contains(rec.Body.String(), "unknown plan") {
+		t.Errorf("bad override: %d %s", rec.Code, rec.Body.String())
+	}
+	// An override made on instance A is enforced by instance B within 2 s.
+	start := time.Now()
+	if rec := admin("PUT", "/admin/tenants/newco", `{"plan":"free","burst":3,"shares":{"export":1},"ttl_seconds":600}`, adminToken); rec.Code != 200 {
+		t.Fatalf("override: %d %s", rec.Code, rec.Body.String())
+	}
+	for {
+		if res, err := lb.Snapshot().Resolve(limiter.Request{Tenant: "newco", Class: "read"}, time.Now()); err == nil && res.Layers[0].Limit.Capacity() == 3 {
+			break
+		}
+		if time.Since(start) > 2*time.Second {
+			t.Fatalf("override not enforced on the other instance within 2 s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("enforced on instance B after %v", time.Since(start))
+	for i := range 4 {
+		_, m := check(t, sb, `{"tenant":"newco","class":"read"}`)
+		if want := i < 3; m["allowed"] != want {
+			t.Errorf("request %d on B: allowed %v, want %v", i, m["allowed"], want)
+		}
+	}
+	if rec := admin("GET", "/admin/tenants/newco", "", adminToken); rec.Code != 200 || !strings.Contains(rec.Body.String(), `"override"`) {
+		t.Errorf("read tenant: %d %s", rec.Code, rec.Body.String())
+	}
+	if rec := admin("DELETE", "/admin/tenants/newco", "", adminToken); rec.Code != 200 || !strings.Contains(rec.Body.String(), `"cleared":true`) {
+		t.Errorf("clear: %d %s", rec.Code, rec.Body.String())
+	}
+	if rec := admin("POST", "/admin/reload", "", adminToken); rec.Code != 409 {
+		t.Errorf("reload without a file: %d", rec.Code)
+	}
+	if _, err := NewAdmin(AdminConfig{Limiter: la, Token: "short"}); err == nil {
+		t.Error("a short admin token was accepted")
+	}
+}

@@ -1,0 +1,195 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/fairgate/fairgate/httplimit"
+	"github.com/fairgate/fairgate/httplimit/problem"
+	"github.com/fairgate/fairgate/internal/auth"
+	"github.com/fairgate/fairgate/limiter"
+)
+
+// checkRequest is the body of POST /v1/check. The caller is a gateway
+// that has verified the tenant itself.
+type checkRequest struct {
+	Tenant *string `json:"tenant"`
+	Route  *string `json:"route"`
+	Class  *string `json:"class"`
+	Cost   *int64  `json:"cost"`
+	IP     *string `json:"ip"`
+}
+
+type layerJSON struct {
+	Policy       string `json:"policy"`
+	Limit        int64  `json:"limit"`
+	Remaining    int64  `json:"remaining"`
+	ResetAfterMs int64  `json:"reset_after_ms"`
+	RetryAfterMs int64  `json:"retry_after_ms"`
+	Allowed      bool   `json:"allowed"`
+	Shadow       bool   `json:"shadow,omitempty"`
+}
+
+type checkResponse struct {
+	Allowed      bool              `json:"allowed"`
+	Status       int               `json:"status"`
+	Reason       string            `json:"reason"`
+	Policy       string            `json:"policy"`
+	RetryAfterMs int64             `json:"retry_after_ms"`
+	Headers      map[string]string `json:"headers"`
+	Decisions    []layerJSON       `json:"decisions"`
+}
+
+// parseCheck validates a check request, naming the field at fault.
+func parseCheck(req *checkRequest) (limiter.Request, string) {
+	var lr limiter.Request
+	if req.Tenant != nil {
+		lr.Tenant = *req.Tenant
+		if len(lr.Tenant) > limiter.MaxTenantID {
+			return lr, fmt.Sprintf("tenant: %d bytes, at most %d", len(lr.Tenant), limiter.MaxTenantID)
+		}
+	}
+	switch {
+	case req.Route != nil && req.Class != nil:
+		return lr, "route, class: give one, not both"
+	case req.Route != nil:
+		m, p, ok := strings.Cut(*req.Route, " ")
+		if !ok || m == "" || !strings.HasPrefix(p, "/") {
+			return lr, fmt.Sprintf("route: %q: want a method and a path, such as \"GET /v1/users/7\"", *req.Route)
+		}
+		lr.Method, lr.Path = m, p
+	case req.Class != nil:
+		if *req.Class == "" {
+			return lr, "class: empty"
+		}
+		lr.Class = *req.Class
+	default:
+		return lr, "route or class: required"
+	}
+	if req.Cost != nil {
+		if *req.Cost < 0 {
+			return lr, fmt.Sprintf("cost: %d is negative", *req.Cost)
+		}
+		lr.Cost, lr.HasCost = *req.Cost, true
+	}
+	if req.IP != nil {
+		a, err := netip.ParseAddr(*req.IP)
+		if err != nil {
+			return lr, fmt.Sprintf("ip: %q is not an IP address", *req.IP)
+		}
+		lr.IP = a
+	}
+	return lr, ""
+}
+
+func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
+	var req checkRequest
+	if !decodeJSON(w, r, &req) {
+		return
+	}
+	lr, detail := parseCheck(&req)
+	if detail != "" {
+		problem.BadRequest(w, detail)
+		return
+	}
+	d, err := s.lim.Decide(r.Context(), lr)
+	if err != nil {
+		problem.BadRequest(w, checkError(err, lr))
+		return
+	}
+	resp := checkResponse{
+		Allowed: d.Allowed, Status: http.StatusOK, Reason: string(d.Reason), Policy: d.Policy,
+		Headers:   httplimit.HeaderMap(s.form, d, time.Now()),
+		Decisions: []layerJSON{},
+	}
+	switch {
+	case d.Reason == limiter.ReasonUnavailable:
+		resp.Status = http.StatusServiceUnavailable
+		resp.Headers["Retry-After"] = httplimit.RetryAfter(d.RetryAfter)
+	case !d.Allowed:
+		resp.Status = http.StatusTooManyRequests
+	}
+	if !d.Allowed {
+		resp.RetryAfterMs = ceilMs(d.RetryAfter)
+	}
+	for _, ld := range d.Layers {
+		resp.Decisions = append(resp.Decisions, layerJSON{
+			Policy: ld.Policy, Limit: ld.Limit.Capacity(), Remaining: ld.Remaining,
+			ResetAfterMs: ceilMs(ld.ResetAfter), RetryAfterMs: ceilMs(ld.RetryAfter), Allowed: ld.Allowed, Shadow: ld.Shadow,
+		})
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// checkError names the field a resolution error is about.
+func checkError(err error, lr limiter.Request) string {
+	switch {
+	case errors.Is(err, limiter.ErrNoTenant):
+		return fmt.Sprintf("tenant: required for route %s %s, which is not anonymous", lr.Method, lr.Path)
+	case errors.Is(err, limiter.ErrUnknownClass):
+		return "class: " + err.Error()
+	case errors.Is(err, limiter.ErrBadCost):
+		return "cost: " + err.Error()
+	}
+	return err.Error()
+}
+
+// identify verifies r's credential for the proxy and /v1/me/limits: a zero
+// identity for none, an error for a bad one.
+func (s *Server) identify(r *http.Request) (httplimit.Identity, error) {
+	a := s.id.Load().auth
+	if a == nil || !a.Enabled() {
+		if r.Header.Get("Authorization") != "" || r.Header.Get("X-API-Key") != "" {
+			return httplimit.Identity{}, errors.New("no credentials are configured: this service accepts none")
+		}
+		return httplimit.Identity{}, nil
+	}
+	id, err := a.Authenticate(r)
+	if errors.Is(err, auth.ErrNoCredential) {
+		return httplimit.Identity{}, nil
+	}
+	if err != nil {
+		return httplimit.Identity{}, err
+	}
+	return httplimit.Identity{Tenant: id.Tenant, Plan: id.Plan}, nil
+}
+
+func (s *Server) handleMyLimits(w http.ResponseWriter, r *http.Request) {
+	id, err := s.identify(r)
+	if err != nil {
+		httplimit.WriteUnauthorized(w, err.Error())
+		return
+	}
+	if id.Tenant == "" {
+		httplimit.WriteUnauthorized(w, "send a credential to see your limits")
+		return
+	}
+	tl, err := s.lim.Effective(r.Context(), id.Tenant)
+	if err != nil {
+		problem.Write(w, problem.Details{Status: http.StatusServiceUnavailable, Detail: "limits cannot be read right now: " + err.Error()})
+		return
+	}
+	type layer struct {
+		Policy       string `json:"policy"`
+		Class        string `json:"class,omitempty"`
+		Limit        int64  `json:"limit"`
+		Burst        int64  `json:"burst"`
+		PeriodMs     int64  `json:"period_ms"`
+		Remaining    int64  `json:"remaining"`
+		ResetAfterMs int64  `json:"reset_after_ms"`
+		Shadow       bool   `json:"shadow,omitempty"`
+	}
+	out := struct {
+		Tenant string  `json:"tenant"`
+		Plan   string  `json:"plan"`
+		Layers []layer `json:"layers"`
+	}{Tenant: tl.Tenant, Plan: tl.Plan, Layers: []layer{}}
+	for _, l := range tl.Layers {
+		out.Layers = append(out.Layers, layer{l.Policy, l.Class, l.Limit, l.Burst, int64(l.Period / time.Millisecond), l.Remaining, ceilMs(l.ResetAfter), l.Shadow})
+	}
+	writeJSON(w, http.StatusOK, out)
+}

@@ -1,0 +1,73 @@
+package server
+
+import (
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"time"
+
+	"github.com/fairgate/fairgate/httplimit"
+	"github.com/fairgate/fairgate/httplimit/problem"
+)
+
+// newProxy returns the reverse proxy to upstream behind the limiter's
+// middleware: the tenant from the verified credential, the client address
+// from the peer or trusted proxies, the route classified and decided, then
+// the request forwarded (httputil.ReverseProxy: streaming, hop-by-hop
+// headers removed, X-Forwarded-For appended) or answered 429/503/401.
+func (s *Server) newProxy(upstream *url.URL, timeout time.Duration) (http.Handler, error) {
+	if upstream.Scheme != "http" && upstream.Scheme != "https" || upstream.Host == "" {
+		return nil, errors.New("server: upstream must be an http:// or https:// URL with a host")
+	}
+	if timeout <= 0 {
+		timeout = 30 * time.Second
+	}
+	tr := &http.Transport{
+		Proxy:                 nil,
+		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:          1024,
+		MaxIdleConnsPerHost:   256,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   5 * time.Second,
+		ResponseHeaderTimeout: timeout,
+		ExpectContinueTimeout: time.Second,
+		ForceAttemptHTTP2:     true,
+	}
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(upstream)
+			pr.Out.Host = pr.In.Host
+			// ReverseProxy drops the inbound X-Forwarded-* before Rewrite. A
+			// forwarding chain is passed on only from a trusted proxy;
+			// SetXForwarded then appends the peer.
+			if s.id.Load().ip.Trusts(httplimit.PeerIP(pr.In)) {
+				if xff := pr.In.Header.Values("X-Forwarded-For"); len(xff) > 0 {
+					pr.Out.Header["X-Forwarded-For"] = xff
+				}
+			} else {
+				pr.Out.Header.Del("Forwarded")
+			}
+			pr.SetXForwarded()
+		},
+		Transport:     tr,
+		FlushInterval: -1, // stream: flush as the upstream writes
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			s.log.Warn("upstream failed", slog.String("path", r.URL.Path), slog.String("error", err.Error()))
+			problem.Write(w, problem.Details{Status: http.StatusBadGateway, Detail: "the upstream API did not answer"})
+		},
+	}
+	mw, err := httplimit.Middleware(httplimit.Config{
+		Limiter:  s.lim,
+		Identify: s.identify,
+		ClientIP: s.clientIP,
+		Headers:  s.form,
+		Logger:   s.log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return mw(rp), nil
+}
