@@ -20,8 +20,8 @@ func decision(allowed bool, remaining int64, retry, reset time.Duration) limiter
 	return limiter.Decision{
 		Allowed: allowed, Policy: "free.tenant.1m", RetryAfter: retry, Tightest: 0,
 		Layers: []limiter.LayerDecision{{
-			Layer:     limiter.Layer{Policy: "free.tenant.1m", Limit: algo.Limit{Limit: 120, Period: time.Minute, Burst: 30}},
-			Allowed:   allowed, Remaining: remaining, RetryAfter: retry, ResetAfter: reset,
+			Layer:   limiter.Layer{Policy: "free.tenant.1m", Limit: algo.Limit{Limit: 120, Period: time.Minute, Burst: 30}},
+			Allowed: allowed, Remaining: remaining, RetryAfter: retry, ResetAfter: reset,
 		}},
 	}
 }

@@ -626,11 +626,11 @@ type Snapshot struct {
 	defTenant *ctenant
 	// planTenants are unlisted tenants on each plan (Request.Plan).
 	planTenants map[string]*ctenant
-	routes    map[string]*Route
-	anon      map[string]*AnonRoute
-	mux       *http.ServeMux
-	loc       *time.Location
-	policy    Policy
+	routes      map[string]*Route
+	anon        map[string]*AnonRoute
+	mux         *http.ServeMux
+	loc         *time.Location
+	policy      Policy
 }
 
 type cplan struct {

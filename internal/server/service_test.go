@@ -181,17 +181,17 @@ func TestCheckLayers(t *testing.T) {
 func TestCheckInvalidInput(t *testing.T) {
 	h := service(t, memstore.New(memstore.Config{}))
 	for body, want := range map[string]string{
-		`{"tenant":"acme"}`:                                  "route or class: required",
-		`{"tenant":"acme","route":"/v1/x"}`:                  "route: \"/v1/x\": want a method and a path",
-		`{"tenant":"acme","route":"GET /x","class":"read"}`:  "route, class: give one",
-		`{"tenant":"acme","class":"bulk"}`:                   "class: limiter: unknown class \"bulk\"",
-		`{"tenant":"acme","class":"read","cost":-1}`:         "cost: -1 is negative",
-		`{"tenant":"acme","class":"search","cost":1000000}`:  "cost: limiter: bad cost: cost 1000000 exceeds the burst",
-		`{"tenant":"acme","class":"read","ip":"1.2.3"}`:      "ip: \"1.2.3\" is not an IP address",
-		`{"route":"GET /v1/users/1"}`:                        "tenant: required for route GET /v1/users/1",
-		`{"tenant":"acme","class":"read","colour":"blue"}`:   "unknown field \"colour\"",
-		`{"tenant":7,"class":"read"}`:                        "field tenant: want a string",
-		`[1]`:                                                "body must be a JSON object",
+		`{"tenant":"acme"}`:                                 "route or class: required",
+		`{"tenant":"acme","route":"/v1/x"}`:                 "route: \"/v1/x\": want a method and a path",
+		`{"tenant":"acme","route":"GET /x","class":"read"}`: "route, class: give one",
+		`{"tenant":"acme","class":"bulk"}`:                  "class: limiter: unknown class \"bulk\"",
+		`{"tenant":"acme","class":"read","cost":-1}`:        "cost: -1 is negative",
+		`{"tenant":"acme","class":"search","cost":1000000}`: "cost: limiter: bad cost: cost 1000000 exceeds the burst",
+		`{"tenant":"acme","class":"read","ip":"1.2.3"}`:     "ip: \"1.2.3\" is not an IP address",
+		`{"route":"GET /v1/users/1"}`:                       "tenant: required for route GET /v1/users/1",
+		`{"tenant":"acme","class":"read","colour":"blue"}`:  "unknown field \"colour\"",
+		`{"tenant":7,"class":"read"}`:                       "field tenant: want a string",
+		`[1]`:                                               "body must be a JSON object",
 	} {
 		rec := call{method: "POST", path: "/v1/check", body: body}.do(h)
 		detail, _ := decodeMap(t, rec)["detail"].(string)
