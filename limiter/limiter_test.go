@@ -440,3 +440,20 @@ func TestSetPolicyKeepsRunningPolicyOnError(t *testing.T) {
 		t.Errorf("good policy not applied: %+v", res.Layers)
 	}
 }
+
+func TestFallbackIsSizedPerInstance(t *testing.T) {
+	fb := memstore.New(memstore.Config{})
+	l := newLimiter(t, downStore{}, func(c *Config) { c.Fallback = fb; c.Instances = 4 })
+	// free: burst 30; each of 4 instances gets 30 × 1.2 / 4 = 9.
+	var d Decision
+	admitted := 0
+	for range 20 {
+		d, _ = l.Decide(context.Background(), Request{Tenant: "newco", Method: "GET", Path: "/v1/users/1"})
+		if d.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 9 || d.Reason != ReasonDegradedOpen {
+		t.Errorf("fallback admitted %d of 20 (reason %v), want 9: the burst of 30 × 1.2 / 4 instances", admitted, d.Reason)
+	}
+}

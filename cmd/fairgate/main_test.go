@@ -44,6 +44,9 @@ func TestServeAndShutdown(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("serve did not shut down")
 	}
+	if !strings.Contains(stderr.String(), "admin API not started: set FAIRGATE_ADMIN_TOKEN") {
+		t.Errorf("no line saying the admin API is off without a token: %s", stderr.String())
+	}
 	if !strings.Contains(stderr.String(), `"msg":"shutting down"`) {
 		t.Errorf("no shutdown log line: %s", stderr.String())
 	}

@@ -174,7 +174,9 @@ func (s *Store) send(batch []*request) {
 	defer cancel()
 	if len(batch) == 1 {
 		r := batch[0]
-		p := *r.p
+		// Only the request's inputs: the caller may write its own reply and
+		// error fields once it stops waiting.
+		p := part{idx: r.p.idx, slot: r.p.slot, algos: r.p.algos, keys: r.p.keys, args: r.p.args}
 		s.runPart(ctx, &p)
 		r.reply, r.err = p.reply, p.err
 		return
