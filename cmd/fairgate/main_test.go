@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -137,6 +138,57 @@ func TestSIGHUPReloads(t *testing.T) {
 	os.WriteFile(path, example, 0o600)
 	syscall.Kill(os.Getpid(), syscall.SIGHUP)
 	waitLog(`"msg":"config reloaded"`)
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("serve exited %d: %s", code, logs.String())
+	}
+}
+
+// TestAdminListener: with a token the admin API listens on its own address
+// and refuses requests without the token.
+func TestAdminListener(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	adminAddr := ln.Addr().String()
+	ln.Close()
+	const token = "admin-token-for-the-test-0001"
+	t.Setenv("FAIRGATE_ADMIN_TOKEN", token)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addrc := make(chan string, 1)
+	done := make(chan int, 1)
+	var logs syncBuffer
+	go func() {
+		done <- runReady(ctx, []string{"serve", "--listen", "127.0.0.1:0", "--admin-listen", adminAddr}, io.Discard, &logs, func(a string) { addrc <- a })
+	}()
+	select {
+	case <-addrc:
+	case code := <-done:
+		t.Fatalf("serve exited %d: %s", code, logs.String())
+	}
+	get := func(tok string) int {
+		req, _ := http.NewRequest("GET", "http://"+adminAddr+"/admin/config", nil)
+		if tok != "" {
+			req.Header.Set("Authorization", "Bearer "+tok)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if c := get(""); c != 401 {
+		t.Errorf("no token: %d", c)
+	}
+	if c := get("wrong-token-wrong-token"); c != 401 {
+		t.Errorf("wrong token: %d", c)
+	}
+	if c := get(token); c != 200 {
+		t.Errorf("token: %d", c)
+	}
 	cancel()
 	if code := <-done; code != 0 {
 		t.Fatalf("serve exited %d: %s", code, logs.String())

@@ -326,3 +326,39 @@ func TestUpstreamDown(t *testing.T) {
 	}
 	io.Copy(io.Discard, rec.Body)
 }
+
+// TestProxyStreams: the proxy passes the upstream's bytes on as they come,
+// not when the response ends.
+func TestProxyStreams(t *testing.T) {
+	release := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("first\n"))
+		w.(http.Flusher).Flush()
+		<-release
+		w.Write([]byte("second\n"))
+	}))
+	defer up.Close()
+	u, _ := url.Parse(up.URL)
+	s, err := New(Config{Limiter: testLimiter(t, memstore.New(memstore.Config{}), -1), Auth: testAuth(t), Upstream: u})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(s)
+	defer ts.Close()
+	req, _ := http.NewRequest("GET", ts.URL+"/v1/stream", nil)
+	req.Header.Set("X-API-Key", "key-acme")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	buf := make([]byte, 6)
+	if _, err := io.ReadFull(resp.Body, buf); err != nil || string(buf) != "first\n" {
+		t.Fatalf("first chunk %q, %v: not streamed before the upstream finished", buf, err)
+	}
+	close(release)
+	rest, _ := io.ReadAll(resp.Body)
+	if string(rest) != "second\n" || resp.Header.Get("RateLimit-Remaining") == "" {
+		t.Errorf("rest %q, headers %v", rest, resp.Header)
+	}
+}
