@@ -8,6 +8,7 @@ import (
 
 	"github.com/dunglas/httpsfv"
 
+	"github.com/fairgate/fairgate/httplimit/problem"
 	"github.com/fairgate/fairgate/limiter"
 )
 
@@ -48,7 +49,7 @@ func ceilSeconds(d time.Duration) int64 { return int64((d + time.Second - 1) / t
 
 // RetryAfter formats d as a Retry-After value: whole seconds, rounded up,
 // at least 1, so that a client that waits it is never early.
-func RetryAfter(d time.Duration) string { return strconv.FormatInt(max(1, ceilSeconds(d)), 10) }
+func RetryAfter(d time.Duration) string { return problem.RetryAfterSeconds(d) }
 
 // quota returns the layer's quota and window for RateLimit-Policy: for
 // GCRA and token bucket the burst and the time to refill it from empty

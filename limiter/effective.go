@@ -3,7 +3,6 @@ package limiter
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/fairgate/fairgate/store"
@@ -48,7 +47,6 @@ func (l *Limiter) Effective(ctx context.Context, id string) (TenantLimits, error
 	t := s.tenant(id, now)
 	out := TenantLimits{Tenant: id, Plan: t.plan, Overridden: t != s.defTenant, Expires: t.tenant.Expires}
 	var layers []Layer
-	var classes []string
 	for _, name := range sortedKeys(s.classes) {
 		r, err := s.Resolve(Request{Tenant: id, Class: name, HasCost: true}, now)
 		if err != nil {
@@ -57,7 +55,6 @@ func (l *Limiter) Effective(ctx context.Context, id string) (TenantLimits, error
 		for _, ly := range r.Layers {
 			if len(ly.Key) > 0 && !seenKey(layers, ly.Key) {
 				layers = append(layers, ly)
-				classes = append(classes, classOf(ly, name))
 			}
 		}
 	}
@@ -74,7 +71,7 @@ func (l *Limiter) Effective(ctx context.Context, id string) (TenantLimits, error
 		for i, ly := range part {
 			d := res.Decisions[i]
 			out.Layers = append(out.Layers, LayerState{
-				Policy: ly.Policy, Key: ly.Key, Class: classes[start+i],
+				Policy: ly.Policy, Key: ly.Key, Class: ly.Class,
 				Limit: ly.Limit.Limit, Burst: ly.Limit.Capacity(), Period: ly.Limit.Period,
 				Shadow: ly.Shadow, Remaining: d.Remaining, ResetAfter: d.ResetAfter,
 			})
@@ -90,12 +87,4 @@ func seenKey(ls []Layer, key string) bool {
 		}
 	}
 	return false
-}
-
-// classOf is the class a layer belongs to, "" for the tenant overall.
-func classOf(ly Layer, class string) string {
-	if strings.Contains(ly.Policy, ".tenant.") {
-		return ""
-	}
-	return class
 }

@@ -254,18 +254,25 @@ func (l *Limiter) rebuild() {
 	l.snap.Store(snap)
 }
 
-// Overlay returns a copy of the run-time overlay in force.
-func (l *Limiter) Overlay() Overlay {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return Overlay{Version: l.overlay.Version, Plans: maps.Clone(l.overlay.Plans), Tenants: maps.Clone(l.overlay.Tenants)}
-}
+// Overlay returns a copy of the run-time overlay in force; its maps are
+// never nil.
+func (l *Limiter) Overlay() Overlay { _, ov := l.state(); return ov }
 
 // Base returns the file's policy in force.
-func (l *Limiter) Base() Policy {
+func (l *Limiter) Base() Policy { p, _ := l.state(); return p }
+
+// state returns the file's policy and a copy of the overlay, read together.
+func (l *Limiter) state() (Policy, Overlay) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.base
+	ov := Overlay{Version: l.overlay.Version, Plans: maps.Clone(l.overlay.Plans), Tenants: maps.Clone(l.overlay.Tenants)}
+	if ov.Plans == nil {
+		ov.Plans = map[string]Plan{}
+	}
+	if ov.Tenants == nil {
+		ov.Tenants = map[string]Tenant{}
+	}
+	return l.base, ov
 }
 
 // Run follows the control store until ctx ends, applying every change
@@ -381,16 +388,7 @@ func (l *Limiter) PutPlan(ctx context.Context, p Plan) error {
 // check compiles the policy in force with edit applied to a copy of the
 // overlay.
 func (l *Limiter) check(edit func(*Overlay)) error {
-	l.mu.Lock()
-	ov := Overlay{Plans: map[string]Plan{}, Tenants: map[string]Tenant{}}
-	for k, v := range l.overlay.Plans {
-		ov.Plans[k] = v
-	}
-	for k, v := range l.overlay.Tenants {
-		ov.Tenants[k] = v
-	}
-	base := l.base
-	l.mu.Unlock()
+	base, ov := l.state()
 	edit(&ov)
 	_, err := CompileWith(base, ov)
 	return err

@@ -1,7 +1,6 @@
 package limiter
 
 import (
-	"encoding/json"
 	"fmt"
 	"maps"
 	"math"
@@ -9,6 +8,7 @@ import (
 	"net/url"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -598,18 +598,16 @@ func checkCost(ps *problems, s *Snapshot, path string, cost int64, c *Class) {
 		return true
 	}
 	for _, name := range sortedKeys(s.plans) {
-		if !check("plan "+strconvQuote(name), &ctenant{plan: name, rules: s.plans[name].rules}) {
+		if !check("plan "+strconv.Quote(name), &ctenant{plan: name, rules: s.plans[name].rules}) {
 			return
 		}
 	}
 	for _, id := range sortedKeys(s.tenants) {
-		if !check("tenant "+strconvQuote(id)+"'s", s.tenants[id]) {
+		if !check("tenant "+strconv.Quote(id)+"'s", s.tenants[id]) {
 			return
 		}
 	}
 }
-
-func strconvQuote(s string) string { b, _ := json.Marshal(s); return string(b) }
 
 // scale returns n × share rounded to nearest, at least 1.
 func scale(n int64, share float64) int64 {

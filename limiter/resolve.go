@@ -43,6 +43,9 @@ type Layer struct {
 	Policy string
 	// Key is the store key.
 	Key string
+	// Class is the route class whose layer this is; "" for the tenant
+	// overall and for anonymous routes.
+	Class string
 	// Limit is the layer's limit, shares and overrides applied.
 	Limit algo.Limit
 	// Shadow reports that the layer is not enforced.
@@ -134,6 +137,7 @@ func (s *Snapshot) Resolve(req Request, now time.Time) (Resolution, error) {
 			res.Layers = append(res.Layers, Layer{
 				Policy: t.plan + "." + c.Name + "." + r.Name,
 				Key:    tenantKey(tag, "c", c.Name, r.Name, ""),
+				Class:  c.Name,
 				Limit:  t.classLimit(r, c),
 				Shadow: r.Shadow || c.Shadow,
 			})

@@ -307,7 +307,7 @@ func TestMyLimits(t *testing.T) {
 			search = l.(map[string]any)
 		}
 	}
-	if search == nil || search["remaining"] != float64(7) || search["burst"] != float64(8) {
+	if search == nil || search["remaining"] != float64(7) || search["burst"] != float64(8) || search["class"] != "search" {
 		t.Errorf("search layer %v, want burst 8 with 7 remaining", search)
 	}
 	if rec := (call{method: "GET", path: "/v1/me/limits"}).do(h); rec.Code != 401 {
