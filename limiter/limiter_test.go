@@ -457,3 +457,17 @@ func TestFallbackIsSizedPerInstance(t *testing.T) {
 		t.Errorf("fallback admitted %d of 20 (reason %v), want 9: the burst of 30 × 1.2 / 4 instances", admitted, d.Reason)
 	}
 }
+
+func TestLimitersShareARegistry(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	a := newLimiter(t, memstore.New(memstore.Config{}), func(c *Config) { c.Registerer = reg })
+	b := newLimiter(t, memstore.New(memstore.Config{}), func(c *Config) { c.Registerer = reg })
+	for _, l := range []*Limiter{a, b} {
+		if _, err := l.Decide(context.Background(), Request{Tenant: "newco", Method: "GET", Path: "/v1/users/1"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := counter(t, reg, "fairgate_decisions_total", "policy", "free.tenant.1m"); got != 2 {
+		t.Errorf("decisions counted %v, want 2: the second limiter's metrics were lost", got)
+	}
+}

@@ -48,13 +48,35 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.decisions, m.shadow, m.storeErrors, m.storeSeconds, m.failures, m.breaker} {
-		if err := reg.Register(c); err != nil {
-			var are prometheus.AlreadyRegisteredError
-			if !errors.As(err, &are) {
-				return nil, err
-			}
-		}
+	// A second limiter on the same registry shares the first one's
+	// collectors, so that its decisions are counted too.
+	var err error
+	reuse(reg, &m.decisions, &err)
+	reuse(reg, &m.shadow, &err)
+	reuse(reg, &m.storeErrors, &err)
+	reuse(reg, &m.storeSeconds, &err)
+	reuse(reg, &m.failures, &err)
+	reuse(reg, &m.breaker, &err)
+	if err != nil {
+		return nil, err
 	}
 	return m, nil
+}
+
+// reuse registers *c with reg, or points *c at the collector of that name
+// already registered. The first error is kept in *errp.
+func reuse[C prometheus.Collector](reg prometheus.Registerer, c *C, errp *error) {
+	err := reg.Register(*c)
+	var are prometheus.AlreadyRegisteredError
+	switch {
+	case err == nil:
+	case errors.As(err, &are):
+		if existing, ok := are.ExistingCollector.(C); ok {
+			*c = existing
+		} else if *errp == nil {
+			*errp = err
+		}
+	case *errp == nil:
+		*errp = err
+	}
 }
