@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	_ "time/tzdata" // config time zones work on machines without /usr/share/zoneinfo
 
 	"github.com/fairgate/fairgate/internal/app"
 )
