@@ -423,9 +423,7 @@ func (l *Limiter) Decide(ctx context.Context, req Request) (Decision, error) {
 		l.m.failures.WithLabelValues("closed").Inc()
 	case err != nil:
 		var fr store.Result
-		fchecks := l.fallbackChecks(checks)
-		l.m.failures.WithLabelValues("open").Inc()
-		if l.fallback == nil || l.fallback.Take(ctx, fchecks, &fr) != nil {
+		if fchecks, ok := l.decideLocally(ctx, checks, &fr); !ok {
 			d.Allowed, d.Reason = true, ReasonDegradedOpen
 		} else {
 			layers := slices.Clone(res.Layers)
@@ -510,6 +508,19 @@ func (l *Limiter) fallbackChecks(checks []store.Check) []store.Check {
 	return out
 }
 
+// decideLocally decides checks on the fallback, sized for this instance,
+// because the store failed and the fail mode is open. It returns the sized
+// checks, and false when there is no fallback or it failed too (the caller
+// then admits unlimited).
+func (l *Limiter) decideLocally(ctx context.Context, checks []store.Check, res *store.Result) ([]store.Check, bool) {
+	l.m.failures.WithLabelValues("open").Inc()
+	if l.fallback == nil {
+		return nil, false
+	}
+	sized := l.fallbackChecks(checks)
+	return sized, l.fallback.Take(ctx, sized, res) == nil
+}
+
 // TakeChecks decides checks given directly (the /v1/take API) through the
 // same path as Decide: deadline, breaker and fail mode. The error is for
 // invalid checks only.
@@ -529,8 +540,7 @@ func (l *Limiter) TakeChecks(ctx context.Context, checks []store.Check, fail Fai
 		l.m.failures.WithLabelValues("closed").Inc()
 		return ReasonUnavailable, nil
 	}
-	l.m.failures.WithLabelValues("open").Inc()
-	if l.fallback == nil || l.fallback.Take(ctx, l.fallbackChecks(checks), res) != nil {
+	if _, ok := l.decideLocally(ctx, checks, res); !ok {
 		res.Allowed = true
 		res.Decisions = res.Decisions[:0]
 		for _, c := range checks {
