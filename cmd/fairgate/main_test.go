@@ -18,33 +18,14 @@ import (
 // TestServeAndShutdown runs `fairgate serve` on the embedded memory store,
 // takes a limit over HTTP, then ends it as SIGTERM would.
 func TestServeAndShutdown(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	addrc := make(chan string, 1)
-	done := make(chan int, 1)
-	var stderr bytes.Buffer
-	go func() {
-		done <- runReady(ctx, []string{"serve", "--listen", "127.0.0.1:0"}, io.Discard, &stderr, func(a string) { addrc <- a })
-	}()
-	var addr string
-	select {
-	case addr = <-addrc:
-	case code := <-done:
-		t.Fatalf("serve exited %d: %s", code, stderr.String())
-	}
-	resp, err := http.Post("http://"+addr+"/v1/take", "application/json", strings.NewReader(`{"key":"k","limit":1,"period_ms":1000}`))
+	sv := startServe(t, "--listen", "127.0.0.1:0")
+	stderr := sv.logs
+	resp, err := http.Post("http://"+sv.addr+"/v1/take", "application/json", strings.NewReader(`{"key":"k","limit":1,"period_ms":1000}`))
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("take: %v %v", resp, err)
 	}
 	resp.Body.Close()
-	cancel()
-	select {
-	case code := <-done:
-		if code != 0 {
-			t.Fatalf("serve exited %d after shutdown: %s", code, stderr.String())
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("serve did not shut down")
-	}
+	sv.stop()
 	if !strings.Contains(stderr.String(), "admin API not started: set FAIRGATE_ADMIN_TOKEN") {
 		t.Errorf("no line saying the admin API is off without a token: %s", stderr.String())
 	}
@@ -94,6 +75,44 @@ func (s *syncBuffer) Write(p []byte) (int, error) {
 }
 func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
+// serving is a `fairgate serve` running in the test process.
+type serving struct {
+	addr string      // the main listener
+	logs *syncBuffer // what it wrote to stderr
+	stop func()      // ends it as SIGTERM would and checks it exits 0 within 15 s
+}
+
+// startServe runs `fairgate serve args…` until it listens.
+func startServe(t *testing.T, args ...string) *serving {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	addrc := make(chan string, 1)
+	done := make(chan int, 1)
+	sv := &serving{logs: &syncBuffer{}}
+	go func() {
+		done <- runReady(ctx, append([]string{"serve"}, args...), io.Discard, sv.logs, func(a string) { addrc <- a })
+	}()
+	select {
+	case sv.addr = <-addrc:
+	case code := <-done:
+		t.Fatalf("serve exited %d: %s", code, sv.logs.String())
+	}
+	sv.stop = func() {
+		t.Helper()
+		cancel()
+		select {
+		case code := <-done:
+			if code != 0 {
+				t.Fatalf("serve exited %d after shutdown: %s", code, sv.logs.String())
+			}
+		case <-time.After(15 * time.Second):
+			t.Fatal("serve did not shut down")
+		}
+	}
+	return sv
+}
+
 // TestSIGHUPReloads serves a config file (not polled, so that only the
 // signal can reload it), breaks it and sends SIGHUP (the
 // running config stays, the problem is logged), then fixes it and sends
@@ -107,19 +126,8 @@ func TestSIGHUPReloads(t *testing.T) {
 	if err := os.WriteFile(path, example, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	addrc := make(chan string, 1)
-	done := make(chan int, 1)
-	var logs syncBuffer
-	go func() {
-		done <- runReady(ctx, []string{"serve", "--listen", "127.0.0.1:0", "--config", path, "--config-poll", "1h"}, io.Discard, &logs, func(a string) { addrc <- a })
-	}()
-	select {
-	case <-addrc:
-	case code := <-done:
-		t.Fatalf("serve exited %d: %s", code, logs.String())
-	}
+	sv := startServe(t, "--listen", "127.0.0.1:0", "--config", path, "--config-poll", "1h")
+	logs := sv.logs
 	waitLog := func(what string) {
 		t.Helper()
 		deadline := time.Now().Add(5 * time.Second)
@@ -138,10 +146,7 @@ func TestSIGHUPReloads(t *testing.T) {
 	os.WriteFile(path, example, 0o600)
 	syscall.Kill(os.Getpid(), syscall.SIGHUP)
 	waitLog(`"msg":"config reloaded"`)
-	cancel()
-	if code := <-done; code != 0 {
-		t.Fatalf("serve exited %d: %s", code, logs.String())
-	}
+	sv.stop()
 }
 
 // TestAdminListener: with a token the admin API listens on its own address
@@ -155,19 +160,7 @@ func TestAdminListener(t *testing.T) {
 	ln.Close()
 	const token = "admin-token-for-the-test-0001"
 	t.Setenv("FAIRGATE_ADMIN_TOKEN", token)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	addrc := make(chan string, 1)
-	done := make(chan int, 1)
-	var logs syncBuffer
-	go func() {
-		done <- runReady(ctx, []string{"serve", "--listen", "127.0.0.1:0", "--admin-listen", adminAddr}, io.Discard, &logs, func(a string) { addrc <- a })
-	}()
-	select {
-	case <-addrc:
-	case code := <-done:
-		t.Fatalf("serve exited %d: %s", code, logs.String())
-	}
+	sv := startServe(t, "--listen", "127.0.0.1:0", "--admin-listen", adminAddr)
 	get := func(tok string) int {
 		req, _ := http.NewRequest("GET", "http://"+adminAddr+"/admin/config", nil)
 		if tok != "" {
@@ -189,8 +182,5 @@ func TestAdminListener(t *testing.T) {
 	if c := get(token); c != 200 {
 		t.Errorf("token: %d", c)
 	}
-	cancel()
-	if code := <-done; code != 0 {
-		t.Fatalf("serve exited %d: %s", code, logs.String())
-	}
+	sv.stop()
 }
