@@ -120,8 +120,8 @@ func (s *Server) clientIP(r *http.Request) netip.Addr { return s.id.Load().ip.Of
 // handleReady answers 200 while the store answers, or while no policy
 // fails closed (fail-open policies are served by the fallback); else 503.
 func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
-	up := s.lim.StoreUp()
-	ready := up || !s.lim.HasFailClosed()
+	up, failClosed := s.lim.StoreUp(), s.lim.HasFailClosed()
+	ready := up || !failClosed
 	status := http.StatusOK
 	if !ready {
 		status = http.StatusServiceUnavailable
@@ -130,7 +130,7 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	if !up {
 		store = "down"
 	}
-	writeJSON(w, status, map[string]any{"ready": ready, "store": store, "fail_closed_policies": s.lim.HasFailClosed()})
+	writeJSON(w, status, map[string]any{"ready": ready, "store": store, "fail_closed_policies": failClosed})
 }
 
 // only restricts h to one method (GET also admits HEAD); other methods get
