@@ -134,3 +134,34 @@ func truncate(key string) string {
 	}
 	return key
 }
+
+// Holder is a Store that can hold a key: make it admit nothing for a
+// while, as an upstream's Retry-After asks (see [algo.Limit.Hold]). Both of
+// fairgate's stores implement it.
+type Holder interface {
+	// Hold makes key, decided by lim (GCRA only), admit nothing for d
+	// from the store's clock and admit a unit cost once d has passed,
+	// given no other traffic. It never shortens a longer hold, nor frees
+	// capacity the key has already spent; d <= 0 changes nothing. The
+	// error wraps [ErrInvalidCheck] for a bad key, limit or duration,
+	// [algo.ErrHoldUnsupported] for another algorithm, and [ErrUnavailable]
+	// when the backend could not be reached.
+	Hold(ctx context.Context, key string, lim algo.Limit, d time.Duration) error
+}
+
+// ValidateHold reports whether a Hold can be done as asked.
+func ValidateHold(key string, lim algo.Limit, d time.Duration) error {
+	if key == "" {
+		return fmt.Errorf("%w: hold: empty key", ErrInvalidCheck)
+	}
+	if err := lim.Validate(); err != nil {
+		return fmt.Errorf("%w: hold of key %q: %w", ErrInvalidCheck, truncate(key), err)
+	}
+	if lim.Algorithm != algo.GCRA {
+		return fmt.Errorf("%w: hold of key %q: %w, not %v", ErrInvalidCheck, truncate(key), algo.ErrHoldUnsupported, lim.Algorithm)
+	}
+	if d > algo.MaxPeriod {
+		return fmt.Errorf("%w: hold of key %q: %v is longer than %v", ErrInvalidCheck, truncate(key), d, algo.MaxPeriod)
+	}
+	return nil
+}

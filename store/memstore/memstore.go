@@ -2,6 +2,7 @@ package memstore
 
 import (
 	"context"
+	"fmt"
 	"hash/maphash"
 	"sync"
 	"time"
@@ -269,6 +270,47 @@ func (s *Store) takeOne(fixed bool, us int64, c *store.Check, res *store.Result)
 	res.Decisions = append(res.Decisions[:0], o.Decision(c.Limit))
 }
 
+// Hold makes key admit nothing for d under lim. See [store.Holder].
+func (s *Store) Hold(ctx context.Context, key string, lim algo.Limit, d time.Duration) error {
+	if err := store.ValidateHold(key, lim, d); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d <= 0 {
+		return nil
+	}
+	h := maphash.String(s.seed, key)
+	sh := &s.shards[h&s.mask]
+	us := s.nowUs()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	us = max(us, sh.last)
+	sh.last = us
+	tag := uint32(h >> 32)
+	ei := sh.lookup(tag, lim.Algorithm, key)
+	var st algo.State
+	if ei != 0 {
+		st = sh.at(ei).st
+	}
+	next, reset, err := lim.Hold(st, us, us+int64(d/time.Microsecond))
+	if err != nil {
+		return fmt.Errorf("%w: hold of key %q: %w", store.ErrInvalidCheck, key, err)
+	}
+	if next.A == st.A && ei != 0 {
+		sh.touch(ei, us)
+		return nil
+	}
+	if ei == 0 {
+		ei = sh.insert(tag, lim.Algorithm, key, us, s.perShard)
+	}
+	e := sh.at(ei)
+	e.st, e.exp = next, us+reset
+	sh.touch(ei, us)
+	return nil
+}
+
 // sortedUnique sorts a small slice in place and removes repeats.
 func sortedUnique(a []uint32) []uint32 {
 	for i := 1; i < len(a); i++ {
@@ -340,4 +382,5 @@ func (s *Store) State(alg algo.Algorithm, key string) (algo.State, bool) {
 // to satisfy [store.Store]; a closed Store still answers.
 func (s *Store) Close() error { return nil }
 
+var _ store.Holder = (*Store)(nil)
 var _ store.Store = (*Store)(nil)

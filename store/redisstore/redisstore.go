@@ -130,6 +130,27 @@ var take1Scripts, refundScripts = func() (take1, refund [allAlgorithms + 1]*ruei
 	return take1, refund
 }()
 
+// holdScript holds a GCRA key (see Hold). Retrying it after a broken
+// connection at worst lengthens the hold by the retry's delay.
+var holdScript = rueidis.NewLuaScriptRetryable(readLua("lib") + readLua("hold"))
+
+// Hold makes key admit nothing for d under lim, on the Redis clock. See
+// [store.Holder].
+func (s *Store) Hold(ctx context.Context, key string, lim algo.Limit, d time.Duration) error {
+	if err := store.ValidateHold(key, lim, d); err != nil {
+		return err
+	}
+	if d <= 0 {
+		return nil
+	}
+	em, burst, _ := lim.Params()
+	args := []string{strconv.FormatInt(em, 10), strconv.FormatInt(burst, 10), strconv.FormatInt(max(1, int64(d/time.Microsecond)), 10)}
+	if err := holdScript.Exec(ctx, s.c, []string{s.Key(lim.Algorithm, key)}, args).Error(); err != nil {
+		return fmt.Errorf("%w: hold: %w", store.ErrUnavailable, err)
+	}
+	return nil
+}
+
 // algoCodes are the per-algorithm key segments, and algoArgs the codes the
 // scripts dispatch on, indexed by algo.Algorithm.
 var (
@@ -462,4 +483,7 @@ func (s *Store) Close() error {
 	return nil
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store  = (*Store)(nil)
+	_ store.Holder = (*Store)(nil)
+)

@@ -1,7 +1,8 @@
 // Package storetest is the conformance suite every [store.Store] backend
 // runs: exact admission under concurrency, the sustained-rate bounds of
 // docs/algorithms.md, exact and sufficient retry-after, peeks, all-or-nothing
-// batches (also across Redis Cluster slots), and key isolation.
+// batches (also across Redis Cluster slots), key isolation, and holds
+// for stores that are a [store.Holder].
 //
 // The suite asserts decisions, never commands: a backend passes by deciding
 // like package algo, whatever it does inside.
@@ -54,6 +55,9 @@ func Run(t *testing.T, s store.Store, o Options) {
 	t.Run("CostRules", func(t *testing.T) { t.Parallel(); testCostRules(t, s) })
 	t.Run("AllOrNothing", func(t *testing.T) { t.Parallel(); testAllOrNothing(t, s) })
 	t.Run("KeyIsolation", func(t *testing.T) { t.Parallel(); testKeyIsolation(t, s) })
+	if h, ok := s.(store.Holder); ok {
+		t.Run("Hold", func(t *testing.T) { t.Parallel(); testHold(t, s, h) })
+	}
 }
 
 // longLimit is a limit that does not refill within a test: 10 per 366 days.
@@ -306,6 +310,65 @@ func testKeyIsolation(t *testing.T, s store.Store) {
 			if res := take(t, s, store.Check{Key: p + k, Limit: l, Cost: 1}); res.Allowed {
 				t.Fatalf("%v: key %d (%q) admitted twice with limit 1", a, i, k)
 			}
+		}
+	}
+}
+
+// testHold checks that a held key admits nothing before the hold ends and
+// a unit take when it does, that a shorter hold never shortens it, that
+// holding an unseen key works, and that bad holds are refused.
+func testHold(t *testing.T, s store.Store, h store.Holder) {
+	p := prefix(t)
+	ctx := context.Background()
+	l := algo.Limit{Limit: 10, Period: time.Second, Burst: 5}
+	const d = 300 * time.Millisecond
+	for _, seen := range []bool{true, false} {
+		key := fmt.Sprintf("%shold:%v", p, seen)
+		c := store.Check{Key: key, Limit: l, Cost: 1}
+		if seen {
+			take(t, s, c)
+		}
+		if err := h.Hold(ctx, key, l, d); err != nil {
+			t.Fatalf("Hold: %v", err)
+		}
+		first := take(t, s, c)
+		if first.Allowed || first.RetryAfter() > d || first.RetryAfter() < d-100*time.Millisecond {
+			t.Fatalf("seen=%v: take right after a %v hold: %+v, want rejected with retry-after just under %v", seen, d, first, d)
+		}
+		target := first.Now.Add(first.RetryAfter())
+		if err := h.Hold(ctx, key, l, 10*time.Millisecond); err != nil {
+			t.Fatalf("short Hold: %v", err)
+		}
+		if err := h.Hold(ctx, key, l, 0); err != nil {
+			t.Fatalf("zero Hold: %v", err)
+		}
+		again := take(t, s, c)
+		if got := again.Now.Add(again.RetryAfter()); again.Allowed || got.Before(target) {
+			t.Fatalf("seen=%v: a shorter hold moved the admission time from %v to %v (%+v)", seen, target, got, again)
+		}
+		time.Sleep(time.Until(target))
+		if res := take(t, s, c); !res.Allowed {
+			t.Fatalf("seen=%v: not admitted when the hold ended: %+v", seen, res)
+		}
+		if res := take(t, s, c); res.Allowed {
+			t.Fatalf("seen=%v: two admitted right after the hold, want one: %+v", seen, res)
+		}
+	}
+	bad := []struct {
+		name string
+		key  string
+		lim  algo.Limit
+		d    time.Duration
+		want error
+	}{
+		{"empty key", "", l, d, store.ErrInvalidCheck},
+		{"bad limit", p + "x", algo.Limit{}, d, algo.ErrInvalidLimit},
+		{"token bucket", p + "x", algo.Limit{Limit: 10, Period: time.Second, Burst: 5, Algorithm: algo.TokenBucket}, d, algo.ErrHoldUnsupported},
+		{"too long", p + "x", l, algo.MaxPeriod + time.Second, store.ErrInvalidCheck},
+	}
+	for _, b := range bad {
+		if err := h.Hold(ctx, b.key, b.lim, b.d); !errors.Is(err, b.want) || !errors.Is(err, store.ErrInvalidCheck) {
+			t.Errorf("Hold with %s: %v, want an error wrapping %v and %v", b.name, err, b.want, store.ErrInvalidCheck)
 		}
 	}
 }
