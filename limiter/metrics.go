@@ -1,9 +1,9 @@
 package limiter
 
 import (
-	"errors"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fairgate/fairgate/promreg"
 )
 
 // metrics are the limiter's Prometheus metrics. Labels are policy, class
@@ -51,32 +51,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	// A second limiter on the same registry shares the first one's
 	// collectors, so that its decisions are counted too.
 	var err error
-	reuse(reg, &m.decisions, &err)
-	reuse(reg, &m.shadow, &err)
-	reuse(reg, &m.storeErrors, &err)
-	reuse(reg, &m.storeSeconds, &err)
-	reuse(reg, &m.failures, &err)
-	reuse(reg, &m.breaker, &err)
+	promreg.Reuse(reg, &m.decisions, &err)
+	promreg.Reuse(reg, &m.shadow, &err)
+	promreg.Reuse(reg, &m.storeErrors, &err)
+	promreg.Reuse(reg, &m.storeSeconds, &err)
+	promreg.Reuse(reg, &m.failures, &err)
+	promreg.Reuse(reg, &m.breaker, &err)
 	if err != nil {
 		return nil, err
 	}
 	return m, nil
-}
-
-// reuse registers *c with reg, or points *c at the collector of that name
-// already registered. The first error is kept in *errp.
-func reuse[C prometheus.Collector](reg prometheus.Registerer, c *C, errp *error) {
-	err := reg.Register(*c)
-	var are prometheus.AlreadyRegisteredError
-	switch {
-	case err == nil:
-	case errors.As(err, &are):
-		if existing, ok := are.ExistingCollector.(C); ok {
-			*c = existing
-		} else if *errp == nil {
-			*errp = err
-		}
-	case *errp == nil:
-		*errp = err
-	}
 }

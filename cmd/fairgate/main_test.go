@@ -161,18 +161,7 @@ func TestAdminListener(t *testing.T) {
 	const token = "admin-token-for-the-test-0001"
 	t.Setenv("FAIRGATE_ADMIN_TOKEN", token)
 	sv := startServe(t, "--listen", "127.0.0.1:0", "--admin-listen", adminAddr)
-	get := func(tok string) int {
-		req, _ := http.NewRequest("GET", "http://"+adminAddr+"/admin/config", nil)
-		if tok != "" {
-			req.Header.Set("Authorization", "Bearer "+tok)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
-	}
+	get := func(tok string) int { return statusOf(t, "GET", "http://"+adminAddr+"/admin/config", "", tok) }
 	if c := get(""); c != 401 {
 		t.Errorf("no token: %d", c)
 	}
@@ -183,4 +172,63 @@ func TestAdminListener(t *testing.T) {
 		t.Errorf("token: %d", c)
 	}
 	sv.stop()
+}
+
+// TestOutboundProvidersReload: the outbound endpoints serve the config's
+// providers, and a reload that renames one takes effect.
+func TestOutboundProvidersReload(t *testing.T) {
+	example, err := os.ReadFile("../../examples/fairgate.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "fairgate.yaml")
+	if err := os.WriteFile(path, example, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("FAIRGATE_WORKER_TOKEN", "worker-token-for-the-test-01")
+	sv := startServe(t, "--listen", "127.0.0.1:0", "--config", path, "--config-poll", "50ms")
+	acquire := func(provider string) int {
+		return statusOf(t, "POST", "http://"+sv.addr+"/v1/outbound/acquire", `{"provider":"`+provider+`","tenant":"acme"}`, "worker-token-for-the-test-01")
+	}
+	if c := acquire("sms"); c != 200 {
+		t.Fatalf("acquire sms: %d", c)
+	}
+	if c := acquire("email"); c != 400 {
+		t.Fatalf("acquire an unknown provider: %d, want 400", c)
+	}
+	renamed := strings.Replace(string(example), "\n  sms:\n", "\n  email:\n", 1)
+	if renamed == string(example) {
+		t.Fatal("the example config has no sms provider to rename")
+	}
+	os.WriteFile(path, []byte(renamed), 0o600)
+	deadline := time.Now().Add(5 * time.Second)
+	for acquire("email") != 200 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the renamed provider was not served after the reload:\n%s", sv.logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if c := acquire("sms"); c != 400 {
+		t.Errorf("acquire the removed provider: %d, want 400", c)
+	}
+	sv.stop()
+}
+
+// statusOf sends a request, with a bearer token unless tok is empty, and
+// returns the response's status.
+func statusOf(t *testing.T, method, url, body, tok string) int {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/fairgate/fairgate/internal/server"
 	"github.com/fairgate/fairgate/limiter"
 	"github.com/fairgate/fairgate/limiter/redisctl"
+	"github.com/fairgate/fairgate/quota"
 	"github.com/fairgate/fairgate/store"
 	"github.com/fairgate/fairgate/store/memstore"
 	"github.com/fairgate/fairgate/store/redisstore"
@@ -84,6 +85,8 @@ type ServeConfig struct {
 	// AdminListen is the admin API's address; AdminToken its bearer token
 	// (without one the admin API does not start).
 	AdminListen, AdminToken string
+	// WorkerToken, if set, is the bearer token /v1/outbound/* require.
+	WorkerToken string
 }
 
 // env returns the environment value for name, or def.
@@ -111,6 +114,8 @@ func ParseServe(args []string, stderr io.Writer) (ServeConfig, error) {
 	fs.StringVar(&c.AdminListen, "admin-listen", env("FAIRGATE_ADMIN_LISTEN", "127.0.0.1:8081"), "address of the admin API (FAIRGATE_ADMIN_LISTEN)")
 	tokenFile := ""
 	fs.StringVar(&tokenFile, "admin-token-file", "", "file holding the admin API's bearer token (or FAIRGATE_ADMIN_TOKEN); without a token the admin API does not start")
+	workerFile := ""
+	fs.StringVar(&workerFile, "worker-token-file", "", "file holding the bearer token /v1/outbound/* require (or FAIRGATE_WORKER_TOKEN); without one they are open to whoever reaches --listen")
 	timeout := env("FAIRGATE_STORE_TIMEOUT", "50ms")
 	fs.Func("store-timeout", "deadline of each store call (FAIRGATE_STORE_TIMEOUT, default 50ms)", func(v string) error { timeout = v; return nil })
 	if err := fs.Parse(args); err != nil {
@@ -130,15 +135,26 @@ func ParseServe(args []string, stderr io.Writer) (ServeConfig, error) {
 	if c.UpstreamTimeout, err = time.ParseDuration(upTimeout); err != nil || c.UpstreamTimeout <= 0 {
 		return c, fmt.Errorf("serve: upstream timeout %q: want a positive duration such as 30s", upTimeout)
 	}
-	c.AdminToken = os.Getenv("FAIRGATE_ADMIN_TOKEN")
-	if tokenFile != "" {
-		b, err := os.ReadFile(tokenFile)
-		if err != nil {
-			return c, fmt.Errorf("serve: admin token file: %w", err)
-		}
-		c.AdminToken = strings.TrimSpace(string(b))
+	if c.AdminToken, err = token("admin", "FAIRGATE_ADMIN_TOKEN", tokenFile); err != nil {
+		return c, err
+	}
+	if c.WorkerToken, err = token("worker", "FAIRGATE_WORKER_TOKEN", workerFile); err != nil {
+		return c, err
 	}
 	return c, nil
+}
+
+// token reads a bearer token from file, or else from the environment
+// variable envName.
+func token(what, envName, file string) (string, error) {
+	if file == "" {
+		return os.Getenv(envName), nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("serve: %s token file: %w", what, err)
+	}
+	return strings.TrimSpace(string(b)), nil
 }
 
 // LoadConfig reads the config file at path, or the embedded example when
@@ -194,6 +210,14 @@ func Serve(ctx context.Context, c ServeConfig, log *slog.Logger, ready func(addr
 	if err != nil {
 		return err
 	}
+	qtimeout := time.Duration(0) // quota's own default: workers wait for providers anyway
+	if timeout < 0 {
+		qtimeout = -1
+	}
+	quotas, err := quota.New(quota.Config{Store: st, Providers: cfg.Providers, Timeout: qtimeout, Registerer: reg})
+	if err != nil {
+		return err
+	}
 	bg, cancelBG := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer func() { cancelBG(); wg.Wait() }()
@@ -204,6 +228,10 @@ func Serve(ctx context.Context, c ServeConfig, log *slog.Logger, ready func(addr
 	sc := server.Config{
 		Limiter: lim, Headers: httplimit.Form(cfg.Headers), Auth: authn, ClientIP: auth.ClientIP{Trusted: cfg.TrustedProxies},
 		UpstreamTimeout: c.UpstreamTimeout, Logger: log, Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+		Quotas: quotas, WorkerToken: c.WorkerToken,
+	}
+	if c.WorkerToken == "" && len(cfg.Providers) > 0 {
+		log.Warn("outbound endpoints need no token: set FAIRGATE_WORKER_TOKEN or --worker-token-file unless only trusted workers reach the listener")
 	}
 	if c.Upstream != "" {
 		if sc.Upstream, err = url.Parse(c.Upstream); err != nil {
@@ -220,7 +248,14 @@ func Serve(ctx context.Context, c ServeConfig, log *slog.Logger, ready func(addr
 		w := config.NewWatcher(c.Config, c.ConfigPoll, raw, func(nc *config.Config) error {
 			na, err := auth.New(bg, nc.Auth)
 			if err == nil {
+				err = quotas.CheckProviders(nc.Providers)
+			}
+			if err == nil {
 				err = lim.SetPolicy(nc.Policy)
+			}
+			if err == nil {
+				// Checked above, so this cannot fail half-way.
+				err = quotas.SetProviders(nc.Providers)
 			}
 			if err != nil {
 				reloads.WithLabelValues("refused").Inc()

@@ -22,8 +22,8 @@ import (
 
 	"github.com/fairgate/fairgate/internal/auth"
 
-	"github.com/fairgate/fairgate/algo"
 	"github.com/fairgate/fairgate/limiter"
+	"github.com/fairgate/fairgate/quota"
 )
 
 // Config is a loaded, valid config file.
@@ -38,7 +38,7 @@ type Config struct {
 	// (X-RateLimit-*).
 	Headers string
 	// Providers are the outbound providers by name.
-	Providers map[string]Provider
+	Providers map[string]quota.Provider
 	// Auth are the credentials the proxy accepts.
 	Auth auth.Config
 	// TrustedProxies are the peers whose X-Forwarded-For and Forwarded
@@ -47,13 +47,6 @@ type Config struct {
 	// Instances is how many fairgate instances share the store (sizes the
 	// fallback limiter). At least 1.
 	Instances int
-}
-
-// Provider is an outbound provider's budget: Limit for the whole account,
-// Tenant for each tenant's share of it.
-type Provider struct {
-	Limit  algo.Limit
-	Tenant algo.Limit
 }
 
 // Problem is one thing wrong with a file.
@@ -97,7 +90,7 @@ func Load(path string) (*Config, error) {
 // Parse validates data as the config file named file.
 func Parse(file string, data []byte) (*Config, error) {
 	d := &decoder{file: file, where: map[string]where{}}
-	c := &Config{File: file, Headers: "draft", Providers: map[string]Provider{}, Instances: 1}
+	c := &Config{File: file, Headers: "draft", Providers: map[string]quota.Provider{}, Instances: 1}
 	var root yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&root); err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/fairgate/fairgate/algo"
 	"github.com/fairgate/fairgate/internal/auth"
 	"github.com/fairgate/fairgate/limiter"
+	"github.com/fairgate/fairgate/quota"
 )
 
 // config decodes the top level.
@@ -177,10 +178,10 @@ func (d *decoder) config(n *yaml.Node, c *Config) {
 		"auth": func(v *yaml.Node, path string) { d.auth(v, path, &c.Auth) },
 		"providers": func(v *yaml.Node, path string) {
 			d.entries(v, path, func(name string, k, v *yaml.Node, path string) {
-				if !validName(name) {
+				if !quota.ValidName(name) {
 					d.add(k, path, "provider name %q: want lower-case letters, digits, '-' and '_'", name)
 				}
-				var pr Provider
+				var pr quota.Provider
 				d.fields(v, path, map[string]func(*yaml.Node, string){
 					"limit":  func(v *yaml.Node, path string) { pr.Limit.Limit = d.int(v, path) },
 					"period": func(v *yaml.Node, path string) { pr.Limit.Period = d.fixedPeriod(v, path) },
@@ -287,19 +288,6 @@ func readPublicKey(path string) (any, error) {
 		return nil, fmt.Errorf("public key %s: %w", path, err)
 	}
 	return k, nil
-}
-
-func validName(s string) bool {
-	if s == "" || len(s) > 64 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
-			return false
-		}
-	}
-	return true
 }
 
 // list walks a sequence.

@@ -1,14 +1,17 @@
 // Package server is fairgate's HTTP service: GET /healthz and /readyz,
 // POST /v1/take (a limit on any key with the policy in the request, in the
 // manner of redis-cell's CL.THROTTLE), POST /v1/check (a tenant decision
-// for gateways), GET /v1/me/limits, /metrics, the reverse proxy in front of
-// an upstream API, and (admin.go) the admin API on its own listener.
+// for gateways), GET /v1/me/limits, POST /v1/outbound/acquire and
+// /v1/outbound/pause (provider quotas for workers), /metrics, the reverse
+// proxy in front of an upstream API, and (admin.go) the admin API on its
+// own listener.
 //
 // Nothing a client sends can crash or stall it: bodies are capped, decoding
 // is strict, every store call has a deadline, and errors are problem+json.
 package server
 
 import (
+	"crypto/sha256"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -21,6 +24,7 @@ import (
 	"github.com/fairgate/fairgate/httplimit/problem"
 	"github.com/fairgate/fairgate/internal/auth"
 	"github.com/fairgate/fairgate/limiter"
+	"github.com/fairgate/fairgate/quota"
 )
 
 // Config configures a Server.
@@ -46,6 +50,13 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics, if not nil, is served at GET /metrics.
 	Metrics http.Handler
+	// Quotas, if not nil, serves POST /v1/outbound/acquire and
+	// /v1/outbound/pause for workers.
+	Quotas *quota.Quotas
+	// WorkerToken, if not empty, is the bearer token the outbound
+	// endpoints require. Empty means they are open to whoever reaches the
+	// listener, like /v1/take.
+	WorkerToken string
 }
 
 // Server serves the decision API and, with an upstream, the proxy. It is
@@ -87,6 +98,18 @@ func New(c Config) (*Server, error) {
 	s.mux.HandleFunc("/v1/me/limits", only("GET", s.handleMyLimits))
 	if c.Metrics != nil {
 		s.mux.Handle("/metrics", only("GET", c.Metrics.ServeHTTP))
+	}
+	if c.Quotas != nil {
+		o := &outbound{q: c.Quotas}
+		if c.WorkerToken != "" {
+			if len(c.WorkerToken) < 16 {
+				return nil, errors.New("server: the worker token must be at least 16 characters")
+			}
+			sum := sha256.Sum256([]byte(c.WorkerToken))
+			o.token = &sum
+		}
+		s.mux.HandleFunc("/v1/outbound/acquire", only("POST", o.handleAcquire))
+		s.mux.HandleFunc("/v1/outbound/pause", only("POST", o.handlePause))
 	}
 	if c.Upstream != nil {
 		if s.proxy, err = s.newProxy(c.Upstream, c.UpstreamTimeout); err != nil {

@@ -1,0 +1,139 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/fairgate/fairgate/httplimit"
+	"github.com/fairgate/fairgate/httplimit/problem"
+	"github.com/fairgate/fairgate/quota"
+)
+
+// MaxOutboundWait is the longest max_wait_ms POST /v1/outbound/acquire
+// accepts: a worker that would wait longer is better off re-queueing its
+// job than holding a connection (and the server's write timeout is 30 s).
+const MaxOutboundWait = 20 * time.Second
+
+// acquireRequest is the body of POST /v1/outbound/acquire.
+type acquireRequest struct {
+	Provider  *string `json:"provider"`
+	Tenant    *string `json:"tenant"`
+	MaxWaitMs *int64  `json:"max_wait_ms"`
+}
+
+// pauseRequest is the body of POST /v1/outbound/pause.
+type pauseRequest struct {
+	Provider     *string `json:"provider"`
+	RetryAfterMs *int64  `json:"retry_after_ms"`
+}
+
+// outbound serves the outbound quota endpoints for workers.
+type outbound struct {
+	q     *quota.Quotas
+	token *[sha256.Size]byte // nil: no worker token is required
+}
+
+// workerAuthorized reports whether r may use the worker endpoints, writing
+// the 401 itself when not.
+func (o *outbound) workerAuthorized(w http.ResponseWriter, r *http.Request) bool {
+	if o.token == nil || bearerMatches(r, *o.token) {
+		return true
+	}
+	w.Header().Set("WWW-Authenticate", `Bearer realm="fairgate-workers"`)
+	problem.Write(w, problem.Details{Status: http.StatusUnauthorized, Detail: "outbound requests need Authorization: Bearer <worker token>"})
+	return false
+}
+
+// quotaProblem answers a quota error that is the request's fault with 400,
+// and a store failure with 503.
+func quotaProblem(w http.ResponseWriter, err error) {
+	if errors.Is(err, quota.ErrUnknownProvider) || errors.Is(err, quota.ErrInvalid) {
+		problem.BadRequest(w, err.Error())
+		return
+	}
+	w.Header().Set("Retry-After", "1")
+	problem.Write(w, problem.Details{
+		Status: http.StatusServiceUnavailable, Type: httplimit.TypeUnavailable, Title: "Rate limiter unavailable",
+		Detail: err.Error() + "; re-queue the job", Ext: map[string]any{"code": "rate_limiter_unavailable", "retry_after_seconds": 1},
+	})
+}
+
+func (o *outbound) handleAcquire(w http.ResponseWriter, r *http.Request) {
+	if !o.workerAuthorized(w, r) {
+		return
+	}
+	var req acquireRequest
+	if !decodeJSON(w, r, &req) {
+		return
+	}
+	wait := o.q.MaxWait()
+	switch {
+	case req.Provider == nil || *req.Provider == "":
+		problem.BadRequest(w, "provider: required, a provider named in the config")
+		return
+	case req.Tenant == nil || *req.Tenant == "":
+		problem.BadRequest(w, "tenant: required, the tenant the call is made for")
+		return
+	case len(*req.Tenant) > 16<<10:
+		problem.BadRequest(w, fmt.Sprintf("tenant: %d bytes is over the 16 KiB limit", len(*req.Tenant)))
+		return
+	case req.MaxWaitMs != nil && (*req.MaxWaitMs < 0 || *req.MaxWaitMs > MaxOutboundWait.Milliseconds()):
+		problem.BadRequest(w, fmt.Sprintf("max_wait_ms: %d is outside 0..%d: re-queue the job rather than wait longer", *req.MaxWaitMs, MaxOutboundWait.Milliseconds()))
+		return
+	case req.MaxWaitMs != nil:
+		wait = time.Duration(*req.MaxWaitMs) * time.Millisecond
+	}
+	waited, err := o.q.AcquireWithin(r.Context(), *req.Provider, *req.Tenant, wait)
+	var de *quota.DeadlineError
+	switch {
+	case err == nil:
+		writeJSON(w, http.StatusOK, map[string]any{"acquired": true, "waited_ms": waited.Milliseconds()})
+	case errors.As(err, &de):
+		limited := "provider"
+		if de.Share {
+			limited = "tenant_share"
+		}
+		w.Header().Set("Retry-After", problem.RetryAfterSeconds(de.RetryAfter))
+		problem.Write(w, problem.Details{
+			Type:   httplimit.TypeRateLimited,
+			Status: http.StatusTooManyRequests,
+			Detail: err.Error(),
+			Ext:    map[string]any{"acquired": false, "retry_after_ms": ceilMs(de.RetryAfter), "limited_by": limited, "waited_ms": waited.Milliseconds()},
+		})
+	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
+		// The worker went away; nobody reads the answer.
+	default:
+		quotaProblem(w, err)
+	}
+}
+
+func (o *outbound) handlePause(w http.ResponseWriter, r *http.Request) {
+	if !o.workerAuthorized(w, r) {
+		return
+	}
+	var req pauseRequest
+	if !decodeJSON(w, r, &req) {
+		return
+	}
+	switch {
+	case req.Provider == nil || *req.Provider == "":
+		problem.BadRequest(w, "provider: required, a provider named in the config")
+		return
+	case req.RetryAfterMs == nil:
+		problem.BadRequest(w, "retry_after_ms: required, the provider's Retry-After in milliseconds")
+		return
+	case *req.RetryAfterMs < 0 || *req.RetryAfterMs > o.q.MaxPause().Milliseconds():
+		problem.BadRequest(w, fmt.Sprintf("retry_after_ms: %d is outside 0..%d", *req.RetryAfterMs, o.q.MaxPause().Milliseconds()))
+		return
+	}
+	d := time.Duration(*req.RetryAfterMs) * time.Millisecond
+	if err := o.q.Pause(r.Context(), *req.Provider, d); err != nil {
+		quotaProblem(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"paused": true, "provider": *req.Provider, "retry_after_ms": *req.RetryAfterMs})
+}

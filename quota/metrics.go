@@ -1,0 +1,44 @@
+package quota
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fairgate/fairgate/promreg"
+)
+
+// metrics are the quotas' Prometheus metrics, labelled by provider name
+// (from the config, so bounded), never by tenant.
+type metrics struct {
+	wait     *prometheus.HistogramVec
+	requeues *prometheus.CounterVec
+	pauses   *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "fairgate_outbound_wait_seconds",
+			Help:    "How long acquired outbound calls waited for their provider, by provider.",
+			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}, []string{"provider"}),
+		requeues: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fairgate_outbound_requeues_total",
+			Help: "Outbound acquires that gave up at their wait limit (the job is to be re-queued), by provider.",
+		}, []string{"provider"}),
+		pauses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fairgate_outbound_pauses_total",
+			Help: "Pauses asked of a provider's budget (its Retry-After), by provider.",
+		}, []string{"provider"}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	var err error
+	promreg.Reuse(reg, &m.wait, &err)
+	promreg.Reuse(reg, &m.requeues, &err)
+	promreg.Reuse(reg, &m.pauses, &err)
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}

@@ -1,0 +1,356 @@
+package quota
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fairgate/fairgate/algo"
+	"github.com/fairgate/fairgate/limiter"
+	"github.com/fairgate/fairgate/store"
+)
+
+// Provider is one provider's budget.
+type Provider struct {
+	// Limit is the account-wide budget every tenant draws on. Only GCRA
+	// (the zero Algorithm) is accepted, since a pause holds a GCRA key.
+	Limit algo.Limit
+	// Tenant is each tenant's share of it. The zero Limit means no share:
+	// tenants draw on the budget alone.
+	Tenant algo.Limit
+}
+
+// Defaults.
+const (
+	// DefaultMaxWait is how long Acquire waits before giving up with a
+	// DeadlineError.
+	DefaultMaxWait = 2 * time.Second
+	// DefaultMaxPause is the longest pause Pause accepts.
+	DefaultMaxPause = time.Hour
+	// DefaultTimeout is the deadline of each store call. It is looser
+	// than an inbound decision's (a worker waits for its provider anyway)
+	// and still ends a call to a stalled store well within DefaultMaxWait.
+	DefaultTimeout = 500 * time.Millisecond
+)
+
+// Config configures Quotas.
+type Config struct {
+	// Store holds the budgets; it must also be a [store.Holder] (both of
+	// fairgate's stores are). Share one Redis between instances to share
+	// the budgets. Required.
+	Store store.Store
+	// Providers are the providers by name: lower-case letters, digits, '-'
+	// and '_'.
+	Providers map[string]Provider
+	// MaxWait is Acquire's wait limit. Zero means DefaultMaxWait.
+	MaxWait time.Duration
+	// MaxPause is the longest pause Pause accepts. Zero means
+	// DefaultMaxPause.
+	MaxPause time.Duration
+	// Timeout is the deadline of each store call (a wait between calls is
+	// not bounded by it). Zero means DefaultTimeout; negative means none,
+	// for an in-process store.
+	Timeout time.Duration
+	// Registerer, if not nil, receives the metrics (see [Quotas]).
+	Registerer prometheus.Registerer
+}
+
+// Quotas decides outbound calls. It is safe for concurrent use.
+//
+// Metrics, labelled by provider (a name from the config, never a tenant):
+// fairgate_outbound_wait_seconds, how long acquired calls waited;
+// fairgate_outbound_requeues_total, acquires that gave up with a
+// DeadlineError; fairgate_outbound_pauses_total, pauses asked for.
+type Quotas struct {
+	st       store.Store
+	hold     store.Holder
+	provs    atomic.Pointer[map[string]Provider]
+	maxWait  time.Duration
+	maxPause time.Duration
+	timeout  time.Duration
+	m        *metrics
+}
+
+// Errors.
+var (
+	// ErrUnknownProvider means a provider is not in the config.
+	ErrUnknownProvider = errors.New("quota: unknown provider")
+	// ErrInvalid means a call or a provider is malformed: an empty
+	// tenant, a negative wait, a pause over the limit, a bad limit.
+	ErrInvalid = errors.New("quota: invalid")
+)
+
+// DeadlineError is Acquire's answer when waiting would pass its deadline:
+// re-queue the job to run after RetryAfter, when (given no other traffic)
+// it is admitted.
+type DeadlineError struct {
+	Provider, Tenant string
+	// RetryAfter is how long from now until the call can be admitted.
+	RetryAfter time.Duration
+	// Share reports that the tenant's share, not the provider's budget,
+	// is what is exhausted.
+	Share bool
+}
+
+func (e *DeadlineError) Error() string {
+	what := "budget"
+	if e.Share {
+		what = "tenant share"
+	}
+	return fmt.Sprintf("quota: provider %q, tenant %q: the %s admits nothing within the wait limit; re-queue the job to run in %v", e.Provider, e.Tenant, what, e.RetryAfter)
+}
+
+// New returns Quotas for c.
+func New(c Config) (*Quotas, error) {
+	if c.Store == nil {
+		return nil, errors.New("quota: Config.Store is required")
+	}
+	h, ok := c.Store.(store.Holder)
+	if !ok {
+		return nil, fmt.Errorf("quota: the store %T cannot hold keys (store.Holder), so pauses could not work", c.Store)
+	}
+	q := &Quotas{st: c.Store, hold: h, maxWait: c.MaxWait, maxPause: c.MaxPause, timeout: c.Timeout}
+	if q.timeout == 0 {
+		q.timeout = DefaultTimeout
+	}
+	if q.maxWait <= 0 {
+		q.maxWait = DefaultMaxWait
+	}
+	if q.maxPause <= 0 {
+		q.maxPause = DefaultMaxPause
+	}
+	if err := q.SetProviders(c.Providers); err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(c.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	q.m = m
+	return q, nil
+}
+
+// SetProviders replaces the providers, as a config reload does. Invalid
+// providers give an error naming them and replace nothing. A provider's
+// budget state survives a change of its limits.
+func (q *Quotas) SetProviders(p map[string]Provider) error {
+	next, err := checkProviders(p)
+	if err != nil {
+		return err
+	}
+	q.provs.Store(&next)
+	return nil
+}
+
+// CheckProviders returns the error SetProviders would give for p, and
+// changes nothing.
+func (q *Quotas) CheckProviders(p map[string]Provider) error {
+	_, err := checkProviders(p)
+	return err
+}
+
+// checkProviders validates p and returns a copy.
+func checkProviders(p map[string]Provider) (map[string]Provider, error) {
+	next := make(map[string]Provider, len(p))
+	for _, name := range slices.Sorted(maps.Keys(p)) {
+		pr := p[name]
+		if !ValidName(name) {
+			return nil, fmt.Errorf("%w: provider name %q: want 1 to 64 lower-case letters, digits, '-' and '_'", ErrInvalid, name)
+		}
+		if err := pr.Limit.Validate(); err != nil {
+			return nil, fmt.Errorf("%w: provider %q: limit: %w", ErrInvalid, name, err)
+		}
+		if pr.Limit.Algorithm != algo.GCRA {
+			return nil, fmt.Errorf("%w: provider %q: limit: the budget must use gcra, not %v (pauses hold a GCRA key)", ErrInvalid, name, pr.Limit.Algorithm)
+		}
+		if pr.Tenant != (algo.Limit{}) {
+			if err := pr.Tenant.Validate(); err != nil {
+				return nil, fmt.Errorf("%w: provider %q: tenant share: %w", ErrInvalid, name, err)
+			}
+		}
+		next[name] = pr
+	}
+	return next, nil
+}
+
+// ValidName reports whether s is a valid provider name: 1 to 64
+// lower-case letters, digits, '-' and '_' (so that it is safe in keys,
+// metric labels and URLs).
+func ValidName(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// Providers returns the names of the providers, sorted.
+func (q *Quotas) Providers() []string {
+	return slices.Sorted(maps.Keys(*q.provs.Load()))
+}
+
+// provider returns the named provider or an error naming it and the
+// configured ones.
+func (q *Quotas) provider(name string) (Provider, error) {
+	p, ok := (*q.provs.Load())[name]
+	if !ok {
+		known := q.Providers()
+		if len(known) == 0 {
+			return p, fmt.Errorf("%w %q: no providers are configured (add a providers section to the config)", ErrUnknownProvider, name)
+		}
+		return p, fmt.Errorf("%w %q: configured are %s", ErrUnknownProvider, name, strings.Join(known, ", "))
+	}
+	return p, nil
+}
+
+// BudgetKey and ShareKey are the store keys of a provider's budget and of a
+// tenant's share of it.
+func BudgetKey(provider string) string { return "ob:{p:" + provider + "}:all" }
+
+// ShareKey: see BudgetKey.
+func ShareKey(provider, tenant string) string {
+	return "ob:{p:" + provider + "}:" + limiter.TenantTag(tenant)
+}
+
+// Acquire waits until provider admits one call for tenant, for at most the
+// configured MaxWait. See AcquireWithin.
+func (q *Quotas) Acquire(ctx context.Context, provider, tenant string) error {
+	_, err := q.AcquireWithin(ctx, provider, tenant, q.maxWait)
+	return err
+}
+
+// AcquireWithin waits until both the tenant's share and the provider's
+// budget admit one call, and takes it from both at once. Between tries it
+// sleeps the store's retry-after plus a little jitter (so that waiting
+// workers do not all wake together). When the next try would come after
+// maxWait (or after ctx's deadline, if sooner) it gives up at once with a
+// *DeadlineError; maxWait 0 means try once. ctx's cancellation ends the
+// wait at once with ctx's error. It returns how long it waited.
+//
+// A store error ends the wait with an error wrapping it (the store is the
+// only place the budget is known across instances, so there is no fallback:
+// re-queue the job).
+func (q *Quotas) AcquireWithin(ctx context.Context, provider, tenant string, maxWait time.Duration) (time.Duration, error) {
+	p, err := q.provider(provider)
+	if err != nil {
+		return 0, err
+	}
+	if tenant == "" {
+		return 0, fmt.Errorf("%w: provider %q: empty tenant: name the tenant the call is for", ErrInvalid, provider)
+	}
+	if maxWait < 0 {
+		return 0, fmt.Errorf("%w: provider %q: negative wait limit %v", ErrInvalid, provider, maxWait)
+	}
+	checks := make([]store.Check, 0, 2)
+	if p.Tenant != (algo.Limit{}) {
+		checks = append(checks, store.Check{Key: ShareKey(provider, tenant), Limit: p.Tenant, Cost: 1})
+	}
+	checks = append(checks, store.Check{Key: BudgetKey(provider), Limit: p.Limit, Cost: 1})
+	start := time.Now()
+	deadline := start.Add(maxWait)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	var res store.Result
+	var timer *time.Timer
+	for {
+		if err := q.take(ctx, checks, &res); err != nil {
+			if ctx.Err() != nil {
+				return time.Since(start), ctx.Err()
+			}
+			if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+				// ctx's own deadline, before its timer has fired.
+				return time.Since(start), context.DeadlineExceeded
+			}
+			return time.Since(start), fmt.Errorf("quota: provider %q: %w", provider, err)
+		}
+		now := time.Now()
+		if res.Allowed {
+			waited := now.Sub(start)
+			q.m.wait.WithLabelValues(provider).Observe(waited.Seconds())
+			return waited, nil
+		}
+		retry := res.RetryAfter()
+		if now.Add(retry).After(deadline) {
+			q.m.requeues.WithLabelValues(provider).Inc()
+			share := len(checks) == 2 && !res.Decisions[0].Allowed
+			return now.Sub(start), &DeadlineError{Provider: provider, Tenant: tenant, RetryAfter: retry, Share: share}
+		}
+		sleep := min(retry+jitter(retry), deadline.Sub(now))
+		if timer == nil {
+			timer = time.NewTimer(sleep)
+			defer timer.Stop()
+		} else {
+			timer.Reset(sleep)
+		}
+		select {
+		case <-ctx.Done():
+			return time.Since(start), ctx.Err()
+		case <-timer.C:
+		}
+	}
+}
+
+// storeContext bounds one store call by the timeout.
+func (q *Quotas) storeContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if q.timeout < 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, q.timeout)
+}
+
+// take is one store call under the timeout.
+func (q *Quotas) take(ctx context.Context, checks []store.Check, res *store.Result) error {
+	sctx, cancel := q.storeContext(ctx)
+	defer cancel()
+	return q.st.Take(sctx, checks, res)
+}
+
+// jitter is a random extra sleep of up to a quarter of d plus 1 ms.
+func jitter(d time.Duration) time.Duration {
+	return rand.N(d/4 + time.Millisecond)
+}
+
+// Pause makes provider admit nothing for d, for every tenant and every
+// instance sharing the store, as the provider's Retry-After asks. A pause
+// never shortens a longer one; d <= 0 does nothing. d over MaxPause is an
+// error (a provider's far-off date is more likely a clock or parsing error
+// than a real request; pass min(d, MaxPause) to pause anyway).
+func (q *Quotas) Pause(ctx context.Context, provider string, d time.Duration) error {
+	p, err := q.provider(provider)
+	if err != nil {
+		return err
+	}
+	if d > q.maxPause {
+		return fmt.Errorf("%w: provider %q: pause of %v is over the %v limit", ErrInvalid, provider, d, q.maxPause)
+	}
+	if d <= 0 {
+		return nil
+	}
+	hctx, cancel := q.storeContext(ctx)
+	defer cancel()
+	if err := q.hold.Hold(hctx, BudgetKey(provider), p.Limit, d); err != nil {
+		return fmt.Errorf("quota: pausing provider %q: %w", provider, err)
+	}
+	q.m.pauses.WithLabelValues(provider).Inc()
+	return nil
+}
+
+// MaxPause is the longest pause Pause accepts.
+func (q *Quotas) MaxPause() time.Duration { return q.maxPause }
+
+// MaxWait is Acquire's wait limit.
+func (q *Quotas) MaxWait() time.Duration { return q.maxWait }
