@@ -78,8 +78,17 @@ func (l Limit) Eval(s State, now, cost int64) (Outcome, State) {
 	case FixedWindow:
 		return fixedWindow(p1, p2, p3, s, now, cost)
 	default:
-		return gcra(p1, p2, s, now, cost)
+		return gcraState(p1, p2, newDivisor(p1), s, now, cost)
 	}
+}
+
+// gcraState is gcra on a State: the state itself when nothing changes.
+func gcraState(em, burst int64, div divisor, s State, now, cost int64) (Outcome, State) {
+	o, tat := gcra(em, burst, div, s.A, now, cost)
+	if tat == s.A {
+		return o, s
+	}
+	return o, State{A: tat}
 }
 
 // clamp0 returns x, or 0 when x is negative.

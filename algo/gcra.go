@@ -2,11 +2,16 @@ package algo
 
 // gcra is the generic cell rate algorithm. em is the emission interval
 // (µs per unit), burst the capacity. State A is the theoretical arrival
-// time (TAT): the moment the key is full again.
+// time (TAT): the moment the key is full again. div divides by em (see
+// [divisor]), exactly as the script's integer division by em.
 //
 // Mirror: store/redisstore/lua/gcra.lua. Change both or neither.
-func gcra(em, burst int64, s State, now, cost int64) (Outcome, State) {
-	tat := s.A
+//
+// It takes and returns only the TAT, the whole of GCRA's state (so that the
+// call passes everything in registers): the TAT after the take, unchanged
+// (stored) when rejected or peeking.
+func gcra(em, burst int64, div divisor, stored, now, cost int64) (Outcome, int64) {
+	tat := stored
 	if tat < now {
 		tat = now
 	}
@@ -14,14 +19,14 @@ func gcra(em, burst int64, s State, now, cost int64) (Outcome, State) {
 	// left is the capacity now: how many emission intervals TAT is behind
 	// now+tolerance.
 	if cost == 0 {
-		left := min(clamp0(now+tolerance-tat)/em, burst)
-		return Outcome{Allowed: true, Remaining: left, ResetUs: tat - now}, s
+		left := min(div.div(clamp0(now+tolerance-tat)), burst)
+		return Outcome{Allowed: true, Remaining: left, ResetUs: tat - now}, stored
 	}
 	newTat := tat + em*cost
 	allowAt := newTat - tolerance
 	if now < allowAt {
-		left := min(clamp0(now+tolerance-tat)/em, burst)
-		return Outcome{Remaining: left, RetryUs: allowAt - now, ResetUs: tat - now}, s
+		left := min(div.div(clamp0(now+tolerance-tat)), burst)
+		return Outcome{Remaining: left, RetryUs: allowAt - now, ResetUs: tat - now}, stored
 	}
-	return Outcome{Allowed: true, Remaining: (now - allowAt) / em, ResetUs: newTat - now}, State{A: newTat}
+	return Outcome{Allowed: true, Remaining: div.div(now - allowAt), ResetUs: newTat - now}, newTat
 }

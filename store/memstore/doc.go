@@ -5,6 +5,13 @@
 // index order, decides every check with package algo, and commits all or
 // nothing. A decision on an existing key allocates nothing.
 //
+// Each shard remembers the last few limits it decided under, compiled
+// ([algo.Limit.Compile]: validated once, with GCRA's division by the
+// emission interval turned into multiplications). A policy has few limits,
+// so most decisions skip validation and divisions; a limit the shard has not
+// seen is validated and compiled as it comes, and an invalid one gets the
+// same error as [store.Validate] gives.
+//
 // Memory is bounded: Config.MaxKeys caps the keys held (per algorithm and
 // key, across all shards). When a shard is full, inserting evicts an expired
 // key if one is near the least recently used end, else the least recently

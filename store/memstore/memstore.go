@@ -52,15 +52,43 @@ func (s *Store) nowUs() int64 {
 // shard is one independently locked part of the store: an open-addressed
 // index over pages of entries, and the entries' LRU ring. See table.go.
 type shard struct {
+	// The first cache line holds what every call writes (the lock, the
+	// clock floor, the call count) and the index header it reads; the
+	// rest is read-mostly.
 	mu    sync.Mutex
-	slots []slot             // open-addressed index, a power of two long
-	pages []*[pageSize]entry // the entries; entry 0 is the LRU ring's root
-	n     int                // entries held
-	high  uint32             // entries ever allocated, root included
-	free  uint32             // head of the free list (through next), 0: empty
 	last  int64              // µs: the latest clock reading decided under this lock
 	ops   uint32             // calls since the shard last reaped
-	_     [24]byte           // keep shards on separate cache lines
+	memoI uint32             // the memo entry to replace next
+	slots []slot             // open-addressed index, a power of two long
+	n     int                // entries held
+	pages []*[pageSize]entry // the entries; entry 0 is the LRU ring's root
+	high  uint32             // entries ever allocated, root included
+	free  uint32             // head of the free list (through next), 0: empty
+	memo  [memoSize]algo.Compiled
+	_     [104]byte // a whole number of cache line pairs: no false sharing (TestShardSize)
+}
+
+// memoSize is how many compiled limits a shard remembers. The limits of a
+// policy are few, so a shard sees the same ones again and again.
+const memoSize = 4
+
+// compiled returns l compiled, from the memo when l is there, else
+// compiling it into the memo. It returns nil when l is not valid. The
+// caller holds sh.mu.
+func (sh *shard) compiled(l *algo.Limit) *algo.Compiled {
+	for i := range sh.memo {
+		if sh.memo[i].Limit() == *l {
+			return &sh.memo[i]
+		}
+	}
+	c, err := l.Compile()
+	if err != nil {
+		return nil
+	}
+	i := sh.memoI
+	sh.memoI = (i + 1) % memoSize
+	sh.memo[i] = c
+	return &sh.memo[i]
 }
 
 // New returns a store configured by c.
@@ -123,15 +151,14 @@ func (s *Store) TakeAt(ctx context.Context, now time.Time, checks []store.Check,
 }
 
 func (s *Store) take(ctx context.Context, fixed bool, us int64, checks []store.Check, res *store.Result) error {
-	if err := store.Validate(checks); err != nil {
-		return err
+	if len(checks) == 1 {
+		return s.takeOne(ctx, fixed, us, checks, res)
+	}
+	if !plausible(checks) {
+		return store.Validate(checks)
 	}
 	if err := ctx.Err(); err != nil {
 		return err
-	}
-	if len(checks) == 1 {
-		s.takeOne(fixed, us, &checks[0], res)
-		return nil
 	}
 	n := len(checks)
 
@@ -140,10 +167,12 @@ func (s *Store) take(ctx context.Context, fixed bool, us int64, checks []store.C
 	var entBuf [batchInline]uint32
 	var stBuf [batchInline]algo.State
 	var outBuf [batchInline]algo.Outcome
-	hs, idx, locks, ents, sts, outs := hBuf[:0], idxBuf[:0], lockBuf[:0], entBuf[:0], stBuf[:0], outBuf[:0]
+	var clBuf [batchInline]algo.Compiled
+	hs, idx, locks, ents, sts, outs, cls := hBuf[:0], idxBuf[:0], lockBuf[:0], entBuf[:0], stBuf[:0], outBuf[:0], clBuf[:0]
 	if n > batchInline {
 		hs, idx, locks = make([]uint64, 0, n), make([]uint32, 0, n), make([]uint32, 0, n)
 		ents, sts, outs = make([]uint32, 0, n), make([]algo.State, 0, n), make([]algo.Outcome, 0, n)
+		cls = make([]algo.Compiled, 0, n)
 	}
 	for i := range checks {
 		h := maphash.String(s.seed, checks[i].Key)
@@ -155,6 +184,17 @@ func (s *Store) take(ctx context.Context, fixed bool, us int64, checks []store.C
 	}
 	for _, l := range locks {
 		s.shards[l].mu.Lock()
+	}
+	// The limits, compiled (copied: a later check may replace a memo entry).
+	for i := range checks {
+		cl := s.shards[idx[i]].compiled(&checks[i].Limit)
+		if cl == nil {
+			for _, l := range locks {
+				s.shards[l].mu.Unlock()
+			}
+			return store.Validate(checks)
+		}
+		cls = append(cls, *cl)
 	}
 	if !fixed {
 		for _, l := range locks {
@@ -177,7 +217,7 @@ func (s *Store) take(ctx context.Context, fixed bool, us int64, checks []store.C
 			e := sh.at(ei)
 			st, e.pinned = e.st, true
 		}
-		o, next := c.Limit.Eval(st, us, c.Cost)
+		o, next := cls[i].Eval(st, us, c.Cost)
 		allowed = allowed && o.Allowed
 		ents, sts, outs = append(ents, ei), append(sts, next), append(outs, o)
 	}
@@ -199,7 +239,7 @@ func (s *Store) take(ctx context.Context, fixed bool, us int64, checks []store.C
 			if ents[i] != 0 {
 				st = sh.at(ents[i]).st
 			}
-			outs[i], _ = c.Limit.Eval(st, us, 0)
+			outs[i], _ = cls[i].Eval(st, us, 0)
 			fallthrough
 		default:
 			if ents[i] != 0 {
@@ -230,32 +270,68 @@ func (s *Store) take(ctx context.Context, fixed bool, us int64, checks []store.C
 	return nil
 }
 
+// plausible reports whether checks pass store.Validate's checks other than
+// the validity of each limit, which the shards' memos of compiled limits
+// check; when it says no, store.Validate gives the error.
+func plausible(checks []store.Check) bool {
+	if len(checks) == 0 || len(checks) > store.MaxBatch {
+		return false
+	}
+	for i := range checks {
+		c := &checks[i]
+		if c.Key == "" || c.Limit.Limit < 1 || c.Cost < 0 || c.Cost > c.Limit.Capacity() {
+			return false
+		}
+		for j := range i {
+			if checks[j].Key == c.Key && checks[j].Limit.Algorithm == c.Limit.Algorithm {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // takeOne is take for a batch of one check: the same steps without the
-// bookkeeping a batch needs.
-func (s *Store) takeOne(fixed bool, us int64, c *store.Check, res *store.Result) {
+// bookkeeping a batch needs. The limit is validated through the shard's
+// memo of compiled limits (see [shard.compiled]); anything amiss is
+// reported by store.Validate, so the errors are the batch path's.
+func (s *Store) takeOne(ctx context.Context, fixed bool, us int64, checks []store.Check, res *store.Result) error {
+	c := &checks[0]
+	if !plausible(checks) {
+		return store.Validate(checks)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	h := maphash.String(s.seed, c.Key)
 	sh := &s.shards[h&s.mask]
 	if !fixed {
 		us = s.nowUs()
 	}
 	sh.mu.Lock()
+	cl := sh.compiled(&c.Limit)
+	if cl == nil {
+		sh.mu.Unlock()
+		return store.Validate(checks)
+	}
 	if !fixed {
 		us = max(us, sh.last)
 		sh.last = us
 	}
 	tag := uint32(h >> 32)
 	ei := sh.lookup(tag, c.Limit.Algorithm, c.Key)
-	var st algo.State
+	var fresh algo.State
+	st := &fresh
 	if ei != 0 {
-		st = sh.at(ei).st
+		st = &sh.at(ei).st
 	}
-	o, next := c.Limit.Eval(st, us, c.Cost)
+	o := cl.Apply(st, us, c.Cost) // changes *st only when it charges
 	if o.Allowed && c.Cost > 0 {
 		if ei == 0 {
 			ei = sh.insert(tag, c.Limit.Algorithm, c.Key, us, s.perShard)
+			sh.at(ei).st = fresh
 		}
-		e := sh.at(ei)
-		e.st, e.exp = next, us+o.ResetUs
+		sh.at(ei).exp = us + o.ResetUs
 	}
 	if ei != 0 {
 		sh.touch(ei, us)
@@ -268,6 +344,7 @@ func (s *Store) takeOne(fixed bool, us int64, c *store.Check, res *store.Result)
 	res.Allowed = o.Allowed
 	res.Now = time.UnixMicro(us)
 	res.Decisions = append(res.Decisions[:0], o.Decision(c.Limit))
+	return nil
 }
 
 // Hold makes key admit nothing for d under lim. See [store.Holder].

@@ -2,7 +2,9 @@ package memstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -115,5 +117,75 @@ func TestTakeDoesNotAllocate(t *testing.T) {
 	_ = s.Take(ctx, checks, &res)
 	if n := testing.AllocsPerRun(1000, func() { _ = s.Take(ctx, checks, &res) }); n != 0 {
 		t.Errorf("Take allocates %v times per call, want 0", n)
+	}
+}
+
+// TestCompiledLimitMemo: more limits than a shard's memo holds, in turn on
+// one shard, singly and in batches, decide exactly as the reference does;
+// an invalid limit is refused with the batch path's error whether or not
+// a valid one sits beside it, and leaves the shard unlocked.
+func TestCompiledLimitMemo(t *testing.T) {
+	s := New(Config{Shards: 1})
+	ctx := context.Background()
+	at := time.Unix(1_700_000_000, 0)
+	var lims []algo.Limit
+	for i := range 2*memoSize + 1 {
+		lims = append(lims, algo.Limit{Limit: int64(3 + i), Period: time.Duration(1+i) * time.Second, Algorithm: algo.Algorithms[i%len(algo.Algorithms)]})
+	}
+	states := make([]algo.State, len(lims))
+	var res store.Result
+	rejected := 0
+	for step := range 200 {
+		now := at.Add(time.Duration(step) * 23 * time.Millisecond)
+		i := step % len(lims)
+		j := (i + 3) % len(lims)
+		checks := []store.Check{{Key: fmt.Sprint("k", i), Limit: lims[i], Cost: 1}}
+		if step%2 == 1 {
+			checks = append(checks, store.Check{Key: fmt.Sprint("k", j), Limit: lims[j], Cost: 1})
+		}
+		if err := s.TakeAt(ctx, now, checks, &res); err != nil {
+			t.Fatal(err)
+		}
+		allowed := true
+		var want []algo.Outcome
+		var next []algo.State
+		for _, c := range checks {
+			k := c.Key[1] - '0'
+			o, n := c.Limit.Eval(states[k], now.UnixMicro(), 1)
+			allowed = allowed && o.Allowed
+			want, next = append(want, o), append(next, n)
+		}
+		for n, c := range checks {
+			if !allowed && want[n].Allowed {
+				// Uncharged beside a rejection: reported as a peek.
+				want[n], _ = c.Limit.Eval(states[c.Key[1]-'0'], now.UnixMicro(), 0)
+			}
+			if got, w := res.Decisions[n], want[n].Decision(c.Limit); got != w || res.Allowed != allowed {
+				t.Fatalf("step %d, %s under %v: got %+v, want %+v", step, c.Key, c.Limit, got, w)
+			}
+		}
+		if allowed {
+			for n, c := range checks {
+				states[c.Key[1]-'0'] = next[n]
+			}
+		} else {
+			rejected++
+		}
+	}
+	if rejected == 0 {
+		t.Fatal("no batch was rejected: the run tests too little")
+	}
+	bad := algo.Limit{Limit: 10, Period: time.Nanosecond}
+	for _, checks := range [][]store.Check{
+		{{Key: "x", Limit: bad, Cost: 1}},
+		{{Key: "y", Limit: lims[0], Cost: 1}, {Key: "x", Limit: bad, Cost: 1}},
+	} {
+		err := s.Take(ctx, checks, &res)
+		if !errors.Is(err, store.ErrInvalidCheck) || !strings.Contains(err.Error(), "period") {
+			t.Errorf("%d checks with an invalid limit: %v, want ErrInvalidCheck naming the period", len(checks), err)
+		}
+	}
+	if err := s.Take(ctx, []store.Check{{Key: "z", Limit: lims[0], Cost: 1}}, &res); err != nil || !res.Allowed {
+		t.Fatalf("after refused batches: %v %+v", err, res)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/fairgate/fairgate/algo"
 	"github.com/fairgate/fairgate/store"
@@ -84,5 +85,14 @@ func TestBatchNeverEvictsItsOwnKeys(t *testing.T) {
 	}
 	if _, ok := s.State(algo.GCRA, "b"); ok {
 		t.Error("b, the only key outside the batch, was not evicted")
+	}
+}
+
+// TestShardSize: shards are a whole number of 128-byte line pairs, so
+// that two cores working on neighbouring shards never share a line (the
+// array of shards is allocated line-aligned, being large).
+func TestShardSize(t *testing.T) {
+	if n := unsafe.Sizeof(shard{}); n%128 != 0 {
+		t.Fatalf("a shard is %d bytes: adjust its padding to a multiple of 128", n)
 	}
 }
