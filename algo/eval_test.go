@@ -202,7 +202,7 @@ func TestProperties(t *testing.T) {
 				var s State
 				now := t0 + r.Int64N(1_000_000)
 				for i := 0; i < 100; i++ {
-					now += r.Int64N(int64(l.Period/time.Microsecond) / 4)
+					now += r.Int64N(int64(l.Period/time.Microsecond)/4 + 1) // +1: periods under 4µs
 					cost := r.Int64N(l.Capacity() + 1)
 					if msg := checkOne(l, s, now, cost); msg != "" {
 						t.Fatalf("seed %d, %v, state %+v, now %d, cost %d: %s", seed, l, s, now, cost, msg)

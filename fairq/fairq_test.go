@@ -37,9 +37,9 @@ var kinds = fairq.Kinds{
 // fairgate instances on one store.
 type backend struct {
 	name string
-	new  func(t *testing.T, shared any, w fairq.Weigher) fairq.Queue
+	new  func(t testing.TB, shared any, w fairq.Weigher) fairq.Queue
 	// shared returns what instances of one test share.
-	shared func(t *testing.T) any
+	shared func(t testing.TB) any
 	// wait lets d pass on the queue's clock.
 	wait func(shared any, d time.Duration)
 }
@@ -57,10 +57,10 @@ func (m *memShared) clock() time.Time { m.mu.Lock(); defer m.mu.Unlock(); return
 func redisBackend(name string, addrs func() []string) backend {
 	return backend{
 		name: name,
-		shared: func(t *testing.T) any {
+		shared: func(t testing.TB) any {
 			return fmt.Sprintf("fq%d:", rand.Uint32())
 		},
-		new: func(t *testing.T, shared any, w fairq.Weigher) fairq.Queue {
+		new: func(t testing.TB, shared any, w fairq.Weigher) fairq.Queue {
 			c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs(), DisableCache: true})
 			if err != nil {
 				t.Fatal(err)
@@ -80,8 +80,8 @@ func backends() []backend {
 	return []backend{
 		{
 			name:   "memory",
-			shared: func(t *testing.T) any { return &memShared{now: time.Unix(1_800_000_000, 0)} },
-			new: func(t *testing.T, shared any, w fairq.Weigher) fairq.Queue {
+			shared: func(t testing.TB) any { return &memShared{now: time.Unix(1_800_000_000, 0)} },
+			new: func(t testing.TB, shared any, w fairq.Weigher) fairq.Queue {
 				m := shared.(*memShared)
 				if m.q == nil {
 					q, err := fairq.NewMemory(fairq.MemoryConfig{Kinds: kinds, Weight: w, Now: m.clock})

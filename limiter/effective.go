@@ -88,3 +88,9 @@ func seenKey(ls []Layer, key string) bool {
 	}
 	return false
 }
+
+// PlanOf returns the plan in force for tenant id: its override's, the
+// config's, or the default plan. It reads no store.
+func (l *Limiter) PlanOf(id string) string {
+	return l.snap.Load().tenant(id, l.now()).plan
+}

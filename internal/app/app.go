@@ -9,14 +9,19 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -24,7 +29,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/fairgate/fairgate/breaker"
 	"github.com/fairgate/fairgate/examples"
+	"github.com/fairgate/fairgate/fairq"
+	"github.com/fairgate/fairgate/fairq/redisq"
 	"github.com/fairgate/fairgate/httplimit"
 	"github.com/fairgate/fairgate/internal/auth"
 	"github.com/fairgate/fairgate/internal/config"
@@ -67,6 +75,56 @@ func OpenStore(raw string) (store.Store, error) {
 		return memstore.New(c), nil
 	}
 	return redisstore.New(redisstore.Config{URL: raw})
+}
+
+// backpressure builds the dependencies' breakers (the proxied upstream
+// always has one) and the fair job queue: on Redis Streams when the store
+// is Redis, in memory otherwise. Dispatch weights come from the tenant's
+// plan and change on a config reload (through the returned pointer).
+func backpressure(cfg *config.Config, c ServeConfig, st store.Store, lim *limiter.Limiter, reg prometheus.Registerer) (*breaker.Set, fairq.Queue, *atomic.Pointer[map[string]int], error) {
+	deps := maps.Clone(cfg.Dependencies)
+	if _, ok := deps[server.UpstreamDependency]; !ok && c.Upstream != "" {
+		deps[server.UpstreamDependency] = breaker.Settings{}
+	}
+	breakers, err := breaker.New(deps, reg)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	weights := &atomic.Pointer[map[string]int]{}
+	weights.Store(&cfg.QueueWeights)
+	weigh := func(tenant string) int {
+		if w, ok := (*weights.Load())[lim.PlanOf(tenant)]; ok {
+			return w
+		}
+		return 1
+	}
+	var q fairq.Queue
+	if rs, ok := st.(*redisstore.Store); ok {
+		q, err = redisq.New(redisq.Config{Client: rs.Client(), Kinds: cfg.Queues, Weight: weigh})
+	} else {
+		q, err = fairq.NewMemory(fairq.MemoryConfig{Kinds: cfg.Queues, Weight: weigh})
+	}
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	for _, kind := range slices.Sorted(maps.Keys(cfg.Queues)) {
+		err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "fairgate_queue_depth", Help: "Unfinished jobs (queued, waiting to retry or running) by kind.",
+			ConstLabels: prometheus.Labels{"kind": kind},
+		}, func() float64 {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			n, _, err := q.Depth(ctx, kind, "")
+			if err != nil {
+				return math.NaN()
+			}
+			return float64(n)
+		}))
+		if err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	return breakers, q, weights, nil
 }
 
 // ServeConfig is what `fairgate serve` runs.
@@ -218,6 +276,11 @@ func Serve(ctx context.Context, c ServeConfig, log *slog.Logger, ready func(addr
 	if err != nil {
 		return err
 	}
+	breakers, jobs, weights, err := backpressure(cfg, c, st, lim, reg)
+	if err != nil {
+		return err
+	}
+	defer jobs.Close()
 	bg, cancelBG := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer func() { cancelBG(); wg.Wait() }()
@@ -229,6 +292,7 @@ func Serve(ctx context.Context, c ServeConfig, log *slog.Logger, ready func(addr
 		Limiter: lim, Headers: httplimit.Form(cfg.Headers), Auth: authn, ClientIP: auth.ClientIP{Trusted: cfg.TrustedProxies},
 		UpstreamTimeout: c.UpstreamTimeout, Logger: log, Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
 		Quotas: quotas, WorkerToken: c.WorkerToken,
+		Jobs: jobs, JobKinds: cfg.Queues, Breakers: breakers,
 	}
 	if c.WorkerToken == "" && len(cfg.Providers) > 0 {
 		log.Warn("outbound endpoints need no token: set FAIRGATE_WORKER_TOKEN or --worker-token-file unless only trusted workers reach the listener")
@@ -256,6 +320,12 @@ func Serve(ctx context.Context, c ServeConfig, log *slog.Logger, ready func(addr
 			if err == nil {
 				// Checked above, so this cannot fail half-way.
 				err = quotas.SetProviders(nc.Providers)
+			}
+			if err == nil {
+				weights.Store(&nc.QueueWeights)
+				if !maps.Equal(nc.Queues, cfg.Queues) || !reflect.DeepEqual(nc.Dependencies, cfg.Dependencies) {
+					log.Warn("queue kinds and dependencies take effect at the next restart")
+				}
 			}
 			if err != nil {
 				reloads.WithLabelValues("refused").Inc()

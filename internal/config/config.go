@@ -22,6 +22,8 @@ import (
 
 	"github.com/fairgate/fairgate/internal/auth"
 
+	"github.com/fairgate/fairgate/breaker"
+	"github.com/fairgate/fairgate/fairq"
 	"github.com/fairgate/fairgate/limiter"
 	"github.com/fairgate/fairgate/quota"
 )
@@ -39,6 +41,13 @@ type Config struct {
 	Headers string
 	// Providers are the outbound providers by name.
 	Providers map[string]quota.Provider
+	// Queues are the kinds of job of the fair job queue.
+	Queues fairq.Kinds
+	// QueueWeights are the dispatch weights by plan (unlisted plans: 1).
+	QueueWeights map[string]int
+	// Dependencies are the downstream dependencies with a circuit breaker
+	// by name; "upstream" is the proxied API's.
+	Dependencies map[string]breaker.Settings
 	// Auth are the credentials the proxy accepts.
 	Auth auth.Config
 	// TrustedProxies are the peers whose X-Forwarded-For and Forwarded
@@ -90,7 +99,7 @@ func Load(path string) (*Config, error) {
 // Parse validates data as the config file named file.
 func Parse(file string, data []byte) (*Config, error) {
 	d := &decoder{file: file, where: map[string]where{}}
-	c := &Config{File: file, Headers: "draft", Providers: map[string]quota.Provider{}, Instances: 1}
+	c := &Config{File: file, Headers: "draft", Providers: map[string]quota.Provider{}, Queues: fairq.Kinds{}, QueueWeights: map[string]int{}, Dependencies: map[string]breaker.Settings{}, Instances: 1}
 	var root yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&root); err != nil {
@@ -109,6 +118,11 @@ func Parse(file string, data []byte) (*Config, error) {
 		return nil, &Error{File: file, Problems: []Problem{{Path: "(file)", Message: "empty: want a mapping with plans, classes and routes (see examples/fairgate.yaml)"}}}
 	}
 	d.config(root.Content[0], c)
+	for _, plan := range slices.Sorted(maps.Keys(d.weightKeys)) {
+		if _, ok := c.Policy.Plans[plan]; !ok {
+			d.add(d.weightKeys[plan], "queues.weights."+plan, "unknown plan %q: want one of %s", plan, strings.Join(slices.Sorted(maps.Keys(c.Policy.Plans)), ", "))
+		}
+	}
 	// The policy's own validation runs too, so that every problem is
 	// reported at once; a line that already has a decoding problem gets no
 	// second one that follows from it.
@@ -161,6 +175,9 @@ type decoder struct {
 	problems []Problem
 	// where maps limiter.Problem paths to the field's place in the file.
 	where map[string]where
+	// weightKeys are the plans queues.weights names, checked once the
+	// plans are known.
+	weightKeys map[string]*yaml.Node
 }
 
 func (d *decoder) add(n *yaml.Node, path, format string, args ...any) {
@@ -293,6 +310,27 @@ func (d *decoder) failMode(n *yaml.Node, path string) limiter.FailMode {
 		d.add(n, path, "fail mode %q: want open or closed", n.Value)
 	}
 	return limiter.FailOpen
+}
+
+// duration parses a positive duration such as 30s.
+func (d *decoder) duration(n *yaml.Node, path string) time.Duration {
+	v := d.str(n, path)
+	p, err := time.ParseDuration(v)
+	if err != nil || p <= 0 {
+		d.add(n, path, "duration %q does not parse: want a positive duration such as 500ms, 30s or 5m", v)
+		return 0
+	}
+	return p
+}
+
+// count parses a non-negative integer.
+func (d *decoder) count(n *yaml.Node, path string) int64 {
+	v := d.int(n, path)
+	if v < 0 {
+		d.add(n, path, "%d is negative", v)
+		return 0
+	}
+	return v
 }
 
 // period parses a duration ("1m", "10s", "7d") or a calendar window ("day",

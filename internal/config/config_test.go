@@ -81,6 +81,15 @@ func TestValidationErrors(t *testing.T) {
 		{"tenant share unknown class", 15, "  acme: {plan: team, shares: {export: 0.5}}", "tenants.acme.shares.export: unknown class \"export\""},
 		{"tenant override burst", 15, "  acme: {plan: team, burst: 0.5}", "tenants.acme.burst: \"0.5\" is not an integer"},
 		{"tenant override limits unknown rule", 15, "  acme: {plan: team, limits: {daily: {limit: 5}}}", "tenants.acme.limits.daily: plan \"team\" has no rule \"daily\""},
+		{"queue weight unknown plan", 20, "queues: {weights: {gold: 2}}", "queues.weights.gold: unknown plan \"gold\": want one of free, team"},
+		{"queue weight out of range", 20, "queues: {weights: {free: 0}}", "queues.weights.free: weight 0 is outside 1..1000"},
+		{"queue kind name", 20, "queues: {kinds: {Report: {}}}", "queues.kinds.Report: kind name \"Report\""},
+		{"queue warn over refuse", 20, "queues: {kinds: {report: {warn: 10, refuse: 5}}}", "queues.kinds.report: warn 10 is over refuse 5"},
+		{"queue negative threshold", 20, "queues: {kinds: {report: {refuse: -5}}}", "queues.kinds.report.refuse: -5 is negative"},
+		{"queue visibility", 20, "queues: {kinds: {report: {visibility: soon}}}", "queues.kinds.report.visibility: duration \"soon\" does not parse"},
+		{"queue unknown field", 20, "queues: {kinds: {report: {depth: 5}}}", "queues.kinds.report.depth: unknown field \"depth\""},
+		{"breaker ratio", 20, "dependencies: {billing: {failure_ratio: 2}}", "dependencies.billing.failure_ratio: failure ratio 2 is outside (0, 1]"},
+		{"breaker cooldown", 20, "dependencies: {billing: {cooldown: -1s}}", "dependencies.billing.cooldown: duration \"-1s\" does not parse"},
 		{"not yaml", 9, "  read: {share: 1", "(file): not valid YAML"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -16,6 +16,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/fairgate/fairgate/algo"
+	"github.com/fairgate/fairgate/breaker"
+	"github.com/fairgate/fairgate/fairq"
 	"github.com/fairgate/fairgate/internal/auth"
 	"github.com/fairgate/fairgate/limiter"
 	"github.com/fairgate/fairgate/quota"
@@ -197,6 +199,61 @@ func (d *decoder) config(n *yaml.Node, c *Config) {
 				})
 				d.checkLimit(v, path, pr.Limit)
 				c.Providers[name] = pr
+			})
+		},
+		"queues": func(v *yaml.Node, path string) {
+			d.fields(v, path, map[string]func(*yaml.Node, string){
+				"weights": func(v *yaml.Node, path string) {
+					d.entries(v, path, func(plan string, k, v *yaml.Node, path string) {
+						w := d.int(v, path)
+						if w < 1 || w > 1000 {
+							d.add(v, path, "weight %d is outside 1..1000", w)
+						}
+						c.QueueWeights[plan] = int(w)
+						if d.weightKeys == nil {
+							d.weightKeys = map[string]*yaml.Node{}
+						}
+						d.weightKeys[plan] = k
+					})
+				},
+				"kinds": func(v *yaml.Node, path string) {
+					d.entries(v, path, func(name string, k, v *yaml.Node, path string) {
+						if !fairq.ValidName(name) {
+							d.add(k, path, "kind name %q: want lower-case letters, digits, '-' and '_'", name)
+						}
+						var kd fairq.Kind
+						d.fields(v, path, map[string]func(*yaml.Node, string){
+							"warn":         func(v *yaml.Node, path string) { kd.Warn = d.count(v, path) },
+							"refuse":       func(v *yaml.Node, path string) { kd.Refuse = d.count(v, path) },
+							"visibility":   func(v *yaml.Node, path string) { kd.Visibility = d.duration(v, path) },
+							"max_attempts": func(v *yaml.Node, path string) { kd.MaxAttempts = int(d.count(v, path)) },
+						})
+						if kd.Refuse > 0 && kd.Warn > kd.Refuse {
+							d.add(v, path, "warn %d is over refuse %d: warn before refusing", kd.Warn, kd.Refuse)
+						}
+						c.Queues[name] = kd
+					})
+				},
+			})
+		},
+		"dependencies": func(v *yaml.Node, path string) {
+			d.entries(v, path, func(name string, k, v *yaml.Node, path string) {
+				if !fairq.ValidName(name) {
+					d.add(k, path, "dependency name %q: want lower-case letters, digits, '-' and '_'", name)
+				}
+				var st breaker.Settings
+				d.fields(v, path, map[string]func(*yaml.Node, string){
+					"consecutive_failures": func(v *yaml.Node, path string) { st.ConsecutiveFailures = uint32(min(d.count(v, path), 1<<31)) },
+					"failure_ratio": func(v *yaml.Node, path string) {
+						if st.FailureRatio = d.float(v, path); st.FailureRatio <= 0 || st.FailureRatio > 1 {
+							d.add(v, path, "failure ratio %v is outside (0, 1]", st.FailureRatio)
+						}
+					},
+					"min_requests": func(v *yaml.Node, path string) { st.MinRequests = uint32(min(d.count(v, path), 1<<31)) },
+					"window":       func(v *yaml.Node, path string) { st.Window = d.duration(v, path) },
+					"cooldown":     func(v *yaml.Node, path string) { st.Cooldown = d.duration(v, path) },
+				})
+				c.Dependencies[name] = st
 			})
 		},
 	})

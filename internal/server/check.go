@@ -184,10 +184,14 @@ func (s *Server) handleMyLimits(w http.ResponseWriter, r *http.Request) {
 		Shadow       bool   `json:"shadow,omitempty"`
 	}
 	out := struct {
-		Tenant string  `json:"tenant"`
-		Plan   string  `json:"plan"`
-		Layers []layer `json:"layers"`
+		Tenant string         `json:"tenant"`
+		Plan   string         `json:"plan"`
+		Layers []layer        `json:"layers"`
+		Queues map[string]any `json:"queues,omitempty"`
 	}{Tenant: tl.Tenant, Plan: tl.Plan, Layers: []layer{}}
+	if s.jobs != nil {
+		out.Queues = s.queueStates(r, tl.Tenant)
+	}
 	for _, l := range tl.Layers {
 		out.Layers = append(out.Layers, layer{l.Policy, l.Class, l.Limit, l.Burst, int64(l.Period / time.Millisecond), l.Remaining, ceilMs(l.ResetAfter), l.Shadow})
 	}

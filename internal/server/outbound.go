@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"net/http"
@@ -33,19 +32,7 @@ type pauseRequest struct {
 
 // outbound serves the outbound quota endpoints for workers.
 type outbound struct {
-	q     *quota.Quotas
-	token *[sha256.Size]byte // nil: no worker token is required
-}
-
-// workerAuthorized reports whether r may use the worker endpoints, writing
-// the 401 itself when not.
-func (o *outbound) workerAuthorized(w http.ResponseWriter, r *http.Request) bool {
-	if o.token == nil || bearerMatches(r, *o.token) {
-		return true
-	}
-	w.Header().Set("WWW-Authenticate", `Bearer realm="fairgate-workers"`)
-	problem.Write(w, problem.Details{Status: http.StatusUnauthorized, Detail: "outbound requests need Authorization: Bearer <worker token>"})
-	return false
+	q *quota.Quotas
 }
 
 // quotaProblem answers a quota error that is the request's fault with 400,
@@ -63,9 +50,6 @@ func quotaProblem(w http.ResponseWriter, err error) {
 }
 
 func (o *outbound) handleAcquire(w http.ResponseWriter, r *http.Request) {
-	if !o.workerAuthorized(w, r) {
-		return
-	}
 	var req acquireRequest
 	if !decodeJSON(w, r, &req) {
 		return
@@ -112,9 +96,6 @@ func (o *outbound) handleAcquire(w http.ResponseWriter, r *http.Request) {
 }
 
 func (o *outbound) handlePause(w http.ResponseWriter, r *http.Request) {
-	if !o.workerAuthorized(w, r) {
-		return
-	}
 	var req pauseRequest
 	if !decodeJSON(w, r, &req) {
 		return

@@ -9,9 +9,14 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/fairgate/fairgate/breaker"
 	"github.com/fairgate/fairgate/httplimit"
 	"github.com/fairgate/fairgate/httplimit/problem"
 )
+
+// UpstreamDependency is the name of the proxied upstream's circuit breaker
+// in the config's dependencies.
+const UpstreamDependency = "upstream"
 
 // newProxy returns the reverse proxy to upstream behind the limiter's
 // middleware: the tenant from the verified credential, the client address
@@ -36,6 +41,10 @@ func (s *Server) newProxy(upstream *url.URL, timeout time.Duration) (http.Handle
 		ExpectContinueTimeout: time.Second,
 		ForceAttemptHTTP2:     true,
 	}
+	var rt http.RoundTripper = tr
+	if s.breakers != nil && s.breakers.Has(UpstreamDependency) {
+		rt = &breaker.Transport{Set: s.breakers, Name: UpstreamDependency, Base: tr}
+	}
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(upstream)
@@ -52,9 +61,16 @@ func (s *Server) newProxy(upstream *url.URL, timeout time.Duration) (http.Handle
 			}
 			pr.SetXForwarded()
 		},
-		Transport:     tr,
+		Transport:     rt,
 		FlushInterval: -1, // stream: flush as the upstream writes
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			var oe *breaker.OpenError
+			if errors.As(err, &oe) {
+				w.Header().Set("Retry-After", problem.RetryAfterSeconds(oe.RetryAfter))
+				problem.Write(w, problem.Details{Status: http.StatusServiceUnavailable, Detail: "the upstream API is failing and its circuit breaker is open; retry later",
+					Ext: map[string]any{"code": "dependency_unavailable", "dependency": oe.Dependency, "retry_after_seconds": problem.RetryAfterSeconds(oe.RetryAfter)}})
+				return
+			}
 			s.log.Warn("upstream failed", slog.String("path", r.URL.Path), slog.String("error", err.Error()))
 			problem.Write(w, problem.Details{Status: http.StatusBadGateway, Detail: "the upstream API did not answer"})
 		},

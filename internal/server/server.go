@@ -20,6 +20,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fairgate/fairgate/breaker"
+	"github.com/fairgate/fairgate/fairq"
 	"github.com/fairgate/fairgate/httplimit"
 	"github.com/fairgate/fairgate/httplimit/problem"
 	"github.com/fairgate/fairgate/internal/auth"
@@ -53,21 +55,33 @@ type Config struct {
 	// Quotas, if not nil, serves POST /v1/outbound/acquire and
 	// /v1/outbound/pause for workers.
 	Quotas *quota.Quotas
-	// WorkerToken, if not empty, is the bearer token the outbound
-	// endpoints require. Empty means they are open to whoever reaches the
-	// listener, like /v1/take.
+	// Jobs, if not nil, serves the fair job queue: POST /v1/jobs/{kind}
+	// and GET /v1/jobs/{id} for tenants, and lease, ack and nack for
+	// workers. JobKinds are its kinds.
+	Jobs     fairq.Queue
+	JobKinds fairq.Kinds
+	// Breakers, if not nil, are the dependencies' circuit breakers: shown
+	// by /readyz, and the one named "upstream" guards the proxy.
+	Breakers *breaker.Set
+	// WorkerToken, if not empty, is the bearer token the worker endpoints
+	// (outbound quotas, job leases) require. Empty means they are open to
+	// whoever reaches the listener, like /v1/take.
 	WorkerToken string
 }
 
 // Server serves the decision API and, with an upstream, the proxy. It is
 // an http.Handler.
 type Server struct {
-	lim   *limiter.Limiter
-	form  httplimit.Form
-	id    atomic.Pointer[identity]
-	log   *slog.Logger
-	mux   *http.ServeMux
-	proxy http.Handler
+	lim      *limiter.Limiter
+	form     httplimit.Form
+	id       atomic.Pointer[identity]
+	log      *slog.Logger
+	mux      *http.ServeMux
+	proxy    http.Handler
+	worker   *[sha256.Size]byte // the worker token's hash; nil: none required
+	jobs     fairq.Queue
+	kinds    fairq.Kinds
+	breakers *breaker.Set
 }
 
 // MaxBody is the largest request body accepted; larger ones get 413.
@@ -82,7 +96,14 @@ func New(c Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{lim: c.Limiter, form: form, log: c.Logger}
+	s := &Server{lim: c.Limiter, form: form, log: c.Logger, jobs: c.Jobs, kinds: c.JobKinds, breakers: c.Breakers}
+	if c.WorkerToken != "" {
+		if len(c.WorkerToken) < 16 {
+			return nil, errors.New("server: the worker token must be at least 16 characters")
+		}
+		sum := sha256.Sum256([]byte(c.WorkerToken))
+		s.worker = &sum
+	}
 	s.SetIdentity(c.Auth, c.ClientIP)
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -101,15 +122,15 @@ func New(c Config) (*Server, error) {
 	}
 	if c.Quotas != nil {
 		o := &outbound{q: c.Quotas}
-		if c.WorkerToken != "" {
-			if len(c.WorkerToken) < 16 {
-				return nil, errors.New("server: the worker token must be at least 16 characters")
-			}
-			sum := sha256.Sum256([]byte(c.WorkerToken))
-			o.token = &sum
-		}
-		s.mux.HandleFunc("/v1/outbound/acquire", only("POST", o.handleAcquire))
-		s.mux.HandleFunc("/v1/outbound/pause", only("POST", o.handlePause))
+		s.mux.HandleFunc("/v1/outbound/acquire", only("POST", s.forWorkers(o.handleAcquire)))
+		s.mux.HandleFunc("/v1/outbound/pause", only("POST", s.forWorkers(o.handlePause)))
+	}
+	if c.Jobs != nil {
+		s.mux.HandleFunc("POST /v1/jobs/{kind}", s.handleEnqueue)
+		s.mux.HandleFunc("GET /v1/jobs/{id}", s.handleJob)
+		s.mux.HandleFunc("POST /v1/jobs/{kind}/lease", s.forWorkers(s.handleLease))
+		s.mux.HandleFunc("POST /v1/jobs/{id}/ack", s.forWorkers(s.handleAck))
+		s.mux.HandleFunc("POST /v1/jobs/{id}/nack", s.forWorkers(s.handleNack))
 	}
 	if c.Upstream != nil {
 		if s.proxy, err = s.newProxy(c.Upstream, c.UpstreamTimeout); err != nil {
@@ -153,7 +174,24 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	if !up {
 		store = "down"
 	}
-	writeJSON(w, status, map[string]any{"ready": ready, "store": store, "fail_closed_policies": failClosed})
+	out := map[string]any{"ready": ready, "store": store, "fail_closed_policies": failClosed}
+	if s.breakers != nil {
+		out["breakers"] = s.breakers.States()
+	}
+	writeJSON(w, status, out)
+}
+
+// forWorkers lets through requests that carry the worker token (any
+// request when none is configured) and answers the others 401.
+func (s *Server) forWorkers(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if s.worker != nil && !bearerMatches(r, *s.worker) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="fairgate-workers"`)
+			problem.Write(w, problem.Details{Status: http.StatusUnauthorized, Detail: "worker requests need Authorization: Bearer <worker token>"})
+			return
+		}
+		h(w, r)
+	}
 }
 
 // only restricts h to one method (GET also admits HEAD); other methods get
