@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -231,4 +232,48 @@ func statusOf(t *testing.T, method, url, body, tok string) int {
 	}
 	resp.Body.Close()
 	return resp.StatusCode
+}
+
+// TestJobsThroughServe: a tenant enqueues through `fairgate serve` with
+// its API key and a worker leases and acks with the worker token.
+func TestJobsThroughServe(t *testing.T) {
+	t.Setenv("FAIRGATE_WORKER_TOKEN", "worker-token-for-the-test-02")
+	sv := startServe(t, "--listen", "127.0.0.1:0")
+	base := "http://" + sv.addr
+	req, _ := http.NewRequest("POST", base+"/v1/jobs/report", strings.NewReader(`{"month":"2026-11"}`))
+	req.Header.Set("X-API-Key", "demo-acme-key")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e struct {
+		ID string `json:"job_id"`
+	}
+	json.NewDecoder(resp.Body).Decode(&e)
+	resp.Body.Close()
+	if resp.StatusCode != 202 || e.ID == "" {
+		t.Fatalf("enqueue: %d %+v", resp.StatusCode, e)
+	}
+	if c := statusOf(t, "POST", base+"/v1/jobs/report/lease", "", ""); c != 401 {
+		t.Fatalf("lease without the worker token: %d", c)
+	}
+	req, _ = http.NewRequest("POST", base+"/v1/jobs/report/lease", nil)
+	req.Header.Set("Authorization", "Bearer worker-token-for-the-test-02")
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var l struct {
+		ID    string `json:"job_id"`
+		Lease string
+	}
+	json.NewDecoder(resp.Body).Decode(&l)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || l.ID != e.ID {
+		t.Fatalf("lease: %d %+v", resp.StatusCode, l)
+	}
+	if c := statusOf(t, "POST", base+"/v1/jobs/"+l.ID+"/ack", `{"lease":"`+l.Lease+`"}`, "worker-token-for-the-test-02"); c != 200 {
+		t.Fatalf("ack: %d", c)
+	}
+	sv.stop()
 }
