@@ -14,6 +14,12 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	commonpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
 // TestServeAndShutdown runs `fairgate serve` on the embedded memory store,
@@ -274,6 +280,38 @@ func TestJobsThroughServe(t *testing.T) {
 	}
 	if c := statusOf(t, "POST", base+"/v1/jobs/"+l.ID+"/ack", `{"lease":"`+l.Lease+`"}`, "worker-token-for-the-test-02"); c != 200 {
 		t.Fatalf("ack: %d", c)
+	}
+	sv.stop()
+}
+
+// TestGRPCListener: with --grpc-listen, the Envoy rate limit service of the
+// example config answers a real gRPC client, and health says SERVING.
+func TestGRPCListener(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	sv := startServe(t, "--listen", "127.0.0.1:0", "--grpc-listen", addr)
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	h, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{})
+	if err != nil || h.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health: %v %v", h, err)
+	}
+	req := &rlspb.RateLimitRequest{Domain: "edge", HitsAddend: 10, Descriptors: []*commonpb.RateLimitDescriptor{
+		{Entries: []*commonpb.RateLimitDescriptor_Entry{{Key: "remote_address", Value: "192.0.2.1"}}},
+	}}
+	c := rlspb.NewRateLimitServiceClient(conn)
+	if r, err := c.ShouldRateLimit(context.Background(), req); err != nil || r.OverallCode != rlspb.RateLimitResponse_OK {
+		t.Fatalf("first: %v %v", r, err)
+	}
+	if r, err := c.ShouldRateLimit(context.Background(), req); err != nil || r.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("over the example's 10 per second: %v %v", r, err)
 	}
 	sv.stop()
 }

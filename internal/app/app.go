@@ -36,6 +36,7 @@ import (
 	"github.com/fairgate/fairgate/httplimit"
 	"github.com/fairgate/fairgate/internal/auth"
 	"github.com/fairgate/fairgate/internal/config"
+	"github.com/fairgate/fairgate/internal/rls"
 	"github.com/fairgate/fairgate/internal/server"
 	"github.com/fairgate/fairgate/limiter"
 	"github.com/fairgate/fairgate/limiter/redisctl"
@@ -145,6 +146,9 @@ type ServeConfig struct {
 	AdminListen, AdminToken string
 	// WorkerToken, if set, is the bearer token /v1/outbound/* require.
 	WorkerToken string
+	// GRPCListen, if set, is the address of the Envoy rate limit service
+	// (gRPC, with the standard health service).
+	GRPCListen string
 }
 
 // env returns the environment value for name, or def.
@@ -169,6 +173,7 @@ func ParseServe(args []string, stderr io.Writer) (ServeConfig, error) {
 	fs.StringVar(&c.Upstream, "upstream", env("FAIRGATE_UPSTREAM", ""), "proxy requests to this API, such as http://127.0.0.1:9000 (FAIRGATE_UPSTREAM)")
 	upTimeout := env("FAIRGATE_UPSTREAM_TIMEOUT", "30s")
 	fs.Func("upstream-timeout", "wait for the upstream's response headers (FAIRGATE_UPSTREAM_TIMEOUT, default 30s)", func(v string) error { upTimeout = v; return nil })
+	fs.StringVar(&c.GRPCListen, "grpc-listen", env("FAIRGATE_GRPC_LISTEN", ""), "serve Envoy's rate limit service (gRPC) here, such as 127.0.0.1:8082 (FAIRGATE_GRPC_LISTEN; default: not served)")
 	fs.StringVar(&c.AdminListen, "admin-listen", env("FAIRGATE_ADMIN_LISTEN", "127.0.0.1:8081"), "address of the admin API (FAIRGATE_ADMIN_LISTEN)")
 	tokenFile := ""
 	fs.StringVar(&tokenFile, "admin-token-file", "", "file holding the admin API's bearer token (or FAIRGATE_ADMIN_TOKEN); without a token the admin API does not start")
@@ -281,6 +286,10 @@ func Serve(ctx context.Context, c ServeConfig, log *slog.Logger, ready func(addr
 		return err
 	}
 	defer jobs.Close()
+	rlsSvc, err := rls.New(cfg.RLS, lim, log, reg)
+	if err != nil {
+		return err
+	}
 	bg, cancelBG := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer func() { cancelBG(); wg.Wait() }()
@@ -322,6 +331,9 @@ func Serve(ctx context.Context, c ServeConfig, log *slog.Logger, ready func(addr
 				err = quotas.SetProviders(nc.Providers)
 			}
 			if err == nil {
+				if rlsSvc != nil {
+					rlsSvc.SetConfig(nc.RLS)
+				}
 				weights.Store(&nc.QueueWeights)
 				if !maps.Equal(nc.Queues, cfg.Queues) || !reflect.DeepEqual(nc.Dependencies, cfg.Dependencies) {
 					log.Warn("queue kinds and dependencies take effect at the next restart")
@@ -388,6 +400,20 @@ func Serve(ctx context.Context, c ServeConfig, log *slog.Logger, ready func(addr
 		servers = append(servers, asrv)
 		log.Info("admin API", slog.String("listen", aln.Addr().String()))
 		wg.Go(func() { asrv.Serve(aln) })
+	}
+	if c.GRPCListen != "" {
+		gln, err := net.Listen("tcp", c.GRPCListen)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("serve: grpc listen on %s: %w", c.GRPCListen, err)
+		}
+		g := rls.NewServer(rlsSvc)
+		log.Info("envoy rate limit service", slog.String("grpc_listen", gln.Addr().String()), slog.Int("domains", len(cfg.RLS.Domains)))
+		wg.Go(func() { g.Serve(gln) })
+		defer g.GracefulStop()
+		if len(cfg.RLS.Domains) == 0 {
+			log.Warn("the rate limit service has no domains: every descriptor is answered OK (add an rls section to the config)")
+		}
 	}
 	log.Info("serving", slog.String("listen", ln.Addr().String()), slog.String("store", redisstore.RedactURL(c.Store)), slog.String("upstream", c.Upstream))
 	if ready != nil {

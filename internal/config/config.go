@@ -21,6 +21,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/fairgate/fairgate/internal/auth"
+	"github.com/fairgate/fairgate/internal/rls"
 
 	"github.com/fairgate/fairgate/breaker"
 	"github.com/fairgate/fairgate/fairq"
@@ -48,6 +49,8 @@ type Config struct {
 	// Dependencies are the downstream dependencies with a circuit breaker
 	// by name; "upstream" is the proxied API's.
 	Dependencies map[string]breaker.Settings
+	// RLS is the Envoy rate limit service's configuration.
+	RLS rls.Config
 	// Auth are the credentials the proxy accepts.
 	Auth auth.Config
 	// TrustedProxies are the peers whose X-Forwarded-For and Forwarded

@@ -236,6 +236,7 @@ func (d *decoder) config(n *yaml.Node, c *Config) {
 				},
 			})
 		},
+		"rls": func(v *yaml.Node, path string) { d.rlsSection(v, path, c) },
 		"dependencies": func(v *yaml.Node, path string) {
 			d.entries(v, path, func(name string, k, v *yaml.Node, path string) {
 				if !fairq.ValidName(name) {

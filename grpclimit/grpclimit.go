@@ -1,0 +1,141 @@
+// Package grpclimit puts fairgate's decision path in front of a Go gRPC
+// service, as package httplimit does for net/http: server interceptors,
+// unary and stream, that decide each call with a limiter.Limiter.
+//
+// A call is matched against the policy's routes as "POST /<full method>"
+// (such as "POST /acme.v1.Search/Query"), so routes, classes and costs
+// work as for HTTP. A call over its limit fails with RESOURCE_EXHAUSTED
+// carrying a google.rpc.RetryInfo detail with the exact delay; a call that
+// cannot be decided on a fail-closed route fails with UNAVAILABLE (also
+// with RetryInfo). The rate-limit headers are sent as trailing metadata
+// (lower-case keys: ratelimit-limit, ratelimit-remaining, ratelimit-reset,
+// retry-after), on admitted calls as well.
+//
+// The tenant comes only from Config.Identify, which must read a verified
+// identity (a token checked against its issuer, the peer's mTLS
+// certificate), never a value the client merely asserts. A stream is
+// decided once, when it opens.
+package grpclimit
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/fairgate/fairgate/httplimit"
+	"github.com/fairgate/fairgate/limiter"
+)
+
+// Config configures the interceptors.
+type Config struct {
+	// Limiter decides the calls. Required.
+	Limiter *limiter.Limiter
+	// Identify returns the verified tenant (and plan, if the credential
+	// names one) of a call; "" for an anonymous call (limited by the
+	// policy's anonymous routes, per peer address). An error fails the
+	// call with UNAUTHENTICATED and the error's text. Required.
+	Identify func(ctx context.Context, fullMethod string) (tenant, plan string, err error)
+	// Headers is the form of the trailing rate-limit metadata. Zero means
+	// the IETF draft's RateLimit-Limit, -Remaining and -Reset.
+	Headers httplimit.Form
+}
+
+// decider is a validated Config.
+type decider struct {
+	Config
+	form httplimit.Form
+}
+
+func newDecider(c Config) (*decider, error) {
+	if c.Limiter == nil || c.Identify == nil {
+		return nil, errors.New("grpclimit: Config.Limiter and Config.Identify are required")
+	}
+	form, err := httplimit.ParseForm(string(c.Headers))
+	if err != nil {
+		return nil, err
+	}
+	return &decider{Config: c, form: form}, nil
+}
+
+// UnaryServerInterceptor decides each unary call before its handler runs.
+func UnaryServerInterceptor(c Config) (grpc.UnaryServerInterceptor, error) {
+	d, err := newDecider(c)
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if err := d.decide(ctx, info.FullMethod); err != nil {
+			return nil, err
+		}
+		return handler(ctx, req)
+	}, nil
+}
+
+// StreamServerInterceptor decides each stream when it opens.
+func StreamServerInterceptor(c Config) (grpc.StreamServerInterceptor, error) {
+	d, err := newDecider(c)
+	if err != nil {
+		return nil, err
+	}
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if err := d.decide(ss.Context(), info.FullMethod); err != nil {
+			return err
+		}
+		return handler(srv, ss)
+	}, nil
+}
+
+// decide returns nil to let the call through, or its status error. The
+// rate-limit metadata is set as trailers either way.
+func (d *decider) decide(ctx context.Context, fullMethod string) error {
+	tenant, plan, err := d.Identify(ctx, fullMethod)
+	if err != nil {
+		return status.Error(codes.Unauthenticated, err.Error())
+	}
+	req := limiter.Request{Tenant: tenant, Plan: plan, Method: http.MethodPost, Path: fullMethod}
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		if ap, err := netip.ParseAddrPort(p.Addr.String()); err == nil {
+			req.IP = ap.Addr().Unmap()
+		} else if tcp, ok := p.Addr.(*net.TCPAddr); ok {
+			req.IP, _ = netip.AddrFromSlice(tcp.IP)
+		}
+	}
+	dec, err := d.Limiter.Decide(ctx, req)
+	if err != nil {
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	h := http.Header{}
+	httplimit.SetHeaders(h, d.form, dec, time.Now())
+	if !dec.Allowed {
+		h.Set("Retry-After", httplimit.RetryAfter(dec.RetryAfter))
+	}
+	md := metadata.MD{}
+	for k, v := range h {
+		md[strings.ToLower(k)] = v
+	}
+	grpc.SetTrailer(ctx, md)
+	if dec.Allowed {
+		return nil
+	}
+	code, msg := codes.ResourceExhausted, "rate limited by "+dec.Policy+": retry after "+dec.RetryAfter.String()
+	if dec.Reason == limiter.ReasonUnavailable {
+		code, msg = codes.Unavailable, "the rate limiter cannot decide right now and this method fails closed; retry later"
+	}
+	st, err := status.New(code, msg).WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(dec.RetryAfter)})
+	if err != nil {
+		return status.Error(code, msg)
+	}
+	return st.Err()
+}

@@ -1,0 +1,63 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestRLSFileErrors: every rule envoyproxy/ratelimit enforces on its files,
+// and unknown keys, are problems with their line.
+func TestRLSFileErrors(t *testing.T) {
+	for _, tc := range []struct{ name, yaml, want string }{
+		{"unknown key", "domain: d\ndescriptors:\n  - key: a\n    colour: red\n", ":4: descriptors[0].colour: unknown field \"colour\""},
+		{"empty domain", "descriptors:\n  - key: a\n", ":1: domain: a config needs a non-empty domain"},
+		{"empty key", "domain: d\ndescriptors:\n  - value: a\n", ":3: descriptors[0]: descriptor has an empty key"},
+		{"duplicate", "domain: d\ndescriptors:\n  - key: a\n  - key: a\n", ":4: descriptors[1]: duplicate descriptor: key \"a\""},
+		{"bad unit", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: fortnight, requests_per_unit: 5}\n", ":4: descriptors[0].rate_limit.unit: unit \"fortnight\""},
+		{"no unit", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {requests_per_unit: 5}\n", "descriptors[0].rate_limit.unit: unit \"\""},
+		{"unlimited with unit", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unlimited: true, unit: second}\n", "an unlimited rate_limit takes no unit"},
+		{"no requests", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second}\n", "requests_per_unit is required"},
+		{"replaces itself", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, name: x, replaces: [{name: x}]}\n", "cannot replace itself"},
+		{"replaces without name", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, replaces: [{}]}\n", "a replaces entry needs a name"},
+		{"nested", "domain: d\ndescriptors:\n  - key: a\n    descriptors:\n      - key: b\n        rate_limit: {unit: hours, requests_per_unit: 1}\n", ":6: descriptors[0].descriptors[0].rate_limit.unit"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := filepath.Join(t.TempDir(), "rl.yaml")
+			os.WriteFile(f, []byte(tc.yaml), 0o600)
+			_, err := ParseRLSFile(f)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("ParseRLSFile:\n%v\nwant a problem containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestRLSSection: files are read relative to the config, a domain given
+// twice and an override of an unknown domain are problems, and limits are
+// checked against the algorithm's bounds.
+func TestRLSSection(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "a.yaml"), []byte("domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5}\n"), 0o600)
+	good := "rls:\n  files: [a.yaml]\n  tenant_key: tenant\n  fail: closed\n  fail_closed_code: over_limit\n  domains: {a: {fail: open}}\n  config:\n    - domain: b\n      descriptors: [{key: x, rate_limit: {unit: minute, requests_per_unit: 1}}]\n"
+	c, err := Parse(filepath.Join(dir, "f.yaml"), []byte(strings.Join(base, "\n")+"\n"+good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.RLS.Domains) != 2 || c.RLS.TenantKey != "tenant" || c.RLS.Domains[0].Fail != 0 /* open */ {
+		t.Fatalf("rls: %+v", c.RLS)
+	}
+	for _, tc := range []struct{ yaml, want string }{
+		{"rls:\n  files: [a.yaml, a.yaml]\n", `domain "a" is configured twice`},
+		{"rls:\n  files: [missing.yaml]\n", "missing.yaml: no such file"},
+		{"rls:\n  domains: {zzz: {fail: open}}\n", `rls.domains.zzz: no domain "zzz" is configured`},
+		{"rls:\n  fail_closed_code: teapot\n", `"teapot": want unavailable`},
+		{"rls:\n  config:\n    - domain: c\n      descriptors: [{key: x, rate_limit: {unit: second, requests_per_unit: 4000000000}}]\n", "4000000000 per second"},
+	} {
+		_, err := Parse(filepath.Join(dir, "f.yaml"), []byte(strings.Join(base, "\n")+"\n"+tc.yaml))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q:\n%v\nwant a problem containing %q", tc.yaml, err, tc.want)
+		}
+	}
+}

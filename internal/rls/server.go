@@ -1,0 +1,24 @@
+package rls
+
+import (
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// MaxMessage bounds a request message (a RateLimitRequest is small).
+const MaxMessage = 1 << 20
+
+// NewServer returns a gRPC server with the rate limit service and the
+// standard health service (SERVING for "" and for the rate limit service),
+// plus opts. The caller serves it and stops it.
+func NewServer(s *Service, opts ...grpc.ServerOption) *grpc.Server {
+	g := grpc.NewServer(append([]grpc.ServerOption{grpc.MaxRecvMsgSize(MaxMessage)}, opts...)...)
+	rlspb.RegisterRateLimitServiceServer(g, s)
+	h := health.NewServer()
+	h.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	h.SetServingStatus(rlspb.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(g, h)
+	return g
+}

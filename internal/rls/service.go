@@ -1,0 +1,273 @@
+package rls
+
+import (
+	"context"
+	"log/slog"
+	"math"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/fairgate/fairgate/algo"
+	"github.com/fairgate/fairgate/limiter"
+	"github.com/fairgate/fairgate/promreg"
+	"github.com/fairgate/fairgate/store"
+)
+
+// Limits of a request, so that nothing a client sends can make a call
+// unbounded.
+const (
+	MaxDescriptors = 64
+	MaxEntries     = 32
+)
+
+// Service implements envoy.service.ratelimit.v3.RateLimitService. It is
+// safe for concurrent use.
+type Service struct {
+	rlspb.UnimplementedRateLimitServiceServer
+	lim *limiter.Limiter
+	cfg atomic.Pointer[compiled]
+	log *slog.Logger
+	m   *metrics
+}
+
+// New returns the service deciding through lim (its store, deadline,
+// breaker and fallback). reg, if not nil, receives the metrics.
+func New(c Config, lim *limiter.Limiter, log *slog.Logger, reg prometheus.Registerer) (*Service, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	s := &Service{lim: lim, log: log, m: m}
+	s.SetConfig(c)
+	return s, nil
+}
+
+// SetConfig replaces the configuration, as a reload does. Calls in flight
+// finish with the old one.
+func (s *Service) SetConfig(c Config) { s.cfg.Store(compile(c)) }
+
+// check is a descriptor that needs the store.
+type check struct {
+	i      int // the descriptor's index
+	rl     *rlspb.RateLimitResponse_RateLimit
+	shadow bool
+}
+
+// ShouldRateLimit implements the service.
+func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
+	switch {
+	case req.GetDomain() == "":
+		return nil, status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
+	case len(req.GetDescriptors()) == 0:
+		return nil, status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
+	case len(req.GetDescriptors()) > MaxDescriptors:
+		return nil, status.Errorf(codes.InvalidArgument, "%d descriptors: at most %d", len(req.GetDescriptors()), MaxDescriptors)
+	}
+	cfg := s.cfg.Load()
+	root := cfg.domains[req.Domain]
+	label := req.Domain
+	if root == nil {
+		label = "unknown"
+	}
+	resp := &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK, Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, len(req.Descriptors))}
+	nodes := make([]*node, len(req.Descriptors))
+	entries := make([][]Entry, len(req.Descriptors))
+	replaced := map[string]bool{}
+	for i, d := range req.Descriptors {
+		if len(d.GetEntries()) == 0 || len(d.GetEntries()) > MaxEntries {
+			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d has %d entries: want 1 to %d", i, len(d.GetEntries()), MaxEntries)
+		}
+		for _, e := range d.Entries {
+			entries[i] = append(entries[i], Entry{e.GetKey(), e.GetValue()})
+		}
+		if root != nil {
+			nodes[i] = root.match(entries[i])
+		}
+		if n := nodes[i]; n != nil {
+			for _, r := range n.d.Limit.Replaces {
+				replaced[r] = true
+			}
+		}
+	}
+	var enforced, shadow []store.Check
+	var enforcedAt, shadowAt []check
+	for i, d := range req.Descriptors {
+		st := &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK}
+		resp.Statuses[i] = st
+		var rl *RateLimit
+		sh := false
+		switch n := nodes[i]; {
+		case d.GetLimit() != nil:
+			// The request's own limit (Envoy's per-route override), as
+			// envoyproxy/ratelimit honours it: never in shadow mode.
+			rl = &RateLimit{RequestsPerUnit: d.Limit.GetRequestsPerUnit(), Unit: Unit(d.Limit.GetUnit())}
+		case n == nil:
+			continue
+		case n.d.Limit.Name != "" && replaced[n.d.Limit.Name]:
+			continue // another matching rule replaces this one
+		default:
+			rl, sh = n.d.Limit, n.d.Shadow
+		}
+		if rl.Unlimited {
+			st.LimitRemaining = math.MaxUint32
+			continue
+		}
+		st.CurrentLimit = &rlspb.RateLimitResponse_RateLimit{Name: rl.Name, RequestsPerUnit: rl.RequestsPerUnit, Unit: rl.Unit}
+		period := Period(rl.Unit)
+		cost := int64(req.GetHitsAddend())
+		if h := d.GetHitsAddend(); h != nil {
+			cost = int64(min(h.GetValue(), math.MaxUint32))
+		} else if cost == 0 {
+			cost = 1
+		}
+		if period == 0 || rl.RequestsPerUnit == 0 || cost > int64(rl.RequestsPerUnit) {
+			// No valid period, a limit of 0 (a blocked value), or more hits
+			// than the limit allows at once: over the limit without a store call.
+			st.Code = rlspb.RateLimitResponse_OVER_LIMIT
+			if period > 0 {
+				st.DurationUntilReset = durationpb.New(period)
+			}
+			if sh {
+				st.Code = rlspb.RateLimitResponse_OK
+				s.m.shadow.WithLabelValues(label).Inc()
+			} else {
+				resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
+			}
+			continue
+		}
+		c := store.Check{Key: storeKey(req.Domain, entries[i], cfg.cfg.TenantKey), Limit: algo.Limit{Limit: int64(rl.RequestsPerUnit), Period: period, Algorithm: cfg.cfg.Algorithm}, Cost: cost}
+		if sh {
+			shadow, shadowAt = append(shadow, c), append(shadowAt, check{i, st.CurrentLimit, true})
+		} else {
+			enforced, enforcedAt = append(enforced, c), append(enforcedAt, check{i, st.CurrentLimit, false})
+		}
+	}
+	fail := cfg.fail[req.Domain]
+	if len(enforced) > 0 {
+		var res store.Result
+		reason, err := s.lim.TakeChecks(ctx, enforced, fail, &res)
+		if err != nil {
+			return nil, status.Error(codes.InvalidArgument, err.Error())
+		}
+		if reason == limiter.ReasonUnavailable {
+			s.m.requests.WithLabelValues(label, "unavailable").Inc()
+			if cfg.cfg.FailClosed == ClosedUnavailable {
+				return nil, status.Error(codes.Unavailable, "fairgate: the rate limit store does not answer and this domain fails closed")
+			}
+			for _, c := range enforcedAt {
+				st := resp.Statuses[c.i]
+				st.Code, st.DurationUntilReset = rlspb.RateLimitResponse_OVER_LIMIT, durationpb.New(limiter.UnavailableRetryAfter)
+			}
+			resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
+			resp.ResponseHeadersToAdd = []*corepb.HeaderValue{{Key: "Retry-After", Value: strconv.Itoa(int(limiter.UnavailableRetryAfter / time.Second))}}
+			return resp, nil
+		}
+		for k, c := range enforcedAt {
+			fill(resp.Statuses[c.i], res.Decisions[k])
+			if !res.Decisions[k].Allowed {
+				resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
+			}
+		}
+	}
+	if len(shadow) > 0 {
+		// Shadow rules are decided apart, so that one over its limit never
+		// holds back the enforced ones in the atomic batch.
+		var res store.Result
+		if _, err := s.lim.TakeChecks(ctx, shadow, limiter.FailOpen, &res); err == nil && len(res.Decisions) == len(shadow) {
+			for k, c := range shadowAt {
+				d := res.Decisions[k]
+				if !d.Allowed {
+					s.m.shadow.WithLabelValues(label).Inc()
+					d.Allowed = true
+				}
+				fill(resp.Statuses[c.i], d)
+			}
+		}
+	}
+	resp.ResponseHeadersToAdd = headers(resp)
+	code := "ok"
+	if resp.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT {
+		code = "over_limit"
+	}
+	s.m.requests.WithLabelValues(label, code).Inc()
+	return resp, nil
+}
+
+// fill writes a decision into a status. An over-limit status's
+// duration_until_reset is when the same request would pass (the exact
+// retry-after); an OK status's is when the limit is full again.
+func fill(st *rlspb.RateLimitResponse_DescriptorStatus, d algo.Decision) {
+	st.LimitRemaining = uint32(min(max(d.Remaining, 0), math.MaxUint32))
+	if d.Allowed {
+		st.Code, st.DurationUntilReset = rlspb.RateLimitResponse_OK, durationpb.New(d.ResetAfter)
+		return
+	}
+	st.Code, st.DurationUntilReset = rlspb.RateLimitResponse_OVER_LIMIT, durationpb.New(d.RetryAfter)
+}
+
+// headers are the IETF draft's RateLimit-Limit, -Remaining and -Reset of
+// the tightest limited descriptor, and Retry-After (whole seconds, rounded
+// up) when the request is over its limit.
+func headers(resp *rlspb.RateLimitResponse) []*corepb.HeaderValue {
+	var tight *rlspb.RateLimitResponse_DescriptorStatus
+	for _, st := range resp.Statuses {
+		if st.CurrentLimit == nil || st.DurationUntilReset == nil {
+			continue
+		}
+		over := st.Code == rlspb.RateLimitResponse_OVER_LIMIT
+		if tight == nil || over && tight.Code != rlspb.RateLimitResponse_OVER_LIMIT ||
+			over == (tight.Code == rlspb.RateLimitResponse_OVER_LIMIT) && st.LimitRemaining < tight.LimitRemaining {
+			tight = st
+		}
+	}
+	if tight == nil {
+		return nil
+	}
+	secs := func(d time.Duration) string { return strconv.FormatInt(int64((d+time.Second-1)/time.Second), 10) }
+	reset := tight.DurationUntilReset.AsDuration()
+	h := []*corepb.HeaderValue{
+		{Key: "RateLimit-Limit", Value: strconv.FormatUint(uint64(tight.CurrentLimit.RequestsPerUnit), 10)},
+		{Key: "RateLimit-Remaining", Value: strconv.FormatUint(uint64(tight.LimitRemaining), 10)},
+		{Key: "RateLimit-Reset", Value: secs(reset)},
+	}
+	if resp.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT {
+		h = append(h, &corepb.HeaderValue{Key: "Retry-After", Value: secs(max(reset, time.Second))})
+	}
+	return h
+}
+
+type metrics struct {
+	requests *prometheus.CounterVec
+	shadow   *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fairgate_rls_requests_total",
+			Help: "ShouldRateLimit calls by domain (configured ones; others are \"unknown\") and overall code.",
+		}, []string{"domain", "code"}),
+		shadow: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fairgate_rls_shadow_over_limit_total",
+			Help: "Descriptors in shadow mode that were over their limit (answered OK), by domain.",
+		}, []string{"domain"}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	var err error
+	promreg.Reuse(reg, &m.requests, &err)
+	promreg.Reuse(reg, &m.shadow, &err)
+	return m, err
+}
