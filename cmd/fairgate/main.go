@@ -26,6 +26,8 @@ const usage = `fairgate: per-tenant rate limiting for multi-tenant APIs.
 Usage:
   fairgate serve [--config FILE] [--config-poll 1s] [--listen 127.0.0.1:8080] [--store memory://|redis://HOST:PORT[/DB]|rediss://…|redis-cluster://H:P,H:P] [--store-timeout 50ms]
   fairgate check-config [FILE]
+  fairgate simulate --policy 'limit=60,period=1m,burst=60,algorithm=token_bucket' [--policy …] --traffic 'burst 60 at 1s; steady 0.5/s from 40s to 90s' [--out chart.svg]
+  fairgate replay --config proposed.yaml [--format table|csv|json] [--log-format json|common] [--tenant-field user] ACCESS_LOG…
   fairgate help
 
 serve runs the decision API until SIGTERM or Ctrl-C, with the policy of the
@@ -36,6 +38,12 @@ FAIRGATE_STORE_TIMEOUT.
 
 check-config prints every problem of a config file, with its line, and exits
 1 if there is any.
+
+simulate runs limits on a virtual clock against described traffic and prints
+what each admitted; with --out it draws the remaining capacity as an SVG.
+
+replay runs recorded traffic through a proposed config on a virtual clock and
+reports, per tenant and per policy, how many requests would have been limited.
 `
 
 // run is main without the process: it returns the exit code.
@@ -69,6 +77,10 @@ func runReady(ctx context.Context, args []string, stdout, stderr io.Writer, read
 		fmt.Fprintf(stdout, "%s: ok (%d plans, %d classes, %d routes, %d anonymous routes, %d tenants)\n",
 			c.File, len(c.Policy.Plans), len(c.Policy.Classes), len(c.Policy.Routes), len(c.Policy.Anonymous), len(c.Policy.Tenants))
 		return 0
+	case "simulate":
+		return simulate(args[1:], stdout, stderr)
+	case "replay":
+		return replayCommand(args[1:], stdout, stderr)
 	case "serve":
 		c, err := app.ParseServe(args[1:], stderr)
 		if err != nil {

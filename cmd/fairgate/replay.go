@@ -1,0 +1,115 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/fairgate/fairgate/internal/app"
+	"github.com/fairgate/fairgate/internal/replay"
+)
+
+// replayCommand runs `fairgate replay`.
+func replayCommand(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("fairgate replay", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfgPath := fs.String("config", "", "the proposed config (default: the embedded example)")
+	format := fs.String("format", "table", "report format: table, csv or json")
+	logFormat := fs.String("log-format", "auto", "log format: json (JSON lines), common (common or combined), or auto")
+	tenantField := fs.String("tenant-field", "", "where the tenant is: a JSON key (default tenant), or user, ident or host in the common format (default user)")
+	top := fs.Int("top", 50, "tenants listed in the table (0: all)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() == 0 {
+		fmt.Fprintln(stderr, "fairgate replay: name at least one access log")
+		return 2
+	}
+	switch *format {
+	case "table", "csv", "json":
+	default:
+		fmt.Fprintf(stderr, "fairgate replay: format %q: want table, csv or json\n", *format)
+		return 2
+	}
+	cfg, _, err := app.LoadConfig(*cfgPath)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	var inputs []replay.Input
+	var total int64
+	for _, name := range fs.Args() {
+		f, err := os.Open(name)
+		if err != nil {
+			fmt.Fprintln(stderr, "fairgate replay:", err)
+			return 1
+		}
+		defer f.Close()
+		if st, err := f.Stat(); err == nil {
+			total += st.Size()
+		}
+		inputs = append(inputs, replay.Input{Name: name, R: f})
+	}
+	clock := &replay.Clock{}
+	lim, err := replay.NewLimiter(cfg.Policy, clock)
+	if err != nil {
+		fmt.Fprintln(stderr, "fairgate replay:", err)
+		return 1
+	}
+	o := replay.Options{Format: replay.Format(*logFormat), TenantField: *tenantField}
+	if isTerminal(stderr) {
+		o.Progress = progressBar(stderr, total)
+	}
+	start := time.Now()
+	rep, err := replay.Run(context.Background(), lim, clock, inputs, o)
+	if o.Progress != nil {
+		fmt.Fprintf(stderr, "\r%s\r", strings.Repeat(" ", 72))
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "fairgate replay:", err)
+		return 1
+	}
+	switch *format {
+	case "csv":
+		err = rep.WriteCSV(stdout)
+	case "json":
+		err = rep.WriteJSON(stdout)
+	default:
+		err = rep.WriteTable(stdout, *top)
+		fmt.Fprintf(stdout, "\nreplayed in %v\n", time.Since(start).Round(time.Millisecond))
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "fairgate replay:", err)
+		return 1
+	}
+	return 0
+}
+
+// isTerminal reports whether w is a terminal (a character device).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// progressBar returns a Progress func drawing a bar of bytes read out of
+// total on w, at most ten times a second.
+func progressBar(w io.Writer, total int64) func(int64) {
+	var last time.Time
+	return func(read int64) {
+		if time.Since(last) < 100*time.Millisecond || total <= 0 {
+			return
+		}
+		last = time.Now()
+		frac := min(float64(read)/float64(total), 1)
+		n := int(frac * 40)
+		fmt.Fprintf(w, "\r[%s%s] %3.0f%%  %d MB", strings.Repeat("#", n), strings.Repeat("-", 40-n), frac*100, read>>20)
+	}
+}

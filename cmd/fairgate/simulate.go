@@ -1,0 +1,94 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/fairgate/fairgate/internal/sim"
+)
+
+// policyFlags collects repeated --policy flags.
+type policyFlags []sim.Policy
+
+func (p *policyFlags) String() string { return fmt.Sprint(len(*p), " policies") }
+
+func (p *policyFlags) Set(s string) error {
+	pol, err := sim.ParsePolicy(s)
+	if err != nil {
+		return err
+	}
+	*p = append(*p, pol)
+	return nil
+}
+
+// simulate runs `fairgate simulate`.
+func simulate(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("fairgate simulate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var policies policyFlags
+	fs.Var(&policies, "policy", "a limit such as 'limit=60,period=1m,burst=60,algorithm=token_bucket'; repeat to compare")
+	traffic := fs.String("traffic", "", "the traffic, such as 'burst 60 at 1s; burst 25 at 30s; steady 0.5/s from 40s to 90s'")
+	trafficFile := fs.String("traffic-file", "", "a file holding the traffic, a clause a line")
+	out := fs.String("out", "", "write the chart here as SVG")
+	until := fs.Duration("until", 0, "how long to run (default: 30s past the last request)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "fairgate simulate: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	if len(policies) == 0 {
+		fmt.Fprintln(stderr, "fairgate simulate: give at least one --policy")
+		return 2
+	}
+	text := *traffic
+	if *trafficFile != "" {
+		if text != "" {
+			fmt.Fprintln(stderr, "fairgate simulate: give --traffic or --traffic-file, not both")
+			return 2
+		}
+		b, err := os.ReadFile(*trafficFile)
+		if err != nil {
+			fmt.Fprintln(stderr, "fairgate simulate:", err)
+			return 2
+		}
+		text = string(b)
+	}
+	reqs, err := sim.ParseTraffic(text)
+	if err != nil {
+		fmt.Fprintln(stderr, "fairgate simulate:", err)
+		return 2
+	}
+	end := *until
+	if end <= 0 {
+		end = reqs[len(reqs)-1] + 30*time.Second
+	}
+	step := max(end/2000, time.Millisecond)
+	var runs []sim.Run
+	for _, p := range policies {
+		runs = append(runs, sim.Simulate(p, reqs, end, step))
+	}
+	if err := sim.Table(stdout, runs, end); err != nil {
+		fmt.Fprintln(stderr, "fairgate simulate:", err)
+		return 1
+	}
+	if *out != "" {
+		f, err := os.Create(*out)
+		if err == nil {
+			err = sim.SVG(f, runs, end)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "fairgate simulate:", err)
+			return 1
+		}
+		fmt.Fprintf(stdout, "\nchart: %s\n", *out)
+	}
+	return 0
+}

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"encoding/xml"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestSimulateCommand(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "bucket.svg")
+	var stdout, stderr bytes.Buffer
+	code := run(t.Context(), []string{"simulate",
+		"--policy", "limit=60,period=1m,burst=60,algorithm=token_bucket",
+		"--policy", "limit=60,period=1m,algorithm=fixed_window",
+		"--traffic", "burst 60 at 1s; burst 25 at 30s; steady 0.5/s from 40s to 90s",
+		"--out", out}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "110 admitted, 0 rejected") {
+		t.Fatalf("table:\n%s", stdout.String())
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := xml.Unmarshal(b, new(struct{})); err != nil {
+		t.Fatalf("the SVG does not parse: %v", err)
+	}
+	stderr.Reset()
+	if code := run(t.Context(), []string{"simulate", "--policy", "limit=60", "--traffic", "burst 1 at 1s"}, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), "limit and period are required") {
+		t.Fatalf("bad policy: %d %s", code, stderr.String())
+	}
+}
+
+func TestReplayCommand(t *testing.T) {
+	dir := t.TempDir()
+	var log strings.Builder
+	at := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	for i := range 400 {
+		fmt.Fprintf(&log, `{"time":%q,"tenant":"newco","method":"GET","path":"/v1/search"}`+"\n", at.Add(time.Duration(i)*10*time.Millisecond).Format(time.RFC3339Nano))
+	}
+	log.WriteString("garbage\n")
+	path := filepath.Join(dir, "access.log")
+	os.WriteFile(path, []byte(log.String()), 0o600)
+	var stdout, stderr bytes.Buffer
+	if code := run(t.Context(), []string{"replay", "--format", "json", path}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	var rep struct {
+		Requests, Limited, Malformed int64
+		Bad                          []struct{ Line int64 }
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Requests != 400 || rep.Limited == 0 || rep.Malformed != 1 || rep.Bad[0].Line != 401 {
+		t.Fatalf("report %+v", rep)
+	}
+	if strings.Contains(stderr.String(), "[#") {
+		t.Fatal("a progress bar was drawn on a stderr that is not a terminal")
+	}
+}

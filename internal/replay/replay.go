@@ -1,0 +1,419 @@
+// Package replay runs recorded traffic through a proposed policy on a
+// virtual clock, for `fairgate replay`: which tenants would a new number
+// have limited, and when, before anything is enforced.
+//
+// Input is access logs: JSON lines ({"time", "tenant", "method", "path",
+// and optionally "ip"}) or the common/combined log format, with the tenant
+// in a chosen field. Lines are decided in file order, the clock set to
+// each line's time, through a real limiter.Limiter on an in-memory store.
+// A malformed line is counted and reported with its file and line number,
+// never fatal.
+package replay
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/fairgate/fairgate/limiter"
+	"github.com/fairgate/fairgate/store/memstore"
+)
+
+// Format is an access log format.
+type Format string
+
+// The formats Run reads.
+const (
+	FormatAuto   Format = "auto"   // JSON lines if a line starts with '{', else common
+	FormatJSON   Format = "json"   // one JSON object a line
+	FormatCommon Format = "common" // common or combined log format
+)
+
+// Options configure a replay.
+type Options struct {
+	// Format of the logs. Zero means FormatAuto.
+	Format Format
+	// TenantField names the tenant: for JSON, the key (zero means
+	// "tenant"); for the common format, "user" (the authenticated user,
+	// the default), "ident" or "host".
+	TenantField string
+	// Progress, if not nil, is called now and then with the bytes read.
+	Progress func(read int64)
+	// MaxBad bounds the malformed lines listed (all are counted). Zero
+	// means 100.
+	MaxBad int
+}
+
+// Line is one parsed request.
+type Line struct {
+	Time           time.Time
+	Tenant, Method string
+	Path           string
+	IP             netip.Addr
+}
+
+// Bad is one malformed line.
+type Bad struct {
+	File   string
+	Line   int64
+	Reason string
+}
+
+// Stat counts one tenant's or one policy's requests and limited ones.
+type Stat struct {
+	Requests     int64     `json:"requests"`
+	Limited      int64     `json:"limited"`
+	FirstLimited time.Time `json:"first_limited,omitzero"`
+	LastLimited  time.Time `json:"last_limited,omitzero"`
+}
+
+func (s *Stat) limitedAt(t time.Time) {
+	s.Limited++
+	if s.FirstLimited.IsZero() {
+		s.FirstLimited = t
+	}
+	s.LastLimited = t
+}
+
+// Report is a replay's outcome.
+type Report struct {
+	Lines     int64            `json:"lines"`
+	Requests  int64            `json:"requests"`
+	Limited   int64            `json:"limited"`
+	Malformed int64            `json:"malformed"`
+	Tenants   map[string]*Stat `json:"tenants"`
+	// Policies counts limited requests by the policy (layer) that
+	// limited them.
+	Policies map[string]*Stat `json:"policies"`
+	Bad      []Bad            `json:"bad,omitempty"`
+}
+
+// Clock is the virtual clock: the time of the line being decided.
+type Clock struct{ us atomic.Int64 }
+
+// Now returns the clock's time.
+func (c *Clock) Now() time.Time { return time.UnixMicro(c.us.Load()) }
+
+// Set moves the clock to t.
+func (c *Clock) Set(t time.Time) { c.us.Store(t.UnixMicro()) }
+
+// NewLimiter returns a limiter with policy on an in-memory store, both on
+// clock: what Run decides with.
+func NewLimiter(policy limiter.Policy, clock *Clock) (*limiter.Limiter, error) {
+	return limiter.New(limiter.Config{
+		Store:   memstore.New(memstore.Config{Now: clock.Now, MaxKeys: 10_000_000}),
+		Policy:  policy,
+		Timeout: -1,
+		Now:     clock.Now,
+	})
+}
+
+// Input is one log to read.
+type Input struct {
+	Name string
+	R    io.Reader
+}
+
+// batchSize is how many parsed lines go to the decider at once.
+const batchSize = 512
+
+// item is a parsed line or a malformed one.
+type item struct {
+	line Line
+	bad  *Bad
+}
+
+// Run replays inputs in order through lim, setting clock to each line's
+// time. Parsing runs beside deciding, on another goroutine.
+func Run(ctx context.Context, lim *limiter.Limiter, clock *Clock, inputs []Input, o Options) (Report, error) {
+	if o.MaxBad == 0 {
+		o.MaxBad = 100
+	}
+	rep := Report{Tenants: map[string]*Stat{}, Policies: map[string]*Stat{}}
+	batches := make(chan []item, 8)
+	errc := make(chan error, 1)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		defer close(batches)
+		errc <- parse(ctx, inputs, o, batches)
+	}()
+	for batch := range batches {
+		for _, it := range batch {
+			rep.Lines++
+			if it.bad != nil {
+				rep.Malformed++
+				if len(rep.Bad) < o.MaxBad {
+					rep.Bad = append(rep.Bad, *it.bad)
+				}
+				continue
+			}
+			l := &it.line
+			clock.Set(l.Time)
+			d, err := lim.Decide(ctx, limiter.Request{Tenant: l.Tenant, Method: l.Method, Path: l.Path, IP: l.IP})
+			if err != nil {
+				rep.Malformed++
+				if len(rep.Bad) < o.MaxBad {
+					rep.Bad = append(rep.Bad, Bad{Reason: fmt.Sprintf("%s %s for tenant %q: %v", l.Method, l.Path, l.Tenant, err)})
+				}
+				continue
+			}
+			rep.Requests++
+			who := l.Tenant
+			if who == "" {
+				who = "(anonymous)"
+			}
+			ts := rep.Tenants[who]
+			if ts == nil {
+				ts = &Stat{}
+				rep.Tenants[who] = ts
+			}
+			ts.Requests++
+			if !d.Allowed {
+				rep.Limited++
+				ts.limitedAt(l.Time)
+				ps := rep.Policies[d.Policy]
+				if ps == nil {
+					ps = &Stat{}
+					rep.Policies[d.Policy] = ps
+				}
+				ps.limitedAt(l.Time)
+			}
+		}
+	}
+	if err := <-errc; err != nil {
+		return rep, err
+	}
+	for _, ps := range rep.Policies {
+		ps.Requests = ps.Limited
+	}
+	return rep, ctx.Err()
+}
+
+// parse reads every input and sends its lines in batches.
+func parse(ctx context.Context, inputs []Input, o Options, out chan<- []item) error {
+	var read int64
+	batch := make([]item, 0, batchSize)
+	send := func() bool {
+		select {
+		case out <- batch:
+			batch = make([]item, 0, batchSize)
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	for _, in := range inputs {
+		sc := bufio.NewScanner(in.R)
+		sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+		var n int64
+		for sc.Scan() {
+			n++
+			b := sc.Bytes()
+			read += int64(len(b)) + 1
+			if len(bytes.TrimSpace(b)) == 0 {
+				continue
+			}
+			l, err := ParseLine(b, o)
+			if err != nil {
+				batch = append(batch, item{bad: &Bad{File: in.Name, Line: n, Reason: err.Error()}})
+			} else {
+				batch = append(batch, item{line: l})
+			}
+			if len(batch) == batchSize {
+				if !send() {
+					return ctx.Err()
+				}
+				if o.Progress != nil {
+					o.Progress(read)
+				}
+			}
+		}
+		if err := sc.Err(); err != nil {
+			if errors.Is(err, bufio.ErrTooLong) {
+				return fmt.Errorf("%s: line %d is over 1 MiB", in.Name, n+1)
+			}
+			return fmt.Errorf("%s: %w", in.Name, err)
+		}
+	}
+	if len(batch) > 0 {
+		send()
+	}
+	if o.Progress != nil {
+		o.Progress(read)
+	}
+	return nil
+}
+
+// jsonLine is a JSON log line.
+type jsonLine struct {
+	Time   json.RawMessage `json:"time"`
+	Tenant string          `json:"tenant"`
+	Method string          `json:"method"`
+	Path   string          `json:"path"`
+	IP     string          `json:"ip"`
+}
+
+// ParseLine reads one log line in o's format.
+func ParseLine(b []byte, o Options) (Line, error) {
+	f := o.Format
+	if f == "" || f == FormatAuto {
+		f = FormatCommon
+		if t := bytes.TrimSpace(b); len(t) > 0 && t[0] == '{' {
+			f = FormatJSON
+		}
+	}
+	switch f {
+	case FormatJSON:
+		return parseJSON(b, o.TenantField)
+	case FormatCommon:
+		return parseCommon(b, o.TenantField)
+	}
+	return Line{}, fmt.Errorf("unknown log format %q: want json, common or auto", f)
+}
+
+func parseJSON(b []byte, tenantField string) (Line, error) {
+	var l Line
+	var j jsonLine
+	if tenantField != "" && tenantField != "tenant" {
+		var m map[string]any
+		if err := json.Unmarshal(b, &m); err != nil {
+			return l, fmt.Errorf("not a JSON object: %v", err)
+		}
+		t, _ := m[tenantField].(string)
+		b2, _ := json.Marshal(map[string]any{"time": m["time"], "tenant": t, "method": m["method"], "path": m["path"], "ip": m["ip"]})
+		b = b2
+	}
+	if err := json.Unmarshal(b, &j); err != nil {
+		return l, fmt.Errorf("not a JSON log line: %v", err)
+	}
+	var err error
+	if l.Time, err = parseTime(j.Time); err != nil {
+		return l, err
+	}
+	if j.Method == "" || !strings.HasPrefix(j.Path, "/") {
+		return l, errors.New("method and path (starting with /) are required")
+	}
+	l.Tenant, l.Method, l.Path = j.Tenant, j.Method, j.Path
+	if j.IP != "" {
+		if l.IP, err = netip.ParseAddr(j.IP); err != nil {
+			return l, fmt.Errorf("ip %q: %v", j.IP, err)
+		}
+	}
+	return l, nil
+}
+
+// parseTime reads an RFC 3339 string or a number of Unix seconds.
+func parseTime(raw json.RawMessage) (time.Time, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return time.Time{}, errors.New("time is required")
+	}
+	if raw[0] == '"' {
+		var s string
+		json.Unmarshal(raw, &s)
+		t, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			return t, fmt.Errorf("time %q: want RFC 3339, such as 2026-12-03T10:00:00Z", s)
+		}
+		return t, nil
+	}
+	f, err := strconv.ParseFloat(string(raw), 64)
+	if err != nil || f < 0 || f > 1e11 {
+		return time.Time{}, fmt.Errorf("time %s: want RFC 3339 or Unix seconds", raw)
+	}
+	sec, frac := int64(f), f-float64(int64(f))
+	return time.Unix(sec, int64(frac*1e9)).UTC(), nil
+}
+
+// clfTime is the common log format's time layout.
+const clfTime = "02/Jan/2006:15:04:05 -0700"
+
+// parseCommon reads `host ident user [time] "METHOD path proto" status
+// bytes` and whatever the combined format adds after.
+func parseCommon(b []byte, tenantField string) (Line, error) {
+	var l Line
+	s := string(b)
+	fields := make([]string, 0, 3)
+	for range 3 {
+		i := strings.IndexByte(s, ' ')
+		if i < 0 {
+			return l, errors.New("want host ident user [time] \"request\" …")
+		}
+		fields, s = append(fields, s[:i]), s[i+1:]
+	}
+	if len(s) == 0 || s[0] != '[' {
+		return l, errors.New("no [time] after host, ident and user")
+	}
+	end := strings.IndexByte(s, ']')
+	if end < 0 {
+		return l, errors.New("[time] is not closed")
+	}
+	t, err := time.Parse(clfTime, s[1:end])
+	if err != nil {
+		return l, fmt.Errorf("time %q: want 10/Oct/2000:13:55:36 -0700", s[1:end])
+	}
+	s = strings.TrimLeft(s[end+1:], " ")
+	if len(s) == 0 || s[0] != '"' {
+		return l, errors.New("no \"request\" after the time")
+	}
+	q := strings.IndexByte(s[1:], '"')
+	if q < 0 {
+		return l, errors.New("the request is not closed")
+	}
+	req := strings.Fields(s[1 : q+1])
+	if len(req) < 2 || !strings.HasPrefix(req[1], "/") {
+		return l, fmt.Errorf("request %q: want METHOD /path PROTOCOL", s[1:q+1])
+	}
+	l.Time, l.Method, l.Path = t, req[0], req[1]
+	if i := strings.IndexByte(l.Path, '?'); i >= 0 {
+		l.Path = l.Path[:i]
+	}
+	var tenant string
+	switch tenantField {
+	case "", "user":
+		tenant = fields[2]
+	case "ident":
+		tenant = fields[1]
+	case "host":
+		tenant = fields[0]
+	default:
+		return l, fmt.Errorf("tenant field %q: want user, ident or host for the common format", tenantField)
+	}
+	if tenant != "-" {
+		l.Tenant = tenant
+	}
+	l.IP, _ = netip.ParseAddr(fields[0])
+	return l, nil
+}
+
+// TopTenants returns the tenants sorted by limited requests, most first
+// (then by name), at most n (0: all).
+func (r *Report) TopTenants(n int) []string {
+	names := make([]string, 0, len(r.Tenants))
+	for k := range r.Tenants {
+		names = append(names, k)
+	}
+	slices.SortFunc(names, func(a, b string) int {
+		if d := r.Tenants[b].Limited - r.Tenants[a].Limited; d != 0 {
+			if d > 0 {
+				return 1
+			}
+			return -1
+		}
+		return strings.Compare(a, b)
+	})
+	if n > 0 && len(names) > n {
+		names = names[:n]
+	}
+	return names
+}

@@ -1,0 +1,87 @@
+package replay
+
+import (
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strconv"
+	"text/tabwriter"
+	"time"
+)
+
+// stamp formats a time for a report ("" for none).
+func stamp(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+// WriteTable writes the report for a person: totals, the tenants that
+// would have been limited (most first; at most top, 0 for all), the
+// policies that limited them, and the first malformed lines.
+func (r *Report) WriteTable(w io.Writer, top int) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "%d lines: %d requests, %d would have been limited (%.2f%%), %d malformed\n\n",
+		r.Lines, r.Requests, r.Limited, pct(r.Limited, r.Requests), r.Malformed)
+	fmt.Fprintln(tw, "tenant\trequests\tlimited\tshare\tfirst limited\tlast limited")
+	shown := 0
+	for _, t := range r.TopTenants(0) {
+		s := r.Tenants[t]
+		if s.Limited == 0 || top > 0 && shown == top {
+			break
+		}
+		shown++
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.2f%%\t%s\t%s\n", t, s.Requests, s.Limited, pct(s.Limited, s.Requests), stamp(s.FirstLimited), stamp(s.LastLimited))
+	}
+	if shown == 0 {
+		fmt.Fprintln(tw, "(none limited)")
+	}
+	fmt.Fprintln(tw, "\npolicy\tlimited\tfirst limited\tlast limited")
+	for _, p := range slices.Sorted(maps.Keys(r.Policies)) {
+		s := r.Policies[p]
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", p, s.Limited, stamp(s.FirstLimited), stamp(s.LastLimited))
+	}
+	if len(r.Bad) > 0 {
+		fmt.Fprintln(tw, "\nmalformed lines (first ones):")
+		for _, b := range r.Bad {
+			fmt.Fprintf(tw, "%s:%d: %s\n", b.File, b.Line, b.Reason)
+		}
+	}
+	return tw.Flush()
+}
+
+func pct(a, b int64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return 100 * float64(a) / float64(b)
+}
+
+// WriteCSV writes one row per tenant and per policy:
+// kind,name,requests,limited,first_limited,last_limited.
+func (r *Report) WriteCSV(w io.Writer) error {
+	cw := csv.NewWriter(w)
+	cw.Write([]string{"kind", "name", "requests", "limited", "first_limited", "last_limited"})
+	row := func(kind, name string, s *Stat) {
+		cw.Write([]string{kind, name, strconv.FormatInt(s.Requests, 10), strconv.FormatInt(s.Limited, 10), stamp(s.FirstLimited), stamp(s.LastLimited)})
+	}
+	for _, t := range r.TopTenants(0) {
+		row("tenant", t, r.Tenants[t])
+	}
+	for _, p := range slices.Sorted(maps.Keys(r.Policies)) {
+		row("policy", p, r.Policies[p])
+	}
+	cw.Flush()
+	return cw.Error()
+}
+
+// WriteJSON writes the whole report as one JSON object.
+func (r *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}

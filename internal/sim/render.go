@@ -1,0 +1,107 @@
+package sim
+
+import (
+	"fmt"
+	"html"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Chart geometry, in SVG user units.
+const (
+	chartW   = 960
+	panelH   = 240
+	padLeft  = 60
+	padRight = 20
+	padTop   = 36
+	padBot   = 34
+)
+
+// SVG writes one panel per run, stacked, on one time axis from 0 to end:
+// the remaining capacity as a line, admitted requests as green dots and
+// rejected ones as red crosses. Markers carry data-t (seconds) and
+// data-remaining, so the chart can be checked against the runs.
+func SVG(w io.Writer, runs []Run, end time.Duration) error {
+	h := len(runs) * panelH
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", chartW, h, chartW, h)
+	b.WriteString(`<rect width="100%" height="100%" fill="white"/>` + "\n")
+	plotW := float64(chartW - padLeft - padRight)
+	plotH := float64(panelH - padTop - padBot)
+	for i, r := range runs {
+		top := float64(i*panelH + padTop)
+		capa := float64(r.Policy.Limit.Capacity())
+		x := func(t time.Duration) float64 { return padLeft + plotW*t.Seconds()/end.Seconds() }
+		y := func(rem int64) float64 { return top + plotH*(1-float64(rem)/capa) }
+		fmt.Fprintf(&b, `<g class="panel" data-policy="%s">`+"\n", html.EscapeString(r.Policy.Text))
+		fmt.Fprintf(&b, `<text x="%d" y="%.1f" font-weight="bold">%s — %s: %d admitted, %d rejected</text>`+"\n",
+			padLeft, top-14, html.EscapeString(r.Policy.Text), html.EscapeString(r.Policy.Limit.String()), r.Admitted, r.Rejected)
+		// Axes, with ticks at five times and at 0, half and full capacity.
+		fmt.Fprintf(&b, `<path d="M%d %.1f V%.1f H%.1f" stroke="#444" fill="none"/>`+"\n", padLeft, top, top+plotH, padLeft+plotW)
+		for k := 0; k <= 4; k++ {
+			t := end * time.Duration(k) / 4
+			fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="middle" fill="#444">%s</text>`+"\n", x(t), top+plotH+16, t)
+		}
+		for _, v := range []int64{0, int64(capa) / 2, int64(capa)} {
+			fmt.Fprintf(&b, `<text x="%d" y="%.1f" text-anchor="end" fill="#444">%d</text>`+"\n", padLeft-6, y(v)+4, v)
+			fmt.Fprintf(&b, `<path d="M%d %.1f H%.1f" stroke="#eee"/>`+"\n", padLeft, y(v), padLeft+plotW)
+		}
+		// The remaining capacity, as a step line through the samples.
+		b.WriteString(`<polyline class="remaining" fill="none" stroke="#2563eb" stroke-width="1.5" points="`)
+		for j, s := range r.Samples {
+			if s.At > end {
+				break
+			}
+			if j > 0 {
+				b.WriteByte(' ')
+			}
+			fmt.Fprintf(&b, "%.2f,%.2f", x(s.At), y(s.Remaining))
+		}
+		b.WriteString(`"/>` + "\n")
+		for _, q := range r.Requests {
+			if q.At > end {
+				continue
+			}
+			secs := strconv.FormatFloat(q.At.Seconds(), 'f', -1, 64)
+			if q.Allowed {
+				fmt.Fprintf(&b, `<circle class="admitted" data-t="%s" data-remaining="%d" cx="%.2f" cy="%.2f" r="2.5" fill="#16a34a"/>`+"\n", secs, q.Remaining, x(q.At), y(q.Remaining))
+			} else {
+				cx, cy := x(q.At), top+plotH+4
+				fmt.Fprintf(&b, `<path class="rejected" data-t="%s" data-remaining="%d" d="M%.2f %.2f l6 6 m0 -6 l-6 6" stroke="#dc2626" stroke-width="1.5"/>`+"\n", secs, q.Remaining, cx-3, cy-3)
+			}
+		}
+		b.WriteString("</g>\n")
+	}
+	b.WriteString("</svg>\n")
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// Table writes each run's totals and, per stretch of time with requests,
+// how many were asked, admitted and rejected and the capacity left after.
+func Table(w io.Writer, runs []Run, end time.Duration) error {
+	bucket := max(time.Second, (end/30).Round(time.Second))
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for i, r := range runs {
+		if i > 0 {
+			fmt.Fprintln(tw)
+		}
+		fmt.Fprintf(tw, "policy %s (%v): %d admitted, %d rejected\n", r.Policy.Text, r.Policy.Limit, r.Admitted, r.Rejected)
+		fmt.Fprintln(tw, "  from\tto\trequests\tadmitted\trejected\tremaining after")
+		for j := 0; j < len(r.Requests); {
+			start := r.Requests[j].At.Truncate(bucket)
+			k, adm := j, 0
+			for ; k < len(r.Requests) && r.Requests[k].At < start+bucket; k++ {
+				if r.Requests[k].Allowed {
+					adm++
+				}
+			}
+			fmt.Fprintf(tw, "  %v\t%v\t%d\t%d\t%d\t%d\n", r.Requests[j].At, r.Requests[k-1].At, k-j, adm, k-j-adm, r.Requests[k-1].Remaining)
+			j = k
+		}
+	}
+	return tw.Flush()
+}
