@@ -83,7 +83,7 @@ func SVG(w io.Writer, runs []Run, end time.Duration) error {
 // Table writes each run's totals and, per stretch of time with requests,
 // how many were asked, admitted and rejected and the capacity left after.
 func Table(w io.Writer, runs []Run, end time.Duration) error {
-	bucket := max(time.Second, (end/30).Round(time.Second))
+	bucket := max(time.Second, (end / 30).Round(time.Second))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	for i, r := range runs {
 		if i > 0 {
