@@ -4,7 +4,7 @@ FUZZTIME  ?= 10s
 BENCHTIME ?= 1s
 PKGS      := ./...
 
-.PHONY: help build run test bench fuzz vet staticcheck fmt-check tidy-check deps-check lint ci ensure-redis
+.PHONY: help build run test bench fuzz vet staticcheck fmt-check tidy-check deps-check lint ci ensure-redis ensure-chromium
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
@@ -18,7 +18,10 @@ run: ## run the service on the embedded memory store
 ensure-redis: ## install redis-server for the tests if missing (apt-get, as root)
 	@bash scripts/ensure-redis.sh
 
-test: ensure-redis ## the whole suite, race detector on, against real redis-server processes
+ensure-chromium: ## install Chromium for the dashboard's browser test if missing (apt-get, as root)
+	@bash scripts/ensure-chromium.sh
+
+test: ensure-redis ensure-chromium ## the whole suite, race detector on, against real redis-server processes and a headless Chromium
 	$(GO) test -race -shuffle=on -timeout 9m $(PKGS)
 
 bench: ensure-redis ## benchmarks of this module (peers: cd bench && go test -bench .)

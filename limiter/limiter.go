@@ -114,6 +114,10 @@ type Config struct {
 	// Now is the clock for calendar windows and override expiry. Nil means
 	// time.Now.
 	Now func() time.Time
+	// Limited, if not nil, is told the tenant of every request limited
+	// ("" for an anonymous one), as it is decided: for a bounded
+	// heavy-hitters count such as the dashboard's. It must be quick.
+	Limited func(tenant string)
 	// Logger receives shadow rejections, store errors and policy changes.
 	// Nil means silent.
 	Logger *slog.Logger
@@ -130,6 +134,7 @@ type Limiter struct {
 	timeout  time.Duration
 	now      func() time.Time
 	log      *slog.Logger
+	limited  func(tenant string)
 	m        *metrics
 	cb       *gobreaker.CircuitBreaker[struct{}]
 	share    float64 // the fallback's share of each limit
@@ -148,7 +153,7 @@ func New(c Config) (*Limiter, error) {
 	if c.Store == nil {
 		return nil, errors.New("limiter: Config.Store is required")
 	}
-	l := &Limiter{store: c.Store, fallback: c.Fallback, control: c.Control, poll: c.PollEvery, timeout: c.Timeout, now: c.Now, log: c.Logger}
+	l := &Limiter{store: c.Store, fallback: c.Fallback, control: c.Control, poll: c.PollEvery, timeout: c.Timeout, now: c.Now, log: c.Logger, limited: c.Limited}
 	if l.control == nil {
 		l.control = NewMemoryControl()
 	}
@@ -478,6 +483,9 @@ func (l *Limiter) count(d *Decision) {
 		policy = d.Resolution.Class
 	}
 	l.m.decisions.WithLabelValues(policy, plan, string(d.Reason)).Inc()
+	if d.Reason == ReasonLimited && l.limited != nil {
+		l.limited(d.Resolution.Tenant)
+	}
 }
 
 // fallbackChecks are checks sized for the fallback: each limit and burst

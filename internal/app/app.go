@@ -36,6 +36,7 @@ import (
 	"github.com/fairgate/fairgate/httplimit"
 	"github.com/fairgate/fairgate/internal/auth"
 	"github.com/fairgate/fairgate/internal/config"
+	"github.com/fairgate/fairgate/internal/dash"
 	"github.com/fairgate/fairgate/internal/rls"
 	"github.com/fairgate/fairgate/internal/server"
 	"github.com/fairgate/fairgate/limiter"
@@ -126,6 +127,14 @@ func backpressure(cfg *config.Config, c ServeConfig, st store.Store, lim *limite
 		}
 	}
 	return breakers, q, weights, nil
+}
+
+// limitedHook is the limiter's Limited hook for the dashboard, or nil.
+func limitedHook(b *dash.Dashboard) func(string) {
+	if b == nil {
+		return nil
+	}
+	return b.Limited
 }
 
 // ServeConfig is what `fairgate serve` runs.
@@ -260,7 +269,12 @@ func Serve(ctx context.Context, c ServeConfig, log *slog.Logger, ready func(addr
 	reg := prometheus.NewRegistry()
 	reloads := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fairgate_config_reloads_total", Help: "Config file reloads by result (applied, refused)."}, []string{"result"})
 	reg.MustRegister(reloads, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	var board *dash.Dashboard
+	if cfg.Dashboard {
+		board = dash.New(reg, c.AdminToken)
+	}
 	lim, err := limiter.New(limiter.Config{
+		Limited:    limitedHook(board),
 		Store:      st,
 		Policy:     cfg.Policy,
 		Control:    control,
@@ -303,6 +317,12 @@ func Serve(ctx context.Context, c ServeConfig, log *slog.Logger, ready func(addr
 		Quotas: quotas, WorkerToken: c.WorkerToken,
 		Jobs: jobs, JobKinds: cfg.Queues, Breakers: breakers,
 	}
+	if board != nil {
+		sc.Dashboard = board
+		if c.AdminToken == "" {
+			log.Warn("the dashboard (/dashboard) needs no token: set FAIRGATE_ADMIN_TOKEN to lock it, or dashboard: off in the config")
+		}
+	}
 	if c.WorkerToken == "" && len(cfg.Providers) > 0 {
 		log.Warn("outbound endpoints need no token: set FAIRGATE_WORKER_TOKEN or --worker-token-file unless only trusted workers reach the listener")
 	}
@@ -316,6 +336,9 @@ func Serve(ctx context.Context, c ServeConfig, log *slog.Logger, ready func(addr
 		return err
 	}
 	wg.Go(func() { lim.Run(bg) })
+	if board != nil {
+		wg.Go(func() { board.Run(bg) })
+	}
 	var reload func() error
 	if c.Config != "" {
 		w := config.NewWatcher(c.Config, c.ConfigPoll, raw, func(nc *config.Config) error {

@@ -238,3 +238,15 @@ func jwtReason(err error) string {
 	}
 	return "malformed token"
 }
+
+// BearerMatches reports whether r carries "Authorization: Bearer <token>"
+// for the token whose SHA-256 is sum, compared in constant time (of
+// hashes, so the length does not show either).
+func BearerMatches(r *http.Request, sum [sha256.Size]byte) bool {
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || tok == "" {
+		return false
+	}
+	got := sha256.Sum256([]byte(tok))
+	return subtle.ConstantTimeCompare(got[:], sum[:]) == 1
+}

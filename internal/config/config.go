@@ -51,6 +51,8 @@ type Config struct {
 	Dependencies map[string]breaker.Settings
 	// RLS is the Envoy rate limit service's configuration.
 	RLS rls.Config
+	// Dashboard turns GET /dashboard on (the default) or off.
+	Dashboard bool
 	// Auth are the credentials the proxy accepts.
 	Auth auth.Config
 	// TrustedProxies are the peers whose X-Forwarded-For and Forwarded
@@ -102,7 +104,7 @@ func Load(path string) (*Config, error) {
 // Parse validates data as the config file named file.
 func Parse(file string, data []byte) (*Config, error) {
 	d := &decoder{file: file, where: map[string]where{}}
-	c := &Config{File: file, Headers: "draft", Providers: map[string]quota.Provider{}, Queues: fairq.Kinds{}, QueueWeights: map[string]int{}, Dependencies: map[string]breaker.Settings{}, Instances: 1}
+	c := &Config{File: file, Headers: "draft", Providers: map[string]quota.Provider{}, Queues: fairq.Kinds{}, QueueWeights: map[string]int{}, Dependencies: map[string]breaker.Settings{}, Instances: 1, Dashboard: true}
 	var root yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&root); err != nil {

@@ -236,7 +236,8 @@ func (d *decoder) config(n *yaml.Node, c *Config) {
 				},
 			})
 		},
-		"rls": func(v *yaml.Node, path string) { d.rlsSection(v, path, c) },
+		"rls":       func(v *yaml.Node, path string) { d.rlsSection(v, path, c) },
+		"dashboard": func(v *yaml.Node, path string) { c.Dashboard = d.bool(v, path) },
 		"dependencies": func(v *yaml.Node, path string) {
 			d.entries(v, path, func(name string, k, v *yaml.Node, path string) {
 				if !fairq.ValidName(name) {

@@ -2,7 +2,6 @@ package server
 
 import (
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fairgate/fairgate/httplimit/problem"
+	"github.com/fairgate/fairgate/internal/auth"
 	"github.com/fairgate/fairgate/limiter"
 )
 
@@ -71,19 +71,7 @@ func NewAdmin(c AdminConfig) (http.Handler, error) {
 }
 
 // authorized reports whether r carries the admin token.
-func (a *admin) authorized(r *http.Request) bool { return bearerMatches(r, a.token) }
-
-// bearerMatches compares r's bearer token with the token whose SHA-256 is
-// sum, in constant time (of hashes, so the length does not show either).
-func bearerMatches(r *http.Request, sum [sha256.Size]byte) bool {
-	h := r.Header.Get("Authorization")
-	const p = "Bearer "
-	if len(h) <= len(p) || h[:len(p)] != p {
-		return false
-	}
-	got := sha256.Sum256([]byte(h[len(p):]))
-	return subtle.ConstantTimeCompare(got[:], sum[:]) == 1
-}
+func (a *admin) authorized(r *http.Request) bool { return auth.BearerMatches(r, a.token) }
 
 func (a *admin) getTenant(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")

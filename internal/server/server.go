@@ -63,6 +63,9 @@ type Config struct {
 	// Breakers, if not nil, are the dependencies' circuit breakers: shown
 	// by /readyz, and the one named "upstream" guards the proxy.
 	Breakers *breaker.Set
+	// Dashboard, if not nil, is served at GET /dashboard and
+	// /dashboard/data.
+	Dashboard http.Handler
 	// WorkerToken, if not empty, is the bearer token the worker endpoints
 	// (outbound quotas, job leases) require. Empty means they are open to
 	// whoever reaches the listener, like /v1/take.
@@ -119,6 +122,10 @@ func New(c Config) (*Server, error) {
 	s.mux.HandleFunc("/v1/me/limits", only("GET", s.handleMyLimits))
 	if c.Metrics != nil {
 		s.mux.Handle("/metrics", only("GET", c.Metrics.ServeHTTP))
+	}
+	if c.Dashboard != nil {
+		s.mux.Handle("/dashboard", c.Dashboard)
+		s.mux.Handle("/dashboard/", c.Dashboard)
 	}
 	if c.Quotas != nil {
 		o := &outbound{q: c.Quotas}
@@ -185,7 +192,7 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 // request when none is configured) and answers the others 401.
 func (s *Server) forWorkers(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if s.worker != nil && !bearerMatches(r, *s.worker) {
+		if s.worker != nil && !auth.BearerMatches(r, *s.worker) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="fairgate-workers"`)
 			problem.Write(w, problem.Details{Status: http.StatusUnauthorized, Detail: "worker requests need Authorization: Bearer <worker token>"})
 			return

@@ -1,0 +1,296 @@
+// Package dash is fairgate's live dashboard: GET /dashboard, a page whose
+// assets are embedded in the binary (no CDN: it works offline), polling
+// GET /dashboard/data every second.
+//
+// The data comes from fairgate's own Prometheus registry, sampled once a
+// second (decisions per second by policy and outcome, the share limited,
+// store latency p50/p99, fail-open and fail-closed decisions, breaker
+// states, queue depths), and from a fixed-size heavy-hitters sketch of the
+// limited tenants (never a map keyed by tenant).
+package dash
+
+import (
+	"context"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/json"
+	"net/http"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/fairgate/fairgate/internal/auth"
+)
+
+//go:embed index.html
+var indexHTML []byte
+
+// History is how many one-second points the charts show.
+const History = 120
+
+// Point is one second of decisions, by outcome.
+type Point struct {
+	T           int64   `json:"t"` // Unix seconds
+	Allowed     float64 `json:"allowed"`
+	Limited     float64 `json:"limited"`
+	Shadow      float64 `json:"shadow"`
+	Degraded    float64 `json:"degraded"`
+	Unavailable float64 `json:"unavailable"`
+}
+
+// PolicyRate is one policy's decisions per second by outcome.
+type PolicyRate struct {
+	Policy    string  `json:"policy"`
+	Outcome   string  `json:"outcome"`
+	PerSecond float64 `json:"per_second"`
+}
+
+// Data is what /dashboard/data answers.
+type Data struct {
+	Time         time.Time          `json:"time"`
+	Rate         float64            `json:"decisions_per_second"`
+	ShareLimited float64            `json:"share_limited"`
+	History      []Point            `json:"history"`
+	Policies     []PolicyRate       `json:"policies"`
+	StoreP50ms   float64            `json:"store_p50_ms"`
+	StoreP99ms   float64            `json:"store_p99_ms"`
+	FailOpen     float64            `json:"fail_open_total"`
+	FailClosed   float64            `json:"fail_closed_total"`
+	Breakers     map[string]string  `json:"breakers"`
+	Queues       map[string]float64 `json:"queues"`
+	TopLimited   []Entry            `json:"top_limited"`
+}
+
+// Dashboard samples a registry and serves the page. It is safe for
+// concurrent use.
+type Dashboard struct {
+	g     prometheus.Gatherer
+	top   *TopK
+	token *[sha256.Size]byte
+
+	mu      sync.Mutex
+	prev    map[string]float64 // counter values at the last sample
+	prevLat []float64          // the store latency histogram's cumulative counts
+	hist    []Point
+	data    Data
+	last    time.Time
+}
+
+// New returns a dashboard over g. Limited tenants come through
+// Dashboard.Limited (wire it to limiter.Config.Limited). A non-empty token
+// is the bearer token /dashboard/data requires (the admin token).
+func New(g prometheus.Gatherer, token string) *Dashboard {
+	d := &Dashboard{g: g, top: NewTopK(64), prev: map[string]float64{}}
+	if token != "" {
+		sum := sha256.Sum256([]byte(token))
+		d.token = &sum
+	}
+	return d
+}
+
+// Limited counts a limited request of tenant in the heavy-hitters sketch.
+func (d *Dashboard) Limited(tenant string) {
+	if tenant == "" {
+		tenant = "(anonymous)"
+	}
+	d.top.Add(tenant)
+}
+
+// Run samples the registry every second until ctx ends, and lets the
+// limited-tenants sketch forget half of its counts every minute.
+func (d *Dashboard) Run(ctx context.Context) error {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	n := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case now := <-t.C:
+			d.Sample(now)
+			if n++; n%60 == 0 {
+				d.top.Decay(0.5)
+			}
+		}
+	}
+}
+
+// Sample reads the registry at now and updates the data: rates are the
+// change since the previous sample.
+func (d *Dashboard) Sample(now time.Time) {
+	mfs, err := d.g.Gather()
+	if err != nil && len(mfs) == 0 {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	secs := 1.0
+	if !d.last.IsZero() {
+		secs = max(now.Sub(d.last).Seconds(), 0.001)
+	}
+	first := d.last.IsZero()
+	d.last = now
+	cur := map[string]float64{}
+	next := Data{Time: now, Breakers: map[string]string{}, Queues: map[string]float64{}}
+	p := Point{T: now.Unix()}
+	var lat *dto.Histogram
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			l := labels(m)
+			switch mf.GetName() {
+			case "fairgate_decisions_total":
+				key := l["policy"] + "\x00" + l["outcome"]
+				v := m.GetCounter().GetValue()
+				cur[key] += v
+			case "fairgate_store_failure_decisions_total":
+				if l["fail_mode"] == "open" {
+					next.FailOpen += m.GetCounter().GetValue()
+				} else {
+					next.FailClosed += m.GetCounter().GetValue()
+				}
+			case "fairgate_store_call_seconds":
+				lat = m.GetHistogram()
+			case "fairgate_store_breaker_state":
+				next.Breakers["store"] = breakerState(m.GetGauge().GetValue())
+			case "fairgate_dependency_breaker_state":
+				next.Breakers[l["dependency"]] = breakerState(m.GetGauge().GetValue())
+			case "fairgate_queue_depth":
+				next.Queues[l["kind"]] = m.GetGauge().GetValue()
+			}
+		}
+	}
+	var total, limited float64
+	for key, v := range cur {
+		delta := v - d.prev[key]
+		if first || delta < 0 {
+			delta = 0
+		}
+		rate := delta / secs
+		policy, outcome, _ := strings.Cut(key, "\x00")
+		if rate > 0 {
+			next.Policies = append(next.Policies, PolicyRate{policy, outcome, rate})
+		}
+		total += rate
+		switch outcome {
+		case "limited":
+			p.Limited += rate
+			limited += rate
+		case "shadow_limited":
+			p.Shadow += rate
+		case "degraded_open":
+			p.Degraded += rate
+		case "unavailable_closed":
+			p.Unavailable += rate
+		default:
+			p.Allowed += rate
+		}
+	}
+	d.prev = cur
+	sort.Slice(next.Policies, func(i, j int) bool { return next.Policies[i].PerSecond > next.Policies[j].PerSecond })
+	next.Policies = next.Policies[:min(len(next.Policies), 20)]
+	next.Rate = total
+	if total > 0 {
+		next.ShareLimited = limited / total
+	}
+	if lat != nil {
+		next.StoreP50ms, next.StoreP99ms, d.prevLat = quantiles(lat, d.prevLat)
+	}
+	d.hist = append(d.hist, p)
+	if len(d.hist) > History {
+		d.hist = slices.Delete(d.hist, 0, len(d.hist)-History)
+	}
+	next.History = slices.Clone(d.hist)
+	next.TopLimited = d.top.Top(10)
+	d.data = next
+}
+
+// quantiles returns the p50 and p99 (ms) of the histogram's observations
+// since prev (its cumulative bucket counts and sample count then), and the
+// counts now. With nothing new they are 0. A quantile is the upper bound
+// of the bucket it falls in; past the last bucket it is +Inf, shown as the
+// last bound.
+func quantiles(h *dto.Histogram, prev []float64) (p50, p99 float64, now []float64) {
+	bs := h.GetBucket()
+	now = make([]float64, len(bs)+1)
+	for i, b := range bs {
+		now[i] = float64(b.GetCumulativeCount())
+	}
+	now[len(bs)] = float64(h.GetSampleCount())
+	if len(prev) != len(now) {
+		prev = make([]float64, len(now))
+	}
+	n := now[len(bs)] - prev[len(bs)]
+	q := func(f float64) float64 {
+		if n <= 0 || len(bs) == 0 {
+			return 0
+		}
+		for i, b := range bs {
+			if now[i]-prev[i] >= f*n {
+				return b.GetUpperBound() * 1000
+			}
+		}
+		return bs[len(bs)-1].GetUpperBound() * 1000
+	}
+	return q(0.5), q(0.99), now
+}
+
+func breakerState(v float64) string {
+	switch v {
+	case 0:
+		return "closed"
+	case 1:
+		return "half-open"
+	}
+	return "open"
+}
+
+func labels(m *dto.Metric) map[string]string {
+	out := make(map[string]string, len(m.GetLabel()))
+	for _, l := range m.GetLabel() {
+		out[l.GetName()] = l.GetValue()
+	}
+	return out
+}
+
+// ServeHTTP serves GET /dashboard (the page) and GET /dashboard/data.
+func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET")
+		http.Error(w, "the dashboard takes GET", http.StatusMethodNotAllowed)
+		return
+	}
+	switch strings.TrimSuffix(r.URL.Path, "/") {
+	case "/dashboard":
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.Header().Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'")
+		w.Header().Set("Cache-Control", "no-store")
+		w.Write(indexHTML)
+	case "/dashboard/data":
+		if d.token != nil && !d.authorized(r) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="fairgate-dashboard"`)
+			http.Error(w, `{"error":"the dashboard needs the admin token"}`, http.StatusUnauthorized)
+			return
+		}
+		d.mu.Lock()
+		data := d.data
+		d.mu.Unlock()
+		if data.History == nil {
+			data.History = []Point{}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		json.NewEncoder(w).Encode(data)
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+func (d *Dashboard) authorized(r *http.Request) bool { return auth.BearerMatches(r, *d.token) }
+
+// AuthRequired reports whether the data needs a token.
+func (d *Dashboard) AuthRequired() bool { return d.token != nil }

@@ -1,0 +1,104 @@
+package dash
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+func TestTopKIsBoundedAndHoldsHeavyHitters(t *testing.T) {
+	// 110,000 adds over 64 counters: every key with more than 110,000/64
+	// (1,719) is guaranteed held; "heavy" has 10,000.
+	k := NewTopK(64)
+	for i := range 100_000 {
+		k.Add(fmt.Sprint("noise-", i)) // attacker-chosen, all distinct
+		if i%10 == 0 {
+			k.Add("heavy")
+		}
+	}
+	if len(k.keys) != 64 || len(k.index) != 64 {
+		t.Fatalf("the sketch holds %d keys (%d indexed), want 64", len(k.keys), len(k.index))
+	}
+	top := k.Top(3)
+	if top[0].Key != "heavy" || top[0].Count < 10_000 {
+		t.Fatalf("top %v, want heavy first with at least its 10,000", top)
+	}
+	k.Add(strings.Repeat("x", 10_000))
+	for _, key := range k.keys {
+		if len(key) > maxKeyLen+len("…") {
+			t.Fatalf("a key of %d bytes is held", len(key))
+		}
+	}
+	k.Decay(0)
+	if len(k.Top(10)) != 0 {
+		t.Fatal("decay to 0 kept keys")
+	}
+}
+
+func TestSampleRates(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	dec := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fairgate_decisions_total"}, []string{"policy", "plan", "outcome"})
+	lat := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "fairgate_store_call_seconds", Buckets: []float64{.001, .01, .1}})
+	br := prometheus.NewGauge(prometheus.GaugeOpts{Name: "fairgate_store_breaker_state"})
+	reg.MustRegister(dec, lat, br)
+	d := New(reg, "")
+	t0 := time.Unix(1_800_000_000, 0)
+	d.Sample(t0)
+	dec.WithLabelValues("free.tenant.1m", "free", "allowed").Add(30)
+	dec.WithLabelValues("free.tenant.1m", "free", "limited").Add(10)
+	for range 98 {
+		lat.Observe(0.0005)
+	}
+	lat.Observe(0.05)
+	lat.Observe(0.05)
+	br.Set(2)
+	d.Limited("acme")
+	d.Sample(t0.Add(2 * time.Second))
+	got := d.data
+	if got.Rate != 20 || got.ShareLimited != 0.25 {
+		t.Fatalf("rate %v share %v, want 20/s and 0.25", got.Rate, got.ShareLimited)
+	}
+	if got.StoreP50ms != 1 || got.StoreP99ms != 100 {
+		t.Fatalf("p50 %v p99 %v, want 1 and 100 (bucket bounds)", got.StoreP50ms, got.StoreP99ms)
+	}
+	if got.Breakers["store"] != "open" || len(got.History) != 2 || got.History[1].Limited != 5 {
+		t.Fatalf("data %+v", got)
+	}
+	if len(got.TopLimited) != 1 || got.TopLimited[0].Key != "acme" {
+		t.Fatalf("top limited %v", got.TopLimited)
+	}
+}
+
+func TestDataNeedsTheToken(t *testing.T) {
+	d := New(prometheus.NewRegistry(), "admin-token-0123456789")
+	for _, c := range []struct {
+		path, auth string
+		code       int
+	}{
+		{"/dashboard", "", 200}, // the page asks for the token itself
+		{"/dashboard/data", "", 401},
+		{"/dashboard/data", "Bearer wrong", 401},
+		{"/dashboard/data", "Bearer admin-token-0123456789", 200},
+		{"/dashboard/nope", "", 404},
+	} {
+		r := httptest.NewRequest("GET", c.path, nil)
+		if c.auth != "" {
+			r.Header.Set("Authorization", c.auth)
+		}
+		w := httptest.NewRecorder()
+		d.ServeHTTP(w, r)
+		if w.Code != c.code {
+			t.Errorf("%s (%q): %d, want %d", c.path, c.auth, w.Code, c.code)
+		}
+	}
+	w := httptest.NewRecorder()
+	d.ServeHTTP(w, httptest.NewRequest("POST", "/dashboard", nil))
+	if w.Code != http.StatusMethodNotAllowed {
+		t.Errorf("POST: %d", w.Code)
+	}
+}
