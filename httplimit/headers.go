@@ -58,8 +58,10 @@ func RetryAfter(d time.Duration) string { return problem.RetryAfterSeconds(d) }
 // period.
 func quota(ld limiter.LayerDecision) (q int64, w time.Duration) {
 	l := ld.Limit
-	if l.Algorithm.Windowed() {
-		return l.Limit, l.Period
+	if l.Algorithm.Windowed() || l.Limit < 1 || l.Period < 0 {
+		// (A limit below 1 is invalid and never comes from a limiter; it
+		// gets its own numbers rather than a division by zero.)
+		return max(l.Limit, 0), max(l.Period, 0)
 	}
 	em, burst, _ := l.Params()
 	return burst, time.Duration(em*burst) * time.Microsecond
@@ -92,21 +94,25 @@ func emit(f Form, d limiter.Decision, now time.Time, set func(name, value string
 			set("RateLimit-Policy", v)
 		}
 		cur := httpsfv.NewItem(ld.Policy)
-		cur.Params.Add("r", ld.Remaining)
-		cur.Params.Add("t", ceilSeconds(ld.ResetAfter))
+		cur.Params.Add("r", max(ld.Remaining, 0))
+		cur.Params.Add("t", max(ceilSeconds(ld.ResetAfter), 0))
 		if v, err := httpsfv.Marshal(httpsfv.List{cur}); err == nil {
 			set("RateLimit", v)
 		}
 	case X:
-		set("X-RateLimit-Limit", strconv.FormatInt(ld.Limit.Capacity(), 10))
-		set("X-RateLimit-Remaining", strconv.FormatInt(ld.Remaining, 10))
-		set("X-RateLimit-Reset", strconv.FormatInt(now.Add(ld.ResetAfter).Add(time.Second-1).Unix(), 10))
+		set("X-RateLimit-Limit", nonNeg(ld.Limit.Capacity()))
+		set("X-RateLimit-Remaining", nonNeg(ld.Remaining))
+		set("X-RateLimit-Reset", nonNeg(now.Add(max(ld.ResetAfter, 0)).Add(time.Second-1).Unix()))
 	default:
-		set("RateLimit-Limit", strconv.FormatInt(ld.Limit.Capacity(), 10))
-		set("RateLimit-Remaining", strconv.FormatInt(ld.Remaining, 10))
-		set("RateLimit-Reset", strconv.FormatInt(ceilSeconds(ld.ResetAfter), 10))
+		set("RateLimit-Limit", nonNeg(ld.Limit.Capacity()))
+		set("RateLimit-Remaining", nonNeg(ld.Remaining))
+		set("RateLimit-Reset", nonNeg(ceilSeconds(ld.ResetAfter)))
 	}
 }
+
+// nonNeg formats n, or 0 for a negative n: no header value is ever
+// negative, whatever the decision says.
+func nonNeg(n int64) string { return strconv.FormatInt(max(n, 0), 10) }
 
 // HeaderMap is SetHeaders into a map, with the names spelled as the drafts
 // do (RateLimit-Limit, not Ratelimit-Limit), for APIs that hand the headers

@@ -127,6 +127,11 @@ func ParseRLSFile(file string) ([]rls.Domain, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rls config: %w", err)
 	}
+	return ParseRLS(file, data)
+}
+
+// ParseRLS is ParseRLSFile on data already read; file names it in errors.
+func ParseRLS(file string, data []byte) ([]rls.Domain, error) {
 	d := &decoder{file: file, where: map[string]where{}}
 	var root yaml.Node
 	if err := yaml.NewDecoder(bytes.NewReader(data)).Decode(&root); err != nil {

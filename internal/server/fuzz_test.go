@@ -48,3 +48,38 @@ func FuzzTake(f *testing.F) {
 		}
 	})
 }
+
+// FuzzJSONAPIs sends arbitrary bodies to the other JSON endpoints
+// (/v1/check, the outbound quotas, the jobs API): a 2xx, a 4xx
+// problem+json, or (a full queue) a 503 problem+json; never a panic, never
+// another 5xx.
+func FuzzJSONAPIs(f *testing.F) {
+	seeds := []string{
+		`{"tenant":"acme","route":"GET /v1/search"}`, `{"tenant":"acme","class":"write","cost":3}`, `{"ip":"::1","route":"POST /v1/login"}`,
+		`{"provider":"sms","tenant":"acme","max_wait_ms":0}`, `{"provider":"sms","retry_after_ms":5}`,
+		`{"n":1}`, `{"lease":"report.x","retry_after_ms":1}`, `[]`, "\x00",
+	}
+	for i, s := range seeds {
+		f.Add(uint8(i), s)
+	}
+	st := memstore.New(memstore.Config{MaxKeys: 10_000})
+	s := outboundServerFor(f, st)
+	paths := []string{"/v1/check", "/v1/outbound/acquire", "/v1/outbound/pause", "/v1/jobs/report", "/v1/jobs/01JD0000000000000000000000/ack", "/v1/jobs/01JD0000000000000000000000/nack", "/v1/jobs/report/lease"}
+	f.Fuzz(func(t *testing.T, which uint8, body string) {
+		path := paths[int(which)%len(paths)]
+		r := httptest.NewRequest(http.MethodPost, path, strings.NewReader(body))
+		r.Header.Set("X-API-Key", "key-acme")
+		r.Header.Set("Authorization", "Bearer "+workerTok)
+		rec := httptest.NewRecorder()
+		s.ServeHTTP(rec, r)
+		switch {
+		case rec.Code < 300:
+		case rec.Code >= 400 && rec.Code < 500, rec.Code == http.StatusServiceUnavailable:
+			if rec.Header().Get("Content-Type") != problem.ContentType {
+				t.Fatalf("%s: %d without problem+json for %q: %s", path, rec.Code, body, rec.Body)
+			}
+		default:
+			t.Fatalf("%s: status %d for %q: %s", path, rec.Code, body, rec.Body)
+		}
+	})
+}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fairgate/fairgate/algo"
+	"github.com/fairgate/fairgate/fairq"
 	"github.com/fairgate/fairgate/quota"
 	"github.com/fairgate/fairgate/store"
 	"github.com/fairgate/fairgate/store/redisstore"
@@ -18,6 +19,22 @@ import (
 var smsProvider = quota.Provider{
 	Limit:  algo.Limit{Limit: 100, Period: time.Second, Burst: 20},
 	Tenant: algo.Limit{Limit: 20, Period: time.Second, Burst: 5},
+}
+
+// outboundServerFor is a server on st with the sms provider, the jobs API
+// (in memory), API keys and the worker token, for fuzzing.
+func outboundServerFor(tb testing.TB, st store.Store) *Server {
+	tb.Helper()
+	q, err := quota.New(quota.Config{Store: st, Providers: map[string]quota.Provider{"sms": smsProvider}, MaxWait: 10 * time.Millisecond})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	jobs, _ := fairq.NewMemory(fairq.MemoryConfig{Kinds: jobKinds})
+	s, err := New(Config{Limiter: testLimiter(tb, st, 0), Auth: testAuth(tb), Quotas: q, Jobs: jobs, JobKinds: jobKinds, WorkerToken: workerTok})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return s
 }
 
 // outboundServer is a server on st with the sms provider and, if token is

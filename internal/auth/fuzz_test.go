@@ -1,0 +1,61 @@
+package auth
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+)
+
+// FuzzAuthenticate: whatever credential a client sends, the authenticator
+// answers without panicking, and names a tenant only for the real API key
+// or a token signed with the real secret.
+func FuzzAuthenticate(f *testing.F) {
+	secret := []byte("0123456789abcdef0123456789abcdef")
+	sum := sha256.Sum256([]byte("the-real-key"))
+	a, err := New(context.Background(), Config{
+		APIKeys: []APIKey{{SHA256: hex.EncodeToString(sum[:]), Tenant: "acme"}},
+		JWT:     &JWTConfig{Audience: "api", Keys: []any{secret}},
+	})
+	if err != nil {
+		f.Fatal(err)
+	}
+	good, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"tenant": "globex", "aud": "api", "exp": time.Now().Add(time.Hour).Unix()}).SignedString(secret)
+	f.Add("Bearer "+good, "")
+	f.Add("", "the-real-key")
+	f.Add("Bearer the-real-key", "")
+	f.Add("Bearer eyJhbGciOiJub25lIn0.eyJ0ZW5hbnQiOiJ4In0.", "")
+	f.Add("Basic dXNlcjpwYXNz", "x")
+	f.Fuzz(func(t *testing.T, authz, apiKey string) {
+		r := httptest.NewRequest("GET", "/", nil)
+		if authz != "" {
+			r.Header["Authorization"] = []string{authz}
+		}
+		if apiKey != "" {
+			r.Header["X-Api-Key"] = []string{apiKey}
+		}
+		id, err := a.Authenticate(r)
+		if err != nil {
+			return
+		}
+		switch id.Tenant {
+		case "acme":
+			if authz != "Bearer the-real-key" && apiKey != "the-real-key" {
+				t.Fatalf("acme from %q / %q", authz, apiKey)
+			}
+		case "globex":
+			if authz != "Bearer "+good {
+				tok, _, err := jwt.NewParser().ParseUnverified(authz[len("Bearer "):], jwt.MapClaims{})
+				if err != nil || tok.Method.Alg() != "HS256" {
+					t.Fatalf("globex from %q", authz)
+				}
+			}
+		default:
+			t.Fatalf("tenant %q from %q / %q", id.Tenant, authz, apiKey)
+		}
+	})
+}
