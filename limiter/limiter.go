@@ -114,6 +114,10 @@ type Config struct {
 	// Now is the clock for calendar windows and override expiry. Nil means
 	// time.Now.
 	Now func() time.Time
+	// NoNearCache turns off the near cache of rejected keys for every
+	// class (it is on by default; a class can turn it off alone). See
+	// [Class.NoNearCache].
+	NoNearCache bool
 	// Limited, if not nil, is told the tenant of every request limited
 	// ("" for an anonymous one), as it is decided: for a bounded
 	// heavy-hitters count such as the dashboard's. It must be quick.
@@ -135,6 +139,7 @@ type Limiter struct {
 	now      func() time.Time
 	log      *slog.Logger
 	limited  func(tenant string)
+	near     *nearCache // nil: off
 	m        *metrics
 	cb       *gobreaker.CircuitBreaker[struct{}]
 	share    float64 // the fallback's share of each limit
@@ -156,6 +161,9 @@ func New(c Config) (*Limiter, error) {
 	l := &Limiter{store: c.Store, fallback: c.Fallback, control: c.Control, poll: c.PollEvery, timeout: c.Timeout, now: c.Now, log: c.Logger, limited: c.Limited}
 	if l.control == nil {
 		l.control = NewMemoryControl()
+	}
+	if !c.NoNearCache {
+		l.near = newNearCache()
 	}
 	if l.poll <= 0 {
 		l.poll = time.Second
@@ -257,6 +265,9 @@ func (l *Limiter) rebuild() {
 		}
 	}
 	l.snap.Store(snap)
+	if l.near != nil {
+		l.near.clear() // limits may have changed: rejections may not hold
+	}
 }
 
 // Overlay returns a copy of the run-time overlay in force; its maps are
@@ -413,6 +424,16 @@ func (l *Limiter) Decide(ctx context.Context, req Request) (Decision, error) {
 		l.count(&d)
 		return d, nil
 	}
+	now := l.now()
+	if l.near != nil && !res.NoNearCache {
+		if ld, ok := l.near.lookup(res.Layers, res.Cost, now); ok {
+			d.Layers = []LayerDecision{ld}
+			d.Reason, d.RetryAfter, d.Tightest, d.Policy = ReasonLimited, ld.RetryAfter, 0, ld.Policy
+			l.m.nearHits.Inc()
+			l.count(&d)
+			return d, nil
+		}
+	}
 	checks := res.Checks()
 	var sr store.Result
 	err = l.take(ctx, checks, &sr)
@@ -463,6 +484,13 @@ func (l *Limiter) Decide(ctx context.Context, req Request) (Decision, error) {
 		if ld.Shadow && !ld.Allowed {
 			l.m.shadow.WithLabelValues(ld.Policy).Inc()
 			l.log.Info("shadow limit would reject", slog.String("tenant", res.Tenant), slog.String("policy", ld.Policy), slog.Duration("retry_after", ld.RetryAfter))
+		}
+	}
+	if d.Reason == ReasonLimited && l.near != nil && !res.NoNearCache {
+		for _, ld := range d.Layers {
+			if !ld.Allowed && !ld.Shadow {
+				l.near.put(ld, res.Cost, now)
+			}
 		}
 	}
 	l.count(&d)

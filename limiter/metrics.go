@@ -15,6 +15,7 @@ type metrics struct {
 	storeSeconds prometheus.Histogram
 	failures     *prometheus.CounterVec
 	breaker      prometheus.Gauge
+	nearHits     prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -40,6 +41,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "fairgate_store_failure_decisions_total",
 			Help: "Decisions made without the store, by fail mode: open (the fallback decided) or closed (503).",
 		}, []string{"fail_mode"}),
+		nearHits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fairgate_near_cache_hits_total",
+			Help: "Requests answered as limited from the near cache of rejected keys, without a store call.",
+		}),
 		breaker: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "fairgate_store_breaker_state",
 			Help: "The store's circuit breaker: 0 closed, 1 half-open, 2 open.",
@@ -57,6 +62,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	promreg.Reuse(reg, &m.storeSeconds, &err)
 	promreg.Reuse(reg, &m.failures, &err)
 	promreg.Reuse(reg, &m.breaker, &err)
+	promreg.Reuse(reg, &m.nearHits, &err)
 	if err != nil {
 		return nil, err
 	}

@@ -99,6 +99,10 @@ type Class struct {
 	// Shadow runs the class's own layers without enforcing them; its
 	// requests still count against the tenant's overall limits as before.
 	Shadow bool `json:"shadow,omitempty"`
+	// NoNearCache sends every request of the class to the store, even
+	// for a key the store has just rejected (the near cache is on by
+	// default: a rejected key is answered locally until its retry-after).
+	NoNearCache bool `json:"no_near_cache,omitempty"`
 }
 
 // Route maps requests to a class and a cost.

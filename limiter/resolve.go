@@ -66,6 +66,9 @@ type Resolution struct {
 	Cost int64
 	// Fail is the fail mode.
 	Fail FailMode
+	// NoNearCache reports that the class keeps rejected keys out of the
+	// near cache: every request goes to the store.
+	NoNearCache bool
 	// Layers are the limits to check.
 	Layers []Layer
 }
@@ -123,7 +126,7 @@ func (s *Snapshot) Resolve(req Request, now time.Time) (Resolution, error) {
 			t = pt
 		}
 	}
-	res := Resolution{Tenant: req.Tenant, Plan: t.plan, Class: c.Name, Cost: cost, Fail: c.Fail}
+	res := Resolution{Tenant: req.Tenant, Plan: t.plan, Class: c.Name, Cost: cost, Fail: c.Fail, NoNearCache: c.NoNearCache}
 	if cost < 0 {
 		return res, fmt.Errorf("%w: %d is negative", ErrBadCost, cost)
 	}

@@ -60,9 +60,10 @@ func (d *decoder) config(n *yaml.Node, c *Config) {
 				d.note(path, path, k)
 				cl := limiter.Class{Name: name, Share: 1}
 				d.fields(v, path, map[string]func(*yaml.Node, string){
-					"share":  func(v *yaml.Node, path string) { cl.Share = d.float(v, path); d.note(path, path, v) },
-					"fail":   func(v *yaml.Node, path string) { cl.Fail = d.failMode(v, path) },
-					"shadow": func(v *yaml.Node, path string) { cl.Shadow = d.bool(v, path) },
+					"share":      func(v *yaml.Node, path string) { cl.Share = d.float(v, path); d.note(path, path, v) },
+					"fail":       func(v *yaml.Node, path string) { cl.Fail = d.failMode(v, path) },
+					"shadow":     func(v *yaml.Node, path string) { cl.Shadow = d.bool(v, path) },
+					"near_cache": func(v *yaml.Node, path string) { cl.NoNearCache = !d.bool(v, path) },
 				})
 				p.Classes[name] = cl
 			})
