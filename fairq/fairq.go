@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/oklog/ulid/v2"
+
+	"github.com/fairgate/fairgate/limiter"
 )
 
 // Queue is a per-tenant fair job queue. Implementations are safe for
@@ -144,8 +146,8 @@ func (ks Kinds) Check() error {
 	for _, name := range slices.Sorted(maps.Keys(ks)) {
 		k := ks[name]
 		switch {
-		case !ValidName(name):
-			return fmt.Errorf("%w: kind name %q: want 1 to 64 lower-case letters, digits, '-' and '_'", ErrInvalid, name)
+		case !limiter.ValidName(name):
+			return fmt.Errorf("%w: kind name %q: want %s", ErrInvalid, name, limiter.NameRule)
 		case k.Warn < 0 || k.Refuse < 0:
 			return fmt.Errorf("%w: kind %q: negative threshold", ErrInvalid, name)
 		case k.Refuse > 0 && k.Warn > k.Refuse:
@@ -172,21 +174,6 @@ func (ks Kinds) Lookup(name string) (Kind, error) {
 		k.MaxAttempts = DefaultMaxAttempts
 	}
 	return k, nil
-}
-
-// ValidName reports whether s can name a kind: 1 to 64 lower-case
-// letters, digits, '-' and '_'.
-func ValidName(s string) bool {
-	if s == "" || len(s) > 64 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
-			return false
-		}
-	}
-	return true
 }
 
 // CheckEnqueue validates an Enqueue's arguments.

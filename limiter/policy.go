@@ -229,7 +229,15 @@ func (ps Problems) Error() string {
 
 var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
 
-const nameRule = "lower-case letters, digits, '-' and '_', starting with a letter or digit, at most 64"
+const nameRule = NameRule
+
+// NameRule says what ValidName accepts, for error messages.
+const NameRule = "lower-case letters, digits, '-' and '_', starting with a letter or digit, at most 64"
+
+// ValidName reports whether s can name a plan, class, rule, provider,
+// job kind or dependency: see NameRule. Such names go into store keys,
+// metric labels and URLs as they are.
+func ValidName(s string) bool { return nameRE.MatchString(s) }
 
 // MaxTenantID is the longest tenant ID the policy accepts. Longer IDs are
 // rejected at the edge; keys hash IDs over 64 bytes anyway.

@@ -162,8 +162,8 @@ func checkProviders(p map[string]Provider) (map[string]Provider, error) {
 	next := make(map[string]Provider, len(p))
 	for _, name := range slices.Sorted(maps.Keys(p)) {
 		pr := p[name]
-		if !ValidName(name) {
-			return nil, fmt.Errorf("%w: provider name %q: want 1 to 64 lower-case letters, digits, '-' and '_'", ErrInvalid, name)
+		if !limiter.ValidName(name) {
+			return nil, fmt.Errorf("%w: provider name %q: want %s", ErrInvalid, name, limiter.NameRule)
 		}
 		if err := pr.Limit.Validate(); err != nil {
 			return nil, fmt.Errorf("%w: provider %q: limit: %w", ErrInvalid, name, err)
@@ -179,22 +179,6 @@ func checkProviders(p map[string]Provider) (map[string]Provider, error) {
 		next[name] = pr
 	}
 	return next, nil
-}
-
-// ValidName reports whether s is a valid provider name: 1 to 64
-// lower-case letters, digits, '-' and '_' (so that it is safe in keys,
-// metric labels and URLs).
-func ValidName(s string) bool {
-	if s == "" || len(s) > 64 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
-			return false
-		}
-	}
-	return true
 }
 
 // Providers returns the names of the providers, sorted.

@@ -159,12 +159,7 @@ func TestSIGHUPReloads(t *testing.T) {
 // TestAdminListener: with a token the admin API listens on its own address
 // and refuses requests without the token.
 func TestAdminListener(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	adminAddr := ln.Addr().String()
-	ln.Close()
+	adminAddr := freeAddr(t)
 	const token = "admin-token-for-the-test-0001"
 	t.Setenv("FAIRGATE_ADMIN_TOKEN", token)
 	sv := startServe(t, "--listen", "127.0.0.1:0", "--admin-listen", adminAddr)
@@ -287,12 +282,7 @@ func TestJobsThroughServe(t *testing.T) {
 // TestGRPCListener: with --grpc-listen, the Envoy rate limit service of the
 // example config answers a real gRPC client, and health says SERVING.
 func TestGRPCListener(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := freeAddr(t)
 	sv := startServe(t, "--listen", "127.0.0.1:0", "--grpc-listen", addr)
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -314,4 +304,16 @@ func TestGRPCListener(t *testing.T) {
 		t.Fatalf("over the example's 10 per second: %v %v", r, err)
 	}
 	sv.stop()
+}
+
+// freeAddr returns a loopback address that was free a moment ago, for a
+// listener the test cannot ask to pick its own port.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
 }

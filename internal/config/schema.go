@@ -181,7 +181,7 @@ func (d *decoder) config(n *yaml.Node, c *Config) {
 		"auth": func(v *yaml.Node, path string) { d.auth(v, path, &c.Auth) },
 		"providers": func(v *yaml.Node, path string) {
 			d.entries(v, path, func(name string, k, v *yaml.Node, path string) {
-				if !quota.ValidName(name) {
+				if !limiter.ValidName(name) {
 					d.add(k, path, "provider name %q: want lower-case letters, digits, '-' and '_'", name)
 				}
 				var pr quota.Provider
@@ -219,7 +219,7 @@ func (d *decoder) config(n *yaml.Node, c *Config) {
 				},
 				"kinds": func(v *yaml.Node, path string) {
 					d.entries(v, path, func(name string, k, v *yaml.Node, path string) {
-						if !fairq.ValidName(name) {
+						if !limiter.ValidName(name) {
 							d.add(k, path, "kind name %q: want lower-case letters, digits, '-' and '_'", name)
 						}
 						var kd fairq.Kind
@@ -241,7 +241,7 @@ func (d *decoder) config(n *yaml.Node, c *Config) {
 		"dashboard": func(v *yaml.Node, path string) { c.Dashboard = d.bool(v, path) },
 		"dependencies": func(v *yaml.Node, path string) {
 			d.entries(v, path, func(name string, k, v *yaml.Node, path string) {
-				if !fairq.ValidName(name) {
+				if !limiter.ValidName(name) {
 					d.add(k, path, "dependency name %q: want lower-case letters, digits, '-' and '_'", name)
 				}
 				var st breaker.Settings
