@@ -141,7 +141,7 @@ type Limiter struct {
 	limited  func(tenant string)
 	near     *nearCache // nil: off
 	m        *metrics
-	cb       *gobreaker.CircuitBreaker[struct{}]
+	cb       *breakers
 	share    float64 // the fallback's share of each limit
 	logged   sampler
 
@@ -190,29 +190,7 @@ func New(c Config) (*Limiter, error) {
 	if cooldown <= 0 {
 		cooldown = 2 * time.Second
 	}
-	l.cb = gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
-		Name:        "store",
-		MaxRequests: 1, // one probe at a time while half-open
-		Interval:    10 * time.Second,
-		Timeout:     cooldown,
-		ReadyToTrip: func(n gobreaker.Counts) bool {
-			return n.ConsecutiveFailures >= 5 || n.Requests >= 20 && 2*n.TotalFailures >= n.Requests
-		},
-		// A caller that went away, or a batch that is invalid, says
-		// nothing about the store.
-		IsExcluded: func(err error) bool {
-			return errors.Is(err, context.Canceled) || errors.Is(err, store.ErrInvalidCheck)
-		},
-		OnStateChange: func(_ string, from, to gobreaker.State) {
-			l.m.breaker.Set(float64(to))
-			switch to {
-			case gobreaker.StateOpen:
-				l.log.Error("store out: breaker open, deciding by fail mode", slog.String("from", from.String()))
-			case gobreaker.StateClosed:
-				l.log.Info("store recovered: breaker closed")
-			}
-		},
-	})
+	l.cb = newBreakers(c.Store, cooldown, l.logChange)
 	snap, err := Compile(c.Policy)
 	if err != nil {
 		return nil, err
@@ -316,10 +294,15 @@ var probeCheck = []store.Check{{Key: "fg:probe", Limit: algo.Limit{Limit: 1, Per
 func (l *Limiter) probe(ctx context.Context) {
 	var res store.Result
 	_ = l.take(ctx, probeCheck, &res)
+	for _, c := range l.cb.toProbe() {
+		_ = l.take(ctx, []store.Check{c}, &res)
+	}
 }
 
-// StoreUp reports whether the store answers: the breaker is closed.
-func (l *Limiter) StoreUp() bool { return l.cb.State() == gobreaker.StateClosed }
+// StoreUp reports whether the store answers: every breaker is closed (on
+// a Redis Cluster, one per slot; a lost master makes it false until its
+// replica takes over).
+func (l *Limiter) StoreUp() bool { return l.cb.allClosed() }
 
 // HasFailClosed reports whether some class or anonymous route of the
 // policy in force fails closed (and so is refused while the store is out).
@@ -687,7 +670,7 @@ func (l *Limiter) take(ctx context.Context, checks []store.Check, res *store.Res
 		defer cancel()
 	}
 	start := time.Now()
-	_, err := l.cb.Execute(func() (struct{}, error) { return struct{}{}, l.store.Take(ctx, checks, res) })
+	err := l.cb.call(checks, func() error { return l.store.Take(ctx, checks, res) })
 	if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
 		return fmt.Errorf("%w: breaker open: %w", store.ErrUnavailable, err)
 	}

@@ -165,3 +165,15 @@ func ValidateHold(key string, lim algo.Limit, d time.Duration) error {
 	}
 	return nil
 }
+
+// Sharded is a Store whose keys fall in independent failure domains: the
+// hash slots of a Redis Cluster, of which one lost master takes away only
+// its own. A caller that keeps a circuit breaker (package limiter) keeps
+// one per domain, so that the keys of the healthy masters are decided as
+// usual while one master is out.
+type Sharded interface {
+	Store
+	// Shard returns the failure domain of c's key: the same for keys
+	// that always fail together, such as one slot's.
+	Shard(c Check) int
+}

@@ -166,17 +166,17 @@ func (c *Cluster) Addrs() []string {
 	return a
 }
 
-// StartCluster starts masters × (1 + replicas) cluster-enabled servers and
-// joins them with `redis-cli --cluster create`, waiting until every node
-// reports cluster_state:ok.
-func StartCluster(masters, replicas int) (*Cluster, error) {
+// StartCluster starts masters × (1 + replicas) cluster-enabled servers
+// (with the extra redis-server arguments) and joins them with `redis-cli
+// --cluster create`, waiting until every node reports cluster_state:ok.
+func StartCluster(masters, replicas int, extra ...string) (*Cluster, error) {
 	cli, err := binary("redis-cli")
 	if err != nil {
 		return nil, err
 	}
 	c := &Cluster{}
 	for range masters * (1 + replicas) {
-		s, err := Start("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000")
+		s, err := Start(append([]string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"}, extra...)...)
 		if err != nil {
 			c.Close()
 			return nil, err
@@ -202,6 +202,25 @@ func StartCluster(masters, replicas int) (*Cluster, error) {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
+	}
+	// A replica can take over only once it replicates: wait until there
+	// are as many replicas as asked for, each with its link to its master up.
+	for replicas > 0 {
+		up := 0
+		for _, n := range c.Nodes {
+			info, err := Do(n.Addr, "INFO", "replication")
+			if err == nil && strings.Contains(info, "role:slave") && strings.Contains(info, "master_link_status:up") {
+				up++
+			}
+		}
+		if up == masters*replicas {
+			break
+		}
+		if time.Now().After(deadline) {
+			c.Close()
+			return nil, fmt.Errorf("redistest: %d of %d replicas replicating after 30s", up, masters*replicas)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	return c, nil
 }

@@ -487,3 +487,14 @@ var (
 	_ store.Store  = (*Store)(nil)
 	_ store.Holder = (*Store)(nil)
 )
+
+// Shard implements store.Sharded: the cluster slot of c's Redis key
+// (every key of a standalone Redis is in domain 0).
+func (s *Store) Shard(c store.Check) int {
+	if !s.cluster {
+		return 0
+	}
+	return int(Slot(s.Key(c.Limit.Algorithm, c.Key)))
+}
+
+var _ store.Sharded = (*Store)(nil)

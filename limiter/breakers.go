@@ -1,0 +1,161 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sony/gobreaker/v2"
+
+	"github.com/fairgate/fairgate/store"
+)
+
+// breakers are the store's circuit breakers: one per failure domain of a
+// store.Sharded (a Redis Cluster slot), else one. A lost cluster master
+// opens the breakers of its own slots only; the other masters' keys are
+// decided by the store as usual. Each breaker opens after 5 failures in a
+// row or half of at least 20 calls in 10 s, stays open for the cooldown,
+// then lets one probe through.
+type breakers struct {
+	sharded  store.Sharded // nil: one domain
+	cooldown time.Duration
+	onChange func(shard int, from, to gobreaker.State)
+
+	mu     sync.Mutex
+	m      map[int]*gobreaker.TwoStepCircuitBreaker[struct{}]
+	probes map[int]store.Check // a key of each domain that failed, to probe it with
+
+	notClosed atomic.Int64 // breakers open or half-open
+}
+
+// errAborted is what a domain's breaker is told when its call did not
+// happen (another domain of the batch refused): excluded, not a failure.
+var errAborted = errors.New("limiter: call not made")
+
+func newBreakers(st store.Store, cooldown time.Duration, onChange func(shard int, from, to gobreaker.State)) *breakers {
+	b := &breakers{cooldown: cooldown, onChange: onChange, m: map[int]*gobreaker.TwoStepCircuitBreaker[struct{}]{}, probes: map[int]store.Check{}}
+	b.sharded, _ = st.(store.Sharded)
+	return b
+}
+
+func (b *breakers) get(shard int) *gobreaker.TwoStepCircuitBreaker[struct{}] {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if cb, ok := b.m[shard]; ok {
+		return cb
+	}
+	cb := gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
+		MaxRequests: 1, // one probe at a time while half-open
+		Interval:    10 * time.Second,
+		Timeout:     b.cooldown,
+		ReadyToTrip: func(n gobreaker.Counts) bool {
+			return n.ConsecutiveFailures >= 5 || n.Requests >= 20 && 2*n.TotalFailures >= n.Requests
+		},
+		// A caller that went away, a batch that is invalid, or a call not
+		// made says nothing about the store.
+		IsExcluded: func(err error) bool {
+			return errors.Is(err, context.Canceled) || errors.Is(err, store.ErrInvalidCheck) || errors.Is(err, errAborted)
+		},
+		OnStateChange: func(_ string, from, to gobreaker.State) {
+			switch {
+			case from == gobreaker.StateClosed:
+				b.notClosed.Add(1)
+			case to == gobreaker.StateClosed:
+				b.notClosed.Add(-1)
+			}
+			b.onChange(shard, from, to)
+		},
+	})
+	b.m[shard] = cb
+	return cb
+}
+
+// shards returns the failure domains of checks, without repeats.
+func (b *breakers) shards(checks []store.Check, buf []int) []int {
+	if b.sharded == nil {
+		return append(buf, 0)
+	}
+	for _, c := range checks {
+		if s := b.sharded.Shard(c); !slices.Contains(buf, s) {
+			buf = append(buf, s)
+		}
+	}
+	return buf
+}
+
+// call runs f through the breakers of checks' domains: refused at once
+// (gobreaker.ErrOpenState or ErrTooManyRequests) when any is open, and
+// f's error counted against each.
+func (b *breakers) call(checks []store.Check, f func() error) error {
+	var buf [4]int
+	shards := b.shards(checks, buf[:0])
+	var dbuf [4]func(error)
+	dones := dbuf[:0]
+	for _, s := range shards {
+		done, err := b.get(s).Allow()
+		if err != nil {
+			for _, d := range dones {
+				d(errAborted)
+			}
+			return err
+		}
+		dones = append(dones, done)
+	}
+	err := f()
+	for _, d := range dones {
+		d(err)
+	}
+	if err != nil && b.sharded != nil && !errors.Is(err, context.Canceled) {
+		b.mu.Lock()
+		for _, c := range checks {
+			if s := b.sharded.Shard(c); b.probes[s].Key == "" {
+				b.probes[s] = store.Check{Key: c.Key, Limit: c.Limit} // a peek
+			}
+		}
+		b.mu.Unlock()
+	}
+	return err
+}
+
+// toProbe returns a peek for each domain whose breaker is not closed, so
+// that Run finds its recovery without traffic; a closed domain's is
+// forgotten.
+func (b *breakers) toProbe() []store.Check {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []store.Check
+	for s, c := range b.probes {
+		if cb := b.m[s]; cb == nil || cb.State() == gobreaker.StateClosed {
+			delete(b.probes, s)
+			continue
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// allClosed reports whether every domain's breaker is closed.
+func (b *breakers) allClosed() bool { return b.notClosed.Load() == 0 }
+
+// logChange is the limiter's breaker log and metric.
+func (l *Limiter) logChange(shard int, from, to gobreaker.State) {
+	l.m.breaker.Set(float64(max(to, l.worstBreaker())))
+	switch to {
+	case gobreaker.StateOpen:
+		l.log.Error("store out: breaker open, deciding by fail mode", slog.Int("shard", shard), slog.String("from", from.String()))
+	case gobreaker.StateClosed:
+		l.log.Info("store recovered: breaker closed", slog.Int("shard", shard))
+	}
+}
+
+// worstBreaker is closed (0) when every breaker is, else open (2).
+func (l *Limiter) worstBreaker() gobreaker.State {
+	if l.cb == nil || l.cb.allClosed() {
+		return gobreaker.StateClosed
+	}
+	return gobreaker.StateOpen
+}
