@@ -34,16 +34,7 @@ func TestClusterFailover(t *testing.T) {
 	// Without cluster-require-full-coverage no, Redis answers CLUSTERDOWN
 	// for every slot while one master is out (its default), and no client
 	// can keep the healthy masters' keys going.
-	cl, err := redistest.StartCluster(3, 1, "--cluster-require-full-coverage", "no")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	st, err := redisstore.New(redisstore.Config{URL: "redis-cluster://" + strings.Join(cl.Addrs(), ",")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	cl, st := startCluster(t, 1, "--cluster-require-full-coverage", "no")
 	policy := limiter.Policy{
 		DefaultPlan: "p", DefaultClass: "open",
 		Plans: map[string]limiter.Plan{"p": {Name: "p", Rules: []limiter.Rule{{Limit: algo.Limit{Limit: 600, Period: time.Minute, Burst: 20}}}}},
@@ -175,16 +166,7 @@ func TestReshardUnderLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a cluster fault test")
 	}
-	cl, err := redistest.StartCluster(3, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	st, err := redisstore.New(redisstore.Config{URL: "redis-cluster://" + strings.Join(cl.Addrs(), ",")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	cl, st := startCluster(t, 0)
 	id := func(n *redistest.Server) string {
 		s, err := redistest.Do(n.Addr, "CLUSTER", "MYID")
 		if err != nil {
@@ -262,4 +244,21 @@ func servedSlots(t *testing.T, cl *redistest.Cluster, id string) int {
 		}
 	}
 	return served
+}
+
+// startCluster starts a cluster of 3 masters with replicas each and a
+// store on it, both closed when the test ends.
+func startCluster(t *testing.T, replicas int, extra ...string) (*redistest.Cluster, *redisstore.Store) {
+	t.Helper()
+	cl, err := redistest.StartCluster(3, replicas, extra...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	st, err := redisstore.New(redisstore.Config{URL: "redis-cluster://" + strings.Join(cl.Addrs(), ",")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return cl, st
 }
