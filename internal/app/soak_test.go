@@ -53,6 +53,7 @@ type sample struct {
 }
 
 func soak(b *testing.B, storeURL string, d time.Duration) {
+	name := strings.SplitN(storeURL, ":", 2)[0]
 	c, err := ParseServe([]string{"--listen", "127.0.0.1:0", "--store", storeURL}, io.Discard)
 	if err != nil {
 		b.Fatal(err)
@@ -106,7 +107,8 @@ func soak(b *testing.B, storeURL string, d time.Duration) {
 		<-tick.C
 		s := read()
 		samples = append(samples, s)
-		b.Logf("%s t=%v rss=%d MB heap=%d MB goroutines=%d fds=%d", storeURL[:5], s.at, s.rssKB>>10, s.heapKB>>10, s.goroutines, s.fds)
+		// Printed, not logged: a benchmark's log is cut after ten lines.
+		fmt.Printf("soak %s t=%v rss=%d MB heap=%d MB goroutines=%d fds=%d\n", name, s.at, s.rssKB>>10, s.heapKB>>10, s.goroutines, s.fds)
 	}
 	tick.Stop()
 	wg.Wait()
