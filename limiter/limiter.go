@@ -140,6 +140,7 @@ type Limiter struct {
 	log      *slog.Logger
 	limited  func(tenant string)
 	near     *nearCache // nil: off
+	leases   *leaseTable
 	m        *metrics
 	cb       *breakers
 	share    float64 // the fallback's share of each limit
@@ -165,6 +166,7 @@ func New(c Config) (*Limiter, error) {
 	if !c.NoNearCache {
 		l.near = newNearCache()
 	}
+	l.leases = newLeaseTable()
 	if l.poll <= 0 {
 		l.poll = time.Second
 	}
@@ -415,6 +417,12 @@ func (l *Limiter) Decide(ctx context.Context, req Request) (Decision, error) {
 			l.m.nearHits.Inc()
 			l.count(&d)
 			return d, nil
+		}
+	}
+	if res.Lease > 0 {
+		if ld, ok := l.leased(ctx, res, now); ok {
+			l.count(&ld)
+			return ld, nil
 		}
 	}
 	checks := res.Checks()

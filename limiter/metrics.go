@@ -16,6 +16,7 @@ type metrics struct {
 	failures     *prometheus.CounterVec
 	breaker      prometheus.Gauge
 	nearHits     prometheus.Counter
+	leaseTakes   prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -45,6 +46,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "fairgate_near_cache_hits_total",
 			Help: "Requests answered as limited from the near cache of rejected keys, without a store call.",
 		}),
+		leaseTakes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fairgate_lease_takes_total",
+			Help: "Leases taken from the store for classes that lease units to instances.",
+		}),
 		breaker: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "fairgate_store_breaker_state",
 			Help: "The store's circuit breaker: 0 closed, 1 half-open, 2 open.",
@@ -63,6 +68,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	promreg.Reuse(reg, &m.failures, &err)
 	promreg.Reuse(reg, &m.breaker, &err)
 	promreg.Reuse(reg, &m.nearHits, &err)
+	promreg.Reuse(reg, &m.leaseTakes, &err)
 	if err != nil {
 		return nil, err
 	}

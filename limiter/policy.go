@@ -103,6 +103,11 @@ type Class struct {
 	// for a key the store has just rejected (the near cache is on by
 	// default: a rejected key is answered locally until its retry-after).
 	NoNearCache bool `json:"no_near_cache,omitempty"`
+	// Lease, when over 0, lets each instance take this many units of a
+	// tenant's layers in one store call and spend them locally (for very
+	// hot tenants on one Redis Cluster slot). It admits up to the unspent
+	// leases of all instances over the limit in a window; see lease.go.
+	Lease int64 `json:"lease,omitempty"`
 }
 
 // Route maps requests to a class and a cost.
@@ -314,6 +319,9 @@ func CompileWith(p Policy, ov Overlay) (*Snapshot, error) {
 		}
 		if !(c.Share > 0 && c.Share <= 1) {
 			ps.add(path+".share", "share %v is outside (0, 1]: a class gets a fraction of the plan's limit", c.Share)
+		}
+		if c.Lease < 0 || c.Lease > 1_000_000 {
+			ps.add(path+".lease", "lease %d is outside 0..1000000 (0: no leases)", c.Lease)
 		}
 		c.Name = name
 		s.classes[name] = &c

@@ -69,6 +69,8 @@ type Resolution struct {
 	// NoNearCache reports that the class keeps rejected keys out of the
 	// near cache: every request goes to the store.
 	NoNearCache bool
+	// Lease is the class's lease size (see [Class.Lease]); 0: none.
+	Lease int64
 	// Layers are the limits to check.
 	Layers []Layer
 }
@@ -126,7 +128,7 @@ func (s *Snapshot) Resolve(req Request, now time.Time) (Resolution, error) {
 			t = pt
 		}
 	}
-	res := Resolution{Tenant: req.Tenant, Plan: t.plan, Class: c.Name, Cost: cost, Fail: c.Fail, NoNearCache: c.NoNearCache}
+	res := Resolution{Tenant: req.Tenant, Plan: t.plan, Class: c.Name, Cost: cost, Fail: c.Fail, NoNearCache: c.NoNearCache, Lease: c.Lease}
 	if cost < 0 {
 		return res, fmt.Errorf("%w: %d is negative", ErrBadCost, cost)
 	}

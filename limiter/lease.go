@@ -1,0 +1,125 @@
+package limiter
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fairgate/fairgate/store"
+)
+
+// Leases (opt-in per class, Class.Lease = n): for a hot tenant, an
+// instance takes n units from every layer of the request's batch in one
+// store call and spends them locally, one request at a time, so the store
+// sees one call per n requests instead of one per request.
+//
+// The price is exactness in time: units leased at t and spent later were
+// charged at t. In any window the requests admitted can exceed the
+// limit's bound by at most the units leased but not yet spent, summed over
+// the instances (n per instance per key set). A lease not spent within
+// LeaseTTL is dropped, its units left charged (under-admission, never
+// over). Retry-After: a request that finds no lease and whose lease take
+// is refused is decided as usual at its own cost, so its retry-after is
+// exact for that cost.
+
+// LeaseTTL is how long an instance keeps unspent leased units.
+const LeaseTTL = time.Second
+
+// maxLeases bounds the key sets an instance holds leases for.
+const maxLeases = 10_000
+
+type lease struct {
+	mu      sync.Mutex
+	units   int64
+	expires time.Time
+	backoff time.Time     // no lease is tried before: the last was refused
+	wait    time.Duration // the last backoff, doubled on each refusal
+	layers  []LayerDecision // the decision of the take that leased them
+}
+
+type leaseTable struct {
+	mu sync.Mutex
+	m  map[string]*lease
+}
+
+func newLeaseTable() *leaseTable { return &leaseTable{m: map[string]*lease{}} }
+
+// get returns the lease entry of a batch's keys, making one.
+func (t *leaseTable) get(res Resolution) *lease {
+	var b strings.Builder
+	for _, ly := range res.Layers {
+		b.WriteString(ly.Key)
+		b.WriteByte(0)
+	}
+	k := b.String()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if e, ok := t.m[k]; ok {
+		return e
+	}
+	if len(t.m) >= maxLeases {
+		for old := range t.m { // any one: map order is random
+			delete(t.m, old)
+			break
+		}
+	}
+	e := &lease{}
+	t.m[k] = e
+	return e
+}
+
+// leased decides req from a lease when its class leases: spending a unit
+// held, or taking a new lease. ok is false when the request must be
+// decided as usual (no lease could be had).
+func (l *Limiter) leased(ctx context.Context, res Resolution, now time.Time) (Decision, bool) {
+	n := res.Lease
+	for _, ly := range res.Layers {
+		if ly.Shadow {
+			return Decision{}, false // shadow layers are decided per request
+		}
+		n = min(n, ly.Limit.Capacity())
+	}
+	if n < res.Cost {
+		return Decision{}, false
+	}
+	e := l.leases.get(res)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.units < res.Cost || !now.Before(e.expires) {
+		if now.Before(e.backoff) {
+			return Decision{}, false // n units are not there yet: decide as usual
+		}
+		checks := res.Checks()
+		for i := range checks {
+			checks[i].Cost = n
+		}
+		var sr store.Result
+		if err := l.take(ctx, checks, &sr); err != nil || !sr.Allowed {
+			if err == nil {
+				// Under a load over the limit, n units may never gather
+				// while requests take them one by one: back off longer
+				// after each refusal, up to LeaseTTL.
+				e.wait = min(max(sr.RetryAfter(), 2*e.wait), LeaseTTL)
+				e.backoff = now.Add(e.wait)
+			}
+			return Decision{}, false
+		}
+		e.wait = 0
+		e.units, e.expires = n, now.Add(LeaseTTL)
+		e.layers = layerDecisions(res.Layers, sr.Decisions)
+		l.m.leaseTakes.Inc()
+	}
+	e.units -= res.Cost
+	d := Decision{Resolution: res, Allowed: true, Reason: ReasonAllowed, Tightest: -1}
+	d.Layers = make([]LayerDecision, len(e.layers))
+	for i, ld := range e.layers {
+		ld.Remaining += e.units // what this instance can still admit at once
+		d.Layers[i] = ld
+	}
+	d.Tightest = tightest(d.Layers)
+	if d.Tightest >= 0 {
+		d.Policy = d.Layers[d.Tightest].Policy
+	}
+	return d, true
+}
