@@ -33,8 +33,8 @@ type lease struct {
 	mu      sync.Mutex
 	units   int64
 	expires time.Time
-	backoff time.Time     // no lease is tried before: the last was refused
-	wait    time.Duration // the last backoff, doubled on each refusal
+	backoff time.Time       // no lease is tried before: the last was refused
+	wait    time.Duration   // the last backoff, doubled on each refusal
 	layers  []LayerDecision // the decision of the take that leased them
 }
 
