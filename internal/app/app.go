@@ -323,8 +323,8 @@ func Serve(ctx context.Context, c ServeConfig, log *slog.Logger, ready func(addr
 			log.Warn("the dashboard (/dashboard) needs no token: set FAIRGATE_ADMIN_TOKEN to lock it, or dashboard: off in the config")
 		}
 	}
-	if c.WorkerToken == "" && len(cfg.Providers) > 0 {
-		log.Warn("outbound endpoints need no token: set FAIRGATE_WORKER_TOKEN or --worker-token-file unless only trusted workers reach the listener")
+	if c.WorkerToken == "" && (len(cfg.Providers) > 0 || len(cfg.Queues) > 0) {
+		log.Warn("the worker endpoints (/v1/outbound/*, job lease, ack and nack) need no token: set FAIRGATE_WORKER_TOKEN or --worker-token-file unless only trusted workers reach the listener")
 	}
 	if c.Upstream != "" {
 		if sc.Upstream, err = url.Parse(c.Upstream); err != nil {
