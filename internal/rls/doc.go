@@ -1,0 +1,24 @@
+// Package rls is fairgate's Envoy rate limit service: the gRPC service
+// envoy.service.ratelimit.v3.RateLimitService (ShouldRateLimit) and the
+// standard gRPC health service, configured with envoyproxy/ratelimit's own
+// YAML format (parsed by internal/config), so that a gateway that speaks
+// Envoy's protocol (Envoy, Istio, Contour, Emissary, Gloo) can point at
+// fairgate in place of envoyproxy/ratelimit.
+//
+// Matching follows envoyproxy/ratelimit: for each entry of a request
+// descriptor, key and value are looked up first, then a value ending in '*'
+// as a prefix, then the key alone (any value, each value its own counter);
+// a limit applies when the descriptor's last entry reaches a node with a
+// rate_limit. What fairgate does differently, and why:
+//   - the limit is GCRA with a burst of requests_per_unit (or another
+//     algorithm from the config), not a fixed window, so a client cannot
+//     pass twice the limit across a window boundary, and the reset time
+//     is exact;
+//   - all descriptors of one request are decided as one atomic batch: when
+//     one is over its limit none is charged (envoyproxy/ratelimit charges
+//     all of them); with a tenant key configured, a tenant's descriptors
+//     share one Redis Cluster slot and one script call;
+//   - a store outage follows the domain's fail mode: open (answer OK from
+//     the in-process fallback limiter) or closed (UNAVAILABLE, or
+//     OVER_LIMIT, as configured).
+package rls
