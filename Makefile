@@ -23,6 +23,7 @@ ensure-chromium: ## install Chromium for the dashboard's browser test if missing
 
 test: ensure-redis ensure-chromium ## the whole suite, race detector on, against real redis-server processes and a headless Chromium
 	$(GO) test -race -shuffle=on -timeout 9m $(PKGS)
+	$(GO) test -count=1 -run 'TestResetsNeverOverAdmit' ./store/redisstore  # left out of -race: see store/redisstore/reset_test.go
 
 bench: ensure-redis ## benchmarks of this module (peers: cd bench && go test -bench .)
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
