@@ -7,7 +7,7 @@ PKGS      := ./...
 .PHONY: help build run test bench fuzz vet staticcheck fmt-check tidy-check deps-check lint ci ensure-redis ensure-chromium
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 18
 
 build: ## build bin/fairgate
 	$(GO) build -o bin/fairgate ./cmd/fairgate
