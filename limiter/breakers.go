@@ -25,8 +25,8 @@ type breakers struct {
 	cooldown time.Duration
 	onChange func(shard int, from, to gobreaker.State)
 
+	m      sync.Map // int -> *gobreaker.TwoStepCircuitBreaker[struct{}]: read on every call, without a lock
 	mu     sync.Mutex
-	m      map[int]*gobreaker.TwoStepCircuitBreaker[struct{}]
 	probes map[int]store.Check // a key of each domain that failed, to probe it with
 
 	notClosed atomic.Int64 // breakers open or half-open
@@ -37,16 +37,14 @@ type breakers struct {
 var errAborted = errors.New("limiter: call not made")
 
 func newBreakers(st store.Store, cooldown time.Duration, onChange func(shard int, from, to gobreaker.State)) *breakers {
-	b := &breakers{cooldown: cooldown, onChange: onChange, m: map[int]*gobreaker.TwoStepCircuitBreaker[struct{}]{}, probes: map[int]store.Check{}}
+	b := &breakers{cooldown: cooldown, onChange: onChange, probes: map[int]store.Check{}}
 	b.sharded, _ = st.(store.Sharded)
 	return b
 }
 
 func (b *breakers) get(shard int) *gobreaker.TwoStepCircuitBreaker[struct{}] {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if cb, ok := b.m[shard]; ok {
-		return cb
+	if cb, ok := b.m.Load(shard); ok {
+		return cb.(*gobreaker.TwoStepCircuitBreaker[struct{}])
 	}
 	cb := gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
 		MaxRequests: 1, // one probe at a time while half-open
@@ -70,8 +68,8 @@ func (b *breakers) get(shard int) *gobreaker.TwoStepCircuitBreaker[struct{}] {
 			b.onChange(shard, from, to)
 		},
 	})
-	b.m[shard] = cb
-	return cb
+	actual, _ := b.m.LoadOrStore(shard, cb) // a racing caller's breaker wins
+	return actual.(*gobreaker.TwoStepCircuitBreaker[struct{}])
 }
 
 // shards returns the failure domains of checks, without repeats.
@@ -129,7 +127,7 @@ func (b *breakers) toProbe() []store.Check {
 	defer b.mu.Unlock()
 	var out []store.Check
 	for s, c := range b.probes {
-		if cb := b.m[s]; cb == nil || cb.State() == gobreaker.StateClosed {
+		if cb, ok := b.m.Load(s); !ok || cb.(*gobreaker.TwoStepCircuitBreaker[struct{}]).State() == gobreaker.StateClosed {
 			delete(b.probes, s)
 			continue
 		}

@@ -399,7 +399,8 @@ func (l *Limiter) check(edit func(*Overlay)) error {
 // asked (ErrNoTenant, ErrUnknownClass, ErrBadCost, ErrBadTenant); store
 // failures are decided by the fail mode, never returned.
 func (l *Limiter) Decide(ctx context.Context, req Request) (Decision, error) {
-	res, err := l.snap.Load().Resolve(req, l.now())
+	now := l.now()
+	res, err := l.snap.Load().Resolve(req, now)
 	if err != nil {
 		return Decision{Tightest: -1, Resolution: res}, err
 	}
@@ -409,7 +410,6 @@ func (l *Limiter) Decide(ctx context.Context, req Request) (Decision, error) {
 		l.count(&d)
 		return d, nil
 	}
-	now := l.now()
 	if l.near != nil && !res.NoNearCache {
 		if ld, ok := l.near.lookup(res.Layers, res.Cost, now); ok {
 			d.Layers = []LayerDecision{ld}
