@@ -28,9 +28,6 @@ import (
 // the fallback decided (Redis replication is asynchronous, so the last
 // writes before the kill can be lost too).
 func TestClusterFailover(t *testing.T) {
-	if testing.Short() {
-		t.Skip("a 20 s fault test")
-	}
 	// Without cluster-require-full-coverage no, Redis answers CLUSTERDOWN
 	// for every slot while one master is out (its default), and no client
 	// can keep the healthy masters' keys going.
@@ -165,9 +162,6 @@ func TestClusterFailover(t *testing.T) {
 // no caller sees an error (the client follows MOVED and ASK) and every
 // take is decided by the store.
 func TestReshardUnderLoad(t *testing.T) {
-	if testing.Short() {
-		t.Skip("a cluster fault test")
-	}
 	cl, st := startCluster(t, 0)
 	id := func(n *redistest.Server) string {
 		s, err := redistest.Do(n.Addr, "CLUSTER", "MYID")

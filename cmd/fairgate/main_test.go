@@ -125,14 +125,7 @@ func startServe(t *testing.T, args ...string) *serving {
 // running config stays, the problem is logged), then fixes it and sends
 // SIGHUP again (it is applied).
 func TestSIGHUPReloads(t *testing.T) {
-	example, err := os.ReadFile("../../examples/fairgate.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "fairgate.yaml")
-	if err := os.WriteFile(path, example, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	example, path := exampleCopy(t)
 	sv := startServe(t, "--listen", "127.0.0.1:0", "--config", path, "--config-poll", "1h")
 	logs := sv.logs
 	waitLog := func(what string) {
@@ -179,14 +172,7 @@ func TestAdminListener(t *testing.T) {
 // TestOutboundProvidersReload: the outbound endpoints serve the config's
 // providers, and a reload that renames one takes effect.
 func TestOutboundProvidersReload(t *testing.T) {
-	example, err := os.ReadFile("../../examples/fairgate.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "fairgate.yaml")
-	if err := os.WriteFile(path, example, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	example, path := exampleCopy(t)
 	t.Setenv("FAIRGATE_WORKER_TOKEN", "worker-token-for-the-test-01")
 	sv := startServe(t, "--listen", "127.0.0.1:0", "--config", path, "--config-poll", "50ms")
 	acquire := func(provider string) int {
@@ -316,4 +302,19 @@ func freeAddr(t *testing.T) string {
 	}
 	defer ln.Close()
 	return ln.Addr().String()
+}
+
+// exampleCopy writes the example config to a file of the test's own and
+// returns its content and path.
+func exampleCopy(t *testing.T) ([]byte, string) {
+	t.Helper()
+	example, err := os.ReadFile("../../examples/fairgate.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "fairgate.yaml")
+	if err := os.WriteFile(path, example, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return example, path
 }
