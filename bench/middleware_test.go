@@ -20,8 +20,8 @@ import (
 
 // benchLimiter is a limiter on the benchmark Redis with one generous plan
 // (so that the measured requests are decided, not limited) and a small
-// one for the abuser.
-func benchLimiter(b *testing.B) *limiter.Limiter {
+// one for the abuser; slowDown is the classes' slow_down (0: the default).
+func benchLimiter(b *testing.B, slowDown time.Duration) *limiter.Limiter {
 	rs, err := redisstore.New(redisstore.Config{URL: "redis://" + redisSrv.Addr, Prefix: fmt.Sprintf("mw%d:", time.Now().UnixNano())})
 	if err != nil {
 		b.Fatal(err)
@@ -35,7 +35,7 @@ func benchLimiter(b *testing.B) *limiter.Limiter {
 				"big":   {Rules: []limiter.Rule{{Limit: algo.Limit{Limit: 1_000_000, Period: time.Second, Burst: 100_000}}}},
 				"small": {Rules: []limiter.Rule{{Limit: algo.Limit{Limit: 10, Period: time.Second, Burst: 10}}}},
 			},
-			Classes: map[string]limiter.Class{"read": {Share: 1}, "search": {Share: 0.5}},
+			Classes: map[string]limiter.Class{"read": {Share: 1, SlowDown: slowDown}, "search": {Share: 0.5, SlowDown: slowDown}},
 			Routes:  []limiter.Route{{Pattern: "GET /v1/search", Class: "search", Cost: 1}},
 			Tenants: map[string]limiter.Tenant{"abuser": {Plan: "small"}},
 		},
@@ -127,7 +127,7 @@ func BenchmarkMiddleware(b *testing.B) {
 			b.Run(fmt.Sprintf("rate=%d/impl=%s", rate, impl), func(b *testing.B) {
 				h := http.Handler(okHandler)
 				if impl == "fairgate" {
-					mw, err := httplimit.Middleware(httplimit.Config{Limiter: benchLimiter(b), Identify: tenantFromHeader})
+					mw, err := httplimit.Middleware(httplimit.Config{Limiter: benchLimiter(b, 0), Identify: tenantFromHeader})
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -153,14 +153,23 @@ func BenchmarkMiddleware(b *testing.B) {
 // tenant (limited to 10/s) sends as fast as 16 connections allow
 // (abuser=true), or at a fixed 10,000 requests/s over 16 connections
 // (abuser=paced10k: the same offered load whatever the near cache does,
-// so the store's share of the harm is what moves).
+// so the store's share of the harm is what moves); with the classes'
+// default slow_down, and with slow_down off (every near-cache rejection
+// answered at once).
 //
 //	cd bench && go test -run '^$' -bench NoisyNeighbour -benchtime 5000x -count 3
 func BenchmarkNoisyNeighbour(b *testing.B) {
-	for _, mode := range []string{"false", "true", "paced10k"} {
-		abuse := mode != "false"
-		b.Run("abuser="+mode, func(b *testing.B) {
-			mw, err := httplimit.Middleware(httplimit.Config{Limiter: benchLimiter(b), Identify: tenantFromHeader})
+	for _, bc := range []struct {
+		mode     string
+		slowDown time.Duration
+	}{{"false", 0}, {"true", 0}, {"true", -1}, {"paced10k", -1}} {
+		mode, abuse := bc.mode, bc.mode != "false"
+		name := "abuser=" + mode
+		if abuse {
+			name += "/slow_down=" + map[bool]string{true: "default", false: "off"}[bc.slowDown == 0]
+		}
+		b.Run(name, func(b *testing.B) {
+			mw, err := httplimit.Middleware(httplimit.Config{Limiter: benchLimiter(b, bc.slowDown), Identify: tenantFromHeader})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -87,7 +87,7 @@ func (d *decider) decide(ctx context.Context, fullMethod string) error {
 	if err != nil {
 		return status.Error(codes.Unauthenticated, err.Error())
 	}
-	req := limiter.Request{Tenant: tenant, Plan: plan, Method: http.MethodPost, Path: fullMethod}
+	req := limiter.Request{Tenant: tenant, Plan: plan, Method: http.MethodPost, Path: fullMethod, Hold: true}
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
 		if ap, err := netip.ParseAddrPort(p.Addr.String()); err == nil {
 			req.IP = ap.Addr().Unmap()

@@ -181,4 +181,12 @@ func TestMiddleware(t *testing.T) {
 	if reached != 4 {
 		t.Errorf("handler reached %d times, want 4", reached)
 	}
+	// A request whose key the near cache knows rejected is held for the
+	// class's slow_down (the default, 100 ms) before its 429, with the
+	// Retry-After left after the hold.
+	start := time.Now()
+	rec := do("GET", "/v1/x", "Bearer k-acme", "192.0.2.1:5000")
+	if took := time.Since(start); rec.Code != 429 || took < limiter.DefaultSlowDown {
+		t.Errorf("a request ignoring Retry-After: %d after %v, want 429 after at least %v", rec.Code, took, limiter.DefaultSlowDown)
+	}
 }

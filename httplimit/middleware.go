@@ -136,7 +136,7 @@ func Middleware(c Config) (func(http.Handler) http.Handler, error) {
 				WriteUnauthorized(w, err.Error())
 				return
 			}
-			req := limiter.Request{Tenant: id.Tenant, Plan: id.Plan, IP: clientIP(r)}
+			req := limiter.Request{Tenant: id.Tenant, Plan: id.Plan, IP: clientIP(r), Hold: true}
 			req.Method, req.Path = route(r)
 			if c.Credential != nil && id.Tenant == "" {
 				req.Credential = c.Credential(r)

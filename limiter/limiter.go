@@ -139,7 +139,8 @@ type Limiter struct {
 	now      func() time.Time
 	log      *slog.Logger
 	limited  func(tenant string)
-	near     *nearCache // nil: off
+	near     *nearCache   // nil: off
+	held     atomic.Int64 // requests being held (see Class.SlowDown)
 	leases   *leaseTable
 	m        *metrics
 	cb       *breakers
@@ -412,6 +413,12 @@ func (l *Limiter) Decide(ctx context.Context, req Request) (Decision, error) {
 	}
 	if l.near != nil && !res.NoNearCache {
 		if ld, ok := l.near.lookup(res.Layers, res.Cost, now); ok {
+			if req.Hold && res.SlowDown > 0 && l.hold(ctx, min(ld.RetryAfter, res.SlowDown)) {
+				// Decided afresh: the time left is less now, and the
+				// request may pass if the hold reached its retry-after.
+				req.Hold = false
+				return l.Decide(ctx, req)
+			}
 			d.Layers = []LayerDecision{ld}
 			d.Reason, d.RetryAfter, d.Tightest, d.Policy = ReasonLimited, ld.RetryAfter, 0, ld.Policy
 			l.m.nearHits.Inc()
@@ -489,6 +496,28 @@ func (l *Limiter) Decide(ctx context.Context, req Request) (Decision, error) {
 		l.log.Info("limited", slog.String("tenant", res.Tenant), slog.String("policy", d.Policy), slog.Duration("retry_after", d.RetryAfter))
 	}
 	return d, nil
+}
+
+// MaxHeld bounds the requests an instance holds at once (see
+// [Class.SlowDown]); past it, rejections are answered at once.
+const MaxHeld = 4096
+
+// hold waits d, unless MaxHeld requests are held already or ctx ends
+// first, and reports whether it waited.
+func (l *Limiter) hold(ctx context.Context, d time.Duration) bool {
+	defer l.held.Add(-1)
+	if l.held.Add(1) > MaxHeld {
+		return false
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		l.m.slowed.Inc()
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // count records d in the decisions metric.

@@ -17,6 +17,7 @@ type metrics struct {
 	breaker      prometheus.Gauge
 	nearHits     prometheus.Counter
 	leaseTakes   prometheus.Counter
+	slowed       prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -50,6 +51,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "fairgate_lease_takes_total",
 			Help: "Leases taken from the store for classes that lease units to instances.",
 		}),
+		slowed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fairgate_slowed_down_total",
+			Help: "Near-cache rejections held for their class's slow_down before being answered.",
+		}),
 		breaker: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "fairgate_store_breaker_state",
 			Help: "The store's circuit breaker: 0 closed, 1 half-open, 2 open.",
@@ -69,6 +74,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	promreg.Reuse(reg, &m.breaker, &err)
 	promreg.Reuse(reg, &m.nearHits, &err)
 	promreg.Reuse(reg, &m.leaseTakes, &err)
+	promreg.Reuse(reg, &m.slowed, &err)
 	if err != nil {
 		return nil, err
 	}

@@ -108,7 +108,34 @@ type Class struct {
 	// hot tenants on one Redis Cluster slot). It admits up to the unspent
 	// leases of all instances over the limit in a window; see lease.go.
 	Lease int64 `json:"lease,omitempty"`
+	// SlowDown is how long a request the near cache rejects is held
+	// before its 429 goes out, when the caller lets it be (Request.Hold:
+	// the HTTP middleware, the proxy, the gRPC interceptors). Such a
+	// request came while its key was already known rejected: its client
+	// did not wait the Retry-After it was given. Holding it (never past
+	// its retry-after) paces a client that retries in a loop to a few
+	// requests per connection a second, so its requests stop competing
+	// with other tenants' for the instance's CPU. Zero means
+	// [DefaultSlowDown]; negative turns it off.
+	SlowDown time.Duration `json:"slow_down,omitempty"`
 }
+
+// slowDown is how long a near-cache rejection of the class may be held.
+func (c *Class) slowDown() time.Duration {
+	switch {
+	case c.SlowDown < 0:
+		return 0
+	case c.SlowDown == 0:
+		return DefaultSlowDown
+	}
+	return c.SlowDown
+}
+
+// DefaultSlowDown is a class's SlowDown when the policy gives none.
+const DefaultSlowDown = 100 * time.Millisecond
+
+// MaxSlowDown bounds Class.SlowDown.
+const MaxSlowDown = 10 * time.Second
 
 // Route maps requests to a class and a cost.
 type Route struct {
@@ -322,6 +349,9 @@ func CompileWith(p Policy, ov Overlay) (*Snapshot, error) {
 		}
 		if c.Lease < 0 || c.Lease > 1_000_000 {
 			ps.add(path+".lease", "lease %d is outside 0..1000000 (0: no leases)", c.Lease)
+		}
+		if c.SlowDown > MaxSlowDown {
+			ps.add(path+".slow_down", "slow_down %v is over %v: a held request keeps its connection busy that long", c.SlowDown, MaxSlowDown)
 		}
 		c.Name = name
 		s.classes[name] = &c

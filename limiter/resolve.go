@@ -33,6 +33,12 @@ type Request struct {
 	// e-mail address), for anonymous rules by credential. It is hashed
 	// before use.
 	Credential string
+	// Hold lets Decide hold a request its near cache rejects for the
+	// class's SlowDown before answering (see [Class.SlowDown]). Set it
+	// where the request's connection is the client's own, as the HTTP
+	// middleware does; leave it unset where the caller is another service
+	// asking for a decision (the /v1/check API), which holding would stall.
+	Hold bool
 }
 
 // Layer is one limit a request is checked against.
@@ -71,6 +77,9 @@ type Resolution struct {
 	NoNearCache bool
 	// Lease is the class's lease size (see [Class.Lease]); 0: none.
 	Lease int64
+	// SlowDown is how long a near-cache rejection may be held (see
+	// [Class.SlowDown]); 0: not at all.
+	SlowDown time.Duration
 	// Layers are the limits to check.
 	Layers []Layer
 }
@@ -128,7 +137,7 @@ func (s *Snapshot) Resolve(req Request, now time.Time) (Resolution, error) {
 			t = pt
 		}
 	}
-	res := Resolution{Tenant: req.Tenant, Plan: t.plan, Class: c.Name, Cost: cost, Fail: c.Fail, NoNearCache: c.NoNearCache, Lease: c.Lease}
+	res := Resolution{Tenant: req.Tenant, Plan: t.plan, Class: c.Name, Cost: cost, Fail: c.Fail, NoNearCache: c.NoNearCache, Lease: c.Lease, SlowDown: c.slowDown()}
 	if cost < 0 {
 		return res, fmt.Errorf("%w: %d is negative", ErrBadCost, cost)
 	}

@@ -328,6 +328,24 @@ func (d *decoder) duration(n *yaml.Node, path string) time.Duration {
 	return p
 }
 
+// slowDown parses a class's slow_down: off, or a duration (see
+// limiter.Class.SlowDown; off is stored as -1).
+func (d *decoder) slowDown(n *yaml.Node, path string) time.Duration {
+	if n.Kind == yaml.ScalarNode {
+		switch strings.ToLower(n.Value) {
+		case "off", "false", "no":
+			return -1
+		case "on", "true", "yes":
+			return 0
+		}
+		if v, err := time.ParseDuration(n.Value); err == nil && v > 0 {
+			return v
+		}
+	}
+	d.add(n, path, "slow_down %q: want off, or a positive duration such as 100ms", n.Value)
+	return 0
+}
+
 // count parses a non-negative integer.
 func (d *decoder) count(n *yaml.Node, path string) int64 {
 	v := d.int(n, path)

@@ -63,6 +63,8 @@ func TestValidationErrors(t *testing.T) {
 		{"period missing", 5, "    - {limit: 120, burst: 30}", "plans.free[0].period: period is required"},
 		{"share above 1", 10, "  search: {share: 1.5}", "classes.search.share: share 1.5 is outside (0, 1]"},
 		{"share zero", 10, "  search: {share: 0}", "classes.search.share: share 0 is outside (0, 1]"},
+		{"slow_down does not parse", 10, "  search: {share: 0.5, slow_down: fast}", "classes.search.slow_down: slow_down \"fast\": want off, or a positive duration such as 100ms"},
+		{"slow_down too long", 10, "  search: {share: 0.5, slow_down: 1m}", "classes.search.slow_down: slow_down 1m0s is over 10s"},
 		{"cost over class burst", 13, "  - {route: \"GET /v1/search\", class: search, cost: 9}", "routes[1].cost: cost 9 exceeds the burst 8 of class \"search\" under plan \"free\""},
 		{"unknown plan", 15, "  acme: {plan: platinum}", "tenants.acme.plan: unknown plan \"platinum\": want one of free, team"},
 		{"unknown default plan", 1, "default_plan: gold", "default_plan: unknown plan \"gold\""},
@@ -141,5 +143,26 @@ func TestCalendarAndOverrides(t *testing.T) {
 	}
 	if d := p.Plans["free"].Rules[0].Limit.Period; d != time.Minute {
 		t.Errorf("period %v", d)
+	}
+}
+
+// TestSlowDownValues: slow_down is off, on (the default) or a duration.
+func TestSlowDownValues(t *testing.T) {
+	for _, tc := range []struct {
+		text string
+		want time.Duration
+	}{
+		{"  search: {share: 0.25}", 0},
+		{"  search: {share: 0.25, slow_down: on}", 0},
+		{"  search: {share: 0.25, slow_down: off}", -1},
+		{"  search: {share: 0.25, slow_down: 250ms}", 250 * time.Millisecond},
+	} {
+		c, err := Parse("base.yaml", with(10, tc.text))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.text, err)
+		}
+		if got := c.Policy.Classes["search"].SlowDown; got != tc.want {
+			t.Errorf("%s: SlowDown %v, want %v", tc.text, got, tc.want)
+		}
 	}
 }

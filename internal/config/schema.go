@@ -65,6 +65,7 @@ func (d *decoder) config(n *yaml.Node, c *Config) {
 					"shadow":     func(v *yaml.Node, path string) { cl.Shadow = d.bool(v, path) },
 					"near_cache": func(v *yaml.Node, path string) { cl.NoNearCache = !d.bool(v, path) },
 					"lease":      func(v *yaml.Node, path string) { cl.Lease = d.int(v, path); d.note(path, path, v) },
+					"slow_down":  func(v *yaml.Node, path string) { cl.SlowDown = d.slowDown(v, path); d.note(path, path, v) },
 				})
 				p.Classes[name] = cl
 			})
