@@ -108,7 +108,7 @@ func (s *Store) runPart(ctx context.Context, p *part) {
 		return
 	}
 	q := *p
-	q.args = append([]string{"1", strconv.Itoa(len(p.idx))}, p.args...)
+	q.args = mergedArgs([]*part{p}, false)
 	s.run(ctx, multiScripts[p.algos], &q, 6)
 	p.reply, p.err = q.reply, q.err
 }
@@ -182,23 +182,26 @@ func (s *Store) send(batch []*request) {
 		return
 	}
 	var mask uint8
-	var keys []string
-	args := []string{strconv.Itoa(len(batch))}
 	singles := true
-	for _, r := range batch {
+	ps := make([]*part, len(batch))
+	nkeys := 0
+	for i, r := range batch {
 		mask |= r.p.algos
 		singles = singles && len(r.p.idx) == 1
+		ps[i] = r.p
+		nkeys += len(r.p.keys)
+	}
+	keys := make([]string, 0, nkeys)
+	for _, r := range batch {
 		keys = append(keys, r.p.keys...)
-		args = append(args, strconv.Itoa(len(r.p.idx)))
-		args = append(args, r.p.args...)
 	}
-	sc := multiScripts[mask]
+	sc, head := multiScripts[mask], 1 // take_multi.lua: batch_allowed, then its checks
 	if singles {
-		sc = multi1Scripts[mask]
+		sc, head = multi1Scripts[mask], 0 // take1_multi.lua: the check alone
 	}
-	msgs, err := sc.Exec(ctx, s.c, keys, args).ToArray()
-	if err == nil && len(msgs) != 1+len(batch)+6*len(keys) {
-		err = fmt.Errorf("script replied %d values, want %d", len(msgs), 1+len(batch)+6*len(keys))
+	msgs, err := sc.Exec(ctx, s.c, keys, mergedArgs(ps, singles)).ToArray()
+	if want := 1 + head*len(batch) + 6*nkeys; err == nil && len(msgs) != want {
+		err = fmt.Errorf("script replied %d values, want %d", len(msgs), want)
 	}
 	var vals []int64
 	for i := 0; err == nil && i < len(msgs); i++ {
@@ -213,10 +216,75 @@ func (s *Store) send(batch []*request) {
 		}
 		return
 	}
+	// Each caller's reply as take_multi.lua's for its batch alone: now,
+	// batch_allowed, then 6 per check (a single check's allowed is its
+	// batch's).
 	o := 1
 	for _, r := range batch {
-		n := 1 + 6*len(r.p.idx)
-		r.reply = append([]int64{vals[0]}, vals[o:o+n]...)
+		n := head + 6*len(r.p.idx)
+		r.reply = make([]int64, 0, 2+6*len(r.p.idx))
+		r.reply = append(r.reply, vals[0])
+		if head == 0 {
+			r.reply = append(r.reply, vals[o])
+		}
+		r.reply = append(r.reply, vals[o:o+n]...)
 		o += n
 	}
+}
+
+// mergedArgs encodes the batches ps for take_multi.lua (singles: for
+// take1_multi.lua, where every batch is one check and has no count): the
+// distinct limits once, then per check cost × L + the index of its limit
+// among the L. cost ≤ 1e9 and L ≤ maxMerge × store.MaxBatch keep the
+// value below 2^53, exact in Lua's doubles.
+func mergedArgs(ps []*part, singles bool) []string {
+	var lims [][]string // code, p1, p2, p3 of each distinct limit
+	var index map[[4]string]int
+	var which []int // per check, its limit's index
+	for _, p := range ps {
+		for j := range p.idx {
+			a := p.args[argsPerCheck*j : argsPerCheck*j+4]
+			li := -1
+			if index == nil {
+				for k, l := range lims {
+					if l[0] == a[0] && l[1] == a[1] && l[2] == a[2] && l[3] == a[3] {
+						li = k
+						break
+					}
+				}
+			} else if k, ok := index[[4]string(a)]; ok {
+				li = k
+			}
+			if li < 0 {
+				li = len(lims)
+				lims = append(lims, a)
+				if len(lims) == 8 { // past a few, a linear search costs more than a map
+					index = make(map[[4]string]int)
+					for k, l := range lims {
+						index[[4]string(l)] = k
+					}
+				} else if index != nil {
+					index[[4]string(a)] = li
+				}
+			}
+			which = append(which, li)
+		}
+	}
+	args := make([]string, 0, 2+4*len(lims)+len(ps)+len(which))
+	args = append(args, strconv.Itoa(len(ps)), strconv.Itoa(len(lims)))
+	for _, l := range lims {
+		args = append(args, l...)
+	}
+	n, k := int64(len(lims)), 0
+	for _, p := range ps {
+		if !singles {
+			args = append(args, strconv.Itoa(len(p.idx)))
+		}
+		for j := range p.idx {
+			cost, _ := strconv.ParseInt(p.args[argsPerCheck*j+4], 10, 64) // written by split
+			args = append(args, strconv.FormatInt(cost*n+int64(which[k]), 10))
+			k++
+		}
+	}
+	return args
 }

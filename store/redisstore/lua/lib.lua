@@ -29,3 +29,17 @@ local function idiv(a, b)
   end
   return q
 end
+
+-- limits reads the table of distinct limits take_multi.lua and
+-- take1_multi.lua take in ARGV (from ARGV[2]: their number L, then 4 values
+-- each) into four arrays indexed from 0: algorithm code, p1, p2, p3; and
+-- returns them with L and the ARGV index of the last value read.
+local function limits()
+  local nl = tonumber(ARGV[2])
+  local LC, L1, L2, L3 = {}, {}, {}, {}
+  for j = 0, nl - 1 do
+    local a = 3 + 4 * j
+    LC[j], L1[j], L2[j], L3[j] = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+  end
+  return nl, LC, L1, L2, L3, 2 + 4 * nl
+end

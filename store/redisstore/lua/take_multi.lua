@@ -3,9 +3,13 @@
 -- an earlier one's writes). Concurrent callers' batches for one slot are
 -- merged into it to save Redis the cost of a call apiece.
 -- KEYS     every batch's keys, batch after batch (all in one cluster slot).
--- ARGV     [1] = number of batches; then per batch: its number of checks n,
---          then 5 values per check i: algorithm code, p1, p2, p3, cost (p1,
---          p2 and p3 are algo.Limit.Params: integers, µs and counts).
+-- ARGV     [1] = number of batches; [2] = number of distinct limits L;
+--          then the L limits, 4 values each: algorithm code, p1, p2, p3
+--          (algo.Limit.Params: integers, µs and counts); then per batch:
+--          its number of checks n, then one value per check: cost × L +
+--          the index (from 0) of its limit. Limits are sent once per call,
+--          not once per check: Redis turns every argument into a string
+--          object, then a Lua string, which costs more than the check.
 -- Reply    {now_us, then per batch: batch_allowed (1|0), then 6 integers
 --           per check: allowed (1|0), remaining, retry_after_us,
 --           reset_after_us, refund_info1, refund_info2}
@@ -13,9 +17,10 @@
 -- several checks that is not merged runs this script as one batch.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local nl, LC, L1, L2, L3, last = limits()
 local out = {now}
-local o = 1  -- last index written in out
-local ai = 2 -- next ARGV index
+local o = 1         -- last index written in out
+local ai = last + 1 -- next ARGV index
 local k0 = 0 -- KEYS offset of the current batch
 for _ = 1, tonumber(ARGV[1]) do
   local nkeys = tonumber(ARGV[ai])
@@ -23,9 +28,10 @@ for _ = 1, tonumber(ARGV[1]) do
   local R = {}
   local all = true
   for i = 1, nkeys do
-    local a = a0 + 5 * i - 5
-    local key, code = KEYS[k0 + i], tonumber(ARGV[a])
-    local p1, p2, p3, cost = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
+    local v = tonumber(ARGV[a0 + i - 1])
+    local li = v % nl
+    local cost = (v - li) / nl
+    local key, code, p1, p2, p3 = KEYS[k0 + i], LC[li], L1[li], L2[li], L3[li]
     local ok, rem, retry, reset, s1, s2, s3 = false, 0, 0, 0, 0, 0, 0
     --{{eval}}
     local b = 7 * i - 7
@@ -35,9 +41,10 @@ for _ = 1, tonumber(ARGV[1]) do
   o = o + 1
   out[o] = all and 1 or 0
   for i = 1, nkeys do
-    local a = a0 + 5 * i - 5
-    local key, code = KEYS[k0 + i], tonumber(ARGV[a])
-    local p1, p2, p3, cost = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
+    local v = tonumber(ARGV[a0 + i - 1])
+    local li = v % nl
+    local cost = (v - li) / nl
+    local key, code, p1, p2, p3 = KEYS[k0 + i], LC[li], L1[li], L2[li], L3[li]
     local b = 7 * i - 7
     local ok, rem, retry, reset, s1, s2, s3 = R[b + 1], R[b + 2], R[b + 3], R[b + 4], R[b + 5], R[b + 6], R[b + 7]
     local info1, info2 = 0, 0
@@ -54,7 +61,7 @@ for _ = 1, tonumber(ARGV[1]) do
     out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = ok and 1 or 0, rem, retry, reset, info1, info2
     o = o + 6
   end
-  ai = a0 + 5 * nkeys
+  ai = a0 + nkeys
   k0 = k0 + nkeys
 end
 return out
