@@ -577,14 +577,34 @@ func (l *Limiter) decideLocally(ctx context.Context, checks []store.Check, res *
 	return sized, l.fallback.Take(ctx, sized, res) == nil
 }
 
-// TakeChecks decides checks given directly (the /v1/take API) through the
-// same path as Decide: deadline, breaker and fail mode. The error is for
-// invalid checks only.
+// TakeChecks decides checks given directly (the /v1/take API, the Envoy
+// service) through the same path as Decide: near cache, deadline, breaker
+// and fail mode. The error is for invalid checks only.
+//
+// The near cache answers single-check batches only: a batch of several
+// that one remembered check rejects would owe its other checks a decision
+// the instance does not have.
 func (l *Limiter) TakeChecks(ctx context.Context, checks []store.Check, fail FailMode, res *store.Result) (Reason, error) {
 	if err := store.Validate(checks); err != nil {
 		return "", err
 	}
+	near := l.near != nil && len(checks) == 1
+	var now time.Time
+	if near {
+		c := &checks[0]
+		now = l.now()
+		if ld, ok := l.near.lookup([]Layer{{Key: c.Key, Limit: c.Limit}}, c.Cost, now); ok {
+			res.Allowed, res.Now = false, now
+			res.Decisions = append(res.Decisions[:0], algo.Decision{Limit: c.Limit.Limit, Remaining: ld.Remaining, RetryAfter: ld.RetryAfter, ResetAfter: ld.ResetAfter})
+			l.m.nearHits.Inc()
+			return ReasonLimited, nil
+		}
+	}
 	err := l.take(ctx, checks, res)
+	if near && err == nil && !res.Allowed {
+		c, d := &checks[0], res.Decisions[0]
+		l.near.put(LayerDecision{Layer: Layer{Key: c.Key, Limit: c.Limit}, Remaining: d.Remaining, RetryAfter: d.RetryAfter, ResetAfter: d.ResetAfter}, c.Cost, now)
+	}
 	switch {
 	case err == nil && res.Allowed:
 		return ReasonAllowed, nil

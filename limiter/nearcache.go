@@ -71,7 +71,9 @@ func (c *nearCache) lookup(layers []Layer, cost int64, now time.Time) (LayerDeci
 		if ok && cost >= e.cost && e.limit == ly.Limit {
 			ld := e.layer
 			ld.Layer = ly
-			ld.RetryAfter = e.until.Sub(now)
+			elapsed := ld.RetryAfter - e.until.Sub(now) // since the store's answer
+			ld.RetryAfter -= elapsed
+			ld.ResetAfter = max(ld.RetryAfter, ld.ResetAfter-elapsed)
 			return ld, true
 		}
 	}
