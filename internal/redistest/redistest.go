@@ -232,6 +232,30 @@ func (c *Cluster) Close() {
 	}
 }
 
+// ScriptCalls sums the EVALSHA and EVAL calls the servers at addrs have
+// served (INFO commandstats).
+func ScriptCalls(addrs ...string) (int, error) {
+	total := 0
+	for _, addr := range addrs {
+		info, err := Do(addr, "INFO", "commandstats")
+		if err != nil {
+			return 0, err
+		}
+		for _, line := range strings.Split(info, "\n") {
+			for _, cmd := range []string{"cmdstat_evalsha:calls=", "cmdstat_eval:calls="} {
+				if rest, ok := strings.CutPrefix(line, cmd); ok {
+					n, err := strconv.Atoi(strings.SplitN(rest, ",", 2)[0])
+					if err != nil {
+						return 0, fmt.Errorf("INFO commandstats line %q: %w", line, err)
+					}
+					total += n
+				}
+			}
+		}
+	}
+	return total, nil
+}
+
 // Do sends one command to addr over a fresh connection and returns a simple
 // reply as a string: a status, an integer, or a bulk string. An error reply
 // is returned as an error. For test set-up and inspection only.

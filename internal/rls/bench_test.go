@@ -12,7 +12,6 @@ import (
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/fairgate/fairgate/internal/rls"
-	"github.com/fairgate/fairgate/store/redisstore"
 )
 
 // BenchmarkShouldRateLimit: calls with two descriptors of one tenant (the
@@ -28,12 +27,7 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 			{Key: "path", Limit: &rls.RateLimit{RequestsPerUnit: 1_000_000, Unit: rlspb.RateLimitResponse_RateLimit_HOUR}},
 		}},
 	}}}}
-	st, err := redisstore.New(redisstore.Config{URL: "redis://" + redisSrv.Addr, Prefix: fmt.Sprintf("rlsb%d:", time.Now().UnixNano())})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer st.Close()
-	c, _ := serve(b, cfg, st)
+	c := serveOnRedis(b, cfg)
 	for _, streams := range []int{16, 64} {
 		b.Run(fmt.Sprintf("streams=%d", streams), func(b *testing.B) {
 			lat := make([][]time.Duration, streams)

@@ -69,6 +69,18 @@ func testLimiter(t testing.TB, st store.Store) *limiter.Limiter {
 	return l
 }
 
+// serveOnRedis serves c on the test Redis, under a key prefix of its own.
+func serveOnRedis(t testing.TB, c rls.Config) rlspb.RateLimitServiceClient {
+	t.Helper()
+	st, err := redisstore.New(redisstore.Config{URL: "redis://" + redisSrv.Addr, Prefix: fmt.Sprintf("rls%d:", time.Now().UnixNano())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	client, _ := serve(t, c, st)
+	return client
+}
+
 // serve runs the service on a loopback port and returns a real gRPC client.
 func serve(t testing.TB, c rls.Config, st store.Store) (rlspb.RateLimitServiceClient, *grpc.ClientConn) {
 	t.Helper()
@@ -269,12 +281,7 @@ func TestTenantBatch(t *testing.T) {
 			{Key: "route", Limit: &rls.RateLimit{RequestsPerUnit: 2, Unit: rlspb.RateLimitResponse_RateLimit_MINUTE}},
 		}},
 	}}}}
-	st, err := redisstore.New(redisstore.Config{URL: "redis://" + redisSrv.Addr, Prefix: fmt.Sprintf("rls%d:", time.Now().UnixNano())})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	c, _ := serve(t, cfg, st)
+	c := serveOnRedis(t, cfg)
 	both := []*commonpb.RateLimitDescriptor{desc("tenant=acme"), desc("tenant=acme", "route=search")}
 	for range 2 {
 		if r := ask(t, c, "api", 1, both...); r.OverallCode != ok {
@@ -347,4 +354,40 @@ func TestFailModesWithRedisKilled(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// TestNearCacheOnRedis: a client hammering a one-descriptor limit it is
+// over costs Redis nothing until the retry-after passes; every answer is
+// OVER_LIMIT with the time left.
+func TestNearCacheOnRedis(t *testing.T) {
+	cfg := rls.Config{Domains: []rls.Domain{{Name: "api", Descriptors: []*rls.Descriptor{
+		{Key: "tenant", Limit: &rls.RateLimit{RequestsPerUnit: 1, Unit: rlspb.RateLimitResponse_RateLimit_MINUTE}},
+	}}}}
+	c := serveOnRedis(t, cfg)
+	if r := ask(t, c, "api", 1, desc("tenant=acme")); r.OverallCode != ok {
+		t.Fatal(codesOf(r))
+	}
+	before := scriptCalls(t)
+	last := time.Minute
+	for i := range 200 {
+		r := ask(t, c, "api", 1, desc("tenant=acme"))
+		d := r.Statuses[0].DurationUntilReset.AsDuration()
+		if r.OverallCode != over || d <= 0 || d > last {
+			t.Fatalf("request %d: %s, duration until reset %v after %v", i, codesOf(r), d, last)
+		}
+		last = d
+	}
+	if n := scriptCalls(t) - before; n > 1 {
+		t.Fatalf("200 requests over the limit made %d script calls, want 1 (the store's rejection)", n)
+	}
+}
+
+// scriptCalls is how many scripts the test Redis has run.
+func scriptCalls(t *testing.T) int {
+	t.Helper()
+	n, err := redistest.ScriptCalls(redisSrv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

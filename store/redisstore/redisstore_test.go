@@ -476,23 +476,11 @@ func TestEveryScriptCompiles(t *testing.T) {
 // scriptCalls sums the EVALSHA and EVAL calls the servers at addrs have served.
 func scriptCalls(t *testing.T, addrs ...string) int {
 	t.Helper()
-	total := 0
-	for _, addr := range addrs {
-		info, err := redistest.Do(addr, "INFO", "commandstats")
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, line := range strings.Split(info, "\n") {
-			for _, cmd := range []string{"cmdstat_evalsha:calls=", "cmdstat_eval:calls="} {
-				if rest, ok := strings.CutPrefix(line, cmd); ok {
-					var c int
-					fmt.Sscan(strings.SplitN(rest, ",", 2)[0], &c)
-					total += c
-				}
-			}
-		}
+	n, err := redistest.ScriptCalls(addrs...)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return total
+	return n
 }
 
 // evalCalls sums the script calls every cluster node has served.
