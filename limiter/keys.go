@@ -19,13 +19,13 @@ import (
 //
 // <id> keeps the bytes [A-Za-z0-9._-] and writes every other byte as %XX, so
 // the escaped ID holds no '{', '}' or ':' and two IDs escape alike only if
-// they are equal. An ID longer than 64 bytes is replaced by '~' and the
-// base64url SHA-256 of it ('~' never appears in an escaped ID), which keeps
+// they are equal. An ID whose escaped form would be longer than 64 bytes is
+// replaced by '~' and the base64url SHA-256 of it ('~' never appears in an escaped ID), which keeps
 // keys short whatever the ID. Credentials are always hashed, so that no
 // secret reaches the store. Class, route and rule names are restricted to
 // [a-z0-9_-] by validation.
 
-// maxEscaped is the longest tenant ID kept readable in keys.
+// maxEscaped is the longest escaped tenant ID kept readable in keys.
 const maxEscaped = 64
 
 // TenantTag returns the hash tag content for tenant id: the part of every
@@ -36,14 +36,16 @@ func escapeID(id string) string {
 	if len(id) > maxEscaped {
 		return "~" + hashB64(id)
 	}
-	clean := true
+	n := len(id) // length once escaped: each escaped byte grows by two
 	for i := 0; i < len(id); i++ {
 		if !plain(id[i]) {
-			clean = false
-			break
+			n += 2
 		}
 	}
-	if clean {
+	if n > maxEscaped {
+		return "~" + hashB64(id)
+	}
+	if n == len(id) {
 		return id
 	}
 	const hex = "0123456789ABCDEF"

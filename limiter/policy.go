@@ -272,7 +272,7 @@ const NameRule = "lower-case letters, digits, '-' and '_', starting with a lette
 func ValidName(s string) bool { return nameRE.MatchString(s) }
 
 // MaxTenantID is the longest tenant ID the policy accepts. Longer IDs are
-// rejected at the edge; keys hash IDs over 64 bytes anyway.
+// rejected at the edge; keys hash IDs that escape to over 64 bytes anyway.
 const MaxTenantID = 16 << 10
 
 // problems collects Problems.
