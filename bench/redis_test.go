@@ -54,6 +54,7 @@ func BenchmarkRedis(b *testing.B) {
 	for _, n := range callerCounts {
 		b.Run(fmt.Sprintf("impl=fairgate/callers=%d", n), func(b *testing.B) {
 			s := fairgateStore(b, "fgb:")
+			defer reportCalls(b)()
 			concurrently(b, n, func(i int) error {
 				var res store.Result
 				return s.Take(ctx, []store.Check{{Key: ks[i%len(ks)], Limit: fgLimit, Cost: 1}}, &res)
@@ -65,6 +66,7 @@ func BenchmarkRedis(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.Cleanup(func() { s.Close() })
+			defer reportCalls(b)()
 			concurrently(b, n, func(i int) error {
 				var res store.Result
 				return s.Take(ctx, []store.Check{{Key: ks[i%len(ks)], Limit: fgLimit, Cost: 1}}, &res)
@@ -72,6 +74,7 @@ func BenchmarkRedis(b *testing.B) {
 		})
 		b.Run(fmt.Sprintf("impl=redis_rate/callers=%d", n), func(b *testing.B) {
 			l := redis_rate.NewLimiter(goRedis(b, n))
+			defer reportCalls(b)()
 			concurrently(b, n, func(i int) error {
 				_, err := l.Allow(ctx, ks[i%len(ks)], rrLimit)
 				return err
@@ -152,6 +155,57 @@ func BenchmarkCeiling(b *testing.B) {
 			return err
 		})
 	})
+}
+
+// reportCalls, deferred around a run, reports where Redis's time went per
+// decision (b.N decisions): the script calls it served (below 1 when calls
+// were merged), the µs it spent inside them (INFO commandstats), and the
+// share of one core it used meanwhile (1 = saturated).
+func reportCalls(b *testing.B) func() {
+	n0, us0, cpu0 := redisCounters(b)
+	start := time.Now()
+	return func() {
+		n1, us1, cpu1 := redisCounters(b)
+		b.ReportMetric(float64(n1-n0)/float64(b.N), "calls/decision")
+		b.ReportMetric((us1-us0)/float64(b.N), "script-µs/decision")
+		b.ReportMetric((cpu1-cpu0)/time.Since(start).Seconds(), "redis-cores")
+	}
+}
+
+// redisCounters reads the test Redis's script calls, the µs spent in them,
+// and its CPU seconds (user and system).
+func redisCounters(b *testing.B) (calls int, scriptUS, cpu float64) {
+	info, err := redistest.Do(redisSrv.Addr, "INFO", "all")
+	if err != nil {
+		b.Fatal(err)
+	}
+	num := func(line, s string) float64 {
+		x, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			b.Fatalf("INFO line %q: %v", line, err)
+		}
+		return x
+	}
+	for _, line := range strings.Split(info, "\n") {
+		line = strings.TrimSpace(line)
+		if rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:"); ok {
+			for _, f := range strings.Split(rest, ",") {
+				k, v, _ := strings.Cut(f, "=")
+				switch k {
+				case "calls":
+					calls += int(num(line, v))
+				case "usec":
+					scriptUS += num(line, v)
+				}
+			}
+		}
+		for _, f := range []string{"used_cpu_sys:", "used_cpu_user:"} {
+			if v, ok := strings.CutPrefix(line, f); ok {
+				cpu += num(line, v)
+			}
+		}
+	}
+	return calls, scriptUS, cpu
 }
 
 func rueidisClient(b *testing.B) rueidis.Client {
