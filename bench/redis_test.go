@@ -175,37 +175,27 @@ func reportCalls(b *testing.B) func() {
 // redisCounters reads the test Redis's script calls, the µs spent in them,
 // and its CPU seconds (user and system).
 func redisCounters(b *testing.B) (calls int, scriptUS, cpu float64) {
-	info, err := redistest.Do(redisSrv.Addr, "INFO", "all")
+	calls, usec, err := redistest.ScriptStats(redisSrv.Addr)
 	if err != nil {
 		b.Fatal(err)
 	}
-	num := func(line, s string) float64 {
-		x, err := strconv.ParseFloat(s, 64)
-		if err != nil {
-			b.Fatalf("INFO line %q: %v", line, err)
-		}
-		return x
+	info, err := redistest.Do(redisSrv.Addr, "INFO", "cpu")
+	if err != nil {
+		b.Fatal(err)
 	}
 	for _, line := range strings.Split(info, "\n") {
 		line = strings.TrimSpace(line)
-		if rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:"); ok {
-			for _, f := range strings.Split(rest, ",") {
-				k, v, _ := strings.Cut(f, "=")
-				switch k {
-				case "calls":
-					calls += int(num(line, v))
-				case "usec":
-					scriptUS += num(line, v)
-				}
-			}
-		}
 		for _, f := range []string{"used_cpu_sys:", "used_cpu_user:"} {
 			if v, ok := strings.CutPrefix(line, f); ok {
-				cpu += num(line, v)
+				x, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					b.Fatalf("INFO cpu line %q: %v", line, err)
+				}
+				cpu += x
 			}
 		}
 	}
-	return calls, scriptUS, cpu
+	return calls, float64(usec), cpu
 }
 
 func rueidisClient(b *testing.B) rueidis.Client {

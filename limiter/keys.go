@@ -20,10 +20,10 @@ import (
 // <id> keeps the bytes [A-Za-z0-9._-] and writes every other byte as %XX, so
 // the escaped ID holds no '{', '}' or ':' and two IDs escape alike only if
 // they are equal. An ID whose escaped form would be longer than 64 bytes is
-// replaced by '~' and the base64url SHA-256 of it ('~' never appears in an escaped ID), which keeps
-// keys short whatever the ID. Credentials are always hashed, so that no
-// secret reaches the store. Class, route and rule names are restricted to
-// [a-z0-9_-] by validation.
+// replaced by '~' and the base64url SHA-256 of it ('~' never appears in an
+// escaped ID), which keeps keys short whatever the ID. Credentials are
+// always hashed, so that no secret reaches the store. Class, route and rule
+// names are restricted to [a-z0-9_-] by validation.
 
 // maxEscaped is the longest escaped tenant ID kept readable in keys.
 const maxEscaped = 64
@@ -33,11 +33,9 @@ const maxEscaped = 64
 func TenantTag(id string) string { return "t:" + escapeID(id) }
 
 func escapeID(id string) string {
-	if len(id) > maxEscaped {
-		return "~" + hashB64(id)
-	}
-	n := len(id) // length once escaped: each escaped byte grows by two
-	for i := 0; i < len(id); i++ {
+	n := 0 // the escaped length, counted until it passes maxEscaped
+	for i := 0; i < len(id) && n <= maxEscaped; i++ {
+		n++
 		if !plain(id[i]) {
 			n += 2
 		}

@@ -23,8 +23,9 @@
 //	ob:{p:<provider>}:t:<tenant>    a tenant's share (the ID escaped as in package limiter)
 //
 // A tenant ID cannot reach another tenant's key or another provider's tag:
-// it is escaped (and hashed once escaped past 64 bytes) by [limiter.TenantTag], and
-// provider names are restricted to lower-case letters, digits, '-' and '_'.
+// it is escaped (and hashed once escaped past 64 bytes) by
+// [limiter.TenantTag], and provider names are restricted to lower-case
+// letters, digits, '-' and '_'.
 //
 // Units and time. Limits are [algo.Limit] values (integer counts per
 // time.Duration); the budget must be GCRA, since a pause holds a GCRA key.

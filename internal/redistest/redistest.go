@@ -235,25 +235,44 @@ func (c *Cluster) Close() {
 // ScriptCalls sums the EVALSHA and EVAL calls the servers at addrs have
 // served (INFO commandstats).
 func ScriptCalls(addrs ...string) (int, error) {
-	total := 0
+	calls, _, err := ScriptStats(addrs...)
+	return calls, err
+}
+
+// ScriptStats sums the EVALSHA and EVAL calls the servers at addrs have
+// served and the µs they spent in them (INFO commandstats).
+func ScriptStats(addrs ...string) (calls int, usec int64, err error) {
 	for _, addr := range addrs {
 		info, err := Do(addr, "INFO", "commandstats")
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		for _, line := range strings.Split(info, "\n") {
-			for _, cmd := range []string{"cmdstat_evalsha:calls=", "cmdstat_eval:calls="} {
-				if rest, ok := strings.CutPrefix(line, cmd); ok {
-					n, err := strconv.Atoi(strings.SplitN(rest, ",", 2)[0])
-					if err != nil {
-						return 0, fmt.Errorf("INFO commandstats line %q: %w", line, err)
-					}
-					total += n
+			line = strings.TrimSpace(line)
+			rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:")
+			if !ok {
+				if rest, ok = strings.CutPrefix(line, "cmdstat_eval:"); !ok {
+					continue
+				}
+			}
+			for _, f := range strings.Split(rest, ",") {
+				k, v, _ := strings.Cut(f, "=")
+				if k != "calls" && k != "usec" {
+					continue
+				}
+				n, err := strconv.ParseInt(v, 10, 64)
+				if err != nil {
+					return 0, 0, fmt.Errorf("INFO commandstats line %q: %w", line, err)
+				}
+				if k == "calls" {
+					calls += int(n)
+				} else {
+					usec += n
 				}
 			}
 		}
 	}
-	return total, nil
+	return calls, usec, nil
 }
 
 // Do sends one command to addr over a fresh connection and returns a simple
