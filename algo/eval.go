@@ -6,7 +6,7 @@ import "time"
 // is a key never seen (or expired): full capacity. Its fields mean, by
 // algorithm:
 //
-//	GCRA:           A = theoretical arrival time (µs)
+//	GCRA:           A = theoretical arrival time (µs), B = 1 when held ([Limit.Hold])
 //	TokenBucket:    A = whole tokens, B = time accrued up to (µs)
 //	SlidingLog:     Log = timestamps of admitted units, ascending (µs)
 //	SlidingWindow:  A = current window start (µs), B = its count, C = the previous window's count
@@ -60,7 +60,8 @@ func (o Outcome) Decision(l Limit) Decision {
 // Eval decides taking cost units from state s at time now (µs since the
 // epoch) under l. It returns the outcome and the state after the take. When
 // the outcome is rejected, or cost is zero (a peek), the returned state is s
-// itself: nothing changes. When allowed with cost > 0, the returned state
+// itself: nothing changes; except for a GCRA state written under a slower
+// limit, which comes back clamped to this one's and should be stored. When allowed with cost > 0, the returned state
 // should be stored for Outcome.ResetUs microseconds, after which it carries
 // no information (it equals the zero State).
 //
@@ -84,7 +85,7 @@ func (l Limit) Eval(s State, now, cost int64) (Outcome, State) {
 
 // gcraState is gcra on a State: the state itself when nothing changes.
 func gcraState(em, burst int64, div divisor, s State, now, cost int64) (Outcome, State) {
-	o, tat := gcra(em, burst, div, s.A, now, cost)
+	o, tat := gcra(em, burst, div, s.A, s.B != 0, now, cost)
 	if tat == s.A {
 		return o, s
 	}

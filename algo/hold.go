@@ -29,6 +29,9 @@ func (l Limit) Hold(s State, now, until int64) (next State, resetUs int64, err e
 	em, burst, _ := l.Params()
 	// A unit take at t is admitted when TAT+em-em·burst <= t; at t = until
 	// that is TAT = until + em·(burst-1).
-	tat := max(s.A, until+em*(burst-1))
-	return State{A: tat}, max(0, tat-now), nil
+	want := until + em*(burst-1)
+	if s.A >= want {
+		return s, max(0, s.A-now), nil
+	}
+	return State{A: want, B: 1}, want - now, nil
 }

@@ -16,7 +16,7 @@ func TestHold(t *testing.T) {
 	}{
 		{"idle key", State{}, now + 2_000_000},
 		{"partly used key", State{A: now + 30_000}, now + 500_000},
-		{"hold shorter than the key's own wait", State{A: now + 10_000_000}, now + 1_000},
+		{"hold shorter than the key's own wait", State{A: now + 45_000}, now + 1_000},
 		{"hold in the past", State{}, now - 5_000},
 	}
 	for _, tt := range tests {

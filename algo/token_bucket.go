@@ -5,8 +5,10 @@ package algo
 // partial token is the time now-B, kept exactly instead of as a fraction.
 //
 // Mirror: store/redisstore/lua/token_bucket.lua. Change both or neither.
+//
+// Tokens written under a larger burst are read as at most this burst.
 func tokenBucket(em, burst int64, s State, now, cost int64) (Outcome, State) {
-	tokens, last := s.A, s.B
+	tokens, last := min(s.A, burst), s.B
 	if now > last {
 		n := (now - last) / em
 		tokens += n

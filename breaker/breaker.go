@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"net/http"
 	"slices"
@@ -122,7 +123,10 @@ func New(deps map[string]Settings, reg prometheus.Registerer) (*Set, error) {
 				return c.ConsecutiveFailures >= st.ConsecutiveFailures ||
 					c.Requests >= st.MinRequests && float64(c.TotalFailures) >= st.FailureRatio*float64(c.Requests)
 			},
-			IsExcluded: func(err error) bool { return errors.Is(err, context.Canceled) },
+			IsExcluded: func(err error) bool {
+				var ce *CallerError
+				return errors.Is(err, context.Canceled) || errors.As(err, &ce)
+			},
 			OnStateChange: func(name string, from, to gobreaker.State) {
 				if to == gobreaker.StateOpen {
 					d.mu.Lock()
@@ -199,9 +203,21 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		base = http.DefaultTransport
 	}
 	var resp *http.Response
+	var body *callerBody
+	if req.Body != nil && req.Body != http.NoBody {
+		body = &callerBody{ReadCloser: req.Body}
+		r2 := *req
+		r2.Body = body
+		req = &r2
+	}
 	err := t.Set.Do(req.Context(), t.Name, func(context.Context) error {
 		var err error
 		resp, err = base.RoundTrip(req)
+		if err != nil && body != nil {
+			if berr := body.failed(); berr != nil {
+				return &CallerError{Err: berr}
+			}
+		}
 		if err == nil && resp.StatusCode >= 500 {
 			return failure{resp.StatusCode}
 		}
@@ -218,6 +234,42 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 	}
 	return resp, err
+}
+
+// CallerError is a call that failed because the caller's own request body
+// could not be read (a malformed chunk, a client that went away or was too
+// slow): the caller's fault, never counted as the dependency's failure.
+type CallerError struct{ Err error }
+
+func (e *CallerError) Error() string { return "reading the request body: " + e.Err.Error() }
+
+// Unwrap returns the body's read error.
+func (e *CallerError) Unwrap() error { return e.Err }
+
+// callerBody is a request body that remembers its first read error other
+// than io.EOF.
+type callerBody struct {
+	io.ReadCloser
+	mu  sync.Mutex
+	err error
+}
+
+func (b *callerBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF {
+		b.mu.Lock()
+		if b.err == nil {
+			b.err = err
+		}
+		b.mu.Unlock()
+	}
+	return n, err
+}
+
+func (b *callerBody) failed() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.err
 }
 
 type metrics struct {

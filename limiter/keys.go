@@ -25,6 +25,17 @@ import (
 // always hashed, so that no secret reaches the store. Class, route and rule
 // names are restricted to [a-z0-9_-] by validation.
 
+// TakeKey returns the store key of a key a /v1/take caller names. Every
+// such key lives under its own prefix "tk:" with the caller's key escaped
+// as a tenant ID is (and hashed when long), inside a hash tag of its own:
+// whatever a caller sends, it can never name a tenant, class, anonymous,
+// outbound, queue, Envoy or control key, and never holds more than about
+// 70 bytes of the store.
+func TakeKey(key string) string { return "tk:{" + escapeID(key) + "}" }
+
+// MaxTakeKey is the longest key /v1/take accepts, in bytes.
+const MaxTakeKey = 4 << 10
+
 // maxEscaped is the longest escaped tenant ID kept readable in keys.
 const maxEscaped = 64
 

@@ -488,17 +488,15 @@ func (s *Snapshot) register(ps *problems, path, pattern string) (ok bool) {
 // crule is a validated rule.
 type crule struct {
 	Rule
-	win *windowCache // calendar rules: the window last computed
 }
 
-// windowCache remembers a calendar rule's current window, so that most
-// requests reuse it instead of computing dates.
-type windowCache struct{ cur atomic.Pointer[calWindow] }
-
+// calWindow is a calendar window: its bounds, its length and offset as a
+// fixed window's, and its label for keys. It holds nothing of any rule or
+// tenant, so that sharing it can never carry one tenant's limit to another.
 type calWindow struct {
-	start, end int64 // µs
-	limit      algo.Limit
-	label      string
+	start, end     int64 // µs
+	period, offset time.Duration
+	label          string
 }
 
 // capacity is the rule's burst; a calendar rule's limit.
@@ -531,7 +529,7 @@ func compileRules(ps *problems, path string, rules []Rule) []crule {
 		}
 		seen[r.Name] = true
 		validateLimit(ps, rp, r.Limit)
-		out = append(out, crule{Rule: r, win: &windowCache{}})
+		out = append(out, crule{Rule: r})
 	}
 	return out
 }
@@ -679,6 +677,10 @@ type Snapshot struct {
 	mux         *http.ServeMux
 	loc         *time.Location
 	policy      Policy
+	// cal remembers the current day and month windows (indexed by
+	// Calendar), so that most requests reuse them instead of computing
+	// dates. Windows only: every rule's limit is its own.
+	cal [Month + 1]atomic.Pointer[calWindow]
 }
 
 type cplan struct {

@@ -239,16 +239,20 @@ func (s *Snapshot) window(r crule, now time.Time) (algo.Limit, string) {
 	if r.Calendar == NoCalendar {
 		return r.Limit, ""
 	}
+	w := s.calendar(r.Calendar, now)
+	return algo.Limit{Limit: r.Limit.Limit, Period: w.period, Offset: w.offset, Algorithm: algo.FixedWindow}, w.label
+}
+
+// calendar returns the day or month window at now.
+func (s *Snapshot) calendar(c Calendar, now time.Time) *calWindow {
 	us := now.UnixMicro()
-	if r.win != nil {
-		if w := r.win.cur.Load(); w != nil && w.start <= us && us < w.end {
-			return w.limit, w.label
-		}
+	if w := s.cal[c].Load(); w != nil && w.start <= us && us < w.end {
+		return w
 	}
 	t := now.In(s.loc)
 	var start, end time.Time
 	var label string
-	switch r.Calendar {
+	switch c {
 	case Day:
 		start = time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, s.loc)
 		end = start.AddDate(0, 0, 1)
@@ -259,13 +263,11 @@ func (s *Snapshot) window(r crule, now time.Time) (algo.Limit, string) {
 		label = start.Format("m200601")
 	}
 	period := end.Sub(start)
-	l := algo.Limit{Limit: r.Limit.Limit, Period: period, Algorithm: algo.FixedWindow}
 	pus := int64(period / time.Microsecond)
-	l.Offset = time.Duration(((start.UnixMicro()%pus)+pus)%pus) * time.Microsecond
-	if r.win != nil {
-		r.win.cur.Store(&calWindow{start: start.UnixMicro(), end: end.UnixMicro(), limit: l, label: label})
-	}
-	return l, label
+	w := &calWindow{start: start.UnixMicro(), end: end.UnixMicro(), period: period, label: label,
+		offset: time.Duration(((start.UnixMicro()%pus)+pus)%pus) * time.Microsecond}
+	s.cal[c].Store(w)
+	return w
 }
 
 // Checks returns the store checks of res.

@@ -155,9 +155,26 @@ type ServeConfig struct {
 	AdminListen, AdminToken string
 	// WorkerToken, if set, is the bearer token /v1/outbound/* require.
 	WorkerToken string
+	// InternalListen is the internal listener's address in proxy mode
+	// (with Upstream): the decision API, outbound quotas, worker job
+	// endpoints, /metrics, /readyz and the dashboard. Without Upstream
+	// everything is served on Listen and this is unused.
+	InternalListen string
+	// InternalToken, if set, is the bearer token the internal endpoints
+	// require (all but /healthz and /readyz).
+	InternalToken string
+	// ReadTimeout bounds the reading of a request's headers and body on
+	// every listener, the proxy's included. Zero means 30 s.
+	ReadTimeout time.Duration
 	// GRPCListen, if set, is the address of the Envoy rate limit service
 	// (gRPC, with the standard health service).
 	GRPCListen string
+}
+
+// loopback reports whether a is a loopback address.
+func loopback(a net.Addr) bool {
+	ta, ok := a.(*net.TCPAddr)
+	return ok && ta.IP.IsLoopback()
 }
 
 // env returns the environment value for name, or def.
@@ -182,6 +199,11 @@ func ParseServe(args []string, stderr io.Writer) (ServeConfig, error) {
 	fs.StringVar(&c.Upstream, "upstream", env("FAIRGATE_UPSTREAM", ""), "proxy requests to this API, such as http://127.0.0.1:9000 (FAIRGATE_UPSTREAM)")
 	upTimeout := env("FAIRGATE_UPSTREAM_TIMEOUT", "30s")
 	fs.Func("upstream-timeout", "wait for the upstream's response headers (FAIRGATE_UPSTREAM_TIMEOUT, default 30s)", func(v string) error { upTimeout = v; return nil })
+	fs.StringVar(&c.InternalListen, "internal-listen", env("FAIRGATE_INTERNAL_LISTEN", "127.0.0.1:8090"), "with --upstream, address of the internal listener: /v1/take, /v1/check, /v1/outbound/*, worker job endpoints, /metrics, /readyz, /dashboard (FAIRGATE_INTERNAL_LISTEN)")
+	internalFile := ""
+	fs.StringVar(&internalFile, "internal-token-file", "", "file holding the bearer token the decision API, outbound, worker, /metrics and dashboard endpoints require (or FAIRGATE_INTERNAL_TOKEN); without one whoever reaches their listener may call them")
+	readTimeout := env("FAIRGATE_READ_TIMEOUT", "30s")
+	fs.Func("read-timeout", "deadline to read a request's headers and body, on every listener (FAIRGATE_READ_TIMEOUT, default 30s)", func(v string) error { readTimeout = v; return nil })
 	fs.StringVar(&c.GRPCListen, "grpc-listen", env("FAIRGATE_GRPC_LISTEN", ""), "serve Envoy's rate limit service (gRPC) here, such as 127.0.0.1:8082 (FAIRGATE_GRPC_LISTEN; default: not served)")
 	fs.StringVar(&c.AdminListen, "admin-listen", env("FAIRGATE_ADMIN_LISTEN", "127.0.0.1:8081"), "address of the admin API (FAIRGATE_ADMIN_LISTEN)")
 	tokenFile := ""
@@ -206,6 +228,12 @@ func ParseServe(args []string, stderr io.Writer) (ServeConfig, error) {
 	}
 	if c.UpstreamTimeout, err = time.ParseDuration(upTimeout); err != nil || c.UpstreamTimeout <= 0 {
 		return c, fmt.Errorf("serve: upstream timeout %q: want a positive duration such as 30s", upTimeout)
+	}
+	if c.ReadTimeout, err = time.ParseDuration(readTimeout); err != nil || c.ReadTimeout <= 0 {
+		return c, fmt.Errorf("serve: read timeout %q: want a positive duration such as 30s", readTimeout)
+	}
+	if c.InternalToken, err = token("internal", "FAIRGATE_INTERNAL_TOKEN", internalFile); err != nil {
+		return c, err
 	}
 	if c.AdminToken, err = token("admin", "FAIRGATE_ADMIN_TOKEN", tokenFile); err != nil {
 		return c, err
@@ -314,7 +342,7 @@ func Serve(ctx context.Context, c ServeConfig, log *slog.Logger, ready func(addr
 	sc := server.Config{
 		Limiter: lim, Headers: httplimit.Form(cfg.Headers), Auth: authn, ClientIP: auth.ClientIP{Trusted: cfg.TrustedProxies},
 		UpstreamTimeout: c.UpstreamTimeout, Logger: log, Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
-		Quotas: quotas, WorkerToken: c.WorkerToken,
+		Quotas: quotas, WorkerToken: c.WorkerToken, InternalToken: c.InternalToken,
 		Jobs: jobs, JobKinds: cfg.Queues, Breakers: breakers,
 	}
 	if board != nil {
@@ -391,21 +419,39 @@ func Serve(ctx context.Context, c ServeConfig, log *slog.Logger, ready func(addr
 	if err != nil {
 		return fmt.Errorf("serve: listen on %s: %w", c.Listen, err)
 	}
+	readTimeout := c.ReadTimeout
+	if readTimeout <= 0 {
+		readTimeout = 30 * time.Second
+	}
 	srv := &http.Server{
 		Handler:           h,
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       30 * time.Second,
+		ReadHeaderTimeout: min(5*time.Second, readTimeout),
+		ReadTimeout:       readTimeout,
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	if sc.Upstream != nil {
-		// Proxied responses stream for as long as the upstream sends; the
-		// upstream timeout bounds the wait for their headers.
-		srv.ReadTimeout, srv.WriteTimeout = 0, 0
-	}
+	// With an upstream the proxy lifts the write deadline of a proxied
+	// response, and the read deadline once the request's body has arrived,
+	// so that responses may stream for as long as the upstream sends;
+	// headers and bodies keep their deadlines on every path.
 	servers := []*http.Server{srv}
+	if ih := h.Internal(); ih != nil {
+		iln, err := net.Listen("tcp", c.InternalListen)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("serve: internal listen on %s: %w", c.InternalListen, err)
+		}
+		isrv := &http.Server{Handler: ih, ReadHeaderTimeout: srv.ReadHeaderTimeout, ReadTimeout: readTimeout, WriteTimeout: 30 * time.Second,
+			IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10, ErrorLog: srv.ErrorLog}
+		servers = append(servers, isrv)
+		if c.InternalToken == "" && !loopback(iln.Addr()) {
+			log.Warn("the internal listener is not on loopback and needs no token: set FAIRGATE_INTERNAL_TOKEN or --internal-token-file", slog.String("listen", iln.Addr().String()))
+		}
+		log.Info("internal listener", slog.String("listen", iln.Addr().String()))
+		wg.Go(func() { isrv.Serve(iln) })
+	}
 	if c.AdminToken == "" {
 		log.Warn("admin API not started: set FAIRGATE_ADMIN_TOKEN or --admin-token-file to enable it")
 	} else {
@@ -419,7 +465,7 @@ func Serve(ctx context.Context, c ServeConfig, log *slog.Logger, ready func(addr
 			ln.Close()
 			return fmt.Errorf("serve: admin listen on %s: %w", c.AdminListen, err)
 		}
-		asrv := &http.Server{Handler: ah, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second, ErrorLog: srv.ErrorLog}
+		asrv := &http.Server{Handler: ah, ReadHeaderTimeout: srv.ReadHeaderTimeout, ReadTimeout: min(10*time.Second, readTimeout), WriteTimeout: 10 * time.Second, ErrorLog: srv.ErrorLog}
 		servers = append(servers, asrv)
 		log.Info("admin API", slog.String("listen", aln.Addr().String()))
 		wg.Go(func() { asrv.Serve(aln) })

@@ -27,7 +27,7 @@ func FuzzDescriptorMapping(f *testing.F) {
 		ea, eb := entries(a), entries(b)
 		root.match(ea)
 		root.match(eb)
-		ka, kb := storeKey("d", ea, "tenant"), storeKey("d", eb, "tenant")
+		ka, kb := storeKey("d", ea, "tenant", ""), storeKey("d", eb, "tenant", "")
 		if len(ka) > 200 {
 			t.Fatalf("a key of %d bytes", len(ka))
 		}

@@ -195,9 +195,17 @@ func (root *node) match(entries []Entry) *node {
 // apart) hashed, under the tenant's hash tag when the descriptor names a
 // tenant, else under its own. Hashing bounds the key's length whatever the
 // client sends, and no two descriptors share a key.
-func storeKey(domain string, entries []Entry, tenantKey string) string {
+//
+// override is empty for a configured limit. A request's own limit (Envoy's
+// per-route override) passes its numbers, such as "1/HOUR": it is then
+// counted in a key space of its own, so that a caller's override can never
+// change the state of the configured limit, nor one override another's.
+func storeKey(domain string, entries []Entry, tenantKey, override string) string {
 	h := sha256.New()
 	fmt.Fprintf(h, "%d:%s", len(domain), domain)
+	if override != "" {
+		fmt.Fprintf(h, "|override:%s", override)
+	}
 	tenant, hasTenant := "", false
 	for _, e := range entries {
 		fmt.Fprintf(h, "|%d:%s=%d:%s", len(e.Key), e.Key, len(e.Value), e.Value)

@@ -2,6 +2,7 @@ package rls
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"math"
 	"strconv"
@@ -102,16 +103,20 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 	}
 	var enforced, shadow []store.Check
 	var enforcedAt, shadowAt []check
+	never := false // an enforced descriptor can never pass
 	for i, d := range req.Descriptors {
 		st := &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK}
 		resp.Statuses[i] = st
 		var rl *RateLimit
 		sh := false
+		override := ""
 		switch n := nodes[i]; {
 		case d.GetLimit() != nil:
 			// The request's own limit (Envoy's per-route override), as
-			// envoyproxy/ratelimit honours it: never in shadow mode.
+			// envoyproxy/ratelimit honours it: never in shadow mode, and
+			// counted apart from the configured limit (storeKey).
 			rl = &RateLimit{RequestsPerUnit: d.Limit.GetRequestsPerUnit(), Unit: Unit(d.Limit.GetUnit())}
+			override = fmt.Sprintf("%d/%d", rl.RequestsPerUnit, rl.Unit)
 		case n == nil:
 			continue
 		case n.d.Limit.Name != "" && replaced[n.d.Limit.Name]:
@@ -133,20 +138,19 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 		}
 		if period == 0 || rl.RequestsPerUnit == 0 || cost > int64(rl.RequestsPerUnit) {
 			// No valid period, a limit of 0 (a blocked value), or more hits
-			// than the limit allows at once: over the limit without a store call.
+			// than the limit allows at once: over the limit without a store
+			// call, and with no time to wait, since waiting never helps.
 			st.Code = rlspb.RateLimitResponse_OVER_LIMIT
-			if period > 0 {
-				st.DurationUntilReset = durationpb.New(period)
-			}
 			if sh {
 				st.Code = rlspb.RateLimitResponse_OK
 				s.m.shadow.WithLabelValues(label).Inc()
 			} else {
 				resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
+				never = true
 			}
 			continue
 		}
-		c := store.Check{Key: storeKey(req.Domain, entries[i], cfg.cfg.TenantKey), Limit: algo.Limit{Limit: int64(rl.RequestsPerUnit), Period: period, Algorithm: cfg.cfg.Algorithm}, Cost: cost}
+		c := store.Check{Key: storeKey(req.Domain, entries[i], cfg.cfg.TenantKey, override), Limit: algo.Limit{Limit: int64(rl.RequestsPerUnit), Period: period, Algorithm: cfg.cfg.Algorithm}, Cost: cost}
 		if sh {
 			shadow, shadowAt = append(shadow, c), append(shadowAt, check{i, st.CurrentLimit, true})
 		} else {
@@ -195,7 +199,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 			}
 		}
 	}
-	resp.ResponseHeadersToAdd = headers(resp)
+	resp.ResponseHeadersToAdd = headers(resp, never)
 	code := "ok"
 	if resp.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT {
 		code = "over_limit"
@@ -218,8 +222,9 @@ func fill(st *rlspb.RateLimitResponse_DescriptorStatus, d algo.Decision) {
 
 // headers are the IETF draft's RateLimit-Limit, -Remaining and -Reset of
 // the tightest limited descriptor, and Retry-After (whole seconds, rounded
-// up) when the request is over its limit.
-func headers(resp *rlspb.RateLimitResponse) []*corepb.HeaderValue {
+// up) when the request is over its limit and waiting can help (never is
+// false).
+func headers(resp *rlspb.RateLimitResponse, never bool) []*corepb.HeaderValue {
 	var tight *rlspb.RateLimitResponse_DescriptorStatus
 	for _, st := range resp.Statuses {
 		if st.CurrentLimit == nil || st.DurationUntilReset == nil {
@@ -241,7 +246,7 @@ func headers(resp *rlspb.RateLimitResponse) []*corepb.HeaderValue {
 		{Key: "RateLimit-Remaining", Value: strconv.FormatUint(uint64(tight.LimitRemaining), 10)},
 		{Key: "RateLimit-Reset", Value: secs(reset)},
 	}
-	if resp.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT {
+	if resp.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT && !never {
 		h = append(h, &corepb.HeaderValue{Key: "Retry-After", Value: secs(max(reset, time.Second))})
 	}
 	return h

@@ -199,7 +199,7 @@ func TestProxyBreaker(t *testing.T) {
 	if rec.Code != 503 || rec.Header().Get("Retry-After") == "" || decodeMap(t, rec)["dependency"] != "upstream" || hits.Load() != 3 {
 		t.Fatalf("open breaker: %d %v %s (upstream hit %d times), want 503 with Retry-After and no call", rec.Code, rec.Header(), rec.Body, hits.Load())
 	}
-	rec = call{method: "GET", path: "/readyz"}.do(s)
+	rec = call{method: "GET", path: "/readyz"}.do(s.Internal())
 	if m := decodeMap(t, rec); fmt.Sprint(m["breakers"]) != "map[upstream:open]" {
 		t.Fatalf("/readyz: %s", rec.Body)
 	}

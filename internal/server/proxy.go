@@ -1,7 +1,9 @@
 package server
 
 import (
+	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -65,6 +67,16 @@ func (s *Server) newProxy(upstream *url.URL, timeout time.Duration) (http.Handle
 		FlushInterval: -1, // stream: flush as the upstream writes
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			var oe *breaker.OpenError
+			var ce *breaker.CallerError
+			if errors.As(err, &ce) {
+				// The client's own body failed (a malformed chunk, a slow or
+				// aborted upload): its fault, answered to it alone.
+				problem.BadRequest(w, "reading the request body: "+ce.Err.Error())
+				return
+			}
+			if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
+				return // the client went away: nobody to answer
+			}
 			if errors.As(err, &oe) {
 				w.Header().Set("Retry-After", problem.RetryAfterSeconds(oe.RetryAfter))
 				problem.Write(w, problem.Details{Status: http.StatusServiceUnavailable, Detail: "the upstream API is failing and its circuit breaker is open; retry later",
@@ -85,5 +97,38 @@ func (s *Server) newProxy(upstream *url.URL, timeout time.Duration) (http.Handle
 	if err != nil {
 		return nil, err
 	}
-	return mw(rp), nil
+	return mw(liftDeadlines(rp)), nil
+}
+
+// liftDeadlines lets a proxied response stream for as long as the upstream
+// sends: it clears the connection's write deadline, and its read deadline
+// once the request's body has been read to its end (at once for a request
+// without one). Until then the server's read deadline bounds a slow body.
+func liftDeadlines(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rc := http.NewResponseController(w)
+		rc.SetWriteDeadline(time.Time{})
+		if r.Body == nil || r.Body == http.NoBody {
+			rc.SetReadDeadline(time.Time{})
+		} else {
+			r.Body = &liftOnEOF{ReadCloser: r.Body, rc: rc}
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// liftOnEOF clears the read deadline when the body has been read whole.
+type liftOnEOF struct {
+	io.ReadCloser
+	rc   *http.ResponseController
+	done bool
+}
+
+func (b *liftOnEOF) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF && !b.done {
+		b.done = true
+		b.rc.SetReadDeadline(time.Time{})
+	}
+	return n, err
 }

@@ -70,18 +70,35 @@ type Config struct {
 	// (outbound quotas, job leases) require. Empty means they are open to
 	// whoever reaches the listener, like /v1/take.
 	WorkerToken string
+	// InternalToken, if not empty, is the bearer token every endpoint of
+	// the internal surface requires except /healthz and /readyz (probes):
+	// the decision API, outbound quotas, worker job endpoints, /metrics
+	// and the dashboard. Empty means whoever reaches the internal
+	// listener may call them.
+	InternalToken string
 }
 
 // Server serves the decision API and, with an upstream, the proxy. It is
 // an http.Handler.
+//
+// Without an upstream it is a decision service and serves everything on
+// one handler. With an upstream, what a tenant's client may call (the
+// proxy, GET /v1/me/limits, the tenant job endpoints and /healthz) is
+// served by the Server itself, for the public listener, and everything
+// that charges or reads any tenant's limits (/v1/take, /v1/check,
+// /v1/outbound/*, the worker job endpoints, /metrics, /readyz and the
+// dashboard) only by Internal, for a listener only the operator's own
+// services reach.
 type Server struct {
 	lim      *limiter.Limiter
+	internal http.Handler // nil without an upstream: one surface
 	form     httplimit.Form
 	id       atomic.Pointer[identity]
 	log      *slog.Logger
 	mux      *http.ServeMux
 	proxy    http.Handler
 	worker   *[sha256.Size]byte // the worker token's hash; nil: none required
+	itoken   *[sha256.Size]byte // the internal token's hash; nil: none required
 	jobs     fairq.Queue
 	kinds    fairq.Kinds
 	breakers *breaker.Set
@@ -107,48 +124,68 @@ func New(c Config) (*Server, error) {
 		sum := sha256.Sum256([]byte(c.WorkerToken))
 		s.worker = &sum
 	}
+	if c.InternalToken != "" {
+		if len(c.InternalToken) < 16 {
+			return nil, errors.New("server: the internal token must be at least 16 characters")
+		}
+		sum := sha256.Sum256([]byte(c.InternalToken))
+		s.itoken = &sum
+	}
 	s.SetIdentity(c.Auth, c.ClientIP)
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
-	s.mux = http.NewServeMux()
-	s.mux.HandleFunc("/healthz", only("GET", func(w http.ResponseWriter, r *http.Request) {
+	// pub is the public surface, in reach of tenants' clients; in is the
+	// internal one. Without an upstream they are the same mux.
+	pub, in := http.NewServeMux(), http.NewServeMux()
+	if c.Upstream == nil {
+		in = pub
+	}
+	healthz := only("GET", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Write([]byte("ok\n"))
-	}))
-	s.mux.HandleFunc("/readyz", only("GET", s.handleReady))
-	s.mux.HandleFunc("/v1/take", only("POST", s.handleTake))
-	s.mux.HandleFunc("/v1/check", only("POST", s.handleCheck))
-	s.mux.HandleFunc("/v1/me/limits", only("GET", s.handleMyLimits))
+	})
+	pub.HandleFunc("/healthz", healthz)
+	pub.HandleFunc("/v1/me/limits", only("GET", s.handleMyLimits))
+	if c.Jobs != nil {
+		pub.HandleFunc("POST /v1/jobs/{kind}", s.handleEnqueue)
+		pub.HandleFunc("GET /v1/jobs/{id}", s.handleJob)
+	}
+	if in != pub {
+		in.HandleFunc("/healthz", healthz)
+	}
+	in.HandleFunc("/readyz", only("GET", s.handleReady))
+	in.HandleFunc("/v1/take", only("POST", s.forInternal(s.handleTake)))
+	in.HandleFunc("/v1/check", only("POST", s.forInternal(s.handleCheck)))
 	if c.Metrics != nil {
-		s.mux.Handle("/metrics", only("GET", c.Metrics.ServeHTTP))
+		in.Handle("/metrics", only("GET", s.forInternal(c.Metrics.ServeHTTP)))
 	}
 	if c.Dashboard != nil {
-		s.mux.Handle("/dashboard", c.Dashboard)
-		s.mux.Handle("/dashboard/", c.Dashboard)
+		in.Handle("/dashboard", s.forInternal(c.Dashboard.ServeHTTP))
+		in.Handle("/dashboard/", s.forInternal(c.Dashboard.ServeHTTP))
 	}
 	if c.Quotas != nil {
 		o := &outbound{q: c.Quotas}
-		s.mux.HandleFunc("/v1/outbound/acquire", only("POST", s.forWorkers(o.handleAcquire)))
-		s.mux.HandleFunc("/v1/outbound/pause", only("POST", s.forWorkers(o.handlePause)))
+		in.HandleFunc("/v1/outbound/acquire", only("POST", s.forInternal(s.forWorkers(o.handleAcquire))))
+		in.HandleFunc("/v1/outbound/pause", only("POST", s.forInternal(s.forWorkers(o.handlePause))))
 	}
 	if c.Jobs != nil {
-		s.mux.HandleFunc("POST /v1/jobs/{kind}", s.handleEnqueue)
-		s.mux.HandleFunc("GET /v1/jobs/{id}", s.handleJob)
-		s.mux.HandleFunc("POST /v1/jobs/{kind}/lease", s.forWorkers(s.handleLease))
-		s.mux.HandleFunc("POST /v1/jobs/{id}/ack", s.forWorkers(s.handleAck))
-		s.mux.HandleFunc("POST /v1/jobs/{id}/nack", s.forWorkers(s.handleNack))
+		in.HandleFunc("POST /v1/jobs/{kind}/lease", s.forInternal(s.forWorkers(s.handleLease)))
+		in.HandleFunc("POST /v1/jobs/{id}/ack", s.forInternal(s.forWorkers(s.handleAck)))
+		in.HandleFunc("POST /v1/jobs/{id}/nack", s.forInternal(s.forWorkers(s.handleNack)))
 	}
+	notFound := func(w http.ResponseWriter, r *http.Request) {
+		problem.Write(w, problem.Details{Status: http.StatusNotFound, Detail: "no such endpoint: " + r.Method + " " + r.URL.Path})
+	}
+	in.HandleFunc("/", notFound)
 	if c.Upstream != nil {
 		if s.proxy, err = s.newProxy(c.Upstream, c.UpstreamTimeout); err != nil {
 			return nil, err
 		}
-		s.mux.Handle("/", s.proxy)
-	} else {
-		s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-			problem.Write(w, problem.Details{Status: http.StatusNotFound, Detail: "no such endpoint: " + r.Method + " " + r.URL.Path})
-		})
+		pub.Handle("/", s.proxy)
+		s.internal = s.recovering(in)
 	}
+	s.mux = pub
 	return s, nil
 }
 
@@ -188,6 +225,26 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, status, out)
 }
 
+// forInternal lets through requests that carry the internal token (any
+// request when none is configured) and answers the others 401.
+func (s *Server) forInternal(h http.HandlerFunc) http.HandlerFunc {
+	if s.itoken == nil {
+		return h
+	}
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !auth.BearerMatches(r, *s.itoken) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="fairgate-internal"`)
+			problem.Write(w, problem.Details{Status: http.StatusUnauthorized, Detail: "this endpoint needs Authorization: Bearer <internal token>"})
+			return
+		}
+		h(w, r)
+	}
+}
+
+// Internal is the handler of the internal listener in proxy mode, or nil
+// without an upstream (then the Server itself serves everything).
+func (s *Server) Internal() http.Handler { return s.internal }
+
 // forWorkers lets through requests that carry the worker token (any
 // request when none is configured) and answers the others 401.
 func (s *Server) forWorkers(h http.HandlerFunc) http.HandlerFunc {
@@ -214,17 +271,28 @@ func only(method string, h http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-// ServeHTTP serves the API, turning any panic below into a 500 so that one
-// request cannot take the process down.
+// ServeHTTP serves the public surface (everything, without an upstream),
+// turning any panic below into a 500 so that one request cannot take the
+// process down.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	defer func() {
-		if v := recover(); v != nil {
-			if v == http.ErrAbortHandler {
-				panic(v)
-			}
-			s.log.Error("panic serving request", slog.String("path", r.URL.Path), slog.Any("panic", v))
-			problem.Write(w, problem.Details{Status: http.StatusInternalServerError, Detail: "internal error"})
-		}
-	}()
+	defer s.recoverPanic(w, r)
 	s.mux.ServeHTTP(w, r)
+}
+
+// recovering wraps h with ServeHTTP's panic recovery.
+func (s *Server) recovering(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer s.recoverPanic(w, r)
+		h.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) recoverPanic(w http.ResponseWriter, r *http.Request) {
+	if v := recover(); v != nil {
+		if v == http.ErrAbortHandler {
+			panic(v)
+		}
+		s.log.Error("panic serving request", slog.String("path", r.URL.Path), slog.Any("panic", v))
+		problem.Write(w, problem.Details{Status: http.StatusInternalServerError, Detail: "internal error"})
+	}
 }

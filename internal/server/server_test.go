@@ -23,9 +23,12 @@ import (
 	"github.com/fairgate/fairgate/store/redisstore"
 )
 
-var redisSrv *redistest.Server
+var (
+	redisSrv     *redistest.Server
+	redisCluster *redistest.Cluster
+)
 
-func TestMain(m *testing.M) { os.Exit(redistest.Main(m, &redisSrv)) }
+func TestMain(m *testing.M) { os.Exit(redistest.MainWithCluster(m, &redisSrv, &redisCluster)) }
 
 // testLimiter is a limiter with the example policy on st.
 func testLimiter(tb testing.TB, st store.Store, timeout time.Duration) *limiter.Limiter {
@@ -179,10 +182,15 @@ func TestTakeBodyTooLarge(t *testing.T) {
 	if resp.StatusCode != 413 || resp.Header.Get("Content-Type") != problem.ContentType || !strings.Contains(m["detail"].(string), "over 65536 bytes") {
 		t.Errorf("status %d, %v; want 413 problem+json", resp.StatusCode, m)
 	}
-	// Just under the cap is fine, and a 60 KiB key is an ordinary key.
-	body = `{"key":"` + strings.Repeat("k", 60<<10) + `","limit":1,"period_ms":1000}`
+	// A key of up to 4 KiB is an ordinary key; a longer one is refused by
+	// name (the store never holds more than its hash either way).
+	body = `{"key":"` + strings.Repeat("k", 4<<10) + `","limit":1,"period_ms":1000}`
 	if resp, m := post(t, ts.URL, body); resp.StatusCode != 200 || m["allowed"] != true {
-		t.Errorf("60 KiB key: %d %v", resp.StatusCode, m)
+		t.Errorf("4 KiB key: %d %v", resp.StatusCode, m)
+	}
+	body = `{"key":"` + strings.Repeat("k", 4<<10+1) + `","limit":1,"period_ms":1000}`
+	if resp, m := post(t, ts.URL, body); resp.StatusCode != 400 || !strings.Contains(m["detail"].(string), "key: 4097 bytes, at most 4096") {
+		t.Errorf("4 KiB + 1 key: %d %v", resp.StatusCode, m)
 	}
 }
 

@@ -127,7 +127,7 @@ func policies(m map[string]any) []string {
 func TestCheckLayers(t *testing.T) {
 	for name, st := range stores(t) {
 		t.Run(name, func(t *testing.T) {
-			h := service(t, st)
+			h := service(t, st).Internal()
 			for _, tc := range []struct {
 				body     string
 				policies string
@@ -179,7 +179,7 @@ func TestCheckLayers(t *testing.T) {
 }
 
 func TestCheckInvalidInput(t *testing.T) {
-	h := service(t, memstore.New(memstore.Config{}))
+	h := service(t, memstore.New(memstore.Config{})).Internal()
 	for body, want := range map[string]string{
 		`{"tenant":"acme"}`:                                 "route or class: required",
 		`{"tenant":"acme","route":"/v1/x"}`:                 "route: \"/v1/x\": want a method and a path",

@@ -109,6 +109,8 @@ func parseTake(req *takeRequest) (c store.Check, failOpen bool, detail string) {
 	switch {
 	case req.Key == nil || *req.Key == "":
 		return c, false, "key: required, a non-empty string"
+	case len(*req.Key) > limiter.MaxTakeKey:
+		return c, false, fmt.Sprintf("key: %d bytes, at most %d", len(*req.Key), limiter.MaxTakeKey)
 	case req.Limit == nil:
 		return c, false, "limit: required"
 	case *req.Limit < 1 || *req.Limit > algo.MaxCount:
@@ -120,7 +122,7 @@ func parseTake(req *takeRequest) (c store.Check, failOpen bool, detail string) {
 	case *req.PeriodMs*1000 < *req.Limit:
 		return c, false, fmt.Sprintf("period_ms: %d ms for limit %d is under 1µs per unit: lengthen the period or lower the limit", *req.PeriodMs, *req.Limit)
 	}
-	c.Key = *req.Key
+	c.Key = limiter.TakeKey(*req.Key)
 	c.Limit = algo.Limit{Limit: *req.Limit, Period: time.Duration(*req.PeriodMs) * time.Millisecond}
 	if req.Algorithm != nil {
 		a, err := algo.ParseAlgorithm(*req.Algorithm)

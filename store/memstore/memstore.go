@@ -239,10 +239,14 @@ func (s *Store) take(ctx context.Context, fixed bool, us int64, checks []store.C
 			if ents[i] != 0 {
 				st = sh.at(ents[i]).st
 			}
-			outs[i], _ = cls[i].Eval(st, us, 0)
+			outs[i], sts[i] = cls[i].Eval(st, us, 0)
 			fallthrough
 		default:
 			if ents[i] != 0 {
+				if e := sh.at(ents[i]); c.Limit.Algorithm == algo.GCRA && sts[i].A != e.st.A {
+					// A TAT written under a slower limit, clamped to this one.
+					e.st, e.exp = sts[i], sts[i].A
+				}
 				sh.touch(ents[i], us)
 			}
 		}

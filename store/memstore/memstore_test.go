@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -150,7 +151,7 @@ func TestCompiledLimitMemo(t *testing.T) {
 		var want []algo.Outcome
 		var next []algo.State
 		for _, c := range checks {
-			k := c.Key[1] - '0'
+			k, _ := strconv.Atoi(c.Key[1:])
 			o, n := c.Limit.Eval(states[k], now.UnixMicro(), 1)
 			allowed = allowed && o.Allowed
 			want, next = append(want, o), append(next, n)
@@ -158,7 +159,8 @@ func TestCompiledLimitMemo(t *testing.T) {
 		for n, c := range checks {
 			if !allowed && want[n].Allowed {
 				// Uncharged beside a rejection: reported as a peek.
-				want[n], _ = c.Limit.Eval(states[c.Key[1]-'0'], now.UnixMicro(), 0)
+				k, _ := strconv.Atoi(c.Key[1:])
+				want[n], _ = c.Limit.Eval(states[k], now.UnixMicro(), 0)
 			}
 			if got, w := res.Decisions[n], want[n].Decision(c.Limit); got != w || res.Allowed != allowed {
 				t.Fatalf("step %d, %s under %v: got %+v, want %+v", step, c.Key, c.Limit, got, w)
@@ -166,7 +168,8 @@ func TestCompiledLimitMemo(t *testing.T) {
 		}
 		if allowed {
 			for n, c := range checks {
-				states[c.Key[1]-'0'] = next[n]
+				k, _ := strconv.Atoi(c.Key[1:])
+				states[k] = next[n]
 			}
 		} else {
 			rejected++

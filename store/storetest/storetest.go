@@ -55,6 +55,7 @@ func Run(t *testing.T, s store.Store, o Options) {
 	t.Run("CostRules", func(t *testing.T) { t.Parallel(); testCostRules(t, s) })
 	t.Run("AllOrNothing", func(t *testing.T) { t.Parallel(); testAllOrNothing(t, s) })
 	t.Run("KeyIsolation", func(t *testing.T) { t.Parallel(); testKeyIsolation(t, s) })
+	t.Run("LimitChange", func(t *testing.T) { t.Parallel(); testLimitChange(t, s) })
 	if h, ok := s.(store.Holder); ok {
 		t.Run("Hold", func(t *testing.T) { t.Parallel(); testHold(t, s, h) })
 	}
@@ -321,6 +322,53 @@ func testKeyIsolation(t *testing.T, s store.Store) {
 			if res := take(t, s, store.Check{Key: p + k, Limit: l, Cost: 1}); res.Allowed {
 				t.Fatalf("%v: key %d (%q) admitted twice with limit 1", a, i, k)
 			}
+		}
+	}
+}
+
+// testLimitChange: a key charged under one limit and read under another
+// (a plan downgraded, an override lifted) answers within the limit in
+// force: a GCRA key spent under 1 per 366 days, read under 10 per second
+// (burst 2), asks for at most 100 ms, and a take that waits that long is
+// admitted; each single- and multi-check path, in every algorithm, keeps
+// its retry within what the new limit can ask for.
+func testLimitChange(t *testing.T, s store.Store) {
+	p := prefix(t)
+	slow := algo.Limit{Limit: 1, Period: algo.MaxPeriod}
+	fast := algo.Limit{Limit: 10, Period: time.Second, Burst: 2}
+	for _, batch := range []int{1, 2} {
+		key := fmt.Sprintf("%s{change}:%d", p, batch)
+		checks := func(l algo.Limit) []store.Check {
+			cs := []store.Check{{Key: key, Limit: l, Cost: 1}}
+			if batch == 2 {
+				cs = append(cs, store.Check{Key: key + ":other", Limit: fast, Cost: 0})
+			}
+			return cs
+		}
+		if res := take(t, s, checks(slow)...); !res.Allowed {
+			t.Fatalf("batch %d: first take under %v: %+v", batch, slow, res)
+		}
+		take(t, s, checks(fast)...) // the rest of the new burst
+		res := take(t, s, checks(fast)...)
+		if res.Allowed || res.Decisions[0].RetryAfter > 100*time.Millisecond {
+			t.Fatalf("batch %d: a key spent under %v, read under %v: %+v, want a rejection with retry at most 100ms", batch, slow, fast, res.Decisions[0])
+		}
+		time.Sleep(res.Decisions[0].RetryAfter + time.Millisecond)
+		if res := take(t, s, checks(fast)...); !res.Allowed {
+			t.Fatalf("batch %d: not admitted after waiting the retry: %+v", batch, res.Decisions[0])
+		}
+	}
+	for _, a := range algo.Algorithms {
+		key := p + "{change}:" + a.String()
+		from := algo.Limit{Limit: 1000, Period: algo.MaxPeriod, Algorithm: a}
+		to := algo.Limit{Limit: 5, Period: time.Second, Algorithm: a}
+		take(t, s, store.Check{Key: key, Limit: from, Cost: 1000})
+		res := take(t, s, store.Check{Key: key, Limit: to, Cost: 1})
+		if !res.Allowed && res.Decisions[0].RetryAfter > 2*time.Second {
+			t.Errorf("%v: a key spent under %v, read under %v: retry %v", a, from, to, res.Decisions[0].RetryAfter)
+		}
+		if d := res.Decisions[0]; d.Remaining > to.Capacity() {
+			t.Errorf("%v: remaining %d over the new capacity %d", a, d.Remaining, to.Capacity())
 		}
 	}
 }

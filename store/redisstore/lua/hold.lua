@@ -8,10 +8,14 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local key = KEYS[1]
 local em, burst, d = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local tat = tonumber(redis.call('GET', key)) or 0
+local v = redis.call('GET', key)
+local tat = tonumber(v)
+if v and not tat then tat = tonumber(string.sub(v, 1, -2)) end
+tat = tat or 0
 local want = now + d + em * (burst - 1)
 if want > tat then
   tat = want
-  redis.call('SET', key, string.format('%d', tat), 'PX', math.max(1, idiv(tat - now + 999, 1000)))
+  -- The trailing 'h' marks a hold: gcra.lua keeps it unclamped.
+  redis.call('SET', key, string.format('%dh', tat), 'PX', math.max(1, idiv(tat - now + 999, 1000)))
 end
 return {now, tat}

@@ -8,7 +8,9 @@
 --
 -- Fragment contract (locals the driver declares):
 --   eval   reads key, now, p1, p2, p3, cost; sets ok, rem, retry, reset (µs) and
---          s1, s2, s3 (the state to write). Reads only.
+--          s1, s2, s3 (the state to write). Reads only, but for gcra's
+--          write-back of a TAT it clamped to the limit in force, which
+--          means the same state under that limit (idempotent).
 --   write  reads key, now, p1, p2, cost, s1..s3, reset; stores the state of
 --          an admitted take; sets info1, info2 (what refund needs).
 --   refund reads key, now, p1, p2, cost, info1, info2; gives back a take

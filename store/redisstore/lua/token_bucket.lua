@@ -6,6 +6,8 @@
 local function tb_refill(key, now, em, burst)
   local v = redis.call('HMGET', key, 't', 'l')
   local tokens, last = tonumber(v[1]) or 0, tonumber(v[2]) or 0
+  -- Tokens written under a larger burst are read as at most this burst.
+  tokens = math.min(tokens, burst)
   if now > last then
     local n = idiv(now - last, em)
     tokens, last = tokens + n, last + n * em

@@ -1,0 +1,245 @@
+package server
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fairgate/fairgate/breaker"
+	"github.com/fairgate/fairgate/fairq"
+	"github.com/fairgate/fairgate/quota"
+	"github.com/fairgate/fairgate/store"
+	"github.com/fairgate/fairgate/store/memstore"
+	"github.com/fairgate/fairgate/store/redisstore"
+)
+
+// allStores is memory, standalone Redis and a real Redis Cluster, each
+// with a key prefix of its own.
+func allStores(t *testing.T) map[string]store.Store {
+	t.Helper()
+	out := stores(t)
+	cs, err := redisstore.New(redisstore.Config{URL: "redis-cluster://" + strings.Join(redisCluster.Addrs(), ","), Prefix: fmt.Sprintf("srv%d:", time.Now().UnixNano())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	out["cluster"] = cs
+	return out
+}
+
+// proxyServer is the service of service(), with the sms provider, the jobs
+// API and a dashboard and metrics handler, in proxy mode.
+func proxyServer(t *testing.T, st store.Store) *Server {
+	t.Helper()
+	q, err := quota.New(quota.Config{Store: st, Providers: map[string]quota.Provider{"sms": smsProvider}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs, _ := fairq.NewMemory(fairq.MemoryConfig{Kinds: jobKinds})
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("internal " + r.URL.Path)) })
+	s, err := New(Config{Limiter: testLimiter(t, st, time.Second), Auth: testAuth(t), Upstream: upstreamEcho(t),
+		Quotas: q, Jobs: jobs, JobKinds: jobKinds, Metrics: ok, Dashboard: ok})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestPublicListenerCannotCharge: in proxy mode nothing on the public
+// surface decides, charges or reads limits for a caller that names them:
+// /v1/take, /v1/check, the outbound and worker endpoints, /metrics,
+// /readyz and the dashboard are the upstream's paths there (so an
+// unauthenticated caller gets 401 from the proxy), and served only by the
+// internal handler.
+func TestPublicListenerCannotCharge(t *testing.T) {
+	s := proxyServer(t, memstore.New(memstore.Config{}))
+	attacks := []call{
+		{method: "POST", path: "/v1/take", body: `{"key":"rl:{t:globex}:all:1m","limit":1,"period_ms":31622400000}`},
+		{method: "POST", path: "/v1/take", body: `{"key":"ob:{p:sms}:all","limit":1,"period_ms":31622400000}`},
+		{method: "POST", path: "/v1/check", body: `{"tenant":"acme","class":"read","cost":300}`},
+		{method: "POST", path: "/v1/outbound/acquire", body: `{"provider":"sms","tenant":"acme"}`},
+		{method: "POST", path: "/v1/outbound/pause", body: `{"provider":"sms","retry_after_ms":60000}`},
+		{method: "POST", path: "/v1/jobs/report/lease"},
+		{method: "GET", path: "/metrics"},
+		{method: "GET", path: "/readyz"},
+		{method: "GET", path: "/dashboard"},
+		{method: "GET", path: "/dashboard/data"},
+	}
+	for _, a := range attacks {
+		rec := a.do(s)
+		if rec.Code != http.StatusUnauthorized || strings.Contains(rec.Body.String(), "allowed") || strings.HasPrefix(rec.Body.String(), "internal") {
+			t.Errorf("public %s %s: %d %s, want the proxy's 401 for a caller without a credential", a.method, a.path, rec.Code, rec.Body)
+		}
+	}
+	in := s.Internal()
+	for _, p := range []string{"/metrics", "/dashboard", "/readyz", "/healthz"} {
+		if rec := (call{method: "GET", path: p}).do(in); rec.Code != 200 {
+			t.Errorf("internal %s: %d %s", p, rec.Code, rec.Body)
+		}
+	}
+	// Nothing the attacker sent reached a limit: acme's read class is whole,
+	// and the sms provider and globex answer.
+	if code, m := check(t, in, `{"tenant":"acme","class":"read","cost":0}`); code != 200 || m["allowed"] != true {
+		t.Fatalf("acme after the attacks: %d %v", code, m)
+	}
+	for _, l := range decodeMap(t, call{method: "GET", path: "/v1/me/limits", headers: asTenant("key-acme")}.do(s))["layers"].([]any) {
+		if l := l.(map[string]any); l["remaining"] != l["burst"] {
+			t.Errorf("acme's layer %v was charged by the attacks", l)
+		}
+	}
+	// With a credential the path is the upstream's, not fairgate's.
+	rec := call{method: "POST", path: "/v1/take", body: `{"key":"x","limit":1,"period_ms":1000}`, headers: asTenant("key-acme")}.do(s)
+	if rec.Code != 200 || !strings.Contains(rec.Body.String(), `"path":"/v1/take"`) {
+		t.Errorf("public /v1/take with a credential: %d %s, want the upstream's answer", rec.Code, rec.Body)
+	}
+	if rec := (call{method: "POST", path: "/v1/outbound/acquire", body: `{"provider":"sms","tenant":"acme","max_wait_ms":0}`}).do(in); rec.Code != 200 {
+		t.Errorf("sms after the attacks: %d %s", rec.Code, rec.Body)
+	}
+}
+
+// TestInternalToken: with an internal token every internal endpoint but
+// the probes answers 401 without it.
+func TestInternalToken(t *testing.T) {
+	const tok = "internal-token-for-tests"
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})
+	s, err := New(Config{Limiter: testLimiter(t, memstore.New(memstore.Config{}), 0), Upstream: upstreamEcho(t), InternalToken: tok, Metrics: ok, Dashboard: ok})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := s.Internal()
+	for _, c := range []call{
+		{method: "POST", path: "/v1/take", body: `{"key":"k","limit":1,"period_ms":1000}`},
+		{method: "POST", path: "/v1/check", body: `{"tenant":"acme","class":"read"}`},
+		{method: "GET", path: "/metrics"},
+		{method: "GET", path: "/dashboard"},
+	} {
+		if rec := c.do(in); rec.Code != 401 {
+			t.Errorf("%s without the token: %d", c.path, rec.Code)
+		}
+		c.headers = map[string]string{"Authorization": "Bearer " + tok}
+		if rec := c.do(in); rec.Code != 200 {
+			t.Errorf("%s with the token: %d %s", c.path, rec.Code, rec.Body)
+		}
+	}
+	for _, p := range []string{"/healthz", "/readyz"} {
+		if rec := (call{method: "GET", path: p}).do(in); rec.Code != 200 {
+			t.Errorf("probe %s without the token: %d", p, rec.Code)
+		}
+	}
+	if _, err := New(Config{Limiter: testLimiter(t, memstore.New(memstore.Config{}), 0), InternalToken: "short"}); err == nil {
+		t.Error("a 5-character internal token was accepted")
+	}
+}
+
+// TestTakeKeysOwnNamespace: no /v1/take key, whatever it spells, names a
+// tenant, class, anonymous, outbound, queue, Envoy or control key: after
+// each is taken to its limit of 1 per 366 days, tenants, the provider and
+// a take of a plain key still pass, on memory, Redis and Redis Cluster.
+func TestTakeKeysOwnNamespace(t *testing.T) {
+	keys := []string{
+		"rl:{t:globex}:all:1m", "rl:{t:globex}:c:read:1m", "rl:{ip:198.51.100.7}:a:login:1m",
+		"ob:{p:sms}:all", "ob:{p:sms}:t:acme", "fg:probe", "fg:rl:{t:globex}:all:1m",
+		"tk:{plain}", "plain", "rls:{t:globex}:x", "q:{report}", "fg:ctl:overrides",
+	}
+	for name, st := range allStores(t) {
+		t.Run(name, func(t *testing.T) {
+			s := proxyServer(t, st)
+			in := s.Internal()
+			for _, k := range keys {
+				body := fmt.Sprintf(`{"key":%q,"limit":1,"period_ms":31622400000}`, k)
+				rec := call{method: "POST", path: "/v1/take", body: body}.do(in)
+				rec = call{method: "POST", path: "/v1/take", body: body}.do(in)
+				if m := decodeMap(t, rec); m["allowed"] != false {
+					t.Fatalf("second take of %q: %d %v, want a rejection (its own key)", k, rec.Code, m)
+				}
+			}
+			for _, tenant := range []string{"globex", "acme"} {
+				if code, m := check(t, in, fmt.Sprintf(`{"tenant":%q,"class":"read"}`, tenant)); m["allowed"] != true {
+					t.Errorf("%s after the takes: %d %v", tenant, code, m)
+				}
+			}
+			if code, m := check(t, in, `{"route":"POST /v1/login","ip":"198.51.100.7"}`); m["allowed"] != true {
+				t.Errorf("anonymous login after the takes: %d %v", code, m)
+			}
+			if rec := (call{method: "POST", path: "/v1/outbound/acquire", body: `{"provider":"sms","tenant":"acme","max_wait_ms":0}`}).do(in); rec.Code != 200 {
+				t.Errorf("sms after the takes: %d %s", rec.Code, rec.Body)
+			}
+		})
+	}
+}
+
+// TestClientBodyFaultIsTheClients: requests with a malformed chunked body
+// get 400 and never open the upstream's breaker for other tenants.
+func TestClientBodyFaultIsTheClients(t *testing.T) {
+	var hits int
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits++
+		if _, err := io.ReadAll(r.Body); err != nil {
+			return
+		}
+		w.Write([]byte("ok"))
+	}))
+	defer up.Close()
+	u, _ := url.Parse(up.URL)
+	b, err := breaker.New(map[string]breaker.Settings{UpstreamDependency: {ConsecutiveFailures: 3, Cooldown: time.Minute}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Config{Limiter: testLimiter(t, memstore.New(memstore.Config{}), time.Second), Auth: testAuth(t), Upstream: u, Breakers: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(s)
+	defer ts.Close()
+	for i := range 4 { // the route allows 5 per address
+		code := rawChunked(t, ts.Listener.Addr().String(), "POST /v1/login HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Type: application/json\r\n\r\nzz\r\n{}\r\n0\r\n\r\n")
+		if code != 400 {
+			t.Fatalf("malformed chunk %d: status %d, want 400", i, code)
+		}
+	}
+	if st := b.States()[UpstreamDependency]; st != "closed" {
+		t.Fatalf("breaker %s after clients' malformed bodies, want closed", st)
+	}
+	resp, err := http.Get(ts.URL + "/v1/users/1?x=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	req, _ := http.NewRequest("GET", ts.URL+"/v1/users/1", nil)
+	req.Header.Set("X-API-Key", "key-acme")
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("another tenant after the malformed bodies: %d, want 200", resp.StatusCode)
+	}
+}
+
+// rawChunked sends raw on a new connection and returns the status code.
+func rawChunked(t *testing.T, addr, raw string) int {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := conn.Write([]byte(raw)); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("reading the response: %v", err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
