@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"maps"
 	"slices"
 	"strings"
@@ -105,8 +106,10 @@ const (
 	// Retention is how long a finished job (done or failed) can still be
 	// read with Get.
 	Retention = 24 * time.Hour
-	// MaxPayload is the largest payload Enqueue takes.
-	MaxPayload = 1 << 20
+	// MaxPayload is the largest payload Enqueue takes: 64 KiB. A job
+	// carries what a worker needs to find its input, not the input itself;
+	// with the refuse depth it bounds what a kind's queue can hold.
+	MaxPayload = 64 << 10
 	// FullRetryAfter is how long a refused Enqueue is told to wait.
 	FullRetryAfter = 30 * time.Second
 )
@@ -130,11 +133,36 @@ var (
 type FullError struct {
 	Kind         string
 	Depth, Limit int64
-	RetryAfter   time.Duration
+	// Tenant, when not empty, says that the tenant's own share of the
+	// kind is full (Depth and Limit are then the tenant's), not the kind.
+	Tenant     string
+	RetryAfter time.Duration
 }
 
 func (e *FullError) Error() string {
+	if e.Tenant != "" {
+		return fmt.Sprintf("fairq: this tenant holds %d unfinished %q jobs, at its share of %d: try again in %v", e.Depth, e.Kind, e.Limit, e.RetryAfter)
+	}
 	return fmt.Sprintf("fairq: kind %q holds %d unfinished jobs, at its limit of %d: try again in %v", e.Kind, e.Depth, e.Limit, e.RetryAfter)
+}
+
+// Sharer gives each tenant's share of a kind's refuse depth, in (0, 1]: the
+// most of the kind's unfinished jobs one tenant may hold, so that one
+// tenant can never fill a queue the others need. Nil means 1 (no share
+// but the kind's).
+type Sharer func(tenant string) float64
+
+// TenantLimit is how many unfinished jobs of k tenant may hold: its share
+// of k.Refuse, rounded up, at least 1; zero when k has no refuse depth.
+func (s Sharer) TenantLimit(tenant string, k Kind) int64 {
+	if k.Refuse <= 0 {
+		return 0
+	}
+	share := 1.0
+	if s != nil {
+		share = min(1, max(s(tenant), 0))
+	}
+	return max(1, int64(math.Ceil(float64(k.Refuse)*share)))
 }
 
 // Kinds are the configured kinds by name.

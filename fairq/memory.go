@@ -14,6 +14,9 @@ type MemoryConfig struct {
 	Kinds Kinds
 	// Weight gives each tenant's dispatch weight. Nil means 1.
 	Weight Weigher
+	// Share gives each tenant's share of a kind's refuse depth. Nil means
+	// 1.
+	Share Sharer
 	// Now is the clock. Nil means time.Now.
 	Now func() time.Time
 	// MaxFinished bounds the finished jobs kept for Get (the oldest go
@@ -28,6 +31,7 @@ type Memory struct {
 	mu      sync.Mutex
 	kinds   Kinds
 	weight  Weigher
+	share   Sharer
 	now     func() time.Time
 	maxDone int
 	q       map[string]*memKind
@@ -62,7 +66,7 @@ func NewMemory(c MemoryConfig) (*Memory, error) {
 	if err := c.Kinds.Check(); err != nil {
 		return nil, err
 	}
-	m := &Memory{kinds: c.Kinds, weight: c.Weight, now: c.Now, maxDone: c.MaxFinished, q: map[string]*memKind{}, jobs: map[string]*memJob{}}
+	m := &Memory{kinds: c.Kinds, weight: c.Weight, share: c.Share, now: c.Now, maxDone: c.MaxFinished, q: map[string]*memKind{}, jobs: map[string]*memJob{}}
 	if m.now == nil {
 		m.now = time.Now
 	}
@@ -89,6 +93,9 @@ func (m *Memory) Enqueue(ctx context.Context, tenant, kind string, payload []byt
 	q := m.q[kind]
 	if k.Refuse > 0 && q.depth >= k.Refuse {
 		return Enqueued{}, &FullError{Kind: kind, Depth: q.depth, Limit: k.Refuse, RetryAfter: FullRetryAfter}
+	}
+	if lim := m.share.TenantLimit(tenant, k); lim > 0 && q.tdepth[tenant] >= lim {
+		return Enqueued{}, &FullError{Kind: kind, Depth: q.tdepth[tenant], Limit: lim, Tenant: tenant, RetryAfter: FullRetryAfter}
 	}
 	now := m.now()
 	j := &memJob{id: NewID(now), kind: kind, tenant: tenant, payload: append([]byte(nil), payload...), status: StatusQueued, created: now, updated: now}

@@ -15,21 +15,26 @@ import (
 // call. A tenant hammering a limited key then costs the store one call per
 // retry interval instead of one per request, and cannot slow the others.
 //
-// It is bounded: nearShards × nearPerShard entries, the expired ones going
-// first when a shard is full, then any. A policy change clears it.
+// It is bounded: nearShards × nearPerShard entries and nearShards ×
+// nearShardBytes bytes (nearEntryBytes plus the key per entry), the expired
+// ones going first when a shard is full, then any. A policy change clears
+// it.
 type nearCache struct {
 	seed   maphash.Seed
 	shards [nearShards]nearShard
 }
 
 const (
-	nearShards   = 16
-	nearPerShard = 4096
+	nearShards     = 16
+	nearPerShard   = 4096
+	nearShardBytes = 1 << 20 // 16 MiB in all
+	nearEntryBytes = 256     // an entry without its key, map overhead included
 )
 
 type nearShard struct {
-	mu sync.Mutex
-	m  map[string]nearEntry
+	mu    sync.Mutex
+	m     map[string]nearEntry
+	bytes int
 }
 
 // nearEntry is a rejection: until when the key admits nothing of cost or
@@ -64,7 +69,7 @@ func (c *nearCache) lookup(layers []Layer, cost int64, now time.Time) (LayerDeci
 		sh.mu.Lock()
 		e, ok := sh.m[ly.Key]
 		if ok && !now.Before(e.until) {
-			delete(sh.m, ly.Key)
+			sh.drop(ly.Key)
 			ok = false
 		}
 		sh.mu.Unlock()
@@ -86,26 +91,60 @@ func (c *nearCache) put(ld LayerDecision, cost int64, now time.Time) {
 	if ld.RetryAfter <= 0 || ld.Shadow {
 		return
 	}
+	size := nearEntryBytes + len(ld.Key)
+	if size > nearShardBytes/16 {
+		return // a key this long is never worth a sixteenth of the shard
+	}
 	sh := c.shard(ld.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if _, ok := sh.m[ld.Key]; !ok && len(sh.m) >= nearPerShard {
-		n := 0
-		for k, e := range sh.m {
-			if !now.Before(e.until) || n >= 64 {
-				delete(sh.m, k)
-				break
-			}
-			n++
+	if _, ok := sh.m[ld.Key]; !ok {
+		for len(sh.m) > 0 && (len(sh.m) >= nearPerShard || sh.bytes+size > nearShardBytes) {
+			sh.evict(now)
 		}
-		if len(sh.m) >= nearPerShard {
-			for k := range sh.m { // any one: map order is random
-				delete(sh.m, k)
-				break
-			}
-		}
+		sh.bytes += size
 	}
 	sh.m[ld.Key] = nearEntry{until: now.Add(ld.RetryAfter), cost: cost, limit: ld.Limit, layer: ld}
+}
+
+// evict removes an expired entry among the first 64 the map yields, else
+// any one (map order is random). The caller holds sh.mu.
+func (sh *nearShard) evict(now time.Time) {
+	n := 0
+	var victim string
+	for k, e := range sh.m {
+		if n == 0 {
+			victim = k
+		}
+		if !now.Before(e.until) {
+			victim = k
+			break
+		}
+		if n++; n >= 64 {
+			break
+		}
+	}
+	sh.drop(victim)
+}
+
+// drop removes key. The caller holds sh.mu.
+func (sh *nearShard) drop(key string) {
+	if _, ok := sh.m[key]; ok {
+		delete(sh.m, key)
+		sh.bytes -= nearEntryBytes + len(key)
+	}
+}
+
+// bytes is what the cache holds, as its bound counts.
+func (c *nearCache) bytes() int {
+	n := 0
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.mu.Lock()
+		n += sh.bytes
+		sh.mu.Unlock()
+	}
+	return n
 }
 
 // clear forgets everything, as a policy change asks.
@@ -114,6 +153,7 @@ func (c *nearCache) clear() {
 		sh := &c.shards[i]
 		sh.mu.Lock()
 		clear(sh.m)
+		sh.bytes = 0
 		sh.mu.Unlock()
 	}
 }

@@ -1,11 +1,17 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -59,4 +65,58 @@ func TestProxyModeListeners(t *testing.T) {
 	slow(sv.addr, "/v1/users/1", "demo-acme-key")
 	slow(sv.addr, "/v1/take", "")
 	sv.stop()
+}
+
+// TestConfigSizeAndRefusedReloads: a config file over 4 MiB is refused by
+// name before it is parsed (today a 50 MB file took 42 s and 4.7 GB), both
+// by check-config and by a reload, and every refused reload is counted in
+// fairgate_config_reloads_total{result="refused"} (today it never counted).
+func TestConfigSizeAndRefusedReloads(t *testing.T) {
+	example, path := exampleCopy(t)
+	big := filepath.Join(t.TempDir(), "big.yaml")
+	os.WriteFile(big, append(append([]byte{}, example...), bytes.Repeat([]byte("# padding\n"), 450_000)...), 0o600)
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"check-config", big}, &out, &errb); code != 1 || !strings.Contains(errb.String(), "over 4194304 bytes") {
+		t.Fatalf("check-config of a 4.5 MB file: %d %q", code, errb.String())
+	}
+	sv := startServe(t, "--listen", "127.0.0.1:0", "--config", path, "--config-poll", "1h")
+	refused := func() string {
+		resp, err := http.Get("http://" + sv.addr + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, `fairgate_config_reloads_total{result="refused"}`) {
+				return strings.Fields(l)[1]
+			}
+		}
+		return "0"
+	}
+	for i, content := range [][]byte{[]byte("plans: {free: [{limit: -1}]}\n"), mustRead(t, big)} {
+		os.WriteFile(path, content, 0o600)
+		syscall.Kill(os.Getpid(), syscall.SIGHUP)
+		want := fmt.Sprint(i + 1)
+		deadline := time.Now().Add(5 * time.Second)
+		for refused() != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("refused reloads %s, want %s:\n%s", refused(), want, sv.logs.String())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if !strings.Contains(sv.logs.String(), "over 4194304 bytes") {
+		t.Errorf("the oversized reload's log line does not say why:\n%s", sv.logs.String())
+	}
+	sv.stop()
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

@@ -25,6 +25,9 @@ type Config struct {
 	Kinds fairq.Kinds
 	// Weight gives each tenant's dispatch weight. Nil means 1.
 	Weight fairq.Weigher
+	// Share gives each tenant's share of a kind's refuse depth. Nil means
+	// 1.
+	Share fairq.Sharer
 }
 
 // Queue is a fairq.Queue on Redis. It is safe for concurrent use.
@@ -33,6 +36,7 @@ type Queue struct {
 	prefix string
 	kinds  fairq.Kinds
 	weight fairq.Weigher
+	share  fairq.Sharer
 }
 
 var (
@@ -58,7 +62,7 @@ func New(c Config) (*Queue, error) {
 	if err := c.Kinds.Check(); err != nil {
 		return nil, err
 	}
-	q := &Queue{c: c.Client, prefix: c.Prefix, kinds: c.Kinds, weight: c.Weight}
+	q := &Queue{c: c.Client, prefix: c.Prefix, kinds: c.Kinds, weight: c.Weight, share: c.Share}
 	if q.prefix == "" {
 		q.prefix = "fg:"
 	}
@@ -83,7 +87,8 @@ func (q *Queue) Enqueue(ctx context.Context, tenant, kind string, payload []byte
 	}
 	b, tg, id := q.base(kind), tag(tenant), fairq.NewID(time.Now())
 	keys := []string{b + "s:" + tg, b + "j:" + id, b + "ring", b + "depth", b + "tdepth", b + "weight", b + "seq"}
-	args := []string{id, tenant, tg, string(payload), strconv.Itoa(q.weight.Weight(tenant)), strconv.FormatInt(k.Refuse, 10)}
+	tlim := q.share.TenantLimit(tenant, k)
+	args := []string{id, tenant, tg, string(payload), strconv.Itoa(q.weight.Weight(tenant)), strconv.FormatInt(k.Refuse, 10), strconv.FormatInt(tlim, 10)}
 	r, err := enqueueScript.Exec(ctx, q.c, keys, args).AsIntSlice()
 	if err != nil {
 		return fairq.Enqueued{}, fmt.Errorf("redisq: enqueue %s job: %w", kind, err)
@@ -91,8 +96,11 @@ func (q *Queue) Enqueue(ctx context.Context, tenant, kind string, payload []byte
 	if len(r) != 2 {
 		return fairq.Enqueued{}, fmt.Errorf("redisq: enqueue %s job: unexpected reply %v", kind, r)
 	}
-	if r[0] == 0 {
+	switch r[0] {
+	case 0:
 		return fairq.Enqueued{}, &fairq.FullError{Kind: kind, Depth: r[1], Limit: k.Refuse, RetryAfter: fairq.FullRetryAfter}
+	case 2:
+		return fairq.Enqueued{}, &fairq.FullError{Kind: kind, Depth: r[1], Limit: tlim, Tenant: tenant, RetryAfter: fairq.FullRetryAfter}
 	}
 	return fairq.Enqueued{ID: id, Depth: r[1], Warn: k.Warn > 0 && r[1] >= k.Warn}, nil
 }

@@ -58,6 +58,12 @@ func BadRequest(w http.ResponseWriter, detail string) {
 // RetryAfterSeconds formats d as a Retry-After value: whole seconds,
 // rounded up, at least 1.
 func RetryAfterSeconds(d time.Duration) string {
-	s := (d + time.Second - 1) / time.Second
-	return strconv.FormatInt(max(1, int64(s)), 10)
+	return strconv.FormatInt(RetrySeconds(d), 10)
+}
+
+// RetrySeconds is d in whole seconds, rounded up, at least 1: the number a
+// problem body's retry_after_seconds carries, always equal to the
+// Retry-After header beside it.
+func RetrySeconds(d time.Duration) int64 {
+	return max(1, int64((d+time.Second-1)/time.Second))
 }

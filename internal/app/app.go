@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/signal"
 	"reflect"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -48,7 +49,7 @@ import (
 )
 
 // OpenStore opens the store a URL names: memory:// (optionally
-// ?max_keys=N&shards=N) or a redisstore URL.
+// ?max_keys=N&max_bytes=N&shards=N) or a redisstore URL.
 func OpenStore(raw string) (store.Store, error) {
 	if rest, ok := strings.CutPrefix(raw, "memory://"); ok {
 		var c memstore.Config
@@ -58,20 +59,24 @@ func OpenStore(raw string) (store.Store, error) {
 				return nil, fmt.Errorf("store %q: %w", raw, err)
 			}
 			for k, v := range q {
-				var dst *int
-				switch k {
-				case "max_keys":
-					dst = &c.MaxKeys
-				case "shards":
-					dst = &c.Shards
-				default:
-					return nil, fmt.Errorf("store %q: unknown option %q: want max_keys or shards", raw, k)
+				if k != "max_keys" && k != "max_bytes" && k != "shards" {
+					return nil, fmt.Errorf("store %q: unknown option %q: want max_keys, max_bytes or shards", raw, k)
 				}
 				n, err := strconv.Atoi(v[0])
 				if err != nil || n < 1 {
 					return nil, fmt.Errorf("store %q: %s=%q is not a positive integer", raw, k, v[0])
 				}
-				*dst = n
+				switch k {
+				case "max_keys":
+					c.MaxKeys = n
+				case "max_bytes":
+					if n < 1<<20 {
+						return nil, fmt.Errorf("store %q: max_bytes=%d is under 1 MiB (1048576)", raw, n)
+					}
+					c.MaxBytes = int64(n)
+				case "shards":
+					c.Shards = n
+				}
 			}
 		}
 		return memstore.New(c), nil
@@ -100,11 +105,21 @@ func backpressure(cfg *config.Config, c ServeConfig, st store.Store, lim *limite
 		}
 		return 1
 	}
+	// A tenant may hold at most TenantQueueShare of a kind's refuse depth
+	// scaled by its weight against the heaviest plan's, so that no one
+	// tenant fills a queue the others need.
+	share := func(tenant string) float64 {
+		heaviest := 1
+		for _, w := range *weights.Load() {
+			heaviest = max(heaviest, w)
+		}
+		return TenantQueueShare * float64(weigh(tenant)) / float64(heaviest)
+	}
 	var q fairq.Queue
 	if rs, ok := st.(*redisstore.Store); ok {
-		q, err = redisq.New(redisq.Config{Client: rs.Client(), Kinds: cfg.Queues, Weight: weigh})
+		q, err = redisq.New(redisq.Config{Client: rs.Client(), Kinds: cfg.Queues, Weight: weigh, Share: share})
 	} else {
-		q, err = fairq.NewMemory(fairq.MemoryConfig{Kinds: cfg.Queues, Weight: weigh})
+		q, err = fairq.NewMemory(fairq.MemoryConfig{Kinds: cfg.Queues, Weight: weigh, Share: share})
 	}
 	if err != nil {
 		return nil, nil, nil, err
@@ -129,6 +144,11 @@ func backpressure(cfg *config.Config, c ServeConfig, st store.Store, lim *limite
 	return breakers, q, weights, nil
 }
 
+// TenantQueueShare is the share of a job kind's refuse depth a tenant on
+// the heaviest plan may hold; a tenant of weight w holds at most
+// TenantQueueShare × w / (the heaviest weight) of it.
+const TenantQueueShare = 0.5
+
 // limitedHook is the limiter's Limited hook for the dashboard, or nil.
 func limitedHook(b *dash.Dashboard) func(string) {
 	if b == nil {
@@ -136,6 +156,10 @@ func limitedHook(b *dash.Dashboard) func(string) {
 	}
 	return b.Limited
 }
+
+// DefaultMemoryLimit is the Go runtime's soft memory limit `fairgate serve`
+// sets when GOMEMLIMIT is not in the environment.
+const DefaultMemoryLimit = 384 << 20
 
 // ServeConfig is what `fairgate serve` runs.
 type ServeConfig struct {
@@ -264,9 +288,9 @@ func LoadConfig(path string) (*config.Config, []byte, error) {
 		c, err := config.Parse(examples.ConfigName, examples.Config)
 		return c, examples.Config, err
 	}
-	data, err := os.ReadFile(path)
+	data, err := config.ReadFile(path)
 	if err != nil {
-		return nil, nil, fmt.Errorf("config: %w", err)
+		return nil, nil, err
 	}
 	c, err := config.Parse(path, data)
 	return c, data, err
@@ -277,6 +301,11 @@ func LoadConfig(path string) (*config.Config, []byte, error) {
 // The config is validated before anything starts: a bad file never starts
 // the server. It is reloaded when it changes on disk and on SIGHUP.
 func Serve(ctx context.Context, c ServeConfig, log *slog.Logger, ready func(addr string)) error {
+	if _, set := os.LookupEnv("GOMEMLIMIT"); !set && debug.SetMemoryLimit(-1) == math.MaxInt64 {
+		// A soft limit under the documented 512 MiB: the garbage collector
+		// works harder before the process grows past it.
+		debug.SetMemoryLimit(DefaultMemoryLimit)
+	}
 	cfg, raw, err := LoadConfig(c.Config)
 	if err != nil {
 		return err
@@ -307,7 +336,7 @@ func Serve(ctx context.Context, c ServeConfig, log *slog.Logger, ready func(addr
 		Policy:     cfg.Policy,
 		Control:    control,
 		Timeout:    timeout,
-		Fallback:   memstore.New(memstore.Config{MaxKeys: 100_000}),
+		Fallback:   memstore.New(memstore.Config{MaxKeys: 100_000, MaxBytes: 32 << 20}),
 		Instances:  cfg.Instances,
 		Logger:     log,
 		Registerer: reg,
@@ -391,13 +420,13 @@ func Serve(ctx context.Context, c ServeConfig, log *slog.Logger, ready func(addr
 				}
 			}
 			if err != nil {
-				reloads.WithLabelValues("refused").Inc()
-				return err
+				return err // counted by the watcher's Refused
 			}
 			h.SetIdentity(na, auth.ClientIP{Trusted: nc.TrustedProxies})
 			reloads.WithLabelValues("applied").Inc()
 			return nil
 		}, log)
+		w.Refused = func() { reloads.WithLabelValues("refused").Inc() }
 		reload = w.Reload
 		wg.Go(func() { w.Run(bg) })
 		hup := make(chan os.Signal, 1)

@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"net/netip"
 	"os"
@@ -92,17 +93,43 @@ func (e *Error) Error() string {
 	return b.String()
 }
 
-// Load reads and validates the file at path.
-func Load(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
+// MaxFileBytes is the largest config file fairgate reads: 4 MiB, some
+// thousand times a policy of a hundred plans and ten thousand tenants'
+// overrides in the file (run-time overrides live in the store).
+const MaxFileBytes = 4 << 20
+
+// ReadFile reads the config file at path, refusing one over MaxFileBytes
+// without reading it whole.
+func ReadFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	if len(data) > MaxFileBytes {
+		return nil, fmt.Errorf("config: %s is over %d bytes (4 MiB), the most a config file may be: keep tenants' overrides in the store (admin API) instead", path, MaxFileBytes)
+	}
+	return data, nil
+}
+
+// Load reads and validates the file at path.
+func Load(path string) (*Config, error) {
+	data, err := ReadFile(path)
+	if err != nil {
+		return nil, err
 	}
 	return Parse(path, data)
 }
 
 // Parse validates data as the config file named file.
 func Parse(file string, data []byte) (*Config, error) {
+	if len(data) > MaxFileBytes {
+		return nil, fmt.Errorf("config: %s is over %d bytes (4 MiB), the most a config file may be", file, MaxFileBytes)
+	}
 	d := &decoder{file: file, where: map[string]where{}}
 	c := &Config{File: file, Headers: "draft", Providers: map[string]quota.Provider{}, Queues: fairq.Kinds{}, QueueWeights: map[string]int{}, Dependencies: map[string]breaker.Settings{}, Instances: 1, Dashboard: true}
 	var root yaml.Node

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -123,9 +122,9 @@ func (d *decoder) rlsLimits(n *yaml.Node, path, domain string, ds []*rls.Descrip
 // its descriptors, strictly (unknown keys and every rule envoyproxy/ratelimit
 // enforces are problems, each with its line).
 func ParseRLSFile(file string) ([]rls.Domain, error) {
-	data, err := os.ReadFile(file)
+	data, err := ReadFile(file)
 	if err != nil {
-		return nil, fmt.Errorf("rls config: %w", err)
+		return nil, fmt.Errorf("rls %w", err)
 	}
 	return ParseRLS(file, data)
 }

@@ -4,7 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"log/slog"
-	"os"
+	"runtime/debug"
 	"sync"
 	"time"
 )
@@ -19,6 +19,10 @@ type Watcher struct {
 	every time.Duration
 	apply func(*Config) error
 	log   *slog.Logger
+	// Refused, if not nil, is called for every reload that changed
+	// nothing: a file that could not be read, or did not validate, or that
+	// apply refused. Set it before Run.
+	Refused func()
 
 	mu   sync.Mutex
 	last [sha256.Size]byte // of the content last applied or refused
@@ -34,6 +38,12 @@ func NewWatcher(path string, every time.Duration, current []byte, apply func(*Co
 		every = time.Second
 	}
 	return &Watcher{path: path, every: every, apply: apply, log: log, last: sha256.Sum256(current)}
+}
+
+func (w *Watcher) refused() {
+	if w.Refused != nil {
+		w.Refused()
+	}
 }
 
 // Run looks at the file every interval until ctx ends.
@@ -57,9 +67,10 @@ func (w *Watcher) Reload() error { return w.check(true) }
 func (w *Watcher) check(force bool) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	data, err := os.ReadFile(w.path)
+	data, err := ReadFile(w.path)
 	if err != nil {
 		w.log.Error("config reload failed; keeping the running config", slog.String("file", w.path), slog.String("error", err.Error()))
+		w.refused()
 		return err
 	}
 	sum := sha256.Sum256(data)
@@ -73,6 +84,11 @@ func (w *Watcher) check(force bool) error {
 	}
 	if err != nil {
 		w.log.Error("config reload refused; keeping the running config", slog.String("file", w.path), slog.String("error", err.Error()))
+		w.refused()
+		// What the refused file took to parse goes back to the system now,
+		// not at the garbage collector's leisure.
+		c, data = nil, nil
+		debug.FreeOSMemory()
 		return err
 	}
 	w.log.Info("config reloaded", slog.String("file", w.path))

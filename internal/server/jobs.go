@@ -12,6 +12,7 @@ import (
 	"github.com/fairgate/fairgate/fairq"
 	"github.com/fairgate/fairgate/httplimit"
 	"github.com/fairgate/fairgate/httplimit/problem"
+	"github.com/fairgate/fairgate/limiter"
 )
 
 // jobTenant returns the verified tenant of a jobs request, answering 401
@@ -35,10 +36,15 @@ func (s *Server) jobTenant(w http.ResponseWriter, r *http.Request) (string, bool
 func jobProblem(w http.ResponseWriter, err error) {
 	var full *fairq.FullError
 	switch {
+	case errors.As(err, &full) && full.Tenant != "":
+		// The caller's own share is full: its fault, a 429 for it alone.
+		w.Header().Set("Retry-After", problem.RetryAfterSeconds(full.RetryAfter))
+		problem.Write(w, problem.Details{Status: http.StatusTooManyRequests, Detail: err.Error(),
+			Ext: map[string]any{"code": "tenant_queue_full", "kind": full.Kind, "retry_after_seconds": problem.RetrySeconds(full.RetryAfter)}})
 	case errors.As(err, &full):
 		w.Header().Set("Retry-After", problem.RetryAfterSeconds(full.RetryAfter))
 		problem.Write(w, problem.Details{Status: http.StatusServiceUnavailable, Detail: err.Error(),
-			Ext: map[string]any{"code": "queue_full", "kind": full.Kind, "retry_after_seconds": int(full.RetryAfter / time.Second)}})
+			Ext: map[string]any{"code": "queue_full", "kind": full.Kind, "retry_after_seconds": problem.RetrySeconds(full.RetryAfter)}})
 	case errors.Is(err, fairq.ErrUnknownKind), errors.Is(err, fairq.ErrNotFound):
 		problem.Write(w, problem.Details{Status: http.StatusNotFound, Detail: err.Error()})
 	case errors.Is(err, fairq.ErrLeaseLost):
@@ -61,6 +67,18 @@ func (s *Server) handleEnqueue(w http.ResponseWriter, r *http.Request) {
 	kind := r.PathValue("kind")
 	if _, err := s.kinds.Lookup(kind); err != nil {
 		jobProblem(w, err)
+		return
+	}
+	// An enqueue is a request like any other: charged to the tenant's
+	// limits for its route (the default class when no route names it).
+	d, err := s.lim.Decide(r.Context(), limiter.Request{Tenant: tenant, Method: r.Method, Path: r.URL.Path})
+	if err != nil {
+		problem.BadRequest(w, err.Error())
+		return
+	}
+	httplimit.SetHeaders(w.Header(), s.form, d, time.Now())
+	if !d.Allowed {
+		httplimit.WriteRejection(w, s.form, d)
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, fairq.MaxPayload))

@@ -80,7 +80,7 @@ func (s *Server) newProxy(upstream *url.URL, timeout time.Duration) (http.Handle
 			if errors.As(err, &oe) {
 				w.Header().Set("Retry-After", problem.RetryAfterSeconds(oe.RetryAfter))
 				problem.Write(w, problem.Details{Status: http.StatusServiceUnavailable, Detail: "the upstream API is failing and its circuit breaker is open; retry later",
-					Ext: map[string]any{"code": "dependency_unavailable", "dependency": oe.Dependency, "retry_after_seconds": problem.RetryAfterSeconds(oe.RetryAfter)}})
+					Ext: map[string]any{"code": "dependency_unavailable", "dependency": oe.Dependency, "retry_after_seconds": problem.RetrySeconds(oe.RetryAfter)}})
 				return
 			}
 			s.log.Warn("upstream failed", slog.String("path", r.URL.Path), slog.String("error", err.Error()))

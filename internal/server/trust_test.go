@@ -243,3 +243,51 @@ func rawChunked(t *testing.T, addr, raw string) int {
 	resp.Body.Close()
 	return resp.StatusCode
 }
+
+// TestEnqueueIsChargedAndCapped: an enqueue is charged to the tenant's
+// limits like any request (newco's free plan admits a burst of 30, then
+// 429 with Retry-After and RateLimit headers; today 4,997 jobs went in in
+// 0.44 s), a payload over fairq.MaxPayload is 413, and a tenant at its
+// share of a kind's depth gets 429 tenant_queue_full while others enqueue.
+func TestEnqueueIsChargedAndCapped(t *testing.T) {
+	kinds := fairq.Kinds{"report": {Refuse: 1000}, "small": {Refuse: 4}}
+	q, err := fairq.NewMemory(fairq.MemoryConfig{Kinds: kinds, Share: func(string) float64 { return 0.5 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Config{Limiter: testLimiter(t, memstore.New(memstore.Config{}), time.Second), Auth: testAuth(t), Jobs: q, JobKinds: kinds, Upstream: upstreamEcho(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	enqueue := func(kind, key, body string) *httptest.ResponseRecorder {
+		return call{method: "POST", path: "/v1/jobs/" + kind, body: body, headers: asTenant(key)}.do(s)
+	}
+	admitted := 0
+	var last *httptest.ResponseRecorder
+	for range 40 {
+		if last = enqueue("report", "key-newco", `{}`); last.Code != 202 {
+			break
+		}
+		admitted++
+	}
+	if admitted != 30 || last.Code != 429 || last.Header().Get("Retry-After") == "" || last.Header().Get("RateLimit-Limit") == "" {
+		t.Fatalf("newco enqueued %d, then %d %v %s; want 30 (its burst), then 429 with Retry-After and RateLimit headers", admitted, last.Code, last.Header(), last.Body)
+	}
+	if rec := enqueue("report", "key-acme", `{"pad":"`+strings.Repeat("x", fairq.MaxPayload)+`"}`); rec.Code != 413 {
+		t.Errorf("payload over %d bytes: %d %s, want 413", fairq.MaxPayload, rec.Code, rec.Body)
+	}
+	for i := range 3 {
+		rec := enqueue("small", "key-acme", `{}`)
+		switch {
+		case i < 2 && rec.Code != 202:
+			t.Fatalf("acme's small job %d: %d %s", i, rec.Code, rec.Body)
+		case i == 2 && (rec.Code != 429 || decodeMap(t, rec)["code"] != "tenant_queue_full"):
+			t.Fatalf("acme's third small job (share 2 of 4): %d %s, want 429 tenant_queue_full", rec.Code, rec.Body)
+		}
+	}
+	if rec := enqueue("small", "key-newco", `{}`); rec.Code != 202 && rec.Code != 429 {
+		t.Fatalf("another tenant beside acme's full share: %d %s", rec.Code, rec.Body)
+	} else if rec.Code == 429 && decodeMap(t, rec)["code"] == "tenant_queue_full" {
+		t.Fatalf("newco refused for acme's share: %s", rec.Body)
+	}
+}

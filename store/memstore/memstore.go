@@ -1,6 +1,7 @@
 package memstore
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"hash/maphash"
@@ -19,6 +20,10 @@ type Config struct {
 	// MaxKeys bounds the keys held. Zero means 1,000,000 (about 152 MB for
 	// the counter algorithms with short keys; see the package doc).
 	MaxKeys int
+	// MaxBytes bounds the bytes held, counted per key as EntryBytes plus
+	// the key's length plus 8 per sliding log entry: whichever of MaxKeys
+	// and MaxBytes is reached first evicts. Zero means DefaultMaxBytes.
+	MaxBytes int64
 	// IdleAfter is how long a key whose state has expired (it is full
 	// again) is kept before traffic reaps it. Keeping it saves re-inserting
 	// keys that are used often but stay under their limit; under memory
@@ -29,11 +34,20 @@ type Config struct {
 	Now func() time.Time
 }
 
+// DefaultMaxBytes is the byte bound of a store whose Config.MaxBytes is
+// zero: 128 MiB.
+const DefaultMaxBytes = 128 << 20
+
+// EntryBytes is what one key costs beyond its own bytes and its sliding
+// log: the entry, its index cell and the allocator's rounding, measured.
+const EntryBytes = 160
+
 // Store is the in-memory store. It is safe for concurrent use.
 type Store struct {
 	shards   []shard
 	mask     uint64
 	perShard int
+	maxBytes int64 // per shard
 	seed     maphash.Seed
 	idle     int64            // µs
 	now      func() time.Time // nil: the monotonic clock since base
@@ -65,7 +79,8 @@ type shard struct {
 	high  uint32             // entries ever allocated, root included
 	free  uint32             // head of the free list (through next), 0: empty
 	memo  [memoSize]algo.Compiled
-	_     [104]byte // a whole number of cache line pairs: no false sharing (TestShardSize)
+	bytes int64    // bytes held, as charge counts them
+	_     [96]byte // a whole number of cache line pairs: no false sharing (TestShardSize)
 }
 
 // memoSize is how many compiled limits a shard remembers. The limits of a
@@ -108,6 +123,7 @@ func New(c Config) *Store {
 		shards:   make([]shard, n),
 		mask:     uint64(n - 1),
 		perShard: max(1, (maxKeys+n-1)/n),
+		maxBytes: max(1, (cmp.Or(c.MaxBytes, DefaultMaxBytes)+int64(n)-1)/int64(n)),
 		seed:     maphash.MakeSeed(),
 		now:      c.Now,
 	}
@@ -124,6 +140,18 @@ func New(c Config) *Store {
 		sh.init()
 	}
 	return s
+}
+
+// Bytes returns the bytes the store holds, as Config.MaxBytes counts them.
+func (s *Store) Bytes() int64 {
+	var n int64
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += sh.bytes
+		sh.mu.Unlock()
+	}
+	return n
 }
 
 // batchInline is the batch size decided without allocating.
@@ -233,6 +261,7 @@ func (s *Store) take(ctx context.Context, fixed bool, us int64, checks []store.C
 			e := sh.at(ents[i])
 			e.st, e.exp = sts[i], us+outs[i].ResetUs
 			sh.touch(ents[i], us)
+			sh.charge(ents[i], s.maxBytes, us)
 		case !allowed && outs[i].Allowed && c.Cost > 0:
 			// Uncharged because another check rejected: report a peek.
 			var st algo.State
@@ -336,6 +365,12 @@ func (s *Store) takeOne(ctx context.Context, fixed bool, us int64, checks []stor
 			sh.at(ei).st = fresh
 		}
 		sh.at(ei).exp = us + o.ResetUs
+		if c.Limit.Algorithm == algo.SlidingLog || sh.at(ei).size == 0 {
+			e := sh.at(ei)
+			e.pinned = true
+			sh.charge(ei, s.maxBytes, us)
+			e.pinned = false
+		}
 	}
 	if ei != 0 {
 		sh.touch(ei, us)
@@ -389,6 +424,9 @@ func (s *Store) Hold(ctx context.Context, key string, lim algo.Limit, d time.Dur
 	e := sh.at(ei)
 	e.st, e.exp = next, us+reset
 	sh.touch(ei, us)
+	e.pinned = true
+	sh.charge(ei, s.maxBytes, us)
+	e.pinned = false
 	return nil
 }
 

@@ -27,11 +27,29 @@ type entry struct {
 	moved      int64  // µs: when touch last moved it to the front
 	prev, next uint32 // LRU ring: root.next is the most recent, root.prev the least
 	tag        uint32
+	size       uint32 // bytes charged to the shard (charge)
 	alg        algo.Algorithm
 	pinned     bool // part of the batch being decided: not to be evicted
 }
 
+// charge counts entry i's bytes (EntryBytes, its key, 8 per sliding log
+// entry) in the shard's total and, while the total is over limit, evicts
+// other entries as evictOne chooses. The caller holds sh.mu and has pinned
+// i (or i is part of a pinned batch).
+func (sh *shard) charge(i uint32, limit, now int64) {
+	e := sh.at(i)
+	size := uint32(EntryBytes + len(e.key) + 8*cap(e.st.Log))
+	sh.bytes += int64(size) - int64(e.size)
+	e.size = size
+	for sh.bytes > limit && sh.n > 1 {
+		if !sh.evictOne(now) {
+			return
+		}
+	}
+}
+
 func (sh *shard) init() {
+	sh.bytes = 0
 	sh.slots = make([]slot, minSlots)
 	sh.pages = []*[pageSize]entry{new([pageSize]entry)}
 	sh.high, sh.free, sh.n = 1, 0, 0 // entry 0 is the root
@@ -113,10 +131,11 @@ func (sh *shard) resize(n int) {
 const evictScan = 8
 
 // evictOne removes an expired entry near the LRU end, else the least
-// recently used entry that is not pinned. With every candidate pinned (a
-// batch larger than the shard's share of MaxKeys) it removes nothing and the
-// shard holds one more key until the next insert.
-func (sh *shard) evictOne(now int64) {
+// recently used entry that is not pinned, and reports whether it removed
+// one. With every candidate pinned (a batch larger than the shard's share
+// of MaxKeys) it removes nothing and the shard holds one more key until
+// the next insert.
+func (sh *shard) evictOne(now int64) bool {
 	var victim uint32
 	e := sh.at(0)
 	for i, seen := e.prev, 0; i != 0; i = e.prev {
@@ -138,6 +157,7 @@ func (sh *shard) evictOne(now int64) {
 	if victim != 0 {
 		sh.remove(victim)
 	}
+	return victim != 0
 }
 
 // reap removes up to n unpinned entries from the LRU end that expired
@@ -177,6 +197,7 @@ func (sh *shard) remove(i uint32) {
 		}
 	}
 	sh.slots[hole] = slot{}
+	sh.bytes -= int64(e.size)
 	sh.at(e.prev).next, sh.at(e.next).prev = e.next, e.prev
 	*e = entry{next: sh.free}
 	sh.free = i

@@ -2,12 +2,19 @@
 -- KEYS[1] the tenant's stream   KEYS[2] the job's hash   KEYS[3] ring (zset)
 -- KEYS[4] depth (string)        KEYS[5] tdepth (hash)    KEYS[6] weight (hash)
 -- KEYS[7] seq (string)
--- ARGV: id, tenant, tenant tag, payload, weight, refuse (0: none)
--- Reply: {1, depth after} added, or {0, depth} refused (over the threshold).
+-- ARGV: id, tenant, tenant tag, payload, weight, refuse (0: none), the
+--       tenant's share of refuse (0: none)
+-- Reply: {1, depth after} added, {0, depth} refused (the kind over its
+-- threshold) or {2, tenant depth} refused (the tenant at its share).
 -- Every key shares the kind's hash tag.
 local depth = tonumber(redis.call('GET', KEYS[4]) or '0')
 local refuse = tonumber(ARGV[6])
 if refuse > 0 and depth >= refuse then return {0, depth} end
+local tlim = tonumber(ARGV[7])
+if tlim > 0 then
+  local td = tonumber(redis.call('HGET', KEYS[5], ARGV[3]) or '0')
+  if td >= tlim then return {2, td} end
+end
 if redis.call('EXISTS', KEYS[1]) == 0 then
   redis.call('XGROUP', 'CREATE', KEYS[1], 'w', '0', 'MKSTREAM')
 end
