@@ -362,17 +362,32 @@ func (l *Limiter) PutOverride(ctx context.Context, id string, t Tenant) error {
 		return err
 	}
 	if err := l.control.PutTenant(ctx, id, t); err != nil {
-		return err
+		return fmt.Errorf("%w: %w", ErrControlUnavailable, err)
 	}
-	return l.Refresh(ctx)
+	l.refreshAfterWrite(ctx)
+	return nil
+}
+
+// ErrControlUnavailable means a run-time write did not reach the control
+// store within its deadline: it was not applied (see package redisctl).
+var ErrControlUnavailable = errors.New("limiter: the control store did not take the write, which was not applied")
+
+// refreshAfterWrite loads the overlay after a write that the control
+// store took. Failing that, the write stands and the poll (Run) brings it
+// in; it is logged, not returned, since the write itself succeeded.
+func (l *Limiter) refreshAfterWrite(ctx context.Context) {
+	if err := l.Refresh(ctx); err != nil {
+		l.log.Warn("run-time policy written but not yet loaded here; the next poll loads it", slog.String("error", err.Error()))
+	}
 }
 
 // DeleteOverride removes tenant id's run-time entry.
 func (l *Limiter) DeleteOverride(ctx context.Context, id string) error {
 	if err := l.control.DeleteTenant(ctx, id); err != nil {
-		return err
+		return fmt.Errorf("%w: %w", ErrControlUnavailable, err)
 	}
-	return l.Refresh(ctx)
+	l.refreshAfterWrite(ctx)
+	return nil
 }
 
 // PutPlan writes a plan to the control store, replacing the file's plan of
@@ -382,9 +397,10 @@ func (l *Limiter) PutPlan(ctx context.Context, p Plan) error {
 		return err
 	}
 	if err := l.control.PutPlan(ctx, p); err != nil {
-		return err
+		return fmt.Errorf("%w: %w", ErrControlUnavailable, err)
 	}
-	return l.Refresh(ctx)
+	l.refreshAfterWrite(ctx)
+	return nil
 }
 
 // check compiles the policy in force with edit applied to a copy of the

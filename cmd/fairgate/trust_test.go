@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -14,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fairgate/fairgate/internal/redistest"
 )
 
 // TestProxyModeListeners: with --upstream the public listener proxies
@@ -119,4 +122,81 @@ func mustRead(t *testing.T, path string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestServeWithRedisDown: `fairgate serve` with its Redis down at start
+// comes up (today it exited), decides by each policy's fail mode (the
+// fallback for fail-open classes, 503 for fail-closed ones), reports the
+// store down in /readyz, and uses Redis once it is back.
+func TestServeWithRedisDown(t *testing.T) {
+	srv, err := redistest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	srv.Kill()
+	sv := startServe(t, "--listen", "127.0.0.1:0", "--store", "redis://"+srv.Addr, "--store-timeout", "100ms")
+	check := func(class string) (int, map[string]any) {
+		resp, err := http.Post("http://"+sv.addr+"/v1/check", "application/json", strings.NewReader(`{"tenant":"acme","class":"`+class+`"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var m map[string]any
+		json.NewDecoder(resp.Body).Decode(&m)
+		return resp.StatusCode, m
+	}
+	if _, m := check("read"); m["allowed"] != true || m["reason"] != "degraded_open" {
+		t.Errorf("fail-open class with Redis down: %v, want allowed by the fallback", m)
+	}
+	if _, m := check("write"); m["allowed"] != false || m["status"] != float64(503) {
+		t.Errorf("fail-closed class with Redis down: %v, want 503", m)
+	}
+	if c := statusOf(t, "GET", "http://"+sv.addr+"/readyz", "", ""); c != 503 {
+		t.Errorf("/readyz with Redis down: %d, want 503", c)
+	}
+	if !strings.Contains(sv.logs.String(), "store not reachable at start") {
+		t.Errorf("no log line about the store at start:\n%s", sv.logs.String())
+	}
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		_, m := check("write")
+		if m["allowed"] == true && m["reason"] == "allowed" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Redis back, but decisions still %v:\n%s", m, sv.logs.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	sv.stop()
+}
+
+// TestEvictingRedisIsReported: a Redis whose maxmemory-policy evicts any
+// key (allkeys-*) silently resets limits: serve says so in its log and in
+// /readyz.
+func TestEvictingRedisIsReported(t *testing.T) {
+	srv, err := redistest.Start("--maxmemory-policy", "allkeys-lru")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	sv := startServe(t, "--listen", "127.0.0.1:0", "--store", "redis://"+srv.Addr)
+	resp, err := http.Get("http://" + sv.addr + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	json.NewDecoder(resp.Body).Decode(&m)
+	resp.Body.Close()
+	if w, _ := m["store_warning"].(string); !strings.Contains(w, "allkeys-lru") {
+		t.Errorf("/readyz %v, want a store_warning naming allkeys-lru", m)
+	}
+	if !strings.Contains(sv.logs.String(), "maxmemory-policy is allkeys-lru") {
+		t.Errorf("no log line about the eviction policy:\n%s", sv.logs.String())
+	}
+	sv.stop()
 }

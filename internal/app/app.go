@@ -33,7 +33,6 @@ import (
 	"github.com/fairgate/fairgate/breaker"
 	"github.com/fairgate/fairgate/examples"
 	"github.com/fairgate/fairgate/fairq"
-	"github.com/fairgate/fairgate/fairq/redisq"
 	"github.com/fairgate/fairgate/httplimit"
 	"github.com/fairgate/fairgate/internal/auth"
 	"github.com/fairgate/fairgate/internal/config"
@@ -41,7 +40,6 @@ import (
 	"github.com/fairgate/fairgate/internal/rls"
 	"github.com/fairgate/fairgate/internal/server"
 	"github.com/fairgate/fairgate/limiter"
-	"github.com/fairgate/fairgate/limiter/redisctl"
 	"github.com/fairgate/fairgate/quota"
 	"github.com/fairgate/fairgate/store"
 	"github.com/fairgate/fairgate/store/memstore"
@@ -88,7 +86,7 @@ func OpenStore(raw string) (store.Store, error) {
 // always has one) and the fair job queue: on Redis Streams when the store
 // is Redis, in memory otherwise. Dispatch weights come from the tenant's
 // plan and change on a config reload (through the returned pointer).
-func backpressure(cfg *config.Config, c ServeConfig, st store.Store, lim *limiter.Limiter, reg prometheus.Registerer) (*breaker.Set, fairq.Queue, *atomic.Pointer[map[string]int], error) {
+func backpressure(cfg *config.Config, c ServeConfig, st store.Store, lazy *lazyRedis, lim *limiter.Limiter, reg prometheus.Registerer) (*breaker.Set, fairq.Queue, *atomic.Pointer[map[string]int], error) {
 	deps := maps.Clone(cfg.Dependencies)
 	if _, ok := deps[server.UpstreamDependency]; !ok && c.Upstream != "" {
 		deps[server.UpstreamDependency] = breaker.Settings{}
@@ -116,8 +114,12 @@ func backpressure(cfg *config.Config, c ServeConfig, st store.Store, lim *limite
 		return TenantQueueShare * float64(weigh(tenant)) / float64(heaviest)
 	}
 	var q fairq.Queue
-	if rs, ok := st.(*redisstore.Store); ok {
-		q, err = redisq.New(redisq.Config{Client: rs.Client(), Kinds: cfg.Queues, Weight: weigh, Share: share})
+	if lazy != nil {
+		if err := cfg.Queues.Check(); err != nil {
+			return nil, nil, nil, err
+		}
+		lazy.kinds, lazy.weigh, lazy.share = cfg.Queues, weigh, share
+		q = lazyQueue{lazy}
 	} else {
 		q, err = fairq.NewMemory(fairq.MemoryConfig{Kinds: cfg.Queues, Weight: weigh, Share: share})
 	}
@@ -187,6 +189,10 @@ type ServeConfig struct {
 	// InternalToken, if set, is the bearer token the internal endpoints
 	// require (all but /healthz and /readyz).
 	InternalToken string
+	// ControlTimeout bounds each store call that is not a decision: admin
+	// reads and writes, job queue calls, /v1/me/limits. Zero means
+	// server.DefaultControlTimeout.
+	ControlTimeout time.Duration
 	// ReadTimeout bounds the reading of a request's headers and body on
 	// every listener, the proxy's included. Zero means 30 s.
 	ReadTimeout time.Duration
@@ -226,6 +232,8 @@ func ParseServe(args []string, stderr io.Writer) (ServeConfig, error) {
 	fs.StringVar(&c.InternalListen, "internal-listen", env("FAIRGATE_INTERNAL_LISTEN", "127.0.0.1:8090"), "with --upstream, address of the internal listener: /v1/take, /v1/check, /v1/outbound/*, worker job endpoints, /metrics, /readyz, /dashboard (FAIRGATE_INTERNAL_LISTEN)")
 	internalFile := ""
 	fs.StringVar(&internalFile, "internal-token-file", "", "file holding the bearer token the decision API, outbound, worker, /metrics and dashboard endpoints require (or FAIRGATE_INTERNAL_TOKEN); without one whoever reaches their listener may call them")
+	controlTimeout := env("FAIRGATE_CONTROL_TIMEOUT", "2s")
+	fs.Func("control-timeout", "deadline of each store call that is not a decision: admin writes, job queue calls, /v1/me/limits (FAIRGATE_CONTROL_TIMEOUT, default 2s)", func(v string) error { controlTimeout = v; return nil })
 	readTimeout := env("FAIRGATE_READ_TIMEOUT", "30s")
 	fs.Func("read-timeout", "deadline to read a request's headers and body, on every listener (FAIRGATE_READ_TIMEOUT, default 30s)", func(v string) error { readTimeout = v; return nil })
 	fs.StringVar(&c.GRPCListen, "grpc-listen", env("FAIRGATE_GRPC_LISTEN", ""), "serve Envoy's rate limit service (gRPC) here, such as 127.0.0.1:8082 (FAIRGATE_GRPC_LISTEN; default: not served)")
@@ -252,6 +260,9 @@ func ParseServe(args []string, stderr io.Writer) (ServeConfig, error) {
 	}
 	if c.UpstreamTimeout, err = time.ParseDuration(upTimeout); err != nil || c.UpstreamTimeout <= 0 {
 		return c, fmt.Errorf("serve: upstream timeout %q: want a positive duration such as 30s", upTimeout)
+	}
+	if c.ControlTimeout, err = time.ParseDuration(controlTimeout); err != nil || c.ControlTimeout <= 0 {
+		return c, fmt.Errorf("serve: control timeout %q: want a positive duration such as 2s", controlTimeout)
 	}
 	if c.ReadTimeout, err = time.ParseDuration(readTimeout); err != nil || c.ReadTimeout <= 0 {
 		return c, fmt.Errorf("serve: read timeout %q: want a positive duration such as 30s", readTimeout)
@@ -310,19 +321,23 @@ func Serve(ctx context.Context, c ServeConfig, log *slog.Logger, ready func(addr
 	if err != nil {
 		return err
 	}
-	st, err := OpenStore(c.Store)
-	if err != nil {
-		return err
+	var st store.Store
+	var control limiter.ControlStore
+	var lazy *lazyRedis // Redis, connected or still connecting
+	timeout := c.StoreTimeout
+	if strings.HasPrefix(c.Store, "memory://") {
+		if st, err = OpenStore(c.Store); err != nil {
+			return err
+		}
+		timeout = -1 // in-process: no I/O to bound
+	} else {
+		if _, err := redisstore.ParseURL(c.Store); err != nil {
+			return err
+		}
+		lazy = &lazyRedis{url: c.Store, log: log}
+		st, control = lazyStore{lazy}, lazyControl{lazy}
 	}
 	defer st.Close()
-	var control limiter.ControlStore
-	if rs, ok := st.(*redisstore.Store); ok {
-		control = redisctl.New(rs.Client(), "")
-	}
-	timeout := c.StoreTimeout
-	if _, ok := st.(*memstore.Store); ok {
-		timeout = -1 // in-process: no I/O to bound
-	}
 	reg := prometheus.NewRegistry()
 	reloads := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fairgate_config_reloads_total", Help: "Config file reloads by result (applied, refused)."}, []string{"result"})
 	reg.MustRegister(reloads, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -352,7 +367,7 @@ func Serve(ctx context.Context, c ServeConfig, log *slog.Logger, ready func(addr
 	if err != nil {
 		return err
 	}
-	breakers, jobs, weights, err := backpressure(cfg, c, st, lim, reg)
+	breakers, jobs, weights, err := backpressure(cfg, c, st, lazy, lim, reg)
 	if err != nil {
 		return err
 	}
@@ -364,6 +379,20 @@ func Serve(ctx context.Context, c ServeConfig, log *slog.Logger, ready func(addr
 	bg, cancelBG := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer func() { cancelBG(); wg.Wait() }()
+	if lazy != nil {
+		// One try now; if Redis is down, start anyway and keep trying.
+		if err := lazy.connect(); err != nil {
+			if !isConnectError(err) {
+				return err
+			}
+			log.Warn("store not reachable at start: serving by each policy's fail mode while connecting in the background", slog.String("store", redisstore.RedactURL(c.Store)), slog.String("error", err.Error()))
+		}
+		wg.Go(func() { lazy.Run(bg) })
+	}
+	cfg.Auth.Logger = log
+	if cfg.Auth.JWT != nil && cfg.Auth.JWT.JWKSURL != "" {
+		log.Info("fetching the JWT key set", slog.String("jwks_url", cfg.Auth.JWT.JWKSURL), slog.Int64("timeout_ms", auth.DefaultJWKSTimeout.Milliseconds()))
+	}
 	authn, err := auth.New(bg, cfg.Auth)
 	if err != nil {
 		return err
@@ -371,8 +400,12 @@ func Serve(ctx context.Context, c ServeConfig, log *slog.Logger, ready func(addr
 	sc := server.Config{
 		Limiter: lim, Headers: httplimit.Form(cfg.Headers), Auth: authn, ClientIP: auth.ClientIP{Trusted: cfg.TrustedProxies},
 		UpstreamTimeout: c.UpstreamTimeout, Logger: log, Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
-		Quotas: quotas, WorkerToken: c.WorkerToken, InternalToken: c.InternalToken,
+		Quotas: quotas, WorkerToken: c.WorkerToken, InternalToken: c.InternalToken, ControlTimeout: c.ControlTimeout,
 		Jobs: jobs, JobKinds: cfg.Queues, Breakers: breakers,
+	}
+	if lazy != nil {
+		sc.StoreWarning = lazy.Warning
+		sc.StoreConnected = func() bool { return lazy.conn.Load() != nil }
 	}
 	if board != nil {
 		sc.Dashboard = board
@@ -399,6 +432,7 @@ func Serve(ctx context.Context, c ServeConfig, log *slog.Logger, ready func(addr
 	var reload func() error
 	if c.Config != "" {
 		w := config.NewWatcher(c.Config, c.ConfigPoll, raw, func(nc *config.Config) error {
+			nc.Auth.Logger, nc.Auth.Previous = log, authn
 			na, err := auth.New(bg, nc.Auth)
 			if err == nil {
 				err = quotas.CheckProviders(nc.Providers)
@@ -423,6 +457,7 @@ func Serve(ctx context.Context, c ServeConfig, log *slog.Logger, ready func(addr
 				return err // counted by the watcher's Refused
 			}
 			h.SetIdentity(na, auth.ClientIP{Trusted: nc.TrustedProxies})
+			authn = na
 			reloads.WithLabelValues("applied").Inc()
 			return nil
 		}, log)
@@ -484,7 +519,7 @@ func Serve(ctx context.Context, c ServeConfig, log *slog.Logger, ready func(addr
 	if c.AdminToken == "" {
 		log.Warn("admin API not started: set FAIRGATE_ADMIN_TOKEN or --admin-token-file to enable it")
 	} else {
-		ah, err := server.NewAdmin(server.AdminConfig{Limiter: lim, Token: c.AdminToken, Reload: reload, Logger: log})
+		ah, err := server.NewAdmin(server.AdminConfig{Limiter: lim, Token: c.AdminToken, Reload: reload, Logger: log, Timeout: c.ControlTimeout})
 		if err != nil {
 			ln.Close()
 			return err

@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
 	"time"
@@ -55,7 +56,19 @@ type Config struct {
 	JWT     *JWTConfig
 	// Now is the clock for token expiry. Nil means time.Now.
 	Now func() time.Time
+	// JWKSTimeout bounds each fetch of the JWKS URL, the first (which New
+	// waits for) included. Zero means DefaultJWKSTimeout.
+	JWKSTimeout time.Duration
+	// Previous, if not nil, is the Authenticator this one replaces (a
+	// config reload): its key set, kept fresh in the background, is reused
+	// when the JWKS URL is the same, so a reload never waits on the URL.
+	Previous *Authenticator
+	// Logger receives the key set's refresh failures. Nil means silent.
+	Logger *slog.Logger
 }
+
+// DefaultJWKSTimeout is how long a JWKS fetch may take: 5 s.
+const DefaultJWKSTimeout = 5 * time.Second
 
 // Identity is who a request is from.
 type Identity struct {
@@ -79,6 +92,8 @@ type Authenticator struct {
 	keyfunc jwt.Keyfunc
 	tenant  string
 	plan    string
+	jwks    string          // the JWKS URL, if any
+	remote  keyfunc.Keyfunc // its key set
 }
 
 type apiKey struct {
@@ -149,10 +164,15 @@ func New(ctx context.Context, c Config) (*Authenticator, error) {
 		}
 		var remote keyfunc.Keyfunc
 		if j.JWKSURL != "" {
-			var err error
-			if remote, err = keyfunc.NewDefaultCtx(ctx, []string{j.JWKSURL}); err != nil {
-				return nil, fmt.Errorf("auth: jwks_url %s: %w", j.JWKSURL, err)
+			if p := c.Previous; p != nil && p.jwks == j.JWKSURL && p.remote != nil {
+				remote = p.remote
+			} else {
+				var err error
+				if remote, err = fetchJWKS(ctx, j.JWKSURL, c); err != nil {
+					return nil, err
+				}
 			}
+			a.jwks, a.remote = j.JWKSURL, remote
 		}
 		a.keyfunc = func(t *jwt.Token) (any, error) {
 			if remote != nil {
@@ -166,6 +186,36 @@ func New(ctx context.Context, c Config) (*Authenticator, error) {
 		}
 	}
 	return a, nil
+}
+
+// fetchJWKS fetches the key set at url within c.JWKSTimeout and keeps it
+// fresh hourly in the background (until ctx ends), logging failures; a
+// token with a key ID the set lacks refetches it at most every five
+// minutes, without ever holding the request for it.
+func fetchJWKS(ctx context.Context, url string, c Config) (keyfunc.Keyfunc, error) {
+	timeout := c.JWKSTimeout
+	if timeout <= 0 {
+		timeout = DefaultJWKSTimeout
+	}
+	log := c.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	firstFails := false
+	kf, err := keyfunc.NewDefaultOverrideCtx(ctx, []string{url}, keyfunc.Override{
+		HTTPTimeout:               timeout,
+		NoErrorReturnFirstHTTPReq: &firstFails,
+		RateLimitWaitMax:          time.Millisecond,
+		RefreshErrorHandlerFunc: func(u string) func(context.Context, error) {
+			return func(_ context.Context, err error) {
+				log.Warn("jwks_url refresh failed; keeping the keys already fetched", slog.String("url", u), slog.String("error", err.Error()))
+			}
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("auth: jwks_url %s: no key set within %v: %w (fix the URL or the network, or give public_keys)", url, timeout, err)
+	}
+	return kf, nil
 }
 
 // Enabled reports whether any credential is configured.

@@ -13,6 +13,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -139,6 +141,53 @@ func TestJWTWithJWKS(t *testing.T) {
 		t.Fatal(err)
 	}
 	testJWT(t, a, good, other)
+}
+
+// TestJWKSHangIsBounded: a JWKS URL that hangs fails New within
+// JWKSTimeout with a message naming the URL (today start-up and reloads
+// blocked 60 s), and a reload with the same URL reuses the key set already
+// fetched without waiting on the URL.
+func TestJWKSHangIsBounded(t *testing.T) {
+	good, other := rsaKey(t), rsaKey(t)
+	b64 := func(b []byte) string { return base64.RawURLEncoding.EncodeToString(b) }
+	jwks := fmt.Sprintf(`{"keys":[{"kty":"RSA","kid":"k1","alg":"RS256","use":"sig","n":%q,"e":%q}]}`,
+		b64(good.N.Bytes()), b64(big.NewInt(int64(good.E)).Bytes()))
+	var hang atomic.Bool
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if hang.Load() {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(jwks))
+	}))
+	defer srv.Close()
+	defer close(release)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cfg := Config{Now: func() time.Time { return now }, JWKSTimeout: 200 * time.Millisecond, JWT: &JWTConfig{Issuer: "https://id.example", Audience: "api", JWKSURL: srv.URL}}
+	first, err := New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hang.Store(true)
+	start := time.Now()
+	cfg.Previous = first
+	again, err := New(ctx, cfg)
+	if err != nil || time.Since(start) > 100*time.Millisecond {
+		t.Fatalf("reload with the same URL: %v after %v, want the fetched keys at once", err, time.Since(start))
+	}
+	testJWT(t, again, good, other)
+	cfg.Previous = nil
+	start = time.Now()
+	_, err = New(ctx, cfg)
+	if took := time.Since(start); err == nil || took > 2*time.Second || !strings.Contains(err.Error(), srv.URL) || !strings.Contains(err.Error(), "no key set within 200ms") {
+		t.Fatalf("a hanging JWKS URL: %v after %v, want an error naming it within the timeout", err, took)
+	}
 }
 
 func TestClientIP(t *testing.T) {

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"cmp"
+	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
@@ -25,13 +27,21 @@ type AdminConfig struct {
 	Reload func() error
 	// Logger receives every change, with what changed. Nil means silent.
 	Logger *slog.Logger
+	// Timeout bounds each store call a request makes. Zero means
+	// DefaultControlTimeout.
+	Timeout time.Duration
 }
 
+// DefaultControlTimeout bounds the store calls that are not decisions:
+// admin reads and writes, job queue calls and /v1/me/limits.
+const DefaultControlTimeout = 2 * time.Second
+
 type admin struct {
-	lim    *limiter.Limiter
-	token  [sha256.Size]byte
-	reload func() error
-	log    *slog.Logger
+	lim     *limiter.Limiter
+	token   [sha256.Size]byte
+	reload  func() error
+	log     *slog.Logger
+	timeout time.Duration
 }
 
 // NewAdmin returns the admin API handler:
@@ -50,7 +60,7 @@ func NewAdmin(c AdminConfig) (http.Handler, error) {
 	if len(c.Token) < 16 {
 		return nil, errors.New("server: the admin token must be at least 16 characters")
 	}
-	a := &admin{lim: c.Limiter, token: sha256.Sum256([]byte(c.Token)), reload: c.Reload, log: c.Logger}
+	a := &admin{lim: c.Limiter, token: sha256.Sum256([]byte(c.Token)), reload: c.Reload, log: c.Logger, timeout: cmp.Or(c.Timeout, DefaultControlTimeout)}
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
 	}
@@ -75,7 +85,9 @@ func (a *admin) authorized(r *http.Request) bool { return auth.BearerMatches(r, 
 
 func (a *admin) getTenant(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	tl, err := a.lim.Effective(r.Context(), id)
+	ctx, cancel := context.WithTimeout(r.Context(), a.timeout)
+	defer cancel()
+	tl, err := a.lim.Effective(ctx, id)
 	if err != nil {
 		problem.Write(w, problem.Details{Status: http.StatusServiceUnavailable, Detail: err.Error()})
 		return
@@ -120,13 +132,20 @@ func (a *admin) putTenant(w http.ResponseWriter, r *http.Request) {
 		t.Expires = time.Now().Add(time.Duration(*b.TTLSeconds) * time.Second)
 	}
 	before, had := a.lim.Overlay().Tenants[id]
-	if err := a.lim.PutOverride(r.Context(), id, t); err != nil {
+	ctx, cancel := context.WithTimeout(r.Context(), a.timeout)
+	defer cancel()
+	if err := a.lim.PutOverride(ctx, id, t); err != nil {
 		var ps limiter.Problems
-		if errors.As(err, &ps) {
+		switch {
+		case errors.As(err, &ps):
 			problem.BadRequest(w, ps.Error())
-			return
+		case errors.Is(err, limiter.ErrControlUnavailable):
+			a.log.Error("admin: tenant override NOT set", slog.String("tenant", id), slog.String("error", err.Error()))
+			w.Header().Set("Retry-After", "5")
+			problem.Write(w, problem.Details{Status: http.StatusServiceUnavailable, Detail: err.Error()})
+		default:
+			problem.BadRequest(w, err.Error())
 		}
-		problem.Write(w, problem.Details{Status: http.StatusBadRequest, Detail: err.Error()})
 		return
 	}
 	prev, _ := json.Marshal(before)
@@ -141,7 +160,11 @@ func (a *admin) putTenant(w http.ResponseWriter, r *http.Request) {
 func (a *admin) deleteTenant(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	before, had := a.lim.Overlay().Tenants[id]
-	if err := a.lim.DeleteOverride(r.Context(), id); err != nil {
+	ctx, cancel := context.WithTimeout(r.Context(), a.timeout)
+	defer cancel()
+	if err := a.lim.DeleteOverride(ctx, id); err != nil {
+		a.log.Error("admin: tenant override NOT cleared", slog.String("tenant", id), slog.String("error", err.Error()))
+		w.Header().Set("Retry-After", "5")
 		problem.Write(w, problem.Details{Status: http.StatusServiceUnavailable, Detail: err.Error()})
 		return
 	}

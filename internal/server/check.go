@@ -168,7 +168,9 @@ func (s *Server) handleMyLimits(w http.ResponseWriter, r *http.Request) {
 		httplimit.WriteUnauthorized(w, "send a credential to see your limits")
 		return
 	}
-	tl, err := s.lim.Effective(r.Context(), id.Tenant)
+	ctx, cancel := s.control(r)
+	defer cancel()
+	tl, err := s.lim.Effective(ctx, id.Tenant)
 	if err != nil {
 		problem.Write(w, problem.Details{Status: http.StatusServiceUnavailable, Detail: "limits cannot be read right now: " + err.Error()})
 		return

@@ -95,7 +95,9 @@ func (s *Server) handleEnqueue(w http.ResponseWriter, r *http.Request) {
 		problem.BadRequest(w, "the job's payload (the body) must be JSON")
 		return
 	}
-	e, err := s.jobs.Enqueue(r.Context(), tenant, kind, body)
+	ctx, cancel := s.control(r)
+	defer cancel()
+	e, err := s.jobs.Enqueue(ctx, tenant, kind, body)
 	if err != nil {
 		jobProblem(w, err)
 		return
@@ -114,7 +116,9 @@ func (s *Server) handleJob(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	in, err := s.jobs.Get(r.Context(), tenant, r.PathValue("id"))
+	ctx, cancel := s.control(r)
+	defer cancel()
+	in, err := s.jobs.Get(ctx, tenant, r.PathValue("id"))
 	if err != nil {
 		jobProblem(w, err)
 		return
@@ -128,7 +132,9 @@ func (s *Server) handleJob(w http.ResponseWriter, r *http.Request) {
 // and nack need only the job ID and the token.
 func (s *Server) handleLease(w http.ResponseWriter, r *http.Request) {
 	kind := r.PathValue("kind")
-	l, ok, err := s.jobs.Lease(r.Context(), kind)
+	ctx, cancel := s.control(r)
+	defer cancel()
+	l, ok, err := s.jobs.Lease(ctx, kind)
 	if err != nil {
 		jobProblem(w, err)
 		return
@@ -172,6 +178,8 @@ func (s *Server) finishJob(w http.ResponseWriter, r *http.Request, nack bool) {
 		return
 	}
 	id := r.PathValue("id")
+	ctx, cancel := s.control(r)
+	defer cancel()
 	var err error
 	if nack {
 		var delay time.Duration
@@ -182,13 +190,13 @@ func (s *Server) finishJob(w http.ResponseWriter, r *http.Request, nack bool) {
 			}
 			delay = time.Duration(*req.RetryAfterMs) * time.Millisecond
 		}
-		err = s.jobs.Nack(r.Context(), kind, id, token, delay)
+		err = s.jobs.Nack(ctx, kind, id, token, delay)
 	} else {
 		if req.RetryAfterMs != nil {
 			problem.BadRequest(w, "retry_after_ms: only nack takes it")
 			return
 		}
-		err = s.jobs.Ack(r.Context(), kind, id, token)
+		err = s.jobs.Ack(ctx, kind, id, token)
 	}
 	if err != nil {
 		jobProblem(w, err)
@@ -200,8 +208,10 @@ func (s *Server) finishJob(w http.ResponseWriter, r *http.Request, nack bool) {
 // queueStates is the tenant's part of each queue for /v1/me/limits.
 func (s *Server) queueStates(r *http.Request, tenant string) map[string]any {
 	out := map[string]any{}
+	ctx, cancel := s.control(r)
+	defer cancel()
 	for name, k := range s.kinds {
-		all, mine, err := s.jobs.Depth(r.Context(), name, tenant)
+		all, mine, err := s.jobs.Depth(ctx, name, tenant)
 		if err != nil {
 			continue
 		}

@@ -11,6 +11,7 @@
 package server
 
 import (
+	"context"
 	"crypto/sha256"
 	"errors"
 	"log/slog"
@@ -76,6 +77,18 @@ type Config struct {
 	// and the dashboard. Empty means whoever reaches the internal
 	// listener may call them.
 	InternalToken string
+	// ControlTimeout bounds each store call that is not a decision: the
+	// job queue's and /v1/me/limits' reads. Zero means
+	// DefaultControlTimeout.
+	ControlTimeout time.Duration
+	// StoreWarning, if not nil, says what is wrong with the store's
+	// settings (such as an eviction policy that resets limits), for
+	// /readyz's details; "" when nothing is.
+	StoreWarning func() string
+	// StoreConnected, if not nil, reports whether the store has been
+	// reached at all (a Redis down at start is connected in the
+	// background); /readyz reports the store down until it has.
+	StoreConnected func() bool
 }
 
 // Server serves the decision API and, with an upstream, the proxy. It is
@@ -99,6 +112,9 @@ type Server struct {
 	proxy    http.Handler
 	worker   *[sha256.Size]byte // the worker token's hash; nil: none required
 	itoken   *[sha256.Size]byte // the internal token's hash; nil: none required
+	ctlWait  time.Duration      // ControlTimeout
+	warning  func() string      // StoreWarning
+	conn     func() bool        // StoreConnected
 	jobs     fairq.Queue
 	kinds    fairq.Kinds
 	breakers *breaker.Set
@@ -116,7 +132,10 @@ func New(c Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{lim: c.Limiter, form: form, log: c.Logger, jobs: c.Jobs, kinds: c.JobKinds, breakers: c.Breakers}
+	s := &Server{lim: c.Limiter, form: form, log: c.Logger, jobs: c.Jobs, kinds: c.JobKinds, breakers: c.Breakers, ctlWait: c.ControlTimeout, warning: c.StoreWarning, conn: c.StoreConnected}
+	if s.ctlWait <= 0 {
+		s.ctlWait = DefaultControlTimeout
+	}
 	if c.WorkerToken != "" {
 		if len(c.WorkerToken) < 16 {
 			return nil, errors.New("server: the worker token must be at least 16 characters")
@@ -209,6 +228,9 @@ func (s *Server) clientIP(r *http.Request) netip.Addr { return s.id.Load().ip.Of
 // fails closed (fail-open policies are served by the fallback); else 503.
 func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	up, failClosed := s.lim.StoreUp(), s.lim.HasFailClosed()
+	if s.conn != nil && !s.conn() {
+		up = false
+	}
 	ready := up || !failClosed
 	status := http.StatusOK
 	if !ready {
@@ -221,6 +243,11 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	out := map[string]any{"ready": ready, "store": store, "fail_closed_policies": failClosed}
 	if s.breakers != nil {
 		out["breakers"] = s.breakers.States()
+	}
+	if s.warning != nil {
+		if w := s.warning(); w != "" {
+			out["store_warning"] = w
+		}
 	}
 	writeJSON(w, status, out)
 }
@@ -239,6 +266,11 @@ func (s *Server) forInternal(h http.HandlerFunc) http.HandlerFunc {
 		}
 		h(w, r)
 	}
+}
+
+// control returns r's context bounded by the control timeout.
+func (s *Server) control(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.Context(), s.ctlWait)
 }
 
 // Internal is the handler of the internal listener in proxy mode, or nil

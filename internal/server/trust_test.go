@@ -2,18 +2,28 @@ package server
 
 import (
 	"bufio"
+	"bytes"
+	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/fairgate/fairgate/breaker"
+	"github.com/fairgate/fairgate/examples"
 	"github.com/fairgate/fairgate/fairq"
+	"github.com/fairgate/fairgate/fairq/redisq"
+	"github.com/fairgate/fairgate/internal/config"
+	"github.com/fairgate/fairgate/internal/redistest"
+	"github.com/fairgate/fairgate/limiter"
+	"github.com/fairgate/fairgate/limiter/redisctl"
 	"github.com/fairgate/fairgate/quota"
 	"github.com/fairgate/fairgate/store"
 	"github.com/fairgate/fairgate/store/memstore"
@@ -291,3 +301,103 @@ func TestEnqueueIsChargedAndCapped(t *testing.T) {
 		t.Fatalf("newco refused for acme's share: %s", rec.Body)
 	}
 }
+
+// TestPausedRedisBoundsEveryWait: with Redis paused (SIGSTOP), every store
+// call on every path ends at its deadline: an admin write fails with 503
+// and, once Redis resumes, has not happened (today it returned an empty
+// reply after 11 s and was applied when Redis came back, with no audit
+// line); an enqueue, a job lease and /v1/me/limits answer 503 in time
+// (today 5 to 10 s).
+func TestPausedRedisBoundsEveryWait(t *testing.T) {
+	srv, err := redistest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	rs, err := redisstore.New(redisstore.Config{URL: "redis://" + srv.Addr, Prefix: "pause:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close()
+	cfg, err := config.Parse(examples.ConfigName, examples.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuf
+	lg := slog.New(slog.NewJSONHandler(&logs, nil))
+	l, err := limiter.New(limiter.Config{Store: rs, Policy: cfg.Policy, Control: redisctl.New(rs.Client(), "pause:"), Timeout: 100 * time.Millisecond, Fallback: memstore.New(memstore.Config{}), Logger: lg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := redisq.New(redisq.Config{Client: rs.Client(), Prefix: "pause:", Kinds: jobKinds})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const wait = 300 * time.Millisecond
+	s, err := New(Config{Limiter: l, Auth: testAuth(t), Jobs: q, JobKinds: jobKinds, WorkerToken: workerTok, ControlTimeout: wait, Logger: lg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	adm, err := NewAdmin(AdminConfig{Limiter: l, Token: adminToken, Logger: lg, Timeout: wait})
+	if err != nil {
+		t.Fatal(err)
+	}
+	asAdmin := map[string]string{"Authorization": "Bearer " + adminToken}
+	// Warm up: the scripts are loaded, so a paused Redis holds the very
+	// calls that would run when it resumes.
+	if rec := (call{method: "PUT", path: "/admin/tenants/warm", body: `{"plan":"team"}`, headers: asAdmin}).do(adm); rec.Code != 200 {
+		t.Fatalf("admin write: %d %s", rec.Code, rec.Body)
+	}
+	call{method: "POST", path: "/v1/jobs/report", body: `{}`, headers: asTenant("key-acme")}.do(s)
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	defer func() {
+		if !resumed {
+			srv.Resume()
+		}
+	}()
+	for _, c := range []struct {
+		h    http.Handler
+		call call
+	}{
+		{adm, call{method: "PUT", path: "/admin/tenants/zz", body: `{"plan":"team"}`, headers: asAdmin}},
+		{s, call{method: "POST", path: "/v1/jobs/report", body: `{}`, headers: asTenant("key-acme")}},
+		{s, call{method: "POST", path: "/v1/jobs/report/lease", headers: map[string]string{"Authorization": "Bearer " + workerTok}}},
+		{s, call{method: "GET", path: "/v1/me/limits", headers: asTenant("key-acme")}},
+	} {
+		start := time.Now()
+		rec := c.call.do(c.h)
+		if took := time.Since(start); took > wait+2*time.Second || rec.Code != 503 && rec.Code != 429 {
+			t.Errorf("%s %s with Redis paused: %d after %v (%s), want 503 within about %v", c.call.method, c.call.path, rec.Code, took, rec.Body, wait)
+		}
+	}
+	if !strings.Contains(logs.String(), "admin: tenant override NOT set") {
+		t.Errorf("no log line for the failed admin write:\n%s", logs.String())
+	}
+	srv.Resume()
+	resumed = true
+	time.Sleep(200 * time.Millisecond) // the queued write runs now, and must refuse itself
+	if err := l.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := l.Overlay().Tenants["zz"]; ok {
+		t.Fatal("the admin write that failed was applied once Redis resumed")
+	}
+	if rec := (call{method: "PUT", path: "/admin/tenants/zz", body: `{"plan":"team"}`, headers: asAdmin}).do(adm); rec.Code != 200 {
+		t.Fatalf("admin write after Redis resumed: %d %s", rec.Code, rec.Body)
+	}
+	if l.Overlay().Tenants["zz"].Plan != "team" {
+		t.Fatal("the admin write after Redis resumed did not apply")
+	}
+}
+
+// syncBuf is a bytes.Buffer safe for a logger and the test.
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
+func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }

@@ -7,6 +7,10 @@
 // <prefix>{control}:tenants (hashes of JSON by name and tenant ID) and
 // <prefix>{control}:version (a counter every write increments). Instances
 // poll the version (one GET) and load the hashes when it moves.
+//
+// A write carries its context's deadline, and the script refuses to apply
+// one that reaches Redis after it (by Redis's clock): a write whose caller
+// was told it failed never happens later.
 package redisctl
 
 import (
@@ -14,6 +18,7 @@ import (
 	_ "embed"
 	"encoding/json"
 	"fmt"
+	"strconv"
 
 	"github.com/redis/rueidis"
 
@@ -105,7 +110,11 @@ func (s *Store) write(ctx context.Context, key, field string, v any) error {
 		}
 		val = string(b)
 	}
-	if err := put.Exec(ctx, s.c, []string{key, s.verKey}, []string{field, val}).Error(); err != nil {
+	deadline := int64(0)
+	if d, ok := ctx.Deadline(); ok {
+		deadline = d.UnixMicro()
+	}
+	if err := put.Exec(ctx, s.c, []string{key, s.verKey}, []string{field, val, strconv.FormatInt(deadline, 10)}).Error(); err != nil {
 		return fmt.Errorf("redisctl: write %q: %w", field, err)
 	}
 	return nil
