@@ -1,6 +1,7 @@
 package httplimit
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"net"
@@ -96,6 +97,16 @@ type Identity struct {
 	Plan string
 }
 
+type identityKey struct{}
+
+// IdentityFrom returns the verified identity the middleware decided a
+// request under, for the handler it passes the request to; ok is false for
+// an anonymous request.
+func IdentityFrom(ctx context.Context) (id Identity, ok bool) {
+	id, ok = ctx.Value(identityKey{}).(Identity)
+	return id, ok
+}
+
 // PeerIP is the address of r's peer, from RemoteAddr.
 func PeerIP(r *http.Request) netip.Addr {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
@@ -155,6 +166,9 @@ func Middleware(c Config) (func(http.Handler) http.Handler, error) {
 				return
 			}
 			SetHeaders(w.Header(), form, d, time.Now())
+			if id.Tenant != "" {
+				r = r.WithContext(context.WithValue(r.Context(), identityKey{}, id))
+			}
 			next.ServeHTTP(w, r)
 		})
 	}, nil

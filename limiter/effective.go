@@ -39,16 +39,23 @@ type TenantLimits struct {
 // limit, burst and the current remaining and reset, read by a cost-0 peek
 // that changes nothing.
 func (l *Limiter) Effective(ctx context.Context, id string) (TenantLimits, error) {
+	return l.EffectiveFor(ctx, id, "")
+}
+
+// EffectiveFor is Effective for a tenant whose verified credential names
+// plan (a JWT plan claim), which applies when the policy lists no entry
+// for the tenant, exactly as Request.Plan does for decisions.
+func (l *Limiter) EffectiveFor(ctx context.Context, id, plan string) (TenantLimits, error) {
 	s := l.snap.Load()
 	now := l.now()
 	if id == "" || len(id) > MaxTenantID {
 		return TenantLimits{}, fmt.Errorf("%w: want 1 to %d bytes", ErrBadTenant, MaxTenantID)
 	}
-	t := s.tenant(id, now)
+	t := s.tenantFor(id, plan, now)
 	out := TenantLimits{Tenant: id, Plan: t.plan, Overridden: t != s.defTenant, Expires: t.tenant.Expires}
 	var layers []Layer
 	for _, name := range sortedKeys(s.classes) {
-		r, err := s.Resolve(Request{Tenant: id, Class: name, HasCost: true}, now)
+		r, err := s.Resolve(Request{Tenant: id, Plan: plan, Class: name, HasCost: true}, now)
 		if err != nil {
 			return out, err
 		}
@@ -93,4 +100,23 @@ func seenKey(ls []Layer, key string) bool {
 // config's, or the default plan. It reads no store.
 func (l *Limiter) PlanOf(id string) string {
 	return l.snap.Load().tenant(id, l.now()).plan
+}
+
+// PlanFor is PlanOf for a tenant whose verified credential names plan.
+func (l *Limiter) PlanFor(id, plan string) string {
+	return l.snap.Load().tenantFor(id, plan, l.now()).plan
+}
+
+// Anonymous reports whether a request to method and path without a tenant
+// is decided by an anonymous route (per client address or credential).
+func (l *Limiter) Anonymous(method, path string) bool {
+	s := l.snap.Load()
+	_, ok := s.anon[s.match(method, path)]
+	return ok
+}
+
+// KnownPlan reports whether plan names a plan of the policy in force.
+func (l *Limiter) KnownPlan(plan string) bool {
+	_, ok := l.snap.Load().planTenants[plan]
+	return ok
 }

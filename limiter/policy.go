@@ -6,12 +6,14 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"path"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode"
 
 	"github.com/fairgate/fairgate/algo"
 )
@@ -235,6 +237,46 @@ type Policy struct {
 	Tenants map[string]Tenant
 	// Location is the time zone of calendar windows. Nil means UTC.
 	Location *time.Location
+	// RouteMatch says how requests are matched to routes.
+	RouteMatch RouteMatch
+}
+
+// RouteMatch says how a request's method and path are matched to routes.
+// A request is classified as the upstream will most likely read it, so
+// that no spelling of a path escapes its class into a cheaper one: the
+// method is upper-cased; the path is cleaned (".." and "." resolved,
+// repeated slashes collapsed) and loses its ";" path parameters
+// ("/v1/search;x" is "/v1/search"). The zero value also ignores case and
+// a trailing slash, which most frameworks do; the fields switch that off
+// for upstreams that tell them apart.
+type RouteMatch struct {
+	// CaseSensitive matches paths as they are spelled. False (the
+	// default) matches "/v1/Search" as "/v1/search".
+	CaseSensitive bool `json:"case_sensitive,omitempty"`
+	// ExactTrailingSlash tells "/v1/search/" from "/v1/search". False (the
+	// default) matches them alike.
+	ExactTrailingSlash bool `json:"exact_trailing_slash,omitempty"`
+}
+
+// CleanRoute returns method and path as m matches them to routes.
+func (m RouteMatch) CleanRoute(method, p string) (string, string) {
+	method = strings.ToUpper(method)
+	if strings.IndexByte(p, ';') >= 0 {
+		segs := strings.Split(p, "/")
+		for i, s := range segs {
+			segs[i], _, _ = strings.Cut(s, ";")
+		}
+		p = strings.Join(segs, "/")
+	}
+	slash := strings.HasSuffix(p, "/")
+	p = path.Clean("/" + p)
+	if slash && p != "/" && m.ExactTrailingSlash {
+		p += "/"
+	}
+	if !m.CaseSensitive {
+		p = strings.ToLower(p)
+	}
+	return method, p
 }
 
 // Problem is one thing wrong with a policy: where (a path such as
@@ -312,6 +354,8 @@ func CompileWith(p Policy, ov Overlay) (*Snapshot, error) {
 		loc:     p.Location,
 		mux:     http.NewServeMux(),
 		policy:  p,
+
+		patterns: map[string]string{},
 	}
 	if s.loc == nil {
 		s.loc = time.UTC
@@ -456,12 +500,18 @@ func CompileWith(p Policy, ov Overlay) (*Snapshot, error) {
 }
 
 // register adds a route pattern to the snapshot's mux, reporting a bad or
-// duplicate pattern.
+// duplicate pattern. The mux holds it as RouteMatch reads requests (the
+// method upper-cased, the path lower-cased unless case-sensitive); match
+// maps it back.
 func (s *Snapshot) register(ps *problems, path, pattern string) (ok bool) {
 	method, rest, found := strings.Cut(pattern, " ")
 	if !found || method == "" || !strings.HasPrefix(strings.TrimLeft(rest, " "), "/") {
 		ps.add(path, "pattern %q: want a method and a path, such as \"GET /v1/users/{id}\"", pattern)
 		return false
+	}
+	muxPattern := strings.ToUpper(method) + " " + strings.TrimLeft(rest, " ")
+	if !s.policy.RouteMatch.CaseSensitive {
+		muxPattern = strings.ToUpper(method) + " " + lowerOutsideWildcards(strings.TrimLeft(rest, " "))
 	}
 	if _, dup := s.routes[pattern]; dup {
 		ps.add(path, "duplicate route %q", pattern)
@@ -481,8 +531,28 @@ func (s *Snapshot) register(ps *problems, path, pattern string) (ok bool) {
 			ok = false
 		}
 	}()
-	s.mux.Handle(pattern, http.NotFoundHandler())
+	s.mux.Handle(muxPattern, http.NotFoundHandler())
+	s.patterns[muxPattern] = pattern
 	return true
+}
+
+// lowerOutsideWildcards lower-cases a pattern's path but for its wildcard
+// names ({userID} stays as written).
+func lowerOutsideWildcards(p string) string {
+	var b strings.Builder
+	depth := 0
+	for _, r := range p {
+		switch {
+		case r == '{':
+			depth++
+		case r == '}':
+			depth--
+		case depth == 0:
+			r = unicode.ToLower(r)
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 // crule is a validated rule.
@@ -675,6 +745,7 @@ type Snapshot struct {
 	routes      map[string]*Route
 	anon        map[string]*AnonRoute
 	mux         *http.ServeMux
+	patterns    map[string]string // the mux's patterns to the policy's
 	loc         *time.Location
 	policy      Policy
 	// cal remembers the current day and month windows (indexed by
@@ -723,7 +794,8 @@ func (s *Snapshot) Policy() Policy { return s.policy }
 // match returns the pattern of the route or anonymous route that method and
 // path match, or "".
 func (s *Snapshot) match(method, path string) string {
+	method, path = s.policy.RouteMatch.CleanRoute(method, path)
 	r := &http.Request{Method: method, URL: &url.URL{Path: path}}
 	_, pattern := s.mux.Handler(r)
-	return pattern
+	return s.patterns[pattern]
 }

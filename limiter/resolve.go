@@ -131,12 +131,7 @@ func (s *Snapshot) Resolve(req Request, now time.Time) (Resolution, error) {
 	if req.HasCost {
 		cost = req.Cost
 	}
-	t := s.tenant(req.Tenant, now)
-	if t == s.defTenant && req.Plan != "" {
-		if pt, ok := s.planTenants[req.Plan]; ok {
-			t = pt
-		}
-	}
+	t := s.tenantFor(req.Tenant, req.Plan, now)
 	res := Resolution{Tenant: req.Tenant, Plan: t.plan, Class: c.Name, Cost: cost, Fail: c.Fail, NoNearCache: c.NoNearCache, Lease: c.Lease, SlowDown: c.slowDown()}
 	if cost < 0 {
 		return res, fmt.Errorf("%w: %d is negative", ErrBadCost, cost)
@@ -205,6 +200,18 @@ func checkCosts(res Resolution) error {
 		}
 	}
 	return nil
+}
+
+// tenantFor is tenant for a tenant whose credential names plan: the plan
+// applies when the policy has no entry for the tenant.
+func (s *Snapshot) tenantFor(id, plan string, now time.Time) *ctenant {
+	t := s.tenant(id, now)
+	if t == s.defTenant && plan != "" {
+		if pt, ok := s.planTenants[plan]; ok {
+			return pt
+		}
+	}
+	return t
 }
 
 // tenant returns the effective rules of tenant id at now.

@@ -398,7 +398,8 @@ func Serve(ctx context.Context, c ServeConfig, log *slog.Logger, ready func(addr
 		return err
 	}
 	sc := server.Config{
-		Limiter: lim, Headers: httplimit.Form(cfg.Headers), Auth: authn, ClientIP: auth.ClientIP{Trusted: cfg.TrustedProxies},
+		Limiter: lim, Headers: httplimit.Form(cfg.Headers), Auth: authn, ClientIP: auth.ClientIP{Trusted: cfg.TrustedProxies, Header: cfg.ClientIPHeader},
+		UpstreamHeaders: server.UpstreamHeaders(cfg.UpstreamHeaders),
 		UpstreamTimeout: c.UpstreamTimeout, Logger: log, Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
 		Quotas: quotas, WorkerToken: c.WorkerToken, InternalToken: c.InternalToken, ControlTimeout: c.ControlTimeout,
 		Jobs: jobs, JobKinds: cfg.Queues, Breakers: breakers,
@@ -456,7 +457,7 @@ func Serve(ctx context.Context, c ServeConfig, log *slog.Logger, ready func(addr
 			if err != nil {
 				return err // counted by the watcher's Refused
 			}
-			h.SetIdentity(na, auth.ClientIP{Trusted: nc.TrustedProxies})
+			h.SetIdentity(na, auth.ClientIP{Trusted: nc.TrustedProxies, Header: nc.ClientIPHeader}, server.UpstreamHeaders(nc.UpstreamHeaders))
 			authn = na
 			reloads.WithLabelValues("applied").Inc()
 			return nil

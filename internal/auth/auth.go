@@ -224,12 +224,19 @@ func (a *Authenticator) Enabled() bool { return len(a.keys) > 0 || a.parser != n
 // credential is the bearer token or X-API-Key of r.
 func credential(r *http.Request) string {
 	if h := r.Header.Get("Authorization"); h != "" {
-		if tok, ok := strings.CutPrefix(h, "Bearer "); ok {
-			return strings.TrimSpace(tok)
-		}
-		return ""
+		return bearerToken(h)
 	}
 	return r.Header.Get("X-API-Key")
+}
+
+// bearer returns the token of an Authorization value "Bearer <token>"; the
+// scheme is case-insensitive (RFC 9110 §11.1), so "bearer" works too.
+func bearerToken(h string) string {
+	scheme, tok, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return ""
+	}
+	return strings.TrimSpace(tok)
 }
 
 // Authenticate returns the identity of r's credential, ErrNoCredential when
@@ -284,7 +291,12 @@ func jwtReason(err error) string {
 	case errors.Is(err, jwt.ErrTokenNotValidYet):
 		return "token not valid yet"
 	case errors.Is(err, jwt.ErrTokenRequiredClaimMissing):
-		return "token lacks a required claim (exp)"
+		for _, c := range []string{"iss", "aud", "exp", "nbf", "sub"} {
+			if strings.Contains(err.Error(), c+" claim is required") {
+				return "token lacks the required " + c + " claim"
+			}
+		}
+		return "token lacks a required claim"
 	}
 	return "malformed token"
 }
@@ -293,8 +305,8 @@ func jwtReason(err error) string {
 // for the token whose SHA-256 is sum, compared in constant time (of
 // hashes, so the length does not show either).
 func BearerMatches(r *http.Request, sum [sha256.Size]byte) bool {
-	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || tok == "" {
+	tok := bearerToken(r.Header.Get("Authorization"))
+	if tok == "" {
 		return false
 	}
 	got := sha256.Sum256([]byte(tok))

@@ -191,20 +191,29 @@ func TestJWKSHangIsBounded(t *testing.T) {
 }
 
 func TestClientIP(t *testing.T) {
-	c := ClientIP{Trusted: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00::/8")}}
+	trusted := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00::/8")}
 	for _, tc := range []struct {
-		peer, xff, fwd, want string
+		header, peer, xff, fwd, realIP, want string
 	}{
-		{"203.0.113.9:4000", "", "", "203.0.113.9"},
-		{"203.0.113.9:4000", "198.51.100.1", "", "203.0.113.9"},                  // untrusted peer: header ignored
-		{"10.0.0.5:4000", "198.51.100.1", "", "198.51.100.1"},                    // trusted proxy
-		{"10.0.0.5:4000", "6.6.6.6, 198.51.100.1, 10.0.0.7", "", "198.51.100.1"}, // spoofed leftmost entry skipped
-		{"10.0.0.5:4000", "", `for=198.51.100.2;proto=https, for="10.1.1.1"`, "198.51.100.2"},
-		{"10.0.0.5:4000", "", `for="[2001:db8::7]:443"`, "2001:db8::7"},
-		{"[fd00::1]:4000", "2001:db8:1:2::9", "", "2001:db8:1:2::9"},
-		{"10.0.0.5:4000", "not-an-ip", "", "10.0.0.5"},
-		{"10.0.0.5:4000", "", "", "10.0.0.5"},
+		{"", "203.0.113.9:4000", "", "", "", "203.0.113.9"},
+		{"", "203.0.113.9:4000", "198.51.100.1", "", "", "203.0.113.9"},                  // untrusted peer: header ignored
+		{"", "10.0.0.5:4000", "198.51.100.1", "", "", "198.51.100.1"},                    // trusted proxy
+		{"", "10.0.0.5:4000", "6.6.6.6, 198.51.100.1, 10.0.0.7", "", "", "198.51.100.1"}, // spoofed leftmost entry skipped
+		{"forwarded", "10.0.0.5:4000", "", `for=198.51.100.2;proto=https, for="10.1.1.1"`, "", "198.51.100.2"},
+		{"forwarded", "10.0.0.5:4000", "", `for="[2001:db8::7]:443"`, "", "2001:db8::7"},
+		{"", "[fd00::1]:4000", "2001:db8:1:2::9", "", "", "2001:db8:1:2::9"},
+		{"", "10.0.0.5:4000", "not-an-ip", "", "", "10.0.0.5"},
+		{"", "10.0.0.5:4000", "", "", "", "10.0.0.5"},
+		// One header chain, never a mix: the trusted proxy sets Forwarded and
+		// passes the client's own X-Forwarded-For; today the latter won.
+		{"forwarded", "10.0.0.5:4000", "7.7.7.7", "for=5.5.5.7", "", "5.5.5.7"},
+		{"", "10.0.0.5:4000", "", "for=5.5.5.7", "", "10.0.0.5"}, // X-Forwarded-For configured: Forwarded is not read
+		// X-Real-IP, opt-in, from a trusted proxy only.
+		{"x-real-ip", "10.0.0.5:4000", "7.7.7.7", "", "198.51.100.3", "198.51.100.3"},
+		{"x-real-ip", "203.0.113.9:4000", "", "", "198.51.100.3", "203.0.113.9"},
+		{"", "10.0.0.5:4000", "", "", "198.51.100.3", "10.0.0.5"}, // not configured: not read
 	} {
+		c := ClientIP{Trusted: trusted, Header: tc.header}
 		r := httptest.NewRequest("GET", "/", nil)
 		r.RemoteAddr = tc.peer
 		if tc.xff != "" {
@@ -213,8 +222,46 @@ func TestClientIP(t *testing.T) {
 		if tc.fwd != "" {
 			r.Header.Set("Forwarded", tc.fwd)
 		}
-		if got := c.Of(r); got != netip.MustParseAddr(tc.want) {
-			t.Errorf("peer %s xff %q fwd %q: %v, want %s", tc.peer, tc.xff, tc.fwd, got, tc.want)
+		if tc.realIP != "" {
+			r.Header.Set("X-Real-IP", tc.realIP)
 		}
+		if got := c.Of(r); got != netip.MustParseAddr(tc.want) {
+			t.Errorf("header %q peer %s xff %q fwd %q x-real-ip %q: %v, want %s", tc.header, tc.peer, tc.xff, tc.fwd, tc.realIP, got, tc.want)
+		}
+	}
+}
+
+// TestBearerSchemeIsCaseInsensitive: "bearer", "BEARER" and "Bearer" all
+// carry a credential (RFC 9110 §11.1); today lower case was no credential.
+func TestBearerSchemeIsCaseInsensitive(t *testing.T) {
+	a, err := New(context.Background(), Config{APIKeys: []APIKey{{SHA256: sum("k-acme"), Tenant: "acme"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, scheme := range []string{"Bearer", "bearer", "BEARER"} {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.Header.Set("Authorization", scheme+" k-acme")
+		if id, err := a.Authenticate(r); err != nil || id.Tenant != "acme" {
+			t.Errorf("%s: %+v %v", scheme, id, err)
+		}
+	}
+}
+
+// TestJWTMissingIssuerIsNamed: a token without iss is refused as lacking
+// iss (today it was reported as lacking exp).
+func TestJWTMissingIssuerIsNamed(t *testing.T) {
+	k := rsaKey(t)
+	a, err := New(context.Background(), Config{Now: func() time.Time { return now }, JWT: &JWTConfig{Issuer: "https://id.example", Audience: "api", Keys: []any{&k.PublicKey}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := jwt.NewWithClaims(jwt.SigningMethodRS256, jwt.MapClaims{"tenant": "acme", "aud": "api", "exp": now.Add(time.Hour).Unix()}).SignedString(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := httptest.NewRequest("GET", "/", nil)
+	r.Header.Set("Authorization", "Bearer "+tok)
+	if _, err := a.Authenticate(r); err == nil || !strings.Contains(err.Error(), "lacks the required iss claim") {
+		t.Fatalf("token without iss: %v, want it named", err)
 	}
 }

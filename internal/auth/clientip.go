@@ -9,12 +9,19 @@ import (
 )
 
 // ClientIP finds the client's address. The peer is the client unless it is
-// one of trusted; then X-Forwarded-For (or, without it, Forwarded) is read
-// from the right, skipping trusted proxies, and the first address that is
-// not one is the client. A header from an untrusted peer is ignored, so a
-// client cannot choose its own address.
+// one of Trusted; then the one header the trusted proxies set is read (by
+// Header), from the right, skipping trusted proxies, and the first address
+// that is not one is the client. A header from an untrusted peer is
+// ignored, and no other header is ever read, so a client can choose its
+// own address neither directly nor through a proxy that passes a header
+// it does not set (today a client's X-Forwarded-For won over a trusted
+// proxy's Forwarded).
 type ClientIP struct {
 	Trusted []netip.Prefix
+	// Header is the header the trusted proxies set: "x-forwarded-for"
+	// (also the meaning of ""), "forwarded" (its for= parameters) or
+	// "x-real-ip" (one address, as nginx's realip sets it).
+	Header string
 }
 
 // Trusts reports whether a is a trusted proxy.
@@ -35,7 +42,7 @@ func (c ClientIP) Of(r *http.Request) netip.Addr {
 	if !peer.IsValid() || !c.trusted(peer) {
 		return peer
 	}
-	hops := forwardedFor(r)
+	hops := c.hops(r)
 	client := peer
 	for i := len(hops) - 1; i >= 0; i-- {
 		a, err := parseHop(hops[i])
@@ -50,18 +57,29 @@ func (c ClientIP) Of(r *http.Request) netip.Addr {
 	return client
 }
 
-// forwardedFor lists the hops of X-Forwarded-For, or of Forwarded's for=
-// parameters, in order.
-func forwardedFor(r *http.Request) []string {
+// hops lists the addresses of the configured header, in order.
+func (c ClientIP) hops(r *http.Request) []string {
 	var hops []string
-	if xs := r.Header.Values("X-Forwarded-For"); len(xs) > 0 {
-		for _, x := range xs {
-			for _, h := range strings.Split(x, ",") {
-				hops = append(hops, strings.TrimSpace(h))
-			}
+	switch strings.ToLower(c.Header) {
+	case "x-real-ip":
+		if v := strings.TrimSpace(r.Header.Get("X-Real-IP")); v != "" {
+			hops = append(hops, v)
 		}
 		return hops
+	case "forwarded":
+		return forwardedFor(r)
 	}
+	for _, x := range r.Header.Values("X-Forwarded-For") {
+		for _, h := range strings.Split(x, ",") {
+			hops = append(hops, strings.TrimSpace(h))
+		}
+	}
+	return hops
+}
+
+// forwardedFor lists Forwarded's for= parameters, in order.
+func forwardedFor(r *http.Request) []string {
+	var hops []string
 	for _, f := range r.Header.Values("Forwarded") {
 		for _, elem := range strings.Split(f, ",") {
 			for _, pair := range strings.Split(elem, ";") {

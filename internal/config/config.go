@@ -59,6 +59,13 @@ type Config struct {
 	// TrustedProxies are the peers whose X-Forwarded-For and Forwarded
 	// headers are believed.
 	TrustedProxies []netip.Prefix
+	// ClientIPHeader is the one header the trusted proxies put the client's
+	// address in: "x-forwarded-for" (the default), "forwarded" or
+	// "x-real-ip". Never a mix.
+	ClientIPHeader string
+	// UpstreamHeaders name the headers the proxy tells the upstream the
+	// verified tenant and plan in (client-sent copies are removed).
+	UpstreamHeaders UpstreamHeaders
 	// Instances is how many fairgate instances share the store (sizes the
 	// fallback limiter). At least 1.
 	Instances int
@@ -116,6 +123,15 @@ func ReadFile(path string) ([]byte, error) {
 	return data, nil
 }
 
+// UpstreamHeaders name the request headers that carry the verified
+// identity to the proxied upstream.
+type UpstreamHeaders struct {
+	// Tenant is the verified tenant's header. Default X-Fairgate-Tenant.
+	Tenant string
+	// Plan is the tenant's plan's header. Default X-Fairgate-Plan.
+	Plan string
+}
+
 // Load reads and validates the file at path.
 func Load(path string) (*Config, error) {
 	data, err := ReadFile(path)
@@ -131,7 +147,8 @@ func Parse(file string, data []byte) (*Config, error) {
 		return nil, fmt.Errorf("config: %s is over %d bytes (4 MiB), the most a config file may be", file, MaxFileBytes)
 	}
 	d := &decoder{file: file, where: map[string]where{}}
-	c := &Config{File: file, Headers: "draft", Providers: map[string]quota.Provider{}, Queues: fairq.Kinds{}, QueueWeights: map[string]int{}, Dependencies: map[string]breaker.Settings{}, Instances: 1, Dashboard: true}
+	c := &Config{File: file, Headers: "draft", Providers: map[string]quota.Provider{}, Queues: fairq.Kinds{}, QueueWeights: map[string]int{}, Dependencies: map[string]breaker.Settings{}, Instances: 1, Dashboard: true,
+		ClientIPHeader: "x-forwarded-for", UpstreamHeaders: UpstreamHeaders{Tenant: "X-Fairgate-Tenant", Plan: "X-Fairgate-Plan"}}
 	var root yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&root); err != nil {

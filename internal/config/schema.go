@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/pem"
 	"fmt"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -241,6 +242,26 @@ func (d *decoder) config(n *yaml.Node, c *Config) {
 		},
 		"rls":       func(v *yaml.Node, path string) { d.rlsSection(v, path, c) },
 		"dashboard": func(v *yaml.Node, path string) { c.Dashboard = d.bool(v, path) },
+		"route_match": func(v *yaml.Node, path string) {
+			d.fields(v, path, map[string]func(*yaml.Node, string){
+				"case_sensitive":       func(v *yaml.Node, path string) { p.RouteMatch.CaseSensitive = d.bool(v, path) },
+				"exact_trailing_slash": func(v *yaml.Node, path string) { p.RouteMatch.ExactTrailingSlash = d.bool(v, path) },
+			})
+		},
+		"client_ip_header": func(v *yaml.Node, path string) {
+			switch h := strings.ToLower(d.str(v, path)); h {
+			case "x-forwarded-for", "forwarded", "x-real-ip":
+				c.ClientIPHeader = h
+			default:
+				d.add(v, path, "client_ip_header %q: want x-forwarded-for, forwarded or x-real-ip (the one header your trusted proxies set)", h)
+			}
+		},
+		"upstream_headers": func(v *yaml.Node, path string) {
+			d.fields(v, path, map[string]func(*yaml.Node, string){
+				"tenant": func(v *yaml.Node, path string) { c.UpstreamHeaders.Tenant = d.header(v, path) },
+				"plan":   func(v *yaml.Node, path string) { c.UpstreamHeaders.Plan = d.header(v, path) },
+			})
+		},
 		"dependencies": func(v *yaml.Node, path string) {
 			d.entries(v, path, func(name string, k, v *yaml.Node, path string) {
 				if !limiter.ValidName(name) {
@@ -445,4 +466,20 @@ func (d *decoder) checkLimit(n *yaml.Node, path string, l algo.Limit) {
 	if err := l.Validate(); err != nil {
 		d.add(n, path, "%v", err)
 	}
+}
+
+// header reads an HTTP header name: a token of letters, digits and '-'.
+func (d *decoder) header(v *yaml.Node, path string) string {
+	h := d.str(v, path)
+	ok := h != ""
+	for _, r := range h {
+		if !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || r == '-') {
+			ok = false
+		}
+	}
+	if !ok {
+		d.add(v, path, "header name %q: want letters, digits and '-', such as X-Tenant", h)
+		return ""
+	}
+	return http.CanonicalHeaderKey(h)
 }

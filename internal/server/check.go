@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -96,6 +97,12 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 		problem.BadRequest(w, detail)
 		return
 	}
+	if lr.Tenant == "" && !lr.IP.IsValid() && lr.Class == "" && s.lim.Anonymous(lr.Method, lr.Path) {
+		// An anonymous route is limited per client address: without one
+		// every such caller would share one bucket.
+		problem.BadRequest(w, "ip: required without a tenant: anonymous routes are limited per client address")
+		return
+	}
 	d, err := s.lim.Decide(r.Context(), lr)
 	if err != nil {
 		problem.BadRequest(w, checkError(err, lr))
@@ -155,6 +162,18 @@ func (s *Server) identify(r *http.Request) (httplimit.Identity, error) {
 	if err != nil {
 		return httplimit.Identity{}, err
 	}
+	if id.Plan != "" && !s.lim.KnownPlan(id.Plan) {
+		// The policy's default applies; say so once per plan name (at
+		// most 1,000 names, so a flood of made-up claims cannot grow it).
+		ids := s.id.Load()
+		if ids.unknownLogged.Load() < 1000 {
+			if _, seen := ids.unknownLog.LoadOrStore(id.Plan, true); !seen {
+				ids.unknownLogged.Add(1)
+				s.log.Warn("a credential names an unknown plan; the tenant gets its configured or the default plan", slog.String("tenant", id.Tenant), slog.String("plan", id.Plan))
+			}
+		}
+
+	}
 	return httplimit.Identity{Tenant: id.Tenant, Plan: id.Plan}, nil
 }
 
@@ -170,7 +189,7 @@ func (s *Server) handleMyLimits(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := s.control(r)
 	defer cancel()
-	tl, err := s.lim.Effective(ctx, id.Tenant)
+	tl, err := s.lim.EffectiveFor(ctx, id.Tenant, id.Plan)
 	if err != nil {
 		problem.Write(w, problem.Details{Status: http.StatusServiceUnavailable, Detail: "limits cannot be read right now: " + err.Error()})
 		return

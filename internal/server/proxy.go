@@ -51,17 +51,27 @@ func (s *Server) newProxy(upstream *url.URL, timeout time.Duration) (http.Handle
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(upstream)
 			pr.Out.Host = pr.In.Host
+			id := s.id.Load()
 			// ReverseProxy drops the inbound X-Forwarded-* before Rewrite. A
 			// forwarding chain is passed on only from a trusted proxy;
 			// SetXForwarded then appends the peer.
-			if s.id.Load().ip.Trusts(httplimit.PeerIP(pr.In)) {
+			if id.ip.Trusts(httplimit.PeerIP(pr.In)) {
 				if xff := pr.In.Header.Values("X-Forwarded-For"); len(xff) > 0 {
 					pr.Out.Header["X-Forwarded-For"] = xff
 				}
 			} else {
 				pr.Out.Header.Del("Forwarded")
+				pr.Out.Header.Del("X-Real-IP")
 			}
 			pr.SetXForwarded()
+			// The upstream learns who the caller is from fairgate alone:
+			// client-sent copies of the identity headers are removed.
+			pr.Out.Header.Del(id.tenantHdr)
+			pr.Out.Header.Del(id.planHdr)
+			if who, ok := httplimit.IdentityFrom(pr.In.Context()); ok {
+				pr.Out.Header.Set(id.tenantHdr, who.Tenant)
+				pr.Out.Header.Set(id.planHdr, s.lim.PlanFor(who.Tenant, who.Plan))
+			}
 		},
 		Transport:     rt,
 		FlushInterval: -1, // stream: flush as the upstream writes
@@ -97,7 +107,23 @@ func (s *Server) newProxy(upstream *url.URL, timeout time.Duration) (http.Handle
 	if err != nil {
 		return nil, err
 	}
-	return mw(liftDeadlines(rp)), nil
+	limited, direct := mw(liftDeadlines(rp)), liftDeadlines(rp)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if isPreflight(r) {
+			// Browsers send CORS preflights without credentials; the
+			// upstream answers them. They are not charged to anyone.
+			direct.ServeHTTP(w, r)
+			return
+		}
+		limited.ServeHTTP(w, r)
+	}), nil
+}
+
+// isPreflight reports whether r is a CORS preflight: OPTIONS with Origin
+// and Access-Control-Request-Method, and no body.
+func isPreflight(r *http.Request) bool {
+	return r.Method == http.MethodOptions && r.Header.Get("Origin") != "" &&
+		r.Header.Get("Access-Control-Request-Method") != "" && r.ContentLength == 0 && len(r.TransferEncoding) == 0
 }
 
 // liftDeadlines lets a proxied response stream for as long as the upstream

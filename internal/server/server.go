@@ -11,6 +11,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -18,6 +19,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -43,6 +45,9 @@ type Config struct {
 	Auth *auth.Authenticator
 	// ClientIP finds the client address behind trusted proxies.
 	ClientIP auth.ClientIP
+	// UpstreamHeaders name the headers the proxy passes the verified
+	// tenant and plan in.
+	UpstreamHeaders UpstreamHeaders
 	// Upstream, if set, is the API that requests not addressed to fairgate
 	// are proxied to.
 	Upstream *url.URL
@@ -150,7 +155,7 @@ func New(c Config) (*Server, error) {
 		sum := sha256.Sum256([]byte(c.InternalToken))
 		s.itoken = &sum
 	}
-	s.SetIdentity(c.Auth, c.ClientIP)
+	s.SetIdentity(c.Auth, c.ClientIP, c.UpstreamHeaders)
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -209,16 +214,29 @@ func New(c Config) (*Server, error) {
 }
 
 // identity is what the server verifies credentials and finds client
-// addresses with; swapped whole on a config reload.
+// addresses with, and the headers it tells the upstream who the caller is
+// in; swapped whole on a config reload.
 type identity struct {
-	auth *auth.Authenticator
-	ip   auth.ClientIP
+	auth          *auth.Authenticator
+	ip            auth.ClientIP
+	tenantHdr     string
+	planHdr       string
+	unknownLog    sync.Map // plan claims already logged as unknown
+	unknownLogged atomic.Int64
 }
 
-// SetIdentity replaces the credentials and trusted proxies, as a config
-// reload does. Requests in flight finish with the old ones.
-func (s *Server) SetIdentity(a *auth.Authenticator, ip auth.ClientIP) {
-	s.id.Store(&identity{auth: a, ip: ip})
+// UpstreamHeaders name the headers the proxy sets to the verified tenant
+// and plan for the upstream, after removing any the client sent. Empty
+// names mean X-Fairgate-Tenant and X-Fairgate-Plan.
+type UpstreamHeaders struct{ Tenant, Plan string }
+
+// SetIdentity replaces the credentials, trusted proxies and upstream
+// identity headers, as a config reload does. Requests in flight finish
+// with the old ones.
+func (s *Server) SetIdentity(a *auth.Authenticator, ip auth.ClientIP, h UpstreamHeaders) {
+	s.id.Store(&identity{auth: a, ip: ip,
+		tenantHdr: http.CanonicalHeaderKey(cmp.Or(h.Tenant, "X-Fairgate-Tenant")),
+		planHdr:   http.CanonicalHeaderKey(cmp.Or(h.Plan, "X-Fairgate-Plan"))})
 }
 
 // clientIP is the request's client address by the trusted proxies in force.
