@@ -22,6 +22,9 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
+// Tests stop `fairgate serve` at once; the drain test asks for its own.
+func init() { os.Setenv("FAIRGATE_DRAIN", "0") }
+
 // TestServeAndShutdown runs `fairgate serve` on the embedded memory store,
 // takes a limit over HTTP, then ends it as SIGTERM would.
 func TestServeAndShutdown(t *testing.T) {

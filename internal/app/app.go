@@ -3,6 +3,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -193,6 +194,13 @@ type ServeConfig struct {
 	// reads and writes, job queue calls, /v1/me/limits. Zero means
 	// server.DefaultControlTimeout.
 	ControlTimeout time.Duration
+	// Drain is how long /readyz fails before the listeners close, while
+	// requests are still served (load balancers take the instance out).
+	// Zero means none.
+	Drain time.Duration
+	// ShutdownGrace is how long requests in flight get to finish once the
+	// listeners close. Zero means 25 s.
+	ShutdownGrace time.Duration
 	// ReadTimeout bounds the reading of a request's headers and body on
 	// every listener, the proxy's included. Zero means 30 s.
 	ReadTimeout time.Duration
@@ -234,6 +242,10 @@ func ParseServe(args []string, stderr io.Writer) (ServeConfig, error) {
 	fs.StringVar(&internalFile, "internal-token-file", "", "file holding the bearer token the decision API, outbound, worker, /metrics and dashboard endpoints require (or FAIRGATE_INTERNAL_TOKEN); without one whoever reaches their listener may call them")
 	controlTimeout := env("FAIRGATE_CONTROL_TIMEOUT", "2s")
 	fs.Func("control-timeout", "deadline of each store call that is not a decision: admin writes, job queue calls, /v1/me/limits (FAIRGATE_CONTROL_TIMEOUT, default 2s)", func(v string) error { controlTimeout = v; return nil })
+	drain := env("FAIRGATE_DRAIN", "5s")
+	fs.Func("drain", "on SIGTERM, how long /readyz fails while requests are still served, before the listeners close (FAIRGATE_DRAIN, default 5s; 0 for none)", func(v string) error { drain = v; return nil })
+	grace := env("FAIRGATE_SHUTDOWN_GRACE", "25s")
+	fs.Func("shutdown-grace", "then how long requests in flight get to finish (FAIRGATE_SHUTDOWN_GRACE, default 25s)", func(v string) error { grace = v; return nil })
 	readTimeout := env("FAIRGATE_READ_TIMEOUT", "30s")
 	fs.Func("read-timeout", "deadline to read a request's headers and body, on every listener (FAIRGATE_READ_TIMEOUT, default 30s)", func(v string) error { readTimeout = v; return nil })
 	fs.StringVar(&c.GRPCListen, "grpc-listen", env("FAIRGATE_GRPC_LISTEN", ""), "serve Envoy's rate limit service (gRPC) here, such as 127.0.0.1:8082 (FAIRGATE_GRPC_LISTEN; default: not served)")
@@ -263,6 +275,12 @@ func ParseServe(args []string, stderr io.Writer) (ServeConfig, error) {
 	}
 	if c.ControlTimeout, err = time.ParseDuration(controlTimeout); err != nil || c.ControlTimeout <= 0 {
 		return c, fmt.Errorf("serve: control timeout %q: want a positive duration such as 2s", controlTimeout)
+	}
+	if c.Drain, err = time.ParseDuration(drain); err != nil || c.Drain < 0 {
+		return c, fmt.Errorf("serve: drain %q: want a duration such as 5s, or 0", drain)
+	}
+	if c.ShutdownGrace, err = time.ParseDuration(grace); err != nil || c.ShutdownGrace <= 0 {
+		return c, fmt.Errorf("serve: shutdown grace %q: want a positive duration such as 25s", grace)
 	}
 	if c.ReadTimeout, err = time.ParseDuration(readTimeout); err != nil || c.ReadTimeout <= 0 {
 		return c, fmt.Errorf("serve: read timeout %q: want a positive duration such as 30s", readTimeout)
@@ -560,8 +578,17 @@ func Serve(ctx context.Context, c ServeConfig, log *slog.Logger, ready func(addr
 		return err
 	case <-ctx.Done():
 	}
-	log.Info("shutting down")
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	if c.Drain > 0 {
+		log.Info("draining: /readyz fails while requests are still served", slog.Int64("drain_ms", c.Drain.Milliseconds()))
+		h.Drain()
+		select {
+		case <-time.After(c.Drain):
+		case err := <-errc:
+			return err
+		}
+	}
+	log.Info("shutting down", slog.Int64("grace_ms", cmp.Or(c.ShutdownGrace, 25*time.Second).Milliseconds()))
+	sctx, cancel := context.WithTimeout(context.Background(), cmp.Or(c.ShutdownGrace, 25*time.Second))
 	defer cancel()
 	for _, x := range servers[1:] {
 		x.Shutdown(sctx)

@@ -2,6 +2,7 @@ package app
 
 import (
 	"io"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,9 @@ import (
 	"github.com/fairgate/fairgate/store/memstore"
 	"github.com/fairgate/fairgate/store/redisstore"
 )
+
+// Tests stop `fairgate serve` at once; the drain test asks for its own.
+func init() { os.Setenv("FAIRGATE_DRAIN", "0") }
 
 func TestOpenStore(t *testing.T) {
 	st, err := OpenStore("memory://?max_keys=10&shards=2")

@@ -18,6 +18,9 @@ import (
 	"github.com/fairgate/fairgate/internal/app"
 )
 
+// Tests stop `fairgate serve` at once; the drain test asks for its own.
+func init() { os.Setenv("FAIRGATE_DRAIN", "0") }
+
 // browser returns a headless Chromium context (Debian's chromium; make
 // test installs it where it can).
 func browser(t *testing.T) (context.Context, func() []string) {

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	_ "embed"
 	"encoding/json"
+	"math"
 	"net/http"
 	"slices"
 	"sort"
@@ -15,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/fairgate/fairgate/httplimit/problem"
 	"github.com/fairgate/fairgate/internal/auth"
 )
 
@@ -43,18 +45,20 @@ type PolicyRate struct {
 
 // Data is what /dashboard/data answers.
 type Data struct {
-	Time         time.Time          `json:"time"`
-	Rate         float64            `json:"decisions_per_second"`
-	ShareLimited float64            `json:"share_limited"`
-	History      []Point            `json:"history"`
-	Policies     []PolicyRate       `json:"policies"`
-	StoreP50ms   float64            `json:"store_p50_ms"`
-	StoreP99ms   float64            `json:"store_p99_ms"`
-	FailOpen     float64            `json:"fail_open_total"`
-	FailClosed   float64            `json:"fail_closed_total"`
-	Breakers     map[string]string  `json:"breakers"`
-	Queues       map[string]float64 `json:"queues"`
-	TopLimited   []Entry            `json:"top_limited"`
+	Time         time.Time         `json:"time"`
+	Rate         float64           `json:"decisions_per_second"`
+	ShareLimited float64           `json:"share_limited"`
+	History      []Point           `json:"history"`
+	Policies     []PolicyRate      `json:"policies"`
+	StoreP50ms   float64           `json:"store_p50_ms"`
+	StoreP99ms   float64           `json:"store_p99_ms"`
+	FailOpen     float64           `json:"fail_open_total"`
+	FailClosed   float64           `json:"fail_closed_total"`
+	Breakers     map[string]string `json:"breakers"`
+	// Queues are the depths by kind; a kind whose depth cannot be read
+	// (its store is out) is "unavailable" there, never left out.
+	Queues     map[string]any `json:"queues"`
+	TopLimited []Entry        `json:"top_limited"`
 }
 
 // Dashboard samples a registry and serves the page. It is safe for
@@ -127,7 +131,7 @@ func (d *Dashboard) Sample(now time.Time) {
 	first := d.last.IsZero()
 	d.last = now
 	cur := map[string]float64{}
-	next := Data{Time: now, Breakers: map[string]string{}, Queues: map[string]float64{}}
+	next := Data{Time: now, Breakers: map[string]string{}, Queues: map[string]any{}}
 	p := Point{T: now.Unix()}
 	var lat *dto.Histogram
 	for _, mf := range mfs {
@@ -151,7 +155,11 @@ func (d *Dashboard) Sample(now time.Time) {
 			case "fairgate_dependency_breaker_state":
 				next.Breakers[l["dependency"]] = breakerState(m.GetGauge().GetValue())
 			case "fairgate_queue_depth":
-				next.Queues[l["kind"]] = m.GetGauge().GetValue()
+				if v := m.GetGauge().GetValue(); math.IsNaN(v) || math.IsInf(v, 0) {
+					next.Queues[l["kind"]] = "unavailable"
+				} else {
+					next.Queues[l["kind"]] = v
+				}
 			}
 		}
 	}
@@ -252,7 +260,7 @@ func labels(m *dto.Metric) map[string]string {
 func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET")
-		http.Error(w, "the dashboard takes GET", http.StatusMethodNotAllowed)
+		problem.Write(w, problem.Details{Status: http.StatusMethodNotAllowed, Detail: "the dashboard takes GET"})
 		return
 	}
 	switch strings.TrimSuffix(r.URL.Path, "/") {
@@ -264,7 +272,7 @@ func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "/dashboard/data":
 		if d.token != nil && !d.authorized(r) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="fairgate-dashboard"`)
-			http.Error(w, `{"error":"the dashboard needs the admin token"}`, http.StatusUnauthorized)
+			problem.Write(w, problem.Details{Status: http.StatusUnauthorized, Detail: "the dashboard's data needs Authorization: Bearer <admin token>"})
 			return
 		}
 		d.mu.Lock()
@@ -273,11 +281,17 @@ func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if data.History == nil {
 			data.History = []Point{}
 		}
+		body, err := json.Marshal(data)
+		if err != nil {
+			// Never a blank 200: say what went wrong.
+			problem.Write(w, problem.Details{Status: http.StatusInternalServerError, Detail: "the dashboard's data cannot be encoded: " + err.Error()})
+			return
+		}
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Cache-Control", "no-store")
-		json.NewEncoder(w).Encode(data)
+		w.Write(append(body, '\n'))
 	default:
-		http.NotFound(w, r)
+		problem.Write(w, problem.Details{Status: http.StatusNotFound, Detail: "no such dashboard page: " + r.URL.Path})
 	}
 }
 

@@ -1,7 +1,9 @@
 package dash
 
 import (
+	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -100,5 +102,35 @@ func TestDataNeedsTheToken(t *testing.T) {
 	d.ServeHTTP(w, httptest.NewRequest("POST", "/dashboard", nil))
 	if w.Code != http.StatusMethodNotAllowed {
 		t.Errorf("POST: %d", w.Code)
+	}
+}
+
+// TestDataDuringAnOutage: a queue depth the store cannot give (the gauge is
+// NaN during a Redis outage) is shown as unavailable, and the data is
+// JSON; today /dashboard/data was 200 with an empty body exactly then.
+// Errors are problem+json.
+func TestDataDuringAnOutage(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "fairgate_queue_depth", ConstLabels: prometheus.Labels{"kind": "report"}}, func() float64 { return math.NaN() }))
+	br := prometheus.NewGauge(prometheus.GaugeOpts{Name: "fairgate_store_breaker_state"})
+	br.Set(2)
+	reg.MustRegister(br)
+	d := New(reg, "")
+	d.Sample(time.Unix(1_800_000_000, 0))
+	w := httptest.NewRecorder()
+	d.ServeHTTP(w, httptest.NewRequest("GET", "/dashboard/data", nil))
+	var got Data
+	if err := json.Unmarshal(w.Body.Bytes(), &got); w.Code != 200 || err != nil {
+		t.Fatalf("data during an outage: %d %q %v", w.Code, w.Body, err)
+	}
+	if got.Queues["report"] != "unavailable" || got.Breakers["store"] != "open" {
+		t.Fatalf("queues %v breakers %v, want the queue unavailable and the store's breaker open", got.Queues, got.Breakers)
+	}
+	for _, r := range []*http.Request{httptest.NewRequest("GET", "/dashboard/nope", nil), httptest.NewRequest("POST", "/dashboard", nil)} {
+		w := httptest.NewRecorder()
+		d.ServeHTTP(w, r)
+		if w.Header().Get("Content-Type") != "application/problem+json" {
+			t.Errorf("%s %s: %d %q, want problem+json", r.Method, r.URL.Path, w.Code, w.Header().Get("Content-Type"))
+		}
 	}
 }

@@ -118,6 +118,7 @@ type Server struct {
 	worker   *[sha256.Size]byte // the worker token's hash; nil: none required
 	itoken   *[sha256.Size]byte // the internal token's hash; nil: none required
 	ctlWait  time.Duration      // ControlTimeout
+	draining atomic.Bool
 	warning  func() string      // StoreWarning
 	conn     func() bool        // StoreConnected
 	jobs     fairq.Queue
@@ -245,6 +246,10 @@ func (s *Server) clientIP(r *http.Request) netip.Addr { return s.id.Load().ip.Of
 // handleReady answers 200 while the store answers, or while no policy
 // fails closed (fail-open policies are served by the fallback); else 503.
 func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
+	if s.draining.Load() {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ready": false, "draining": true})
+		return
+	}
 	up, failClosed := s.lim.StoreUp(), s.lim.HasFailClosed()
 	if s.conn != nil && !s.conn() {
 		up = false
@@ -290,6 +295,11 @@ func (s *Server) forInternal(h http.HandlerFunc) http.HandlerFunc {
 func (s *Server) control(r *http.Request) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(r.Context(), s.ctlWait)
 }
+
+// Drain makes /readyz answer 503 from now on, so that load balancers stop
+// sending new requests while the ones they send meanwhile are still
+// served: the first step of a graceful shutdown.
+func (s *Server) Drain() { s.draining.Store(true) }
 
 // Internal is the handler of the internal listener in proxy mode, or nil
 // without an upstream (then the Server itself serves everything).
