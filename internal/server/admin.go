@@ -65,6 +65,9 @@ func NewAdmin(c AdminConfig) (http.Handler, error) {
 		a.log = slog.New(slog.DiscardHandler)
 	}
 	mux := http.NewServeMux()
+	mux.HandleFunc("GET /admin/tenants", a.listTenants)
+	mux.HandleFunc("GET /admin/plans/{name}", a.getPlan)
+	mux.HandleFunc("PUT /admin/plans/{name}", a.putPlan)
 	mux.HandleFunc("GET /admin/tenants/{id}", a.getTenant)
 	mux.HandleFunc("PUT /admin/tenants/{id}", a.putTenant)
 	mux.HandleFunc("DELETE /admin/tenants/{id}", a.deleteTenant)
@@ -76,9 +79,29 @@ func NewAdmin(c AdminConfig) (http.Handler, error) {
 			problem.Write(w, problem.Details{Status: http.StatusUnauthorized, Detail: "admin requests need Authorization: Bearer <admin token>"})
 			return
 		}
+		if _, pattern := mux.Handler(r); pattern == "" {
+			// The mux's own 404 and 405 are plain text: answer problems.
+			rec := &statusOnly{header: http.Header{}}
+			mux.ServeHTTP(rec, r)
+			if allow := rec.header.Get("Allow"); allow != "" {
+				w.Header().Set("Allow", allow)
+			}
+			problem.Write(w, problem.Details{Status: rec.status, Detail: fmt.Sprintf("%s %s: %s", r.Method, r.URL.Path, http.StatusText(rec.status))})
+			return
+		}
 		mux.ServeHTTP(w, r)
 	}), nil
 }
+
+// statusOnly keeps a handler's status and headers and drops its body.
+type statusOnly struct {
+	header http.Header
+	status int
+}
+
+func (s *statusOnly) Header() http.Header         { return s.header }
+func (s *statusOnly) Write(p []byte) (int, error) { return len(p), nil }
+func (s *statusOnly) WriteHeader(code int)        { s.status = code }
 
 // authorized reports whether r carries the admin token.
 func (a *admin) authorized(r *http.Request) bool { return auth.BearerMatches(r, a.token) }
@@ -93,12 +116,84 @@ func (a *admin) getTenant(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	entry, ok := a.lim.Overlay().Tenants[id]
-	out := map[string]any{"effective": tl}
+	out := map[string]any{"effective": effectiveView(tl)}
 	if ok {
-		out["override"] = entry
+		out["override"] = overrideView(entry)
 	}
 	writeJSON(w, http.StatusOK, out)
 }
+
+// listTenants serves GET /admin/tenants: the tenants with run-time entries.
+func (a *admin) listTenants(w http.ResponseWriter, r *http.Request) {
+	ov := a.lim.Overlay()
+	out := make([]map[string]any, 0, len(ov.Tenants))
+	for _, id := range sortedIDs(ov.Tenants) {
+		v := overrideView(ov.Tenants[id])
+		v["tenant"] = id
+		out = append(out, v)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"version": ov.Version, "tenants": out})
+}
+
+// getPlan serves GET /admin/plans/{name}: the plan in force (a run-time
+// plan replaces the file's of its name).
+func (a *admin) getPlan(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	p, runtime := a.lim.Overlay().Plans[name]
+	if !runtime {
+		var ok bool
+		if p, ok = a.lim.Base().Plans[name]; !ok {
+			problem.Write(w, problem.Details{Status: http.StatusNotFound, Detail: fmt.Sprintf("no plan %q", name)})
+			return
+		}
+	}
+	p.Name = name
+	out := planView(p)
+	out["runtime"] = runtime
+	writeJSON(w, http.StatusOK, out)
+}
+
+// putPlan serves PUT /admin/plans/{name}: the plan's rules, for every
+// instance, checked against the policy in force first.
+func (a *admin) putPlan(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	var b planBody
+	if !decodeJSON(w, r, &b) {
+		return
+	}
+	p, detail := b.plan(name)
+	if detail != "" {
+		problem.BadRequest(w, detail)
+		return
+	}
+	before, had := a.lim.Overlay().Plans[name]
+	ctx, cancel := context.WithTimeout(r.Context(), a.timeout)
+	defer cancel()
+	if err := a.lim.PutPlan(ctx, p); err != nil {
+		var ps limiter.Problems
+		switch {
+		case errors.As(err, &ps):
+			problem.BadRequest(w, ps.Error())
+		case errors.Is(err, limiter.ErrControlUnavailable):
+			a.log.Error("admin: plan NOT set", slog.String("plan", name), slog.String("error", err.Error()))
+			w.Header().Set("Retry-After", "5")
+			problem.Write(w, problem.Details{Status: http.StatusServiceUnavailable, Detail: err.Error()})
+		default:
+			problem.BadRequest(w, err.Error())
+		}
+		return
+	}
+	prev := []byte("null")
+	if had {
+		prev, _ = json.Marshal(planView(before))
+	}
+	next, _ := json.Marshal(planView(p))
+	a.log.Info("admin: plan set", slog.String("plan", name), slog.String("before", string(prev)), slog.String("after", string(next)))
+	a.getPlan(w, r)
+}
+
+// maxTTLSeconds is the longest ttl_seconds a run-time override takes.
+const maxTTLSeconds = 366 * 24 * 3600
 
 // tenantBody is the body of PUT /admin/tenants/{id}.
 type tenantBody struct {
@@ -107,7 +202,7 @@ type tenantBody struct {
 	Burst      int64                           `json:"burst"`
 	Limits     map[string]limiter.RuleOverride `json:"limits"`
 	Shares     map[string]float64              `json:"shares"`
-	ExpiresAt  *time.Time                      `json:"expires_at"`
+	ExpiresAt  *string                         `json:"expires_at"`
 	TTLSeconds *int64                          `json:"ttl_seconds"`
 }
 
@@ -123,10 +218,15 @@ func (a *admin) putTenant(w http.ResponseWriter, r *http.Request) {
 		problem.BadRequest(w, "expires_at, ttl_seconds: give one, not both")
 		return
 	case b.ExpiresAt != nil:
-		t.Expires = *b.ExpiresAt
+		at, err := time.Parse(time.RFC3339Nano, *b.ExpiresAt)
+		if err != nil {
+			problem.BadRequest(w, fmt.Sprintf("expires_at: %q is not an RFC 3339 time such as 2026-12-31T23:00:00Z", *b.ExpiresAt))
+			return
+		}
+		t.Expires = at
 	case b.TTLSeconds != nil:
-		if *b.TTLSeconds < 1 {
-			problem.BadRequest(w, fmt.Sprintf("ttl_seconds: %d: want at least 1", *b.TTLSeconds))
+		if *b.TTLSeconds < 1 || *b.TTLSeconds > maxTTLSeconds {
+			problem.BadRequest(w, fmt.Sprintf("ttl_seconds: %d is outside 1..%d (366 days)", *b.TTLSeconds, maxTTLSeconds))
 			return
 		}
 		t.Expires = time.Now().Add(time.Duration(*b.TTLSeconds) * time.Second)
@@ -148,8 +248,8 @@ func (a *admin) putTenant(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	prev, _ := json.Marshal(before)
-	next, _ := json.Marshal(t)
+	prev, _ := json.Marshal(overrideView(before))
+	next, _ := json.Marshal(overrideView(t))
 	if !had {
 		prev = []byte("null")
 	}
@@ -168,7 +268,7 @@ func (a *admin) deleteTenant(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, problem.Details{Status: http.StatusServiceUnavailable, Detail: err.Error()})
 		return
 	}
-	prev, _ := json.Marshal(before)
+	prev, _ := json.Marshal(overrideView(before))
 	if had {
 		a.log.Info("admin: tenant override cleared", slog.String("tenant", id), slog.String("before", string(prev)))
 	}
@@ -189,14 +289,5 @@ func (a *admin) doReload(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *admin) getConfig(w http.ResponseWriter, r *http.Request) {
-	p := a.lim.Base()
-	loc := "UTC"
-	if p.Location != nil {
-		loc = p.Location.String()
-	}
-	writeJSON(w, http.StatusOK, map[string]any{
-		"timezone": loc, "default_plan": p.DefaultPlan, "default_class": p.DefaultClass,
-		"plans": p.Plans, "classes": p.Classes, "routes": p.Routes, "anonymous": p.Anonymous, "tenants": p.Tenants,
-		"overlay": a.lim.Overlay(),
-	})
+	writeJSON(w, http.StatusOK, policyView(a.lim.Base(), a.lim.Overlay()))
 }

@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/fairgate/fairgate/algo"
 	"github.com/fairgate/fairgate/httplimit"
@@ -49,6 +52,10 @@ const maxPeriodMs = int64(algo.MaxPeriod / time.Millisecond)
 // unknown fields, nothing after it, at most MaxBody bytes. It writes the
 // error response itself and reports whether decoding succeeded.
 func decodeJSON(w http.ResponseWriter, r *http.Request, v any) bool {
+	if ce := r.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
+		problem.Write(w, problem.Details{Status: http.StatusUnsupportedMediaType, Detail: fmt.Sprintf("Content-Encoding %s is not accepted: send the JSON body uncompressed", ce)})
+		return false
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
 	if err != nil {
 		var tooBig *http.MaxBytesError
@@ -57,6 +64,18 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any) bool {
 			return false
 		}
 		problem.BadRequest(w, "reading body: "+err.Error())
+		return false
+	}
+	if len(body) >= 2 && body[0] == 0x1f && body[1] == 0x8b {
+		problem.Write(w, problem.Details{Status: http.StatusUnsupportedMediaType, Detail: "the body is gzip-compressed: send the JSON uncompressed"})
+		return false
+	}
+	if !utf8.Valid(body) {
+		problem.BadRequest(w, "body is not valid UTF-8: JSON strings must be UTF-8")
+		return false
+	}
+	if err := strictNames(body, reflect.TypeOf(v)); err != nil {
+		problem.BadRequest(w, err.Error())
 		return false
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
@@ -70,6 +89,82 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any) bool {
 		return false
 	}
 	return true
+}
+
+// strictNames checks what encoding/json lets pass: every object member
+// name is given once, and matches its field's name exactly (the decoder
+// would match "Limit" to limit). t is the type decoded into. Syntax errors
+// are left to the decoder, which names them better.
+func strictNames(body []byte, t reflect.Type) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	err := walkNames(dec, t, "")
+	var syn *json.SyntaxError
+	if errors.As(err, &syn) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return nil
+	}
+	return err
+}
+
+func walkNames(dec *json.Decoder, t reflect.Type, path string) error {
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	d, ok := tok.(json.Delim)
+	if !ok {
+		return nil
+	}
+	switch d {
+	case '[':
+		var elem reflect.Type
+		if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
+			elem = t.Elem()
+		}
+		for dec.More() {
+			if err := walkNames(dec, elem, path+"[]"); err != nil {
+				return err
+			}
+		}
+	case '{':
+		seen := map[string]bool{}
+		for dec.More() {
+			kt, err := dec.Token()
+			if err != nil {
+				return err
+			}
+			name, _ := kt.(string)
+			if seen[name] {
+				return fmt.Errorf("field %s%s: given twice", path, name)
+			}
+			seen[name] = true
+			var ft reflect.Type
+			switch {
+			case t == nil:
+			case t.Kind() == reflect.Map:
+				ft = t.Elem()
+			case t.Kind() == reflect.Struct:
+				for i := range t.NumField() {
+					tag, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+					if tag == name {
+						ft = t.Field(i).Type
+						break
+					}
+					if strings.EqualFold(tag, name) {
+						return fmt.Errorf("field %s%s: unknown field; names are case-sensitive: did you mean %q?", path, name, tag)
+					}
+				}
+			}
+			if err := walkNames(dec, ft, path+name+"."); err != nil {
+				return err
+			}
+		}
+	}
+	_, err = dec.Token() // the closing delimiter
+	return err
 }
 
 // jsonError turns a decoding error into a detail that names the field.

@@ -486,3 +486,66 @@ func TestCORSPreflightPasses(t *testing.T) {
 		t.Fatalf("a plain OPTIONS without a credential: %d, want 401 like any request", rec.Code)
 	}
 }
+
+// TestAdminSpeaksTheAPIsVocabulary: admin answers use snake_case and
+// milliseconds, never Go field names or nanoseconds; unknown paths and
+// methods are problem+json; plans can be read and written (the docs
+// promised it; PUT /admin/plans/free was 404); tenants with run-time
+// entries are listed; bad times and TTLs are refused by field name.
+func TestAdminSpeaksTheAPIsVocabulary(t *testing.T) {
+	l, _ := redisInstance(t, fmt.Sprintf("vocab%d:", time.Now().UnixNano()))
+	ah, err := NewAdmin(AdminConfig{Limiter: l, Token: adminToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := func(method, path, body string) *httptest.ResponseRecorder {
+		return call{method: method, path: path, body: body, headers: map[string]string{"Authorization": "Bearer " + adminToken}}.do(ah)
+	}
+	goNames := []string{`"Period"`, `"Algorithm"`, `"Limit":`, `"Tenant"`, `"Layers"`, `"0001-01-01`, `000000000`}
+	for _, p := range []string{"/admin/config", "/admin/tenants/acme", "/admin/plans/free"} {
+		rec := admin("GET", p, "")
+		for _, bad := range goNames {
+			if rec.Code != 200 || strings.Contains(rec.Body.String(), bad) {
+				t.Errorf("GET %s: %d, holds %s: %s", p, rec.Code, bad, rec.Body)
+			}
+		}
+	}
+	if rec := admin("GET", "/admin/plans/free", ""); !strings.Contains(rec.Body.String(), `"period_ms":60000`) {
+		t.Errorf("plan free: %s", rec.Body)
+	}
+	rec := admin("PUT", "/admin/plans/free", `{"rules":[{"limit":60,"period_ms":60000,"burst":40},{"name":"daily","limit":5000,"calendar":"day"}]}`)
+	if rec.Code != 200 || !strings.Contains(rec.Body.String(), `"runtime":true`) || !strings.Contains(rec.Body.String(), `"burst":40`) {
+		t.Fatalf("PUT plan: %d %s", rec.Code, rec.Body)
+	}
+	if res, err := l.Snapshot().Resolve(limiter.Request{Tenant: "nobody", Class: "read"}, time.Now()); err != nil || res.Layers[0].Limit.Capacity() != 40 {
+		t.Fatalf("the plan written at run time is not in force: %+v %v", res, err)
+	}
+	if rec := admin("PUT", "/admin/plans/free", `{"rules":[{"limit":60}]}`); rec.Code != 400 || !strings.Contains(rec.Body.String(), "rules[0].period_ms: required") {
+		t.Errorf("plan without a period: %d %s", rec.Code, rec.Body)
+	}
+	if rec := admin("PUT", "/admin/tenants/zz", `{"plan":"team","ttl_seconds":600}`); rec.Code != 200 {
+		t.Fatalf("override: %d %s", rec.Code, rec.Body)
+	}
+	if rec := admin("GET", "/admin/tenants", ""); rec.Code != 200 || !strings.Contains(rec.Body.String(), `"tenant":"zz"`) || !strings.Contains(rec.Body.String(), `"expires_at":"`) {
+		t.Errorf("tenant list: %d %s", rec.Code, rec.Body)
+	}
+	for body, want := range map[string]string{
+		`{"expires_at":"tomorrow"}`:                  `expires_at: "tomorrow" is not an RFC 3339 time`,
+		`{"ttl_seconds":18446744083}`:                "ttl_seconds: 18446744083 is outside 1..31622400",
+		`{"plan":"team","plan":"free"}`:              "field plan: given twice",
+		`{"Plan":"team"}`:                            `field Plan: unknown field; names are case-sensitive: did you mean "plan"?`,
+		`{"limits":{"1m":{"limit":5,"Limit":6}}}`:    `field limits.1m.Limit: unknown field`,
+		"{\"plan\":\"te\xffam\"}":                    "not valid UTF-8",
+		"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03{}": "gzip-compressed",
+	} {
+		rec := admin("PUT", "/admin/tenants/zz", body)
+		if detail, _ := decodeMap(t, rec)["detail"].(string); rec.Code/100 != 4 || !strings.Contains(detail, want) {
+			t.Errorf("%q: %d %s, want a 4xx naming %q", body, rec.Code, rec.Body, want)
+		}
+	}
+	for _, c := range []struct{ method, path string }{{"GET", "/admin/nope"}, {"DELETE", "/admin/config"}} {
+		if rec := admin(c.method, c.path, ""); rec.Header().Get("Content-Type") != "application/problem+json" || rec.Code/100 != 4 {
+			t.Errorf("%s %s: %d %q, want a problem+json 4xx", c.method, c.path, rec.Code, rec.Header().Get("Content-Type"))
+		}
+	}
+}

@@ -1,0 +1,248 @@
+package server
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/fairgate/fairgate/algo"
+	"github.com/fairgate/fairgate/limiter"
+)
+
+// The admin API answers in the public API's vocabulary: snake_case names,
+// durations in milliseconds, algorithms and fail modes by name, times in
+// RFC 3339; never a Go struct as it happens to be.
+
+func ms(d time.Duration) int64 { return d.Milliseconds() }
+
+func timeView(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t.UTC().Format(time.RFC3339Nano)
+}
+
+func ruleView(r limiter.Rule) map[string]any {
+	out := map[string]any{"name": r.Name, "limit": r.Limit.Limit}
+	if r.Calendar != limiter.NoCalendar {
+		out["calendar"] = r.Calendar.String()
+	} else {
+		out["period_ms"] = ms(r.Limit.Period)
+		out["burst"] = r.Limit.Capacity()
+		out["algorithm"] = r.Limit.Algorithm.String()
+	}
+	if r.Shadow {
+		out["shadow"] = true
+	}
+	return out
+}
+
+func planView(p limiter.Plan) map[string]any {
+	rules := make([]map[string]any, len(p.Rules))
+	for i, r := range p.Rules {
+		rules[i] = ruleView(r)
+	}
+	return map[string]any{"name": p.Name, "rules": rules}
+}
+
+func overrideView(t limiter.Tenant) map[string]any {
+	out := map[string]any{}
+	if t.Plan != "" {
+		out["plan"] = t.Plan
+	}
+	if t.Limit != 0 {
+		out["limit"] = t.Limit
+	}
+	if t.Burst != 0 {
+		out["burst"] = t.Burst
+	}
+	if len(t.Rules) > 0 {
+		rules := map[string]any{}
+		for name, ro := range t.Rules {
+			r := map[string]any{}
+			if ro.Limit != 0 {
+				r["limit"] = ro.Limit
+			}
+			if ro.Burst != 0 {
+				r["burst"] = ro.Burst
+			}
+			rules[name] = r
+		}
+		out["limits"] = rules
+	}
+	if len(t.Shares) > 0 {
+		out["shares"] = t.Shares
+	}
+	if e := timeView(t.Expires); e != nil {
+		out["expires_at"] = e
+	}
+	return out
+}
+
+func effectiveView(tl limiter.TenantLimits) map[string]any {
+	layers := make([]map[string]any, len(tl.Layers))
+	for i, l := range tl.Layers {
+		ly := map[string]any{"policy": l.Policy, "limit": l.Limit, "burst": l.Burst, "period_ms": ms(l.Period),
+			"remaining": l.Remaining, "reset_after_ms": ceilMs(l.ResetAfter)}
+		if l.Class != "" {
+			ly["class"] = l.Class
+		}
+		if l.Shadow {
+			ly["shadow"] = true
+		}
+		layers[i] = ly
+	}
+	out := map[string]any{"tenant": tl.Tenant, "plan": tl.Plan, "overridden": tl.Overridden, "layers": layers}
+	if e := timeView(tl.Expires); e != nil {
+		out["expires_at"] = e
+	}
+	return out
+}
+
+func classView(c limiter.Class) map[string]any {
+	out := map[string]any{"share": c.Share, "fail": c.Fail.String(), "near_cache": !c.NoNearCache}
+	if c.Shadow {
+		out["shadow"] = true
+	}
+	if c.Lease > 0 {
+		out["lease"] = c.Lease
+	}
+	switch {
+	case c.SlowDown < 0:
+		out["slow_down"] = "off"
+	case c.SlowDown > 0:
+		out["slow_down_ms"] = ms(c.SlowDown)
+	}
+	return out
+}
+
+func anonView(a limiter.AnonRoute) map[string]any {
+	rules := make([]map[string]any, len(a.Rules))
+	for i, r := range a.Rules {
+		v := ruleView(r.Rule)
+		v["by"] = r.By.String()
+		rules[i] = v
+	}
+	out := map[string]any{"name": a.Name, "route": a.Pattern, "cost": a.Cost, "fail": a.Fail.String(), "rules": rules}
+	if a.Shadow {
+		out["shadow"] = true
+	}
+	return out
+}
+
+func overlayView(ov limiter.Overlay) map[string]any {
+	plans, tenants := map[string]any{}, map[string]any{}
+	for name, p := range ov.Plans {
+		plans[name] = planView(p)
+	}
+	for id, t := range ov.Tenants {
+		tenants[id] = overrideView(t)
+	}
+	return map[string]any{"version": ov.Version, "plans": plans, "tenants": tenants}
+}
+
+func policyView(p limiter.Policy, ov limiter.Overlay) map[string]any {
+	loc := "UTC"
+	if p.Location != nil {
+		loc = p.Location.String()
+	}
+	plans, classes, tenants := map[string]any{}, map[string]any{}, map[string]any{}
+	for name, pl := range p.Plans {
+		pl.Name = name
+		plans[name] = planView(pl)
+	}
+	for name, c := range p.Classes {
+		classes[name] = classView(c)
+	}
+	for id, t := range p.Tenants {
+		tenants[id] = overrideView(t)
+	}
+	routes := make([]map[string]any, len(p.Routes))
+	for i, r := range p.Routes {
+		routes[i] = map[string]any{"route": r.Pattern, "class": r.Class, "cost": r.Cost}
+	}
+	anon := make([]map[string]any, len(p.Anonymous))
+	for i, a := range p.Anonymous {
+		anon[i] = anonView(a)
+	}
+	return map[string]any{
+		"timezone": loc, "default_plan": p.DefaultPlan, "default_class": p.DefaultClass,
+		"plans": plans, "classes": classes, "routes": routes, "anonymous": anon, "tenants": tenants,
+		"route_match": map[string]any{"case_sensitive": p.RouteMatch.CaseSensitive, "exact_trailing_slash": p.RouteMatch.ExactTrailingSlash},
+		"overlay": overlayView(ov),
+	}
+}
+
+// planBody is the body of PUT /admin/plans/{name}.
+type planBody struct {
+	Rules []ruleBody `json:"rules"`
+}
+
+type ruleBody struct {
+	Name      *string `json:"name"`
+	Limit     *int64  `json:"limit"`
+	PeriodMs  *int64  `json:"period_ms"`
+	Burst     *int64  `json:"burst"`
+	Algorithm *string `json:"algorithm"`
+	Calendar  *string `json:"calendar"`
+	Shadow    *bool   `json:"shadow"`
+}
+
+// plan turns a plan body into a plan, naming the field at fault.
+func (b planBody) plan(name string) (limiter.Plan, string) {
+	p := limiter.Plan{Name: name}
+	if len(b.Rules) == 0 {
+		return p, "rules: required, at least one rule"
+	}
+	for i, rb := range b.Rules {
+		at := fmt.Sprintf("rules[%d].", i)
+		var r limiter.Rule
+		if rb.Name != nil {
+			r.Name = *rb.Name
+		}
+		if rb.Limit == nil {
+			return p, at + "limit: required"
+		}
+		r.Limit.Limit = *rb.Limit
+		switch {
+		case rb.Calendar != nil:
+			switch *rb.Calendar {
+			case "day":
+				r.Calendar = limiter.Day
+			case "month":
+				r.Calendar = limiter.Month
+			default:
+				return p, fmt.Sprintf("%scalendar: %q: want day or month", at, *rb.Calendar)
+			}
+			if rb.PeriodMs != nil || rb.Burst != nil || rb.Algorithm != nil {
+				return p, at + "calendar: a calendar rule takes only limit (and name, shadow)"
+			}
+		case rb.PeriodMs == nil:
+			return p, at + "period_ms: required (or calendar: day or month)"
+		default:
+			if *rb.PeriodMs < 1 || *rb.PeriodMs > int64(algo.MaxPeriod/time.Millisecond) {
+				return p, fmt.Sprintf("%speriod_ms: %d is outside 1..%d", at, *rb.PeriodMs, int64(algo.MaxPeriod/time.Millisecond))
+			}
+			r.Limit.Period = time.Duration(*rb.PeriodMs) * time.Millisecond
+		}
+		if rb.Burst != nil {
+			r.Limit.Burst = *rb.Burst
+		}
+		if rb.Algorithm != nil {
+			a, err := algo.ParseAlgorithm(*rb.Algorithm)
+			if err != nil {
+				return p, fmt.Sprintf("%salgorithm: unknown %q: want gcra, token_bucket, sliding_log, sliding_window or fixed_window", at, *rb.Algorithm)
+			}
+			r.Limit.Algorithm = a
+		}
+		if rb.Shadow != nil {
+			r.Shadow = *rb.Shadow
+		}
+		p.Rules = append(p.Rules, r)
+	}
+	return p, ""
+}
+
+// sortedIDs returns the keys of m in order.
+func sortedIDs[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
