@@ -3,7 +3,9 @@ package limiter
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -146,5 +148,25 @@ func TestTenantIsolation(t *testing.T) {
 				t.Fatalf("run %d (seed %d): tenant %s decided with others differs from alone (-alone +with others):\n%s\npolicy %+v\noverlay %+v", run, seed, id, diff, p, ov)
 			}
 		}
+	}
+}
+
+// TestLogsSayMilliseconds: a rejection's log line gives the wait in
+// milliseconds with the unit in the name (today "retry_after":19912556000,
+// nanoseconds).
+func TestLogsSayMilliseconds(t *testing.T) {
+	var buf strings.Builder
+	l, err := New(Config{Store: memstore.New(memstore.Config{}), Policy: testPolicy(), Logger: slog.New(slog.NewJSONHandler(&buf, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 40 {
+		if _, err := l.Decide(context.Background(), Request{Tenant: "newco", Class: "read"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	line := buf.String()
+	if !strings.Contains(line, `"msg":"limited"`) || !strings.Contains(line, `"retry_after_ms":500`) || strings.Contains(line, `"retry_after":`) {
+		t.Fatalf("log %s, want retry_after_ms of 500 (120 per minute)", line)
 	}
 }

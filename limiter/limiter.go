@@ -497,7 +497,7 @@ func (l *Limiter) Decide(ctx context.Context, req Request) (Decision, error) {
 	for _, ld := range d.Layers {
 		if ld.Shadow && !ld.Allowed {
 			l.m.shadow.WithLabelValues(ld.Policy).Inc()
-			l.log.Info("shadow limit would reject", slog.String("tenant", res.Tenant), slog.String("policy", ld.Policy), slog.Duration("retry_after", ld.RetryAfter))
+			l.log.Info("shadow limit would reject", slog.String("tenant", res.Tenant), slog.String("policy", ld.Policy), slog.Int64("retry_after_ms", ceilMs(ld.RetryAfter)))
 		}
 	}
 	if d.Reason == ReasonLimited && l.near != nil && !res.NoNearCache {
@@ -509,7 +509,7 @@ func (l *Limiter) Decide(ctx context.Context, req Request) (Decision, error) {
 	}
 	l.count(&d)
 	if !d.Allowed && d.Reason == ReasonLimited && l.logged.allow(time.Now().Unix()) {
-		l.log.Info("limited", slog.String("tenant", res.Tenant), slog.String("policy", d.Policy), slog.Duration("retry_after", d.RetryAfter))
+		l.log.Info("limited", slog.String("tenant", res.Tenant), slog.String("policy", d.Policy), slog.Int64("retry_after_ms", ceilMs(d.RetryAfter)))
 	}
 	return d, nil
 }
@@ -776,3 +776,7 @@ func (l *Limiter) logRare(msg string, err error) {
 		l.log.Warn(msg, slog.String("error", err.Error()))
 	}
 }
+
+// ceilMs is d in whole milliseconds, rounded up, for logs (fields named
+// *_ms): a client that waits it is never early.
+func ceilMs(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	_ "time/tzdata" // config time zones work on machines without /usr/share/zoneinfo
 
@@ -61,8 +62,12 @@ func runReady(ctx context.Context, args []string, stdout, stderr io.Writer, read
 		fmt.Fprint(stdout, usage)
 		return 0
 	case "check-config":
-		if len(args) > 2 {
-			fmt.Fprintln(stderr, "fairgate: check-config takes one file")
+		if len(args) == 2 && (args[1] == "-h" || args[1] == "--help" || args[1] == "help") {
+			fmt.Fprintln(stdout, "usage: fairgate check-config [FILE]\n\nValidates FILE (default: the embedded examples/fairgate.yaml) and prints every problem with its line; exits 1 if there is any.")
+			return 0
+		}
+		if len(args) > 2 || len(args) == 2 && strings.HasPrefix(args[1], "-") {
+			fmt.Fprintf(stderr, "fairgate: check-config takes one file and no flags, not %q (fairgate check-config --help)\n", args[1:])
 			return 2
 		}
 		path := ""

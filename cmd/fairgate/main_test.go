@@ -62,6 +62,11 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"serve", "--config", "testdata/missing.yaml"}, 1, "no such file"},
 		{[]string{"check-config", "testdata/bad.yaml"}, 1, "testdata/bad.yaml:9: classes.search.share: share 2 is outside (0, 1]"},
 		{[]string{"check-config"}, 0, "examples/fairgate.yaml: ok"},
+		{[]string{"check-config", "--help"}, 0, "usage: fairgate check-config [FILE]"}, // today: open --help
+		{[]string{"check-config", "-x"}, 2, "takes one file and no flags"},
+		// Every problem, even two on one line (today only the fail mode).
+		{[]string{"check-config", "testdata/two-on-a-line.yaml"}, 1, "classes.search.share: share 2.5 is outside (0, 1]"},
+		{[]string{"check-config", "testdata/two-on-a-line.yaml"}, 1, `classes.search.fail: fail mode "maybe"`},
 	}
 	for _, tt := range tests {
 		var out, errb bytes.Buffer

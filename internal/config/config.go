@@ -173,18 +173,18 @@ func Parse(file string, data []byte) (*Config, error) {
 		}
 	}
 	// The policy's own validation runs too, so that every problem is
-	// reported at once; a line that already has a decoding problem gets no
-	// second one that follows from it.
-	bad := map[int]bool{}
+	// reported at once; a field that already has a decoding problem gets
+	// no second one that follows from it (other fields on its line do).
+	bad := map[string]bool{}
 	for _, p := range d.problems {
-		bad[p.Line] = true
+		bad[p.Path] = true
 	}
 	if _, err := limiter.Compile(c.Policy); err != nil {
 		var ps limiter.Problems
 		if errors.As(err, &ps) {
 			for _, p := range ps {
 				w := d.lookup(p.Path)
-				if !bad[w.line] {
+				if !bad[w.shown] {
 					d.problems = append(d.problems, Problem{Line: w.line, Path: w.shown, Message: p.Message})
 				}
 			}

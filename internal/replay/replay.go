@@ -61,10 +61,16 @@ type Bad struct {
 
 // Stat counts one tenant's or one policy's requests and limited ones.
 type Stat struct {
-	Requests     int64     `json:"requests"`
-	Limited      int64     `json:"limited"`
-	FirstLimited time.Time `json:"first_limited,omitzero"`
-	LastLimited  time.Time `json:"last_limited,omitzero"`
+	// Requests are the requests decided: a tenant's, or those a policy's
+	// layer took part in.
+	Requests int64 `json:"requests"`
+	// Limited are those rejected (by the policy, for a policy).
+	Limited int64 `json:"limited"`
+	// ShadowLimited are those a shadow layer would have rejected: what a
+	// replay of a new shadow policy is for. They were admitted.
+	ShadowLimited int64     `json:"shadow_limited"`
+	FirstLimited  time.Time `json:"first_limited,omitzero"`
+	LastLimited   time.Time `json:"last_limited,omitzero"`
 }
 
 func (s *Stat) limitedAt(t time.Time) {
@@ -77,13 +83,16 @@ func (s *Stat) limitedAt(t time.Time) {
 
 // Report is a replay's outcome.
 type Report struct {
-	Lines     int64            `json:"lines"`
-	Requests  int64            `json:"requests"`
-	Limited   int64            `json:"limited"`
-	Malformed int64            `json:"malformed"`
-	Tenants   map[string]*Stat `json:"tenants"`
-	// Policies counts limited requests by the policy (layer) that
-	// limited them.
+	Lines    int64 `json:"lines"`
+	Requests int64 `json:"requests"`
+	Limited  int64 `json:"limited"`
+	// ShadowLimited are the requests some shadow layer would have
+	// rejected.
+	ShadowLimited int64            `json:"shadow_limited"`
+	Malformed     int64            `json:"malformed"`
+	Tenants       map[string]*Stat `json:"tenants"`
+	// Policies counts, by policy (layer), the requests it took part in,
+	// those it limited and those it would have limited in shadow mode.
 	Policies map[string]*Stat `json:"policies"`
 	Bad      []Bad            `json:"bad,omitempty"`
 }
@@ -169,25 +178,40 @@ func Run(ctx context.Context, lim *limiter.Limiter, clock *Clock, inputs []Input
 				rep.Tenants[who] = ts
 			}
 			ts.Requests++
+			shadowed := false
+			for _, ld := range d.Layers {
+				ps := rep.policy(ld.Policy)
+				ps.Requests++
+				if ld.Shadow && !ld.Allowed {
+					ps.ShadowLimited++
+					shadowed = true
+				}
+			}
+			if shadowed {
+				rep.ShadowLimited++
+				ts.ShadowLimited++
+			}
 			if !d.Allowed {
 				rep.Limited++
 				ts.limitedAt(l.Time)
-				ps := rep.Policies[d.Policy]
-				if ps == nil {
-					ps = &Stat{}
-					rep.Policies[d.Policy] = ps
-				}
-				ps.limitedAt(l.Time)
+				rep.policy(d.Policy).limitedAt(l.Time)
 			}
 		}
 	}
 	if err := <-errc; err != nil {
 		return rep, err
 	}
-	for _, ps := range rep.Policies {
-		ps.Requests = ps.Limited
-	}
 	return rep, ctx.Err()
+}
+
+// policy returns the policy's stat, adding it.
+func (r *Report) policy(name string) *Stat {
+	ps := r.Policies[name]
+	if ps == nil {
+		ps = &Stat{}
+		r.Policies[name] = ps
+	}
+	return ps
 }
 
 // parse reads every input and sends its lines in batches.
@@ -204,18 +228,27 @@ func parse(ctx context.Context, inputs []Input, o Options, out chan<- []item) er
 		}
 	}
 	for _, in := range inputs {
-		sc := bufio.NewScanner(in.R)
-		sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+		br := bufio.NewReaderSize(in.R, 64<<10)
+		var buf []byte
 		var n int64
-		for sc.Scan() {
-			n++
-			b := sc.Bytes()
-			read += int64(len(b)) + 1
-			if len(bytes.TrimSpace(b)) == 0 {
-				continue
+		for {
+			b, size, rerr := readLine(br, buf[:0], MaxLine)
+			buf = b[:0]
+			if rerr != nil && size == 0 && len(b) == 0 {
+				if rerr == io.EOF {
+					break
+				}
+				return fmt.Errorf("%s: %w", in.Name, rerr)
 			}
-			l, err := ParseLine(b, o)
-			if err != nil {
+			n++
+			read += size + 1
+			if size > MaxLine {
+				// One line too long to be a log line is a bad line, not the
+				// end of the run.
+				batch = append(batch, item{bad: &Bad{File: in.Name, Line: n, Reason: fmt.Sprintf("line of %d bytes, over 1 MiB", size)}})
+			} else if len(bytes.TrimSpace(b)) == 0 {
+				continue
+			} else if l, err := ParseLine(b, o); err != nil {
 				batch = append(batch, item{bad: &Bad{File: in.Name, Line: n, Reason: err.Error()}})
 			} else {
 				batch = append(batch, item{line: l})
@@ -228,12 +261,12 @@ func parse(ctx context.Context, inputs []Input, o Options, out chan<- []item) er
 					o.Progress(read)
 				}
 			}
-		}
-		if err := sc.Err(); err != nil {
-			if errors.Is(err, bufio.ErrTooLong) {
-				return fmt.Errorf("%s: line %d is over 1 MiB", in.Name, n+1)
+			if rerr != nil {
+				if rerr == io.EOF {
+					break
+				}
+				return fmt.Errorf("%s: %w", in.Name, rerr)
 			}
-			return fmt.Errorf("%s: %w", in.Name, err)
 		}
 	}
 	if len(batch) > 0 {
@@ -243,6 +276,33 @@ func parse(ctx context.Context, inputs []Input, o Options, out chan<- []item) er
 		o.Progress(read)
 	}
 	return nil
+}
+
+// MaxLine is the longest log line replay reads; a longer one counts as a
+// bad line.
+const MaxLine = 1 << 20
+
+// readLine reads one line (without its newline) into buf, keeping at most
+// max bytes of it, and returns it with the line's whole length (over max
+// for a line that was cut) and the reader's error, if any: io.EOF with a
+// line for a last line without a newline.
+func readLine(r *bufio.Reader, buf []byte, max int) ([]byte, int64, error) {
+	var size int64
+	for {
+		part, err := r.ReadSlice('\n')
+		size += int64(len(part))
+		if len(buf) < max {
+			buf = append(buf, part[:min(len(part), max-len(buf))]...)
+		}
+		switch err {
+		case bufio.ErrBufferFull:
+			continue
+		case nil:
+			return bytes.TrimSuffix(buf, []byte("\n")), size - 1, nil
+		default:
+			return buf, size, err
+		}
+	}
 }
 
 // jsonLine is a JSON log line.

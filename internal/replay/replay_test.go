@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairgate/fairgate/algo"
 	"github.com/fairgate/fairgate/examples"
 	"github.com/fairgate/fairgate/internal/config"
 	"github.com/fairgate/fairgate/limiter"
@@ -219,4 +220,54 @@ func BenchmarkReplay(b *testing.B) {
 	el := time.Since(start)
 	b.ReportMetric(float64(b.N)/el.Seconds(), "lines/s")
 	b.ReportMetric(1e7/(float64(b.N)/el.Seconds()), "s/10M-lines")
+}
+
+// TestShadowAndLongLines: a replay reports what shadow policies would
+// have rejected (what one replays a new policy for), counts each policy's
+// requests as the requests it took part in (today they always equalled its
+// limited ones), and counts a line over 1 MiB as one bad line instead of
+// ending the run (today the whole run aborted).
+func TestShadowAndLongLines(t *testing.T) {
+	policy := limiter.Policy{
+		DefaultPlan: "free", DefaultClass: "read",
+		Plans: map[string]limiter.Plan{"free": {Rules: []limiter.Rule{{Limit: algo.Limit{Limit: 4, Period: time.Hour}}}}},
+		Classes: map[string]limiter.Class{
+			"read":   {Share: 1},
+			"search": {Share: 0.5, Shadow: true},
+		},
+		Routes: []limiter.Route{{Pattern: "GET /v1/search", Class: "search", Cost: 1}},
+	}
+	var log bytes.Buffer
+	for i := range 6 {
+		fmt.Fprintf(&log, `{"time":%d,"tenant":"acme","method":"GET","path":"/v1/search"}`+"\n", 1764756000+i)
+		if i == 2 {
+			log.WriteString(`{"pad":"` + strings.Repeat("x", MaxLine) + `"}` + "\n")
+		}
+	}
+	clock := &Clock{}
+	lim, err := NewLimiter(policy, clock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Run(context.Background(), lim, clock, []Input{{"a.log", &log}}, Options{Format: FormatJSON})
+	if err != nil {
+		t.Fatalf("a line over 1 MiB ended the run: %v", err)
+	}
+	if rep.Malformed != 1 || len(rep.Bad) != 1 || rep.Bad[0].Line != 4 || !strings.Contains(rep.Bad[0].Reason, "over 1 MiB") {
+		t.Errorf("malformed %d %+v, want line 4 as the one bad line", rep.Malformed, rep.Bad)
+	}
+	// 6 requests; the shadow search layer (2 per hour) would have rejected
+	// the 3rd and 4th; the tenant layer (4) rejects the 5th and 6th.
+	if rep.Requests != 6 || rep.Limited != 2 || rep.ShadowLimited < 2 {
+		t.Fatalf("requests %d limited %d shadow %d, want 6, 2 and at least 2", rep.Requests, rep.Limited, rep.ShadowLimited)
+	}
+	search, tenant := rep.Policies["free.search.1h"], rep.Policies["free.tenant.1h"]
+	if search == nil || tenant == nil || search.Requests < 4 || search.ShadowLimited < 2 || tenant.Requests != 6 || tenant.Limited != 2 {
+		t.Fatalf("policies %+v %+v", search, tenant)
+	}
+	var tbl bytes.Buffer
+	rep.WriteTable(&tbl, 10)
+	if !strings.Contains(tbl.String(), "more by shadow policies") {
+		t.Errorf("the table does not report shadow policies:\n%s", tbl.String())
+	}
 }

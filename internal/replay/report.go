@@ -25,25 +25,25 @@ func stamp(t time.Time) string {
 // policies that limited them, and the first malformed lines.
 func (r *Report) WriteTable(w io.Writer, top int) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "%d lines: %d requests, %d would have been limited (%.2f%%), %d malformed\n\n",
-		r.Lines, r.Requests, r.Limited, pct(r.Limited, r.Requests), r.Malformed)
-	fmt.Fprintln(tw, "tenant\trequests\tlimited\tshare\tfirst limited\tlast limited")
+	fmt.Fprintf(tw, "%d lines: %d requests, %d would have been limited (%.2f%%), %d more by shadow policies (%.2f%%), %d malformed\n\n",
+		r.Lines, r.Requests, r.Limited, pct(r.Limited, r.Requests), r.ShadowLimited, pct(r.ShadowLimited, r.Requests), r.Malformed)
+	fmt.Fprintln(tw, "tenant\trequests\tlimited\tshare\tshadow limited\tfirst limited\tlast limited")
 	shown := 0
 	for _, t := range r.TopTenants(0) {
 		s := r.Tenants[t]
-		if s.Limited == 0 || top > 0 && shown == top {
-			break
+		if s.Limited == 0 && s.ShadowLimited == 0 || top > 0 && shown == top {
+			continue
 		}
 		shown++
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.2f%%\t%s\t%s\n", t, s.Requests, s.Limited, pct(s.Limited, s.Requests), stamp(s.FirstLimited), stamp(s.LastLimited))
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.2f%%\t%d\t%s\t%s\n", t, s.Requests, s.Limited, pct(s.Limited, s.Requests), s.ShadowLimited, stamp(s.FirstLimited), stamp(s.LastLimited))
 	}
 	if shown == 0 {
 		fmt.Fprintln(tw, "(none limited)")
 	}
-	fmt.Fprintln(tw, "\npolicy\tlimited\tfirst limited\tlast limited")
+	fmt.Fprintln(tw, "\npolicy\trequests\tlimited\tshadow limited\tfirst limited\tlast limited")
 	for _, p := range slices.Sorted(maps.Keys(r.Policies)) {
 		s := r.Policies[p]
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", p, s.Limited, stamp(s.FirstLimited), stamp(s.LastLimited))
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\n", p, s.Requests, s.Limited, s.ShadowLimited, stamp(s.FirstLimited), stamp(s.LastLimited))
 	}
 	if len(r.Bad) > 0 {
 		fmt.Fprintln(tw, "\nmalformed lines (first ones):")
@@ -62,12 +62,12 @@ func pct(a, b int64) float64 {
 }
 
 // WriteCSV writes one row per tenant and per policy:
-// kind,name,requests,limited,first_limited,last_limited.
+// kind,name,requests,limited,shadow_limited,first_limited,last_limited.
 func (r *Report) WriteCSV(w io.Writer) error {
 	cw := csv.NewWriter(w)
-	cw.Write([]string{"kind", "name", "requests", "limited", "first_limited", "last_limited"})
+	cw.Write([]string{"kind", "name", "requests", "limited", "shadow_limited", "first_limited", "last_limited"})
 	row := func(kind, name string, s *Stat) {
-		cw.Write([]string{kind, name, strconv.FormatInt(s.Requests, 10), strconv.FormatInt(s.Limited, 10), stamp(s.FirstLimited), stamp(s.LastLimited)})
+		cw.Write([]string{kind, name, strconv.FormatInt(s.Requests, 10), strconv.FormatInt(s.Limited, 10), strconv.FormatInt(s.ShadowLimited, 10), stamp(s.FirstLimited), stamp(s.LastLimited)})
 	}
 	for _, t := range r.TopTenants(0) {
 		row("tenant", t, r.Tenants[t])

@@ -170,7 +170,7 @@ func policyView(p limiter.Policy, ov limiter.Overlay) map[string]any {
 		"timezone": loc, "default_plan": p.DefaultPlan, "default_class": p.DefaultClass,
 		"plans": plans, "classes": classes, "routes": routes, "anonymous": anon, "tenants": tenants,
 		"route_match": map[string]any{"case_sensitive": p.RouteMatch.CaseSensitive, "exact_trailing_slash": p.RouteMatch.ExactTrailingSlash},
-		"overlay": overlayView(ov),
+		"overlay":     overlayView(ov),
 	}
 }
 

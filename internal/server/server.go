@@ -119,8 +119,8 @@ type Server struct {
 	itoken   *[sha256.Size]byte // the internal token's hash; nil: none required
 	ctlWait  time.Duration      // ControlTimeout
 	draining atomic.Bool
-	warning  func() string      // StoreWarning
-	conn     func() bool        // StoreConnected
+	warning  func() string // StoreWarning
+	conn     func() bool   // StoreConnected
 	jobs     fairq.Queue
 	kinds    fairq.Kinds
 	breakers *breaker.Set

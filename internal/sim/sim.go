@@ -127,7 +127,7 @@ func ParseTraffic(s string) ([]time.Duration, error) {
 			var step time.Duration
 			if f[0] == "steady" {
 				r, err := strconv.ParseFloat(strings.TrimSuffix(f[1], "/s"), 64)
-				if err != nil || !strings.HasSuffix(f[1], "/s") || r <= 0 || math.IsInf(r, 0) {
+				if err != nil || !strings.HasSuffix(f[1], "/s") || !(r > 0) || math.IsInf(r, 0) {
 					return nil, bad("rate %q: want requests per second such as 0.5/s", f[1])
 				}
 				step = time.Duration(float64(time.Second) / r)

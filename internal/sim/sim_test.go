@@ -150,6 +150,7 @@ func TestParseErrors(t *testing.T) {
 		{"burst 5 at 1s; steady fast from 1s to 2s", `clause 2`},
 		{"steady 1/s from 9s to 2s", "U after T"},
 		{"burst 2000000 at 1s", "more than 1000000"},
+		{"steady NaN/s from 1s to 2s", `rate "NaN/s": want requests per second`}, // not "more than 1000000 requests"
 		{"jump 5", "want burst N at T"},
 		{"# nothing", "describes no request"},
 	} {
