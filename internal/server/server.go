@@ -78,9 +78,9 @@ type Config struct {
 	WorkerToken string
 	// InternalToken, if not empty, is the bearer token every endpoint of
 	// the internal surface requires except /healthz and /readyz (probes):
-	// the decision API, outbound quotas, worker job endpoints, /metrics
-	// and the dashboard. Empty means whoever reaches the internal
-	// listener may call them.
+	// the decision API, outbound quotas, worker job endpoints and
+	// /metrics (the dashboard keeps the admin token of its own). Empty
+	// means whoever reaches the internal listener may call them.
 	InternalToken string
 	// ControlTimeout bounds each store call that is not a decision: the
 	// job queue's and /v1/me/limits' reads. Zero means
@@ -186,8 +186,10 @@ func New(c Config) (*Server, error) {
 		in.Handle("/metrics", only("GET", s.forInternal(c.Metrics.ServeHTTP)))
 	}
 	if c.Dashboard != nil {
-		in.Handle("/dashboard", s.forInternal(c.Dashboard.ServeHTTP))
-		in.Handle("/dashboard/", s.forInternal(c.Dashboard.ServeHTTP))
+		// A browser cannot send the internal token; the dashboard's data
+		// needs the admin token instead (package dash).
+		in.Handle("/dashboard", c.Dashboard)
+		in.Handle("/dashboard/", c.Dashboard)
 	}
 	if c.Quotas != nil {
 		o := &outbound{q: c.Quotas}

@@ -131,7 +131,6 @@ func TestInternalToken(t *testing.T) {
 		{method: "POST", path: "/v1/take", body: `{"key":"k","limit":1,"period_ms":1000}`},
 		{method: "POST", path: "/v1/check", body: `{"tenant":"acme","class":"read"}`},
 		{method: "GET", path: "/metrics"},
-		{method: "GET", path: "/dashboard"},
 	} {
 		if rec := c.do(in); rec.Code != 401 {
 			t.Errorf("%s without the token: %d", c.path, rec.Code)
