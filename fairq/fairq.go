@@ -135,11 +135,17 @@ type FullError struct {
 	Depth, Limit int64
 	// Tenant, when not empty, says that the tenant's own share of the
 	// kind is full (Depth and Limit are then the tenant's), not the kind.
-	Tenant     string
+	Tenant string
+	// Bytes, when not zero, says that the in-memory queue's payload bytes
+	// are at their bound (MemoryConfig.MaxBytes), which Bytes is.
+	Bytes      int64
 	RetryAfter time.Duration
 }
 
 func (e *FullError) Error() string {
+	if e.Bytes > 0 {
+		return fmt.Sprintf("fairq: the in-memory queue holds its bound of %d bytes of unfinished jobs' payloads: try again in %v", e.Bytes, e.RetryAfter)
+	}
 	if e.Tenant != "" {
 		return fmt.Sprintf("fairq: this tenant holds %d unfinished %q jobs, at its share of %d: try again in %v", e.Depth, e.Kind, e.Limit, e.RetryAfter)
 	}

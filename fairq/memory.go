@@ -1,6 +1,7 @@
 package fairq
 
 import (
+	"cmp"
 	"container/heap"
 	"context"
 	"fmt"
@@ -22,7 +23,14 @@ type MemoryConfig struct {
 	// MaxFinished bounds the finished jobs kept for Get (the oldest go
 	// first, and all after Retention). Zero means 100,000.
 	MaxFinished int
+	// MaxBytes bounds the payload bytes of unfinished jobs, all kinds
+	// together; past it Enqueue fails with a *FullError. Zero means
+	// DefaultMaxBytes.
+	MaxBytes int64
 }
+
+// DefaultMaxBytes bounds the in-memory queue's unfinished payloads: 64 MiB.
+const DefaultMaxBytes = 64 << 20
 
 // Memory is the in-process queue: the embedded default. Its jobs live as
 // long as the process: a restart loses them (use the Redis queue for jobs
@@ -32,6 +40,8 @@ type Memory struct {
 	kinds   Kinds
 	weight  Weigher
 	share   Sharer
+	bytes   int64 // payload bytes of unfinished jobs
+	maxB    int64
 	now     func() time.Time
 	maxDone int
 	q       map[string]*memKind
@@ -66,7 +76,7 @@ func NewMemory(c MemoryConfig) (*Memory, error) {
 	if err := c.Kinds.Check(); err != nil {
 		return nil, err
 	}
-	m := &Memory{kinds: c.Kinds, weight: c.Weight, share: c.Share, now: c.Now, maxDone: c.MaxFinished, q: map[string]*memKind{}, jobs: map[string]*memJob{}}
+	m := &Memory{kinds: c.Kinds, weight: c.Weight, share: c.Share, maxB: cmp.Or(c.MaxBytes, DefaultMaxBytes), now: c.Now, maxDone: c.MaxFinished, q: map[string]*memKind{}, jobs: map[string]*memJob{}}
 	if m.now == nil {
 		m.now = time.Now
 	}
@@ -97,6 +107,10 @@ func (m *Memory) Enqueue(ctx context.Context, tenant, kind string, payload []byt
 	if lim := m.share.TenantLimit(tenant, k); lim > 0 && q.tdepth[tenant] >= lim {
 		return Enqueued{}, &FullError{Kind: kind, Depth: q.tdepth[tenant], Limit: lim, Tenant: tenant, RetryAfter: FullRetryAfter}
 	}
+	if m.bytes+int64(len(payload)) > m.maxB {
+		return Enqueued{}, &FullError{Kind: kind, Depth: q.depth, Bytes: m.maxB, RetryAfter: FullRetryAfter}
+	}
+	m.bytes += int64(len(payload))
 	now := m.now()
 	j := &memJob{id: NewID(now), kind: kind, tenant: tenant, payload: append([]byte(nil), payload...), status: StatusQueued, created: now, updated: now}
 	m.jobs[j.id] = j
@@ -191,6 +205,7 @@ func (m *Memory) give(q *memKind, k Kind, j *memJob, now time.Time) Lease {
 
 // finish ends j with status, counting it out of the depth.
 func (m *Memory) finish(q *memKind, j *memJob, s Status, now time.Time) {
+	m.bytes -= int64(len(j.payload))
 	j.status, j.token, j.updated, j.payload = s, "", now, nil
 	q.depth--
 	if q.tdepth[j.tenant]--; q.tdepth[j.tenant] <= 0 {

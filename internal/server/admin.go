@@ -93,6 +93,23 @@ func NewAdmin(c AdminConfig) (http.Handler, error) {
 	}), nil
 }
 
+// writeFailed answers a run-time write that did not happen: 400 naming the
+// problem for one the policy refuses, 503 (logged as msg, with who) for
+// one the control store did not take in time.
+func (a *admin) writeFailed(w http.ResponseWriter, err error, msg string, who slog.Attr) {
+	var ps limiter.Problems
+	switch {
+	case errors.As(err, &ps):
+		problem.BadRequest(w, ps.Error())
+	case errors.Is(err, limiter.ErrControlUnavailable):
+		a.log.Error(msg, who, slog.String("error", err.Error()))
+		w.Header().Set("Retry-After", "5")
+		problem.Write(w, problem.Details{Status: http.StatusServiceUnavailable, Detail: err.Error()})
+	default:
+		problem.BadRequest(w, err.Error())
+	}
+}
+
 // statusOnly keeps a handler's status and headers and drops its body.
 type statusOnly struct {
 	header http.Header
@@ -170,17 +187,7 @@ func (a *admin) putPlan(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), a.timeout)
 	defer cancel()
 	if err := a.lim.PutPlan(ctx, p); err != nil {
-		var ps limiter.Problems
-		switch {
-		case errors.As(err, &ps):
-			problem.BadRequest(w, ps.Error())
-		case errors.Is(err, limiter.ErrControlUnavailable):
-			a.log.Error("admin: plan NOT set", slog.String("plan", name), slog.String("error", err.Error()))
-			w.Header().Set("Retry-After", "5")
-			problem.Write(w, problem.Details{Status: http.StatusServiceUnavailable, Detail: err.Error()})
-		default:
-			problem.BadRequest(w, err.Error())
-		}
+		a.writeFailed(w, err, "admin: plan NOT set", slog.String("plan", name))
 		return
 	}
 	prev := []byte("null")
@@ -235,17 +242,7 @@ func (a *admin) putTenant(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), a.timeout)
 	defer cancel()
 	if err := a.lim.PutOverride(ctx, id, t); err != nil {
-		var ps limiter.Problems
-		switch {
-		case errors.As(err, &ps):
-			problem.BadRequest(w, ps.Error())
-		case errors.Is(err, limiter.ErrControlUnavailable):
-			a.log.Error("admin: tenant override NOT set", slog.String("tenant", id), slog.String("error", err.Error()))
-			w.Header().Set("Retry-After", "5")
-			problem.Write(w, problem.Details{Status: http.StatusServiceUnavailable, Detail: err.Error()})
-		default:
-			problem.BadRequest(w, err.Error())
-		}
+		a.writeFailed(w, err, "admin: tenant override NOT set", slog.String("tenant", id))
 		return
 	}
 	prev, _ := json.Marshal(overrideView(before))
