@@ -548,3 +548,33 @@ func TestAdminSpeaksTheAPIsVocabulary(t *testing.T) {
 		}
 	}
 }
+
+// TestRetryAfterSecondsIsOneNumber: every problem body's
+// retry_after_seconds is a number equal to its Retry-After header (today
+// the open-breaker 503 sent the string "30", and the queue's 503 floored
+// the body while the header rounded up).
+func TestRetryAfterSecondsIsOneNumber(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(500) }))
+	defer up.Close()
+	u, _ := url.Parse(up.URL)
+	b, err := breaker.New(map[string]breaker.Settings{UpstreamDependency: {ConsecutiveFailures: 1, Cooldown: 1500 * time.Millisecond}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, _ := fairq.NewMemory(fairq.MemoryConfig{Kinds: fairq.Kinds{"small": {Refuse: 1}}})
+	s, err := New(Config{Limiter: testLimiter(t, memstore.New(memstore.Config{}), time.Second), Auth: testAuth(t), Upstream: u, Breakers: b, Jobs: q, JobKinds: fairq.Kinds{"small": {Refuse: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := call{method: "GET", path: "/v1/users/1", headers: asTenant("key-acme")}
+	get.do(s) // the upstream's 500 opens the breaker
+	enq := call{method: "POST", path: "/v1/jobs/small", body: `{}`, headers: asTenant("key-acme")}
+	enq.do(s) // fills the kind
+	for _, c := range []call{get, enq} {
+		rec := c.do(s)
+		n, ok := decodeMap(t, rec)["retry_after_seconds"].(float64)
+		if rec.Code != 503 || !ok || fmt.Sprint(n) != rec.Header().Get("Retry-After") {
+			t.Errorf("%s %s: %d retry_after_seconds %v (a number: %v), Retry-After %q; want one number", c.method, c.path, rec.Code, n, ok, rec.Header().Get("Retry-After"))
+		}
+	}
+}
