@@ -1,0 +1,144 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// BenchmarkFloodRSS starts the real `fairgate serve` binary with its
+// default settings (the embedded config, the memory store) and floods it
+// with one request mix per sub-benchmark, reporting the process's peak
+// resident memory (VmHWM) in MiB. The target is 512 MiB whatever the mix
+// (issue 18 §4: 15,000 sliding-log takes once took it to 1.26 GB).
+//
+//	cd bench && go test -run '^$' -bench FloodRSS -benchtime 1x
+func BenchmarkFloodRSS(b *testing.B) {
+	bin := filepath.Join(b.TempDir(), "fairgate")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/fairgate").CombinedOutput(); err != nil {
+		b.Fatalf("go build: %v\n%s", err, out)
+	}
+	logKey := func(i int) string {
+		return fmt.Sprintf(`{"key":"log-%d","limit":10000,"period_ms":3600000,"cost":10000,"algorithm":"sliding_log"}`, i)
+	}
+	longKey := func(i int) string {
+		return fmt.Sprintf(`{"key":"%d-%s","limit":1,"period_ms":31622400000}`, i, strings.Repeat("k", 4000))
+	}
+	payload := strings.Repeat("x", 60<<10)
+	mixes := []struct {
+		name string
+		n    int
+		req  func(base string, i int) *http.Request
+	}{
+		{"mix=sliding-logs", 15_000, func(base string, i int) *http.Request {
+			return post(base+"/v1/take", logKey(i), "")
+		}},
+		{"mix=long-keys-twice", 40_000, func(base string, i int) *http.Request { // the second take of each is rejected: the near cache
+			return post(base+"/v1/take", longKey(i/2), "")
+		}},
+		{"mix=job-payloads", 6_000, func(base string, i int) *http.Request {
+			key := []string{"demo-acme-key", "demo-globex-key"}[i%2]
+			return post(base+"/v1/jobs/report", `{"pad":"`+payload+`"}`, key)
+		}},
+	}
+	for _, m := range mixes {
+		b.Run(m.name, func(b *testing.B) {
+			for b.Loop() {
+				peak, codes := flood(b, bin, m.n, m.req)
+				b.ReportMetric(float64(peak)/(1<<20), "peak-MiB")
+				b.Logf("%s: %d requests, answers %v, peak RSS %d MiB", m.name, m.n, codes, peak>>20)
+			}
+		})
+	}
+}
+
+func post(url, body, apiKey string) *http.Request {
+	r, _ := http.NewRequest("POST", url, strings.NewReader(body))
+	r.Header.Set("Content-Type", "application/json")
+	if apiKey != "" {
+		r.Header.Set("X-API-Key", apiKey)
+	}
+	return r
+}
+
+// flood runs the binary, sends n requests from 8 connections, and returns
+// the process's peak RSS in bytes and the count of each status answered.
+func flood(b *testing.B, bin string, n int, req func(base string, i int) *http.Request) (int64, map[int]int) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cmd := exec.Command(bin, "serve", "--listen", addr)
+	cmd.Env = append(os.Environ(), "FAIRGATE_DRAIN=0", "FAIRGATE_ADMIN_TOKEN=")
+	var logs bytes.Buffer
+	cmd.Stderr = &logs
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	base := "http://" + addr
+	for start := time.Now(); ; time.Sleep(20 * time.Millisecond) {
+		if resp, err := http.Get(base + "/healthz"); err == nil {
+			resp.Body.Close()
+			break
+		}
+		if time.Since(start) > 10*time.Second {
+			b.Fatalf("fairgate did not start: %s", logs.String())
+		}
+	}
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8}}
+	var next atomic.Int64
+	var mu sync.Mutex
+	codes := map[int]int{}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+				resp, err := client.Do(req(base, i))
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				mu.Lock()
+				codes[resp.StatusCode]++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return vmHWM(b, cmd.Process.Pid), codes
+}
+
+// vmHWM reads a process's peak resident set size from /proc.
+func vmHWM(b *testing.B, pid int) int64 {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	b.Fatal("no VmHWM in /proc status")
+	return 0
+}
