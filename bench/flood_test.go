@@ -25,10 +25,18 @@ import (
 // (issue 18 §4: 15,000 sliding-log takes once took it to 1.26 GB).
 //
 //	cd bench && go test -run '^$' -bench FloodRSS -benchtime 1x
+//
+// FAIRGATE_BIN, if set, is the binary to measure instead of this tree's
+// (to compare with another build).
 func BenchmarkFloodRSS(b *testing.B) {
-	bin := filepath.Join(b.TempDir(), "fairgate")
-	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/fairgate").CombinedOutput(); err != nil {
-		b.Fatalf("go build: %v\n%s", err, out)
+	bin := os.Getenv("FAIRGATE_BIN")
+	if bin == "" {
+		bin = filepath.Join(b.TempDir(), "fairgate")
+		build := exec.Command("go", "build", "-o", bin, "./cmd/fairgate")
+		build.Dir = ".." // the main module, not this one
+		if out, err := build.CombinedOutput(); err != nil {
+			b.Fatalf("go build: %v\n%s", err, out)
+		}
 	}
 	logKey := func(i int) string {
 		return fmt.Sprintf(`{"key":"log-%d","limit":10000,"period_ms":3600000,"cost":10000,"algorithm":"sliding_log"}`, i)
