@@ -95,6 +95,7 @@ type serving struct {
 	addr string      // the main listener
 	logs *syncBuffer // what it wrote to stderr
 	stop func()      // ends it as SIGTERM would and checks it exits 0 within 15 s
+	term func()      // begins that end without waiting for it
 }
 
 // startServe runs `fairgate serve args…` until it listens.
@@ -104,7 +105,7 @@ func startServe(t *testing.T, args ...string) *serving {
 	t.Cleanup(cancel)
 	addrc := make(chan string, 1)
 	done := make(chan int, 1)
-	sv := &serving{logs: &syncBuffer{}}
+	sv := &serving{logs: &syncBuffer{}, term: cancel}
 	go func() {
 		done <- runReady(ctx, append([]string{"serve"}, args...), io.Discard, sv.logs, func(a string) { addrc <- a })
 	}()

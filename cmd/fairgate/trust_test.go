@@ -211,9 +211,8 @@ func TestDrainOnSIGTERM(t *testing.T) {
 	if c := statusOf(t, "GET", "http://"+sv.addr+"/readyz", "", ""); c != 200 {
 		t.Fatalf("/readyz before shutdown: %d", c)
 	}
-	stopped := make(chan struct{})
 	start := time.Now()
-	go func() { sv.stop(); close(stopped) }()
+	sv.term()
 	deadline := time.Now().Add(2 * time.Second)
 	for statusOf(t, "GET", "http://"+sv.addr+"/readyz", "", "") != 503 {
 		if time.Now().After(deadline) {
@@ -224,7 +223,7 @@ func TestDrainOnSIGTERM(t *testing.T) {
 	if c := statusOf(t, "POST", "http://"+sv.addr+"/v1/take", `{"key":"k","limit":5,"period_ms":1000}`, ""); c != 200 {
 		t.Errorf("a request during the drain: %d, want it served", c)
 	}
-	<-stopped
+	sv.stop()
 	if took := time.Since(start); took < 3*time.Second {
 		t.Errorf("stopped after %v, before the 3s drain", took)
 	}
