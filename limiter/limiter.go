@@ -152,6 +152,8 @@ type Limiter struct {
 	overlay Overlay
 	snap    atomic.Pointer[Snapshot]
 	lastLog atomic.Int64
+	// lastProto is the second a store protocol error was last logged.
+	lastProto atomic.Int64
 }
 
 // New returns a limiter for c. It fails if c.Policy does not compile, with
@@ -750,7 +752,15 @@ func (l *Limiter) take(ctx context.Context, checks []store.Check, res *store.Res
 	l.m.storeSeconds.Observe(time.Since(start).Seconds())
 	if err != nil {
 		l.m.storeErrors.Inc()
-		l.logRare("store call failed", err)
+		if errors.Is(err, store.ErrProtocol) {
+			// Never an outage: loud, every time, and counted apart.
+			l.m.protoErrors.Inc()
+			if now := time.Now().Unix(); l.lastProto.Swap(now) != now { // once a second at most
+				l.log.Error("store protocol error: a reply of the wrong shape (a bug, not an outage); deciding by the fail mode", slog.String("error", err.Error()))
+			}
+		} else {
+			l.logRare("store call failed", err)
+		}
 	}
 	return err
 }

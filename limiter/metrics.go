@@ -12,6 +12,7 @@ type metrics struct {
 	decisions    *prometheus.CounterVec
 	shadow       *prometheus.CounterVec
 	storeErrors  prometheus.Counter
+	protoErrors  prometheus.Counter
 	storeSeconds prometheus.Histogram
 	failures     *prometheus.CounterVec
 	breaker      prometheus.Gauge
@@ -33,6 +34,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		storeErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fairgate_store_errors_total",
 			Help: "Store calls that failed or timed out.",
+		}),
+		protoErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fairgate_store_protocol_errors_total",
+			Help: "Store replies of the wrong shape (store.ErrProtocol): a bug, never an outage; each is logged as an error.",
 		}),
 		storeSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "fairgate_store_call_seconds",
@@ -69,6 +74,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	promreg.Reuse(reg, &m.decisions, &err)
 	promreg.Reuse(reg, &m.shadow, &err)
 	promreg.Reuse(reg, &m.storeErrors, &err)
+	promreg.Reuse(reg, &m.protoErrors, &err)
 	promreg.Reuse(reg, &m.storeSeconds, &err)
 	promreg.Reuse(reg, &m.failures, &err)
 	promreg.Reuse(reg, &m.breaker, &err)

@@ -89,6 +89,12 @@ var (
 	// ErrUnavailable means the backend could not decide: unreachable,
 	// timed out, or answering errors. The limiter applies the fail mode.
 	ErrUnavailable = errors.New("store: unavailable")
+	// ErrProtocol means the backend answered in a shape it never should:
+	// a bug (a script and its parser out of step) or a server that is not
+	// what it claims. It is not ErrUnavailable, so that it is never
+	// mistaken for an outage: the limiter logs it as an error, counts it in
+	// fairgate_store_protocol_errors_total, then applies the fail mode.
+	ErrProtocol = errors.New("store: protocol error: the backend's reply has the wrong shape")
 	// ErrClosed means the store was closed.
 	ErrClosed = errors.New("store: closed")
 )

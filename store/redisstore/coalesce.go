@@ -200,19 +200,16 @@ func (s *Store) send(batch []*request) {
 		sc, head = multi1Scripts[mask], 0 // take1_multi.lua: the check alone
 	}
 	msgs, err := sc.Exec(ctx, s.c, keys, mergedArgs(ps, singles)).ToArray()
-	if want := 1 + head*len(batch) + 6*nkeys; err == nil && len(msgs) != want {
-		err = fmt.Errorf("script replied %d values, want %d", len(msgs), want)
+	if err != nil {
+		err = fmt.Errorf("%w: %w", store.ErrUnavailable, err)
 	}
 	var vals []int64
-	for i := 0; err == nil && i < len(msgs); i++ {
-		var v int64
-		if v, err = msgs[i].AsInt64(); err == nil {
-			vals = append(vals, v)
-		}
+	if err == nil {
+		vals, err = integers(nil, msgs, 1+head*len(batch)+6*nkeys)
 	}
 	if err != nil {
 		for _, r := range batch {
-			r.err = fmt.Errorf("%w: %w", store.ErrUnavailable, err)
+			r.err = err
 		}
 		return
 	}

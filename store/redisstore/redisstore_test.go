@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -578,5 +579,30 @@ func TestCoalescing(t *testing.T) {
 			t.Errorf("coalescing on: %d script calls for 400 concurrent takes, want fewer", n)
 		}
 		t.Logf("coalescing off=%v: %d script calls for 400 takes", noCoalesce, n)
+	}
+}
+
+// TestWrongShapeIsAProtocolError: a script reply of the wrong length or
+// with a non-integer is store.ErrProtocol, never ErrUnavailable, which the
+// limiter would take for an outage and decide by the fail mode unseen.
+func TestWrongShapeIsAProtocolError(t *testing.T) {
+	s, err := New(Config{URL: "redis://" + standalone.Addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	c := s.Client()
+	for script, want := range map[string]int{"return {1, 2}": 3, "return {1, 'x'}": 2} {
+		msgs, err := c.Do(context.Background(), c.B().Eval().Script(script).Numkeys(0).Build()).ToArray()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := integers(nil, msgs, want); !errors.Is(err, store.ErrProtocol) || errors.Is(err, store.ErrUnavailable) {
+			t.Errorf("%s read as %d integers: %v, want ErrProtocol alone", script, want, err)
+		}
+	}
+	msgs, _ := c.Do(context.Background(), c.B().Eval().Script("return {1, 2}").Numkeys(0).Build()).ToArray()
+	if got, err := integers(nil, msgs, 2); err != nil || len(got) != 2 || got[1] != 2 {
+		t.Errorf("a good reply: %v %v", got, err)
 	}
 }

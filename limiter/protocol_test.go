@@ -1,0 +1,51 @@
+package limiter
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/fairgate/fairgate/store"
+)
+
+// garbledStore answers every take with a protocol error, as a store whose
+// script and parser are out of step would.
+type garbledStore struct{}
+
+func (garbledStore) Take(context.Context, []store.Check, *store.Result) error {
+	return fmt.Errorf("%w: script replied 3 values, want 8", store.ErrProtocol)
+}
+func (garbledStore) Close() error { return nil }
+
+// TestProtocolErrorIsLoud: a reply of the wrong shape is never taken for an
+// outage in silence: it is logged as an error and counted in
+// fairgate_store_protocol_errors_total, and the decision follows the fail
+// mode (issue 19 §5: today it was wrapped as ErrUnavailable, failing open
+// unseen).
+func TestProtocolErrorIsLoud(t *testing.T) {
+	var buf strings.Builder
+	reg := prometheus.NewRegistry()
+	l, err := New(Config{Store: garbledStore{}, Policy: testPolicy(), Timeout: -1, Registerer: reg, Logger: slog.New(slog.NewJSONHandler(&buf, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	open, err := l.Decide(context.Background(), Request{Tenant: "acme", Class: "read"})
+	if err != nil || open.Reason != ReasonDegradedOpen {
+		t.Fatalf("fail-open class: %+v %v", open, err)
+	}
+	closed, err := l.Decide(context.Background(), Request{Tenant: "acme", Class: "write"})
+	if err != nil || closed.Reason != ReasonUnavailable {
+		t.Fatalf("fail-closed class: %+v %v", closed, err)
+	}
+	if n := testutil.ToFloat64(l.m.protoErrors); n < 1 {
+		t.Errorf("protocol errors counted %v, want at least 1", n)
+	}
+	if !strings.Contains(buf.String(), `"level":"ERROR","msg":"store protocol error`) {
+		t.Errorf("no error log line:\n%s", buf.String())
+	}
+}

@@ -1,0 +1,87 @@
+package redisstore
+
+import (
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/redis/rueidis"
+)
+
+// ParseURL turns a store URL (see [Config.URL]) into rueidis options.
+func ParseURL(raw string) (rueidis.ClientOption, error) {
+	bad := func(why string) (rueidis.ClientOption, error) {
+		return rueidis.ClientOption{}, fmt.Errorf("redisstore: bad URL %q: %s", RedactURL(raw), why)
+	}
+	var opt rueidis.ClientOption
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		return bad("want redis://host:port, rediss://host:port or redis-cluster://host:port,host:port")
+	}
+	switch scheme {
+	case "redis", "rediss":
+		o, err := rueidis.ParseURL(raw)
+		if err != nil {
+			return bad(err.Error())
+		}
+		opt = o
+	case "redis-cluster", "rediss-cluster":
+		rest, query, _ := strings.Cut(rest, "?")
+		if query != "" {
+			return bad("redis-cluster URLs take no query parameters")
+		}
+		if at := strings.LastIndexByte(rest, '@'); at >= 0 {
+			user, pass, _ := strings.Cut(rest[:at], ":")
+			var err error
+			if opt.Username, err = url.PathUnescape(user); err != nil {
+				return bad("user name: " + err.Error())
+			}
+			if opt.Password, err = url.PathUnescape(pass); err != nil {
+				return bad("password: " + err.Error())
+			}
+			rest = rest[at+1:]
+		}
+		rest = strings.TrimSuffix(rest, "/")
+		for _, hp := range strings.Split(rest, ",") {
+			host, port, err := splitHostPort(hp)
+			if err != nil {
+				return bad(err.Error())
+			}
+			opt.InitAddress = append(opt.InitAddress, host+":"+port)
+		}
+		if scheme == "rediss-cluster" {
+			opt.TLSConfig = tlsConfig()
+		}
+	default:
+		return bad("unknown scheme " + strconv.Quote(scheme) + ": want redis, rediss, redis-cluster or rediss-cluster")
+	}
+	opt.DisableCache = true // no client-side caching: every decision goes to Redis
+	return opt, nil
+}
+
+func splitHostPort(hp string) (string, string, error) {
+	i := strings.LastIndexByte(hp, ':')
+	if i <= 0 || i == len(hp)-1 {
+		return "", "", fmt.Errorf("address %q: want host:port", hp)
+	}
+	if p, err := strconv.Atoi(hp[i+1:]); err != nil || p < 1 || p > 65535 {
+		return "", "", fmt.Errorf("address %q: bad port", hp)
+	}
+	return hp[:i], hp[i+1:], nil
+}
+
+// RedactURL returns a store URL with its password hidden, for logs and
+// messages.
+func RedactURL(raw string) string {
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		return raw
+	}
+	if at := strings.LastIndexByte(rest, '@'); at >= 0 {
+		if user, _, hasPass := strings.Cut(rest[:at], ":"); hasPass {
+			return scheme + "://" + user + ":xxxxx@" + rest[at+1:]
+		}
+	}
+	return raw
+}
