@@ -30,6 +30,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
 
 	"github.com/fairgate/fairgate/breaker"
 	"github.com/fairgate/fairgate/examples"
@@ -397,6 +398,19 @@ func Serve(ctx context.Context, c ServeConfig, log *slog.Logger, ready func(addr
 	bg, cancelBG := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer func() { cancelBG(); wg.Wait() }()
+	// fatal carries the first error of any goroutine below: a listener
+	// that stops serving, a loop that gives up. Serve returns it.
+	fatal := make(chan error, 1)
+	goCheck := func(what string, f func() error) {
+		wg.Go(func() {
+			if err := f(); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, grpc.ErrServerStopped) && bg.Err() == nil {
+				select {
+				case fatal <- fmt.Errorf("serve: %s: %w", what, err):
+				default:
+				}
+			}
+		})
+	}
 	if lazy != nil {
 		// One try now; if Redis is down, start anyway and keep trying.
 		if err := lazy.connect(); err != nil {
@@ -405,7 +419,7 @@ func Serve(ctx context.Context, c ServeConfig, log *slog.Logger, ready func(addr
 			}
 			log.Warn("store not reachable at start: serving by each policy's fail mode while connecting in the background", slog.String("store", redisstore.RedactURL(c.Store)), slog.String("error", err.Error()))
 		}
-		wg.Go(func() { lazy.Run(bg) })
+		goCheck("store connection", func() error { lazy.Run(bg); return nil })
 	}
 	cfg.Auth.Logger = log
 	if cfg.Auth.JWT != nil && cfg.Auth.JWT.JWKSURL != "" {
@@ -444,9 +458,9 @@ func Serve(ctx context.Context, c ServeConfig, log *slog.Logger, ready func(addr
 	if err != nil {
 		return err
 	}
-	wg.Go(func() { lim.Run(bg) })
+	goCheck("limiter", func() error { return lim.Run(bg) })
 	if board != nil {
-		wg.Go(func() { board.Run(bg) })
+		goCheck("dashboard", func() error { return board.Run(bg) })
 	}
 	var reload func() error
 	if c.Config != "" {
@@ -482,7 +496,7 @@ func Serve(ctx context.Context, c ServeConfig, log *slog.Logger, ready func(addr
 		}, log)
 		w.Refused = func() { reloads.WithLabelValues("refused").Inc() }
 		reload = w.Reload
-		wg.Go(func() { w.Run(bg) })
+		goCheck("config watcher", func() error { return w.Run(bg) })
 		hup := make(chan os.Signal, 1)
 		signal.Notify(hup, syscall.SIGHUP)
 		wg.Go(func() {
@@ -533,7 +547,7 @@ func Serve(ctx context.Context, c ServeConfig, log *slog.Logger, ready func(addr
 			log.Warn("the internal listener is not on loopback and needs no token: set FAIRGATE_INTERNAL_TOKEN or --internal-token-file", slog.String("listen", iln.Addr().String()))
 		}
 		log.Info("internal listener", slog.String("listen", iln.Addr().String()))
-		wg.Go(func() { isrv.Serve(iln) })
+		goCheck("internal listener", func() error { return isrv.Serve(iln) })
 	}
 	if c.AdminToken == "" {
 		log.Warn("admin API not started: set FAIRGATE_ADMIN_TOKEN or --admin-token-file to enable it")
@@ -551,7 +565,7 @@ func Serve(ctx context.Context, c ServeConfig, log *slog.Logger, ready func(addr
 		asrv := &http.Server{Handler: ah, ReadHeaderTimeout: srv.ReadHeaderTimeout, ReadTimeout: min(10*time.Second, readTimeout), WriteTimeout: 10 * time.Second, ErrorLog: srv.ErrorLog}
 		servers = append(servers, asrv)
 		log.Info("admin API", slog.String("listen", aln.Addr().String()))
-		wg.Go(func() { asrv.Serve(aln) })
+		goCheck("admin listener", func() error { return asrv.Serve(aln) })
 	}
 	if c.GRPCListen != "" {
 		gln, err := net.Listen("tcp", c.GRPCListen)
@@ -561,7 +575,7 @@ func Serve(ctx context.Context, c ServeConfig, log *slog.Logger, ready func(addr
 		}
 		g := rls.NewServer(rlsSvc)
 		log.Info("envoy rate limit service", slog.String("grpc_listen", gln.Addr().String()), slog.Int("domains", len(cfg.RLS.Domains)))
-		wg.Go(func() { g.Serve(gln) })
+		goCheck("grpc listener", func() error { return g.Serve(gln) })
 		defer g.GracefulStop()
 		if len(cfg.RLS.Domains) == 0 {
 			log.Warn("the rate limit service has no domains: every descriptor is answered OK (add an rls section to the config)")
@@ -575,6 +589,10 @@ func Serve(ctx context.Context, c ServeConfig, log *slog.Logger, ready func(addr
 	go func() { errc <- srv.Serve(ln) }()
 	select {
 	case err := <-errc:
+		return err
+	case err := <-fatal:
+		log.Error("a part of the service failed; shutting down", slog.String("error", err.Error()))
+		srv.Close()
 		return err
 	case <-ctx.Done():
 	}
