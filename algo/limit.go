@@ -115,6 +115,9 @@ func PerSecond(n int64) Limit { return Limit{Limit: n, Period: time.Second} }
 // PerMinute returns a GCRA limit of n per minute with burst n.
 func PerMinute(n int64) Limit { return Limit{Limit: n, Period: time.Minute} }
 
+// PerHour returns a GCRA limit of n per hour with burst n.
+func PerHour(n int64) Limit { return Limit{Limit: n, Period: time.Hour} }
+
 // WithBurst returns l with its burst set to b.
 func (l Limit) WithBurst(b int64) Limit { l.Burst = b; return l }
 

@@ -155,6 +155,15 @@ type Holder interface {
 	Hold(ctx context.Context, key string, lim algo.Limit, d time.Duration) error
 }
 
+// Resetter is a Store that can forget a key: an operator's "give this
+// tenant a fresh start". Both of fairgate's stores implement it.
+type Resetter interface {
+	// Reset forgets key's state under every algorithm: the key is full
+	// again. A key never seen is no error. The error wraps ErrUnavailable
+	// when the backend could not be reached.
+	Reset(ctx context.Context, key string) error
+}
+
 // ValidateHold reports whether a Hold can be done as asked.
 func ValidateHold(key string, lim algo.Limit, d time.Duration) error {
 	if key == "" {

@@ -142,6 +142,23 @@ func New(c Config) *Store {
 	return s
 }
 
+// Reset forgets key's state under every algorithm. See [store.Resetter].
+func (s *Store) Reset(ctx context.Context, key string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	h := maphash.String(s.seed, key)
+	sh := &s.shards[h&s.mask]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	for _, a := range algo.Algorithms {
+		if ei := sh.lookup(uint32(h>>32), a, key); ei != 0 {
+			sh.remove(ei)
+		}
+	}
+	return nil
+}
+
 // Bytes returns the bytes the store holds, as Config.MaxBytes counts them.
 func (s *Store) Bytes() int64 {
 	var n int64
@@ -503,3 +520,4 @@ func (s *Store) Close() error { return nil }
 
 var _ store.Holder = (*Store)(nil)
 var _ store.Store = (*Store)(nil)
+var _ store.Resetter = (*Store)(nil)

@@ -103,6 +103,22 @@ func (s *Store) Key(a algo.Algorithm, key string) string {
 // Client returns the store's rueidis client.
 func (s *Store) Client() rueidis.Client { return s.c }
 
+// Reset forgets key's state under every algorithm: one DEL per
+// algorithm's key (in a cluster they may live in different slots). See
+// [store.Resetter].
+func (s *Store) Reset(ctx context.Context, key string) error {
+	cmds := make(rueidis.Commands, 0, len(algo.Algorithms))
+	for _, a := range algo.Algorithms {
+		cmds = append(cmds, s.c.B().Del().Key(s.Key(a, key)).Build())
+	}
+	for _, r := range s.c.DoMulti(ctx, cmds...) {
+		if err := r.Error(); err != nil {
+			return fmt.Errorf("%w: reset: %w", store.ErrUnavailable, err)
+		}
+	}
+	return nil
+}
+
 // Close closes the client if the store opened it. It is idempotent.
 func (s *Store) Close() error {
 	s.once.Do(func() {
@@ -114,8 +130,9 @@ func (s *Store) Close() error {
 }
 
 var (
-	_ store.Store  = (*Store)(nil)
-	_ store.Holder = (*Store)(nil)
+	_ store.Store    = (*Store)(nil)
+	_ store.Holder   = (*Store)(nil)
+	_ store.Resetter = (*Store)(nil)
 )
 
 // Shard implements store.Sharded: the cluster slot of c's Redis key

@@ -59,6 +59,9 @@ func Run(t *testing.T, s store.Store, o Options) {
 	if h, ok := s.(store.Holder); ok {
 		t.Run("Hold", func(t *testing.T) { t.Parallel(); testHold(t, s, h) })
 	}
+	if r, ok := s.(store.Resetter); ok {
+		t.Run("Reset", func(t *testing.T) { t.Parallel(); testReset(t, s, r) })
+	}
 }
 
 // longLimit is a limit that does not refill within a test: 10 per 366 days.
@@ -323,6 +326,37 @@ func testKeyIsolation(t *testing.T, s store.Store) {
 				t.Fatalf("%v: key %d (%q) admitted twice with limit 1", a, i, k)
 			}
 		}
+	}
+}
+
+// testReset: a key spent under every algorithm is full again after Reset,
+// a neighbouring key keeps its state, and resetting a key never seen is
+// no error.
+func testReset(t *testing.T, s store.Store, r store.Resetter) {
+	p := prefix(t)
+	ctx := context.Background()
+	for _, a := range algo.Algorithms {
+		c := store.Check{Key: p + "reset", Limit: longLimit(a), Cost: 10}
+		other := store.Check{Key: p + "kept", Limit: longLimit(a), Cost: 10}
+		take(t, s, c)
+		take(t, s, other)
+		if res := take(t, s, c); res.Allowed {
+			t.Fatalf("%v: a spent key admitted %+v", a, res)
+		}
+	}
+	if err := r.Reset(ctx, p+"reset"); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range algo.Algorithms {
+		if res := take(t, s, store.Check{Key: p + "reset", Limit: longLimit(a), Cost: 10}); !res.Allowed {
+			t.Errorf("%v: not full after Reset: %+v", a, res.Decisions[0])
+		}
+		if res := take(t, s, store.Check{Key: p + "kept", Limit: longLimit(a), Cost: 1}); res.Allowed {
+			t.Errorf("%v: Reset of another key refilled this one", a)
+		}
+	}
+	if err := r.Reset(ctx, p+"never-seen"); err != nil {
+		t.Errorf("Reset of an unseen key: %v", err)
 	}
 }
 
