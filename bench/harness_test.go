@@ -14,7 +14,7 @@ import (
 
 var redisSrv *redistest.Server
 
-func TestMain(m *testing.M) { os.Exit(redistest.Main(m, &redisSrv)) }
+func TestMain(m *testing.M) { os.Exit(redistest.Main(m, func(s *redistest.Server) { redisSrv = s })) }
 
 // keys returns n distinct tenant keys.
 func keys(n int) []string {

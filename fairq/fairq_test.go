@@ -23,7 +23,9 @@ var (
 	cluster  *redistest.Cluster
 )
 
-func TestMain(m *testing.M) { os.Exit(redistest.MainWithCluster(m, &redisSrv, &cluster)) }
+func TestMain(m *testing.M) {
+	os.Exit(redistest.MainWithCluster(m, func(s *redistest.Server, c *redistest.Cluster) { redisSrv, cluster = s, c }))
+}
 
 // shortVis is the visibility of the tests' "report" kind: short, so that
 // expiry tests on Redis (whose clock the tests cannot drive) stay quick.

@@ -24,7 +24,7 @@ import (
 
 var redis *redistest.Server
 
-func TestMain(m *testing.M) { os.Exit(redistest.Main(m, &redis)) }
+func TestMain(m *testing.M) { os.Exit(redistest.Main(m, func(s *redistest.Server) { redis = s })) }
 
 // sms is the example config's provider: 100/s account-wide with a burst of
 // 20, and 20/s per tenant with a burst of 5.

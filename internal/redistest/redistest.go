@@ -322,32 +322,34 @@ func Do(addr string, args ...string) (string, error) {
 }
 
 // Main is a TestMain body for packages that share one standalone server:
-// it starts the server into *srv, runs the tests, closes the server and
-// returns the exit code. A server that cannot start fails the run loudly.
+// it starts the server, hands it to use (to keep in a package variable),
+// runs the tests, closes the server and returns the exit code. A server
+// that cannot start fails the run loudly.
 //
-//	func TestMain(m *testing.M) { os.Exit(redistest.Main(m, &srv)) }
-func Main(m interface{ Run() int }, srv **Server) int {
+//	func TestMain(m *testing.M) { os.Exit(redistest.Main(m, func(s *redistest.Server) { srv = s })) }
+func Main(m interface{ Run() int }, use func(*Server)) int {
 	s, err := Start()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	*srv = s
+	use(s)
 	defer s.Close()
 	return m.Run()
 }
 
-// MainWithCluster is Main that also starts a 3-master Redis Cluster into
-// *cl, for packages whose tests run on both.
+// MainWithCluster is Main that also starts a 3-master Redis Cluster, for
+// packages whose tests run on both.
 //
-//	func TestMain(m *testing.M) { os.Exit(redistest.MainWithCluster(m, &srv, &cl)) }
-func MainWithCluster(m interface{ Run() int }, srv **Server, cl **Cluster) int {
+//	func TestMain(m *testing.M) {
+//		os.Exit(redistest.MainWithCluster(m, func(s *redistest.Server, c *redistest.Cluster) { srv, cl = s, c }))
+//	}
+func MainWithCluster(m interface{ Run() int }, use func(*Server, *Cluster)) int {
 	c, err := StartCluster(3, 0)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	*cl = c
 	defer c.Close()
-	return Main(m, srv)
+	return Main(m, func(s *Server) { use(s, c) })
 }

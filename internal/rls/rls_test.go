@@ -32,7 +32,7 @@ import (
 
 var redisSrv *redistest.Server
 
-func TestMain(m *testing.M) { os.Exit(redistest.Main(m, &redisSrv)) }
+func TestMain(m *testing.M) { os.Exit(redistest.Main(m, func(s *redistest.Server) { redisSrv = s })) }
 
 const (
 	ok   = rlspb.RateLimitResponse_OK

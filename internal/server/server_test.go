@@ -28,7 +28,9 @@ var (
 	redisCluster *redistest.Cluster
 )
 
-func TestMain(m *testing.M) { os.Exit(redistest.MainWithCluster(m, &redisSrv, &redisCluster)) }
+func TestMain(m *testing.M) {
+	os.Exit(redistest.MainWithCluster(m, func(s *redistest.Server, c *redistest.Cluster) { redisSrv, redisCluster = s, c }))
+}
 
 // testLimiter is a limiter with the example policy on st.
 func testLimiter(tb testing.TB, st store.Store, timeout time.Duration) *limiter.Limiter {

@@ -21,7 +21,9 @@ var (
 	cluster    *redistest.Cluster
 )
 
-func TestMain(m *testing.M) { os.Exit(redistest.MainWithCluster(m, &standalone, &cluster)) }
+func TestMain(m *testing.M) {
+	os.Exit(redistest.MainWithCluster(m, func(s *redistest.Server, c *redistest.Cluster) { standalone, cluster = s, c }))
+}
 
 func policy() limiter.Policy {
 	return limiter.Policy{
