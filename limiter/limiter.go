@@ -93,9 +93,10 @@ type Config struct {
 	// PollEvery is how often Run looks for changes in Control. Zero means
 	// 1 s, so that a change reaches every instance within 2 s.
 	PollEvery time.Duration
-	// Timeout bounds each store call. Zero means 50 ms; negative means no
-	// deadline of the limiter's own (for an in-process store, which does no
-	// I/O and for which a timer per call is pure cost).
+	// Timeout bounds each store call. Zero means 50 ms, or no deadline for
+	// a store that decides in this process ([store.Local], the memory
+	// store), for which a timer per call is pure cost; negative means no
+	// deadline of the limiter's own.
 	Timeout time.Duration
 	// Fallback decides when Store fails and the fail mode is open: an
 	// in-process store (memstore) that limits each instance on its own. Nil
@@ -172,6 +173,9 @@ func New(c Config) (*Limiter, error) {
 	l.leases = newLeaseTable()
 	if l.poll <= 0 {
 		l.poll = time.Second
+	}
+	if lc, ok := c.Store.(store.Local); l.timeout == 0 && ok && lc.Local() {
+		l.timeout = -1
 	}
 	if l.timeout == 0 {
 		l.timeout = 50 * time.Millisecond

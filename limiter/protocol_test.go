@@ -6,11 +6,13 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/fairgate/fairgate/store"
+	"github.com/fairgate/fairgate/store/memstore"
 )
 
 // garbledStore answers every take with a protocol error, as a store whose
@@ -47,5 +49,26 @@ func TestProtocolErrorIsLoud(t *testing.T) {
 	}
 	if !strings.Contains(buf.String(), `"level":"ERROR","msg":"store protocol error`) {
 		t.Errorf("no error log line:\n%s", buf.String())
+	}
+}
+
+// TestLocalStoreHasNoDeadline: the library's default sets no per-call
+// deadline on an in-process store (a timer per decision is pure cost
+// there), and 50 ms on any other.
+func TestLocalStoreHasNoDeadline(t *testing.T) {
+	for _, c := range []struct {
+		st   store.Store
+		want time.Duration
+	}{
+		{memstore.New(memstore.Config{}), -1},
+		{garbledStore{}, 50 * time.Millisecond},
+	} {
+		l, err := New(Config{Store: c.st, Policy: testPolicy()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.timeout != c.want {
+			t.Errorf("%T: deadline %v, want %v", c.st, l.timeout, c.want)
+		}
 	}
 }

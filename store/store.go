@@ -155,6 +155,14 @@ type Holder interface {
 	Hold(ctx context.Context, key string, lim algo.Limit, d time.Duration) error
 }
 
+// Local is a Store that decides in this process, without I/O (the memory
+// store): a deadline per call would be pure cost, so the limiter sets none
+// unless asked.
+type Local interface {
+	// Local reports whether the store decides in this process.
+	Local() bool
+}
+
 // Resetter is a Store that can forget a key: an operator's "give this
 // tenant a fresh start". Both of fairgate's stores implement it.
 type Resetter interface {

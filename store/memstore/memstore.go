@@ -142,6 +142,9 @@ func New(c Config) *Store {
 	return s
 }
 
+// Local reports true: the store decides in this process. See [store.Local].
+func (s *Store) Local() bool { return true }
+
 // Reset forgets key's state under every algorithm. See [store.Resetter].
 func (s *Store) Reset(ctx context.Context, key string) error {
 	if err := ctx.Err(); err != nil {
@@ -521,3 +524,4 @@ func (s *Store) Close() error { return nil }
 var _ store.Holder = (*Store)(nil)
 var _ store.Store = (*Store)(nil)
 var _ store.Resetter = (*Store)(nil)
+var _ store.Local = (*Store)(nil)
