@@ -4,10 +4,12 @@ package examples
 
 import _ "embed"
 
-// Config is examples/fairgate.yaml.
-//
 //go:embed fairgate.yaml
-var Config []byte
+var config []byte
+
+// Config returns examples/fairgate.yaml: a copy, so that no caller can
+// change what the next one reads.
+func Config() []byte { return append([]byte(nil), config...) }
 
 // ConfigName is the name errors in Config are reported under.
 const ConfigName = "examples/fairgate.yaml"

@@ -315,8 +315,9 @@ func token(what, envName, file string) (string, error) {
 // path is empty, and returns it with its raw content.
 func LoadConfig(path string) (*config.Config, []byte, error) {
 	if path == "" {
-		c, err := config.Parse(examples.ConfigName, examples.Config)
-		return c, examples.Config, err
+		data := examples.Config()
+		c, err := config.Parse(examples.ConfigName, data)
+		return c, data, err
 	}
 	data, err := config.ReadFile(path)
 	if err != nil {

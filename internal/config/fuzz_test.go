@@ -13,7 +13,7 @@ import (
 // FuzzParse: any file is either refused with a *config.Error that names
 // its problems, or gives a policy a limiter accepts. Nothing panics.
 func FuzzParse(f *testing.F) {
-	f.Add(examples.Config)
+	f.Add(examples.Config())
 	f.Add([]byte(strings.Join(base, "\n")))
 	f.Add([]byte("plans: {free: [{limit: 1, period: 1s}]}\nclasses: {read: {share: 1}}\ndefault_plan: free\ndefault_class: read\n"))
 	f.Add([]byte("queues: {kinds: {a: {warn: 5, refuse: 1}}}\ndependencies: {x: {failure_ratio: 7}}\n"))

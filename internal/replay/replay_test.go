@@ -19,7 +19,7 @@ import (
 
 func examplePolicy(t testing.TB) limiter.Policy {
 	t.Helper()
-	c, err := config.Parse(examples.ConfigName, examples.Config)
+	c, err := config.Parse(examples.ConfigName, examples.Config())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -58,7 +58,7 @@ func examplesConfig(t testing.TB) rls.Config {
 // testLimiter is a limiter on st (its timeout short, for outage tests).
 func testLimiter(t testing.TB, st store.Store) *limiter.Limiter {
 	t.Helper()
-	cfg, err := config.Parse(examples.ConfigName, examples.Config)
+	cfg, err := config.Parse(examples.ConfigName, examples.Config())
 	if err != nil {
 		t.Fatal(err)
 	}

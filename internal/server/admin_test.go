@@ -27,7 +27,7 @@ func redisInstance(t *testing.T, prefix string) (*limiter.Limiter, *Server) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { rs.Close() })
-	cfg, err := config.Parse(examples.ConfigName, examples.Config)
+	cfg, err := config.Parse(examples.ConfigName, examples.Config())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,7 +42,7 @@ func testLimiter(tb testing.TB, st store.Store, timeout time.Duration) *limiter.
 // production default).
 func testLimiterCooldown(tb testing.TB, st store.Store, timeout, cooldown time.Duration) *limiter.Limiter {
 	tb.Helper()
-	cfg, err := config.Parse(examples.ConfigName, examples.Config)
+	cfg, err := config.Parse(examples.ConfigName, examples.Config())
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -321,7 +321,7 @@ func TestPausedRedisBoundsEveryWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rs.Close()
-	cfg, err := config.Parse(examples.ConfigName, examples.Config)
+	cfg, err := config.Parse(examples.ConfigName, examples.Config())
 	if err != nil {
 		t.Fatal(err)
 	}
