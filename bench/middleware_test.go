@@ -48,8 +48,8 @@ func benchLimiter(b *testing.B, slowDown time.Duration) *limiter.Limiter {
 }
 
 // tenantFromHeader stands in for a verified credential in the benchmark.
-func tenantFromHeader(r *http.Request) (httplimit.Identity, error) {
-	return httplimit.Identity{Tenant: r.Header.Get("X-Bench-Tenant")}, nil
+func tenantFromHeader(r *http.Request) (limiter.Identity, error) {
+	return limiter.Identity{Tenant: r.Header.Get("X-Bench-Tenant")}, nil
 }
 
 var okHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) })

@@ -25,11 +25,12 @@ import (
 type Config struct {
 	// Limiter decides the calls. Required.
 	Limiter *limiter.Limiter
-	// Identify returns the verified tenant (and plan, if the credential
-	// names one) of a call; "" for an anonymous call (limited by the
-	// policy's anonymous routes, per peer address). An error fails the
-	// call with UNAUTHENTICATED and the error's text. Required.
-	Identify func(ctx context.Context, fullMethod string) (tenant, plan string, err error)
+	// Identify returns the verified identity of a call (the tenant, and a
+	// plan if the credential names one); a zero Identity for an anonymous
+	// call (limited by the policy's anonymous routes, per peer address).
+	// An error fails the call with UNAUTHENTICATED and the error's text.
+	// Required. The same shape as httplimit.Config.Identify's.
+	Identify func(ctx context.Context, fullMethod string) (limiter.Identity, error)
 	// Headers is the form of the trailing rate-limit metadata. Zero means
 	// the IETF draft's RateLimit-Limit, -Remaining and -Reset.
 	Headers httplimit.Form
@@ -83,11 +84,11 @@ func StreamServerInterceptor(c Config) (grpc.StreamServerInterceptor, error) {
 // decide returns nil to let the call through, or its status error. The
 // rate-limit metadata is set as trailers either way.
 func (d *decider) decide(ctx context.Context, fullMethod string) error {
-	tenant, plan, err := d.Identify(ctx, fullMethod)
+	id, err := d.Identify(ctx, fullMethod)
 	if err != nil {
 		return status.Error(codes.Unauthenticated, err.Error())
 	}
-	req := limiter.Request{Tenant: tenant, Plan: plan, Method: http.MethodPost, Path: fullMethod, Hold: true}
+	req := limiter.Request{Tenant: id.Tenant, Plan: id.Plan, Method: http.MethodPost, Path: fullMethod, Hold: true}
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
 		if ap, err := netip.ParseAddrPort(p.Addr.String()); err == nil {
 			req.IP = ap.Addr().Unmap()

@@ -39,12 +39,12 @@ var policy = limiter.Policy{
 // identify is the test's stand-in for a verified identity: the tenant is
 // the metadata "tenant" (production code verifies a token or a peer
 // certificate instead).
-func identify(ctx context.Context, _ string) (string, string, error) {
+func identify(ctx context.Context, _ string) (limiter.Identity, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
 	if v := md.Get("tenant"); len(v) == 1 {
-		return v[0], "", nil
+		return limiter.Identity{Tenant: v[0]}, nil
 	}
-	return "", "", errors.New("no credential")
+	return limiter.Identity{}, errors.New("no credential")
 }
 
 func start(t *testing.T, l *limiter.Limiter) healthpb.HealthClient {

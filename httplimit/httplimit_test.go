@@ -129,15 +129,15 @@ func TestMiddleware(t *testing.T) {
 	// The tenant comes from a (pretend-verified) key; the X-Tenant header a
 	// client might send is ignored.
 	keys := map[string]string{"k-acme": "acme"}
-	mw, err := Middleware(Config{Limiter: l, Identify: func(r *http.Request) (Identity, error) {
+	mw, err := Middleware(Config{Limiter: l, Identify: func(r *http.Request) (limiter.Identity, error) {
 		k := r.Header.Get("Authorization")
 		if k == "" {
-			return Identity{}, nil
+			return limiter.Identity{}, nil
 		}
 		if t, ok := keys[strings.TrimPrefix(k, "Bearer ")]; ok {
-			return Identity{Tenant: t}, nil
+			return limiter.Identity{Tenant: t}, nil
 		}
-		return Identity{}, errors.New("unknown API key")
+		return limiter.Identity{}, errors.New("unknown API key")
 	}})
 	if err != nil {
 		t.Fatal(err)

@@ -68,11 +68,11 @@ func WriteUnauthorized(w http.ResponseWriter, detail string) {
 type Config struct {
 	// Limiter decides. Required.
 	Limiter *limiter.Limiter
-	// Identify returns the request's verified identity (a zero Identity
+	// Identify returns the request's verified identity (a zero limiter.Identity
 	// for an anonymous request), or an error for a bad credential (answered
 	// 401 with the error's text). It must never trust a header the client
 	// controls. Required.
-	Identify func(r *http.Request) (Identity, error)
+	Identify func(r *http.Request) (limiter.Identity, error)
 	// Route returns the method and path the route is matched on. Nil means
 	// r.Method and r.URL.Path.
 	Route func(r *http.Request) (method, path string)
@@ -88,22 +88,13 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Identity is who a request is from, as its verified credential says.
-type Identity struct {
-	// Tenant is the tenant ID; "" for an anonymous request.
-	Tenant string
-	// Plan is a plan the credential names, for tenants the policy does not
-	// list; "" for none.
-	Plan string
-}
-
 type identityKey struct{}
 
 // IdentityFrom returns the verified identity the middleware decided a
 // request under, for the handler it passes the request to; ok is false for
 // an anonymous request.
-func IdentityFrom(ctx context.Context) (id Identity, ok bool) {
-	id, ok = ctx.Value(identityKey{}).(Identity)
+func IdentityFrom(ctx context.Context) (id limiter.Identity, ok bool) {
+	id, ok = ctx.Value(identityKey{}).(limiter.Identity)
 	return id, ok
 }
 

@@ -10,6 +10,16 @@ import (
 	"github.com/fairgate/fairgate/store"
 )
 
+// Identity is who a request is from, as its verified credential says:
+// what the HTTP middleware's and the gRPC interceptors' Identify return.
+type Identity struct {
+	// Tenant is the tenant ID; "" for an anonymous request.
+	Tenant string
+	// Plan is a plan the credential names, for tenants the policy does not
+	// list; "" for none.
+	Plan string
+}
+
 // Request is what a decision is asked about.
 type Request struct {
 	// Tenant is the verified tenant ID, from a credential the caller has

@@ -147,20 +147,20 @@ func checkError(err error, lr limiter.Request) string {
 
 // identify verifies r's credential for the proxy and /v1/me/limits: a zero
 // identity for none, an error for a bad one.
-func (s *Server) identify(r *http.Request) (httplimit.Identity, error) {
+func (s *Server) identify(r *http.Request) (limiter.Identity, error) {
 	a := s.id.Load().auth
 	if a == nil || !a.Enabled() {
 		if r.Header.Get("Authorization") != "" || r.Header.Get("X-API-Key") != "" {
-			return httplimit.Identity{}, errors.New("no credentials are configured: this service accepts none")
+			return limiter.Identity{}, errors.New("no credentials are configured: this service accepts none")
 		}
-		return httplimit.Identity{}, nil
+		return limiter.Identity{}, nil
 	}
 	id, err := a.Authenticate(r)
 	if errors.Is(err, auth.ErrNoCredential) {
-		return httplimit.Identity{}, nil
+		return limiter.Identity{}, nil
 	}
 	if err != nil {
-		return httplimit.Identity{}, err
+		return limiter.Identity{}, err
 	}
 	if id.Plan != "" && !s.lim.KnownPlan(id.Plan) {
 		// The policy's default applies; say so once per plan name (at
@@ -174,7 +174,7 @@ func (s *Server) identify(r *http.Request) (httplimit.Identity, error) {
 		}
 
 	}
-	return httplimit.Identity{Tenant: id.Tenant, Plan: id.Plan}, nil
+	return limiter.Identity{Tenant: id.Tenant, Plan: id.Plan}, nil
 }
 
 func (s *Server) handleMyLimits(w http.ResponseWriter, r *http.Request) {
