@@ -94,7 +94,8 @@ type Class struct {
 	// Name is the class's name.
 	Name string `json:"name"`
 	// Share is the fraction of each plan rule's limit and burst the class
-	// gets, in (0, 1]. A class with share 1 has no layer of its own.
+	// gets, in (0, 1]. A class with share 1 has no layer of its own. Zero
+	// means 1, as an omitted share does in the config file.
 	Share float64 `json:"share"`
 	// Fail is the class's fail mode.
 	Fail FailMode `json:"fail"`
@@ -387,6 +388,9 @@ func CompileWith(p Policy, ov Overlay) (*Snapshot, error) {
 		path := "classes." + name
 		if !nameRE.MatchString(name) || name == "tenant" {
 			ps.add(path, "class name %q: want %s, and not \"tenant\"", name, nameRule)
+		}
+		if c.Share == 0 {
+			c.Share = 1 // the config file's default, for a Class built in Go
 		}
 		if !(c.Share > 0 && c.Share <= 1) {
 			ps.add(path+".share", "share %v is outside (0, 1]: a class gets a fraction of the plan's limit", c.Share)

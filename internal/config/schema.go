@@ -61,7 +61,13 @@ func (d *decoder) config(n *yaml.Node, c *Config) {
 				d.note(path, path, k)
 				cl := limiter.Class{Name: name, Share: 1}
 				d.fields(v, path, map[string]func(*yaml.Node, string){
-					"share":      func(v *yaml.Node, path string) { cl.Share = d.float(v, path); d.note(path, path, v) },
+					"share": func(v *yaml.Node, path string) {
+						// Written out, 0 is a mistake (Go's zero means the default 1).
+						if cl.Share = d.float(v, path); cl.Share == 0 {
+							d.add(v, path, "share 0 is outside (0, 1]: a class gets a fraction of the plan's limit; omit it for 1")
+						}
+						d.note(path, path, v)
+					},
 					"fail":       func(v *yaml.Node, path string) { cl.Fail = d.failMode(v, path) },
 					"shadow":     func(v *yaml.Node, path string) { cl.Shadow = d.bool(v, path) },
 					"near_cache": func(v *yaml.Node, path string) { cl.NoNearCache = !d.bool(v, path) },
