@@ -422,102 +422,105 @@ func (l *Limiter) check(edit func(*Overlay)) error {
 // asked (ErrNoTenant, ErrUnknownClass, ErrBadCost, ErrBadTenant); store
 // failures are decided by the fail mode, never returned.
 func (l *Limiter) Decide(ctx context.Context, req Request) (Decision, error) {
-	now := l.now()
-	res, err := l.snap.Load().Resolve(req, now)
-	if err != nil {
-		return Decision{Tightest: -1, Resolution: res}, err
-	}
-	d := Decision{Resolution: res, Tightest: -1}
-	if res.Cost == 0 {
-		d.Allowed, d.Reason = true, ReasonFree
-		l.count(&d)
-		return d, nil
-	}
-	if l.near != nil && !res.NoNearCache {
-		if ld, ok := l.near.lookup(res.Layers, res.Cost, now); ok {
-			if req.Hold && res.SlowDown > 0 && l.hold(ctx, min(ld.RetryAfter, res.SlowDown)) {
-				// Decided afresh: the time left is less now, and the
-				// request may pass if the hold reached its retry-after.
-				req.Hold = false
-				return l.Decide(ctx, req)
-			}
-			d.Layers = []LayerDecision{ld}
-			d.Reason, d.RetryAfter, d.Tightest, d.Policy = ReasonLimited, ld.RetryAfter, 0, ld.Policy
-			l.m.nearHits.Inc()
+	for { // at most twice: a held near-cache rejection is decided afresh
+		now := l.now()
+		res, err := l.snap.Load().Resolve(req, now)
+		if err != nil {
+			return Decision{Tightest: -1, Resolution: res}, err
+		}
+		d := Decision{Resolution: res, Tightest: -1}
+		if res.Cost == 0 {
+			d.Allowed, d.Reason = true, ReasonFree
 			l.count(&d)
 			return d, nil
 		}
-	}
-	if res.Lease > 0 {
-		if ld, ok := l.leased(ctx, res, now); ok {
-			l.count(&ld)
-			return ld, nil
-		}
-	}
-	checks := res.Checks()
-	var sr store.Result
-	err = l.take(ctx, checks, &sr)
-	if err == nil && !sr.Allowed && anyShadowRejects(res.Layers, sr.Decisions) {
-		err = l.retryEnforced(ctx, &d, res, checks, &sr)
-	} else if err == nil {
-		d.Layers = layerDecisions(res.Layers, sr.Decisions)
-	}
-	switch {
-	case err != nil && res.Fail == FailClosed:
-		d.Reason, d.RetryAfter = ReasonUnavailable, UnavailableRetryAfter
-		d.Layers = nil
-		l.m.failures.WithLabelValues("closed").Inc()
-	case err != nil:
-		var fr store.Result
-		if fchecks, ok := l.decideLocally(ctx, checks, &fr); !ok {
-			d.Allowed, d.Reason = true, ReasonDegradedOpen
-		} else {
-			layers := slices.Clone(res.Layers)
-			for i := range layers {
-				layers[i].Limit = fchecks[i].Limit
-			}
-			d.Layers = layerDecisions(layers, fr.Decisions)
-			d.Allowed, d.Reason, d.RetryAfter = fr.Allowed, ReasonDegradedOpen, fr.RetryAfter()
-		}
-	default:
-		d.Allowed = true
-		d.Reason = ReasonAllowed
-		for _, ld := range d.Layers {
-			if !ld.Allowed && !ld.Shadow {
-				d.Allowed, d.Reason = false, ReasonLimited
-				d.RetryAfter = max(d.RetryAfter, ld.RetryAfter)
+		if l.near != nil && !res.NoNearCache {
+			if ld, ok := l.near.lookup(res.Layers, res.Cost, now); ok {
+				if req.Hold && res.SlowDown > 0 && l.hold(ctx, min(ld.RetryAfter, res.SlowDown)) {
+					// Decided afresh, once (the hold is spent), at a new
+					// time: the time left is less now, and the request may
+					// pass if the hold reached its retry-after.
+					req.Hold = false
+					continue
+				}
+				d.Layers = []LayerDecision{ld}
+				d.Reason, d.RetryAfter, d.Tightest, d.Policy = ReasonLimited, ld.RetryAfter, 0, ld.Policy
+				l.m.nearHits.Inc()
+				l.count(&d)
+				return d, nil
 			}
 		}
-		if d.Allowed {
+		if res.Lease > 0 {
+			if ld, ok := l.leased(ctx, res, now); ok {
+				l.count(&ld)
+				return ld, nil
+			}
+		}
+		checks := res.Checks()
+		var sr store.Result
+		err = l.take(ctx, checks, &sr)
+		if err == nil && !sr.Allowed && anyShadowRejects(res.Layers, sr.Decisions) {
+			err = l.retryEnforced(ctx, &d, res, checks, &sr)
+		} else if err == nil {
+			d.Layers = layerDecisions(res.Layers, sr.Decisions)
+		}
+		switch {
+		case err != nil && res.Fail == FailClosed:
+			d.Reason, d.RetryAfter = ReasonUnavailable, UnavailableRetryAfter
+			d.Layers = nil
+			l.m.failures.WithLabelValues("closed").Inc()
+		case err != nil:
+			var fr store.Result
+			if fchecks, ok := l.decideLocally(ctx, checks, &fr); !ok {
+				d.Allowed, d.Reason = true, ReasonDegradedOpen
+			} else {
+				layers := slices.Clone(res.Layers)
+				for i := range layers {
+					layers[i].Limit = fchecks[i].Limit
+				}
+				d.Layers = layerDecisions(layers, fr.Decisions)
+				d.Allowed, d.Reason, d.RetryAfter = fr.Allowed, ReasonDegradedOpen, fr.RetryAfter()
+			}
+		default:
+			d.Allowed = true
+			d.Reason = ReasonAllowed
 			for _, ld := range d.Layers {
-				if !ld.Allowed && ld.Shadow {
-					d.Reason = ReasonShadowLimited
+				if !ld.Allowed && !ld.Shadow {
+					d.Allowed, d.Reason = false, ReasonLimited
+					d.RetryAfter = max(d.RetryAfter, ld.RetryAfter)
+				}
+			}
+			if d.Allowed {
+				for _, ld := range d.Layers {
+					if !ld.Allowed && ld.Shadow {
+						d.Reason = ReasonShadowLimited
+					}
 				}
 			}
 		}
-	}
-	d.Tightest = tightest(d.Layers)
-	if d.Tightest >= 0 {
-		d.Policy = d.Layers[d.Tightest].Policy
-	}
-	for _, ld := range d.Layers {
-		if ld.Shadow && !ld.Allowed {
-			l.m.shadow.WithLabelValues(ld.Policy).Inc()
-			l.log.Info("shadow limit would reject", slog.String("tenant", res.Tenant), slog.String("policy", ld.Policy), slog.Int64("retry_after_ms", ceilMs(ld.RetryAfter)))
+		d.Tightest = tightest(d.Layers)
+		if d.Tightest >= 0 {
+			d.Policy = d.Layers[d.Tightest].Policy
 		}
-	}
-	if d.Reason == ReasonLimited && l.near != nil && !res.NoNearCache {
 		for _, ld := range d.Layers {
-			if !ld.Allowed && !ld.Shadow {
-				l.near.put(ld, res.Cost, now)
+			if ld.Shadow && !ld.Allowed {
+				l.m.shadow.WithLabelValues(ld.Policy).Inc()
+				l.log.Info("shadow limit would reject", slog.String("tenant", res.Tenant), slog.String("policy", ld.Policy), slog.Int64("retry_after_ms", ceilMs(ld.RetryAfter)))
 			}
 		}
+		if d.Reason == ReasonLimited && l.near != nil && !res.NoNearCache {
+			for _, ld := range d.Layers {
+				if !ld.Allowed && !ld.Shadow {
+					l.near.put(ld, res.Cost, now)
+				}
+			}
+		}
+		l.count(&d)
+		if !d.Allowed && d.Reason == ReasonLimited && l.logged.allow(now.Unix()) { // the decision's own clock reading
+			l.log.Info("limited", slog.String("tenant", res.Tenant), slog.String("policy", d.Policy), slog.Int64("retry_after_ms", ceilMs(d.RetryAfter)))
+		}
+		return d, nil
 	}
-	l.count(&d)
-	if !d.Allowed && d.Reason == ReasonLimited && l.logged.allow(time.Now().Unix()) {
-		l.log.Info("limited", slog.String("tenant", res.Tenant), slog.String("policy", d.Policy), slog.Int64("retry_after_ms", ceilMs(d.RetryAfter)))
-	}
-	return d, nil
 }
 
 // MaxHeld bounds the requests an instance holds at once (see
