@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -93,78 +94,184 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any) bool {
 
 // strictNames checks what encoding/json lets pass: every object member
 // name is given once, and matches its field's name exactly (the decoder
-// would match "Limit" to limit). t is the type decoded into. Syntax errors
-// are left to the decoder, which names them better.
+// would match "Limit" to limit). t is the type decoded into. It scans the
+// bytes once, allocating nothing for the common body (it runs on every
+// /v1/take and /v1/check); anything that is not well-formed JSON is left
+// to the decoder, which names it better.
 func strictNames(body []byte, t reflect.Type) error {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	err := walkNames(dec, t, "")
-	var syn *json.SyntaxError
-	if errors.As(err, &syn) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-		return nil
+	sc := nameScanner{b: body}
+	if err := sc.value(t); err != errNotJSON {
+		return err
 	}
-	return err
+	return nil
 }
 
-func walkNames(dec *json.Decoder, t reflect.Type, path string) error {
+// errNotJSON stops a nameScanner at malformed input.
+var errNotJSON = errors.New("not JSON")
+
+// nameScanner walks JSON bytes, checking object member names.
+type nameScanner struct {
+	b    []byte
+	i    int
+	path [][]byte // the names leading to the value being read; "[]" for an element
+}
+
+// at names the member name under the current path, as in "limits.1m.Limit"
+// (an element adds "[]": "rules.[]limit").
+func (sc *nameScanner) at(name []byte) string {
+	var b strings.Builder
+	for _, p := range sc.path {
+		b.Write(p)
+		if string(p) != "[]" {
+			b.WriteByte('.')
+		}
+	}
+	b.Write(name)
+	return b.String()
+}
+
+func (sc *nameScanner) ws() {
+	for sc.i < len(sc.b) && (sc.b[sc.i] == ' ' || sc.b[sc.i] == '\t' || sc.b[sc.i] == '\n' || sc.b[sc.i] == '\r') {
+		sc.i++
+	}
+}
+
+// str reads a string literal at sc.i and returns its raw bytes, quotes
+// included.
+func (sc *nameScanner) str() ([]byte, error) {
+	start := sc.i
+	if sc.i >= len(sc.b) || sc.b[sc.i] != '"' {
+		return nil, errNotJSON
+	}
+	for sc.i++; sc.i < len(sc.b); sc.i++ {
+		switch sc.b[sc.i] {
+		case '\\':
+			sc.i++
+		case '"':
+			sc.i++
+			return sc.b[start:sc.i], nil
+		}
+	}
+	return nil, errNotJSON
+}
+
+// value checks the value at sc.i, decoded into t (nil: not known).
+func (sc *nameScanner) value(t reflect.Type) error {
 	for t != nil && t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	tok, err := dec.Token()
-	if err != nil {
+	sc.ws()
+	if sc.i >= len(sc.b) {
+		return errNotJSON
+	}
+	switch sc.b[sc.i] {
+	case '"':
+		_, err := sc.str()
 		return err
-	}
-	d, ok := tok.(json.Delim)
-	if !ok {
-		return nil
-	}
-	switch d {
 	case '[':
 		var elem reflect.Type
 		if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
 			elem = t.Elem()
 		}
-		for dec.More() {
-			if err := walkNames(dec, elem, path+"[]"); err != nil {
+		sc.i++
+		if sc.ws(); sc.i < len(sc.b) && sc.b[sc.i] == ']' {
+			sc.i++
+			return nil
+		}
+		sc.path = append(sc.path, []byte("[]"))
+		defer func() { sc.path = sc.path[:len(sc.path)-1] }()
+		for {
+			if err := sc.value(elem); err != nil {
 				return err
+			}
+			if sc.ws(); sc.i >= len(sc.b) {
+				return errNotJSON
+			}
+			sc.i++
+			switch sc.b[sc.i-1] {
+			case ']':
+				return nil
+			case ',':
+			default:
+				return errNotJSON
 			}
 		}
 	case '{':
-		seen := map[string]bool{}
-		for dec.More() {
-			kt, err := dec.Token()
-			if err != nil {
-				return err
+		return sc.object(t)
+	}
+	for sc.i < len(sc.b) && !strings.ContainsRune(",}] \t\n\r", rune(sc.b[sc.i])) {
+		sc.i++
+	}
+	return nil
+}
+
+// object checks the object at sc.i: names given once, and exactly as t's
+// fields spell them.
+func (sc *nameScanner) object(t reflect.Type) error {
+	sc.i++
+	var seenBuf [16][]byte
+	seen := seenBuf[:0]
+	if sc.ws(); sc.i < len(sc.b) && sc.b[sc.i] == '}' {
+		sc.i++
+		return nil
+	}
+	for {
+		sc.ws()
+		raw, err := sc.str()
+		if err != nil {
+			return err
+		}
+		name := raw[1 : len(raw)-1]
+		if bytes.IndexByte(raw, '\\') >= 0 {
+			var unq string
+			if json.Unmarshal(raw, &unq) != nil {
+				return errNotJSON
 			}
-			name, _ := kt.(string)
-			if seen[name] {
-				return fmt.Errorf("field %s%s: given twice", path, name)
-			}
-			seen[name] = true
-			var ft reflect.Type
-			switch {
-			case t == nil:
-			case t.Kind() == reflect.Map:
-				ft = t.Elem()
-			case t.Kind() == reflect.Struct:
-				for i := range t.NumField() {
-					tag, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
-					if tag == name {
-						ft = t.Field(i).Type
-						break
-					}
-					if strings.EqualFold(tag, name) {
-						return fmt.Errorf("field %s%s: unknown field; names are case-sensitive: did you mean %q?", path, name, tag)
-					}
+			name = []byte(unq)
+		}
+		if slices.ContainsFunc(seen, func(s []byte) bool { return bytes.Equal(s, name) }) {
+			return fmt.Errorf("field %s: given twice", sc.at(name))
+		}
+		seen = append(seen, name)
+		var ft reflect.Type
+		switch {
+		case t == nil:
+		case t.Kind() == reflect.Map:
+			ft = t.Elem()
+		case t.Kind() == reflect.Struct:
+			for f := range t.NumField() {
+				tag, _, _ := strings.Cut(t.Field(f).Tag.Get("json"), ",")
+				if tag == string(name) {
+					ft = t.Field(f).Type
+					break
+				}
+				if bytes.EqualFold([]byte(tag), name) {
+					return fmt.Errorf("field %s: unknown field; names are case-sensitive: did you mean %q?", sc.at(name), tag)
 				}
 			}
-			if err := walkNames(dec, ft, path+name+"."); err != nil {
-				return err
-			}
+		}
+		if sc.ws(); sc.i >= len(sc.b) || sc.b[sc.i] != ':' {
+			return errNotJSON
+		}
+		sc.i++
+		sc.path = append(sc.path, name)
+		err = sc.value(ft)
+		sc.path = sc.path[:len(sc.path)-1]
+		if err != nil {
+			return err
+		}
+		if sc.ws(); sc.i >= len(sc.b) {
+			return errNotJSON
+		}
+		sc.i++
+		switch sc.b[sc.i-1] {
+		case '}':
+			return nil
+		case ',':
+		default:
+			return errNotJSON
 		}
 	}
-	_, err = dec.Token() // the closing delimiter
-	return err
 }
 
 // jsonError turns a decoding error into a detail that names the field.
