@@ -415,7 +415,7 @@ func Serve(ctx context.Context, c ServeConfig, log *slog.Logger, ready func(addr
 	if lazy != nil {
 		// One try now; if Redis is down, start anyway and keep trying.
 		if err := lazy.connect(); err != nil {
-			if !isConnectError(err) {
+			if !errors.Is(err, redisstore.ErrConnect) {
 				return err
 			}
 			log.Warn("store not reachable at start: serving by each policy's fail mode while connecting in the background", slog.String("store", redisstore.RedactURL(c.Store)), slog.String("error", err.Error()))

@@ -310,12 +310,6 @@ func (q lazyQueue) Close() error {
 	return nil
 }
 
-// isConnectError reports whether err from opening a Redis store is about
-// reaching it (worth retrying) rather than about the URL.
-func isConnectError(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "redisstore: connect to ")
-}
-
 var (
 	_ store.Store          = lazyStore{}
 	_ store.Holder         = lazyStore{}

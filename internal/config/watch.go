@@ -87,7 +87,6 @@ func (w *Watcher) check(force bool) error {
 		w.refused()
 		// What the refused file took to parse goes back to the system now,
 		// not at the garbage collector's leisure.
-		c, data = nil, nil
 		debug.FreeOSMemory()
 		return err
 	}

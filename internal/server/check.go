@@ -172,7 +172,6 @@ func (s *Server) identify(r *http.Request) (limiter.Identity, error) {
 				s.log.Warn("a credential names an unknown plan; the tenant gets its configured or the default plan", slog.String("tenant", id.Tenant), slog.String("plan", id.Plan))
 			}
 		}
-
 	}
 	return limiter.Identity{Tenant: id.Tenant, Plan: id.Plan}, nil
 }

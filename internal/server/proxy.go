@@ -107,7 +107,8 @@ func (s *Server) newProxy(upstream *url.URL, timeout time.Duration) (http.Handle
 	if err != nil {
 		return nil, err
 	}
-	limited, direct := mw(liftDeadlines(rp)), liftDeadlines(rp)
+	direct := liftDeadlines(rp)
+	limited := mw(direct)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if isPreflight(r) {
 			// Browsers send CORS preflights without credentials; the

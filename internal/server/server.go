@@ -15,6 +15,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/netip"
@@ -142,19 +143,11 @@ func New(c Config) (*Server, error) {
 	if s.ctlWait <= 0 {
 		s.ctlWait = DefaultControlTimeout
 	}
-	if c.WorkerToken != "" {
-		if len(c.WorkerToken) < 16 {
-			return nil, errors.New("server: the worker token must be at least 16 characters")
-		}
-		sum := sha256.Sum256([]byte(c.WorkerToken))
-		s.worker = &sum
+	if s.worker, err = tokenHash("worker", c.WorkerToken); err != nil {
+		return nil, err
 	}
-	if c.InternalToken != "" {
-		if len(c.InternalToken) < 16 {
-			return nil, errors.New("server: the internal token must be at least 16 characters")
-		}
-		sum := sha256.Sum256([]byte(c.InternalToken))
-		s.itoken = &sum
+	if s.itoken, err = tokenHash("internal", c.InternalToken); err != nil {
+		return nil, err
 	}
 	s.SetIdentity(c.Auth, c.ClientIP, c.UpstreamHeaders)
 	if s.log == nil {
@@ -280,13 +273,32 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 // forInternal lets through requests that carry the internal token (any
 // request when none is configured) and answers the others 401.
 func (s *Server) forInternal(h http.HandlerFunc) http.HandlerFunc {
-	if s.itoken == nil {
+	return bearer(s.itoken, "fairgate-internal", "this endpoint needs Authorization: Bearer <internal token>", h)
+}
+
+// tokenHash returns the SHA-256 of a bearer token (nil for none), refusing
+// one under 16 characters.
+func tokenHash(what, tok string) (*[sha256.Size]byte, error) {
+	if tok == "" {
+		return nil, nil
+	}
+	if len(tok) < 16 {
+		return nil, fmt.Errorf("server: the %s token must be at least 16 characters", what)
+	}
+	sum := sha256.Sum256([]byte(tok))
+	return &sum, nil
+}
+
+// bearer lets through requests that carry the token whose hash is sum
+// (any request when sum is nil) and answers the others 401 in realm.
+func bearer(sum *[sha256.Size]byte, realm, detail string, h http.HandlerFunc) http.HandlerFunc {
+	if sum == nil {
 		return h
 	}
 	return func(w http.ResponseWriter, r *http.Request) {
-		if !auth.BearerMatches(r, *s.itoken) {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="fairgate-internal"`)
-			problem.Write(w, problem.Details{Status: http.StatusUnauthorized, Detail: "this endpoint needs Authorization: Bearer <internal token>"})
+		if !auth.BearerMatches(r, *sum) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="`+realm+`"`)
+			problem.Write(w, problem.Details{Status: http.StatusUnauthorized, Detail: detail})
 			return
 		}
 		h(w, r)
@@ -310,14 +322,7 @@ func (s *Server) Internal() http.Handler { return s.internal }
 // forWorkers lets through requests that carry the worker token (any
 // request when none is configured) and answers the others 401.
 func (s *Server) forWorkers(h http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if s.worker != nil && !auth.BearerMatches(r, *s.worker) {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="fairgate-workers"`)
-			problem.Write(w, problem.Details{Status: http.StatusUnauthorized, Detail: "worker requests need Authorization: Bearer <worker token>"})
-			return
-		}
-		h(w, r)
-	}
+	return bearer(s.worker, "fairgate-workers", "worker requests need Authorization: Bearer <worker token>", h)
 }
 
 // only restricts h to one method (GET also admits HEAD); other methods get

@@ -87,7 +87,7 @@ func New(c Config) (*Store, error) {
 			return nil, err
 		}
 		if s.c, err = rueidis.NewClient(opt); err != nil {
-			return nil, fmt.Errorf("redisstore: connect to %s: %w", RedactURL(c.URL), err)
+			return nil, fmt.Errorf("%w %s: %w", ErrConnect, RedactURL(c.URL), err)
 		}
 		s.owned = true
 	}
@@ -118,6 +118,10 @@ func (s *Store) Reset(ctx context.Context, key string) error {
 	}
 	return nil
 }
+
+// ErrConnect means New could not reach Redis at the URL: worth retrying,
+// unlike a bad URL or option.
+var ErrConnect = errors.New("redisstore: connect to")
 
 // Close closes the client if the store opened it. It is idempotent.
 func (s *Store) Close() error {
