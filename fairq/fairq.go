@@ -12,9 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fairgate/fairgate/policy"
 	"github.com/oklog/ulid/v2"
-
-	"github.com/fairgate/fairgate/limiter"
 )
 
 // Queue is a per-tenant fair job queue. Implementations are safe for
@@ -180,8 +179,8 @@ func (ks Kinds) Check() error {
 	for _, name := range slices.Sorted(maps.Keys(ks)) {
 		k := ks[name]
 		switch {
-		case !limiter.ValidName(name):
-			return fmt.Errorf("%w: kind name %q: want %s", ErrInvalid, name, limiter.NameRule)
+		case !policy.ValidName(name):
+			return fmt.Errorf("%w: kind name %q: want %s", ErrInvalid, name, policy.NameRule)
 		case k.Warn < 0 || k.Refuse < 0:
 			return fmt.Errorf("%w: kind %q: negative threshold", ErrInvalid, name)
 		case k.Refuse > 0 && k.Warn > k.Refuse:

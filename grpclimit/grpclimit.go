@@ -19,6 +19,7 @@ import (
 
 	"github.com/fairgate/fairgate/httplimit"
 	"github.com/fairgate/fairgate/limiter"
+	"github.com/fairgate/fairgate/policy"
 )
 
 // Config configures the interceptors.
@@ -30,7 +31,7 @@ type Config struct {
 	// call (limited by the policy's anonymous routes, per peer address).
 	// An error fails the call with UNAUTHENTICATED and the error's text.
 	// Required. The same shape as httplimit.Config.Identify's.
-	Identify func(ctx context.Context, fullMethod string) (limiter.Identity, error)
+	Identify func(ctx context.Context, fullMethod string) (policy.Identity, error)
 	// Headers is the form of the trailing rate-limit metadata. Zero means
 	// the IETF draft's RateLimit-Limit, -Remaining and -Reset.
 	Headers httplimit.Form
@@ -88,7 +89,7 @@ func (d *decider) decide(ctx context.Context, fullMethod string) error {
 	if err != nil {
 		return status.Error(codes.Unauthenticated, err.Error())
 	}
-	req := limiter.Request{Tenant: id.Tenant, Plan: id.Plan, Method: http.MethodPost, Path: fullMethod, Hold: true}
+	req := policy.Request{Tenant: id.Tenant, Plan: id.Plan, Method: http.MethodPost, Path: fullMethod, Hold: true}
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
 		if ap, err := netip.ParseAddrPort(p.Addr.String()); err == nil {
 			req.IP = ap.Addr().Unmap()

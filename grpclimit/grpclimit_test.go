@@ -19,32 +19,33 @@ import (
 	"github.com/fairgate/fairgate/algo"
 	"github.com/fairgate/fairgate/grpclimit"
 	"github.com/fairgate/fairgate/limiter"
+	"github.com/fairgate/fairgate/policy"
 	"github.com/fairgate/fairgate/store"
 	"github.com/fairgate/fairgate/store/memstore"
 )
 
 // policy: every call is class "rpc", 60 per minute with a burst of 3, and
 // the Watch stream fails closed.
-var policy = limiter.Policy{
+var rpcPolicy = policy.Policy{
 	DefaultPlan:  "basic",
 	DefaultClass: "rpc",
-	Plans:        map[string]limiter.Plan{"basic": {Name: "basic", Rules: []limiter.Rule{{Limit: algo.Limit{Limit: 60, Period: time.Minute, Burst: 3}}}}},
-	Classes: map[string]limiter.Class{
+	Plans:        map[string]policy.Plan{"basic": {Name: "basic", Rules: []policy.Rule{{Limit: algo.Limit{Limit: 60, Period: time.Minute, Burst: 3}}}}},
+	Classes: map[string]policy.Class{
 		"rpc":   {Name: "rpc", Share: 1},
-		"watch": {Name: "watch", Share: 1, Fail: limiter.FailClosed},
+		"watch": {Name: "watch", Share: 1, Fail: policy.FailClosed},
 	},
-	Routes: []limiter.Route{{Pattern: "POST /grpc.health.v1.Health/Watch", Class: "watch", Cost: 1}},
+	Routes: []policy.Route{{Pattern: "POST /grpc.health.v1.Health/Watch", Class: "watch", Cost: 1}},
 }
 
 // identify is the test's stand-in for a verified identity: the tenant is
 // the metadata "tenant" (production code verifies a token or a peer
 // certificate instead).
-func identify(ctx context.Context, _ string) (limiter.Identity, error) {
+func identify(ctx context.Context, _ string) (policy.Identity, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
 	if v := md.Get("tenant"); len(v) == 1 {
-		return limiter.Identity{Tenant: v[0]}, nil
+		return policy.Identity{Tenant: v[0]}, nil
 	}
-	return limiter.Identity{}, errors.New("no credential")
+	return policy.Identity{}, errors.New("no credential")
 }
 
 func start(t *testing.T, l *limiter.Limiter) healthpb.HealthClient {
@@ -72,7 +73,7 @@ func start(t *testing.T, l *limiter.Limiter) healthpb.HealthClient {
 }
 
 func TestUnary(t *testing.T) {
-	l, err := limiter.New(limiter.Config{Store: memstore.New(memstore.Config{}), Policy: policy})
+	l, err := limiter.New(limiter.Config{Store: memstore.New(memstore.Config{}), Policy: rpcPolicy})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +128,7 @@ func (failing) Take(context.Context, []store.Check, *store.Result) error { retur
 func (failing) Close() error                                             { return nil }
 
 func TestStreamFailsClosed(t *testing.T) {
-	l, err := limiter.New(limiter.Config{Store: failing{}, Policy: policy, Timeout: 20 * time.Millisecond, Fallback: memstore.New(memstore.Config{})})
+	l, err := limiter.New(limiter.Config{Store: failing{}, Policy: rpcPolicy, Timeout: 20 * time.Millisecond, Fallback: memstore.New(memstore.Config{})})
 	if err != nil {
 		t.Fatal(err)
 	}

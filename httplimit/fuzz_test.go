@@ -10,6 +10,7 @@ import (
 
 	"github.com/fairgate/fairgate/algo"
 	"github.com/fairgate/fairgate/limiter"
+	"github.com/fairgate/fairgate/policy"
 )
 
 // FuzzHeaders: whatever the decision, every header written parses as what
@@ -19,14 +20,14 @@ func FuzzHeaders(f *testing.F) {
 	f.Add("free.tenant.1m", int64(120), int64(30), int64(29), int64(500_000), int64(0), false)
 	f.Add("enterprise.search.1m", int64(1), int64(1), int64(0), int64(60_000_000), int64(1_500_000), true)
 	f.Add("weird \"policy\"\n", int64(-5), int64(0), int64(-1), int64(-1), int64(-1), true)
-	f.Fuzz(func(t *testing.T, policy string, limit, burst, remaining, resetUs, retryUs int64, rejected bool) {
+	f.Fuzz(func(t *testing.T, name string, limit, burst, remaining, resetUs, retryUs int64, rejected bool) {
 		d := limiter.Decision{
 			Allowed:    !rejected,
 			Reason:     limiter.ReasonAllowed,
 			RetryAfter: time.Duration(retryUs) * time.Microsecond,
 			Tightest:   0,
 			Layers: []limiter.LayerDecision{{
-				Layer:      limiter.Layer{Policy: policy, Limit: algo.Limit{Limit: limit, Period: time.Minute, Burst: burst}},
+				Layer:      policy.Layer{Policy: name, Limit: algo.Limit{Limit: limit, Period: time.Minute, Burst: burst}},
 				Remaining:  remaining,
 				ResetAfter: time.Duration(resetUs) * time.Microsecond,
 			}},

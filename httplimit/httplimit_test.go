@@ -13,6 +13,7 @@ import (
 
 	"github.com/fairgate/fairgate/algo"
 	"github.com/fairgate/fairgate/limiter"
+	"github.com/fairgate/fairgate/policy"
 	"github.com/fairgate/fairgate/store/memstore"
 )
 
@@ -20,7 +21,7 @@ func decision(allowed bool, remaining int64, retry, reset time.Duration) limiter
 	return limiter.Decision{
 		Allowed: allowed, Policy: "free.tenant.1m", RetryAfter: retry, Tightest: 0,
 		Layers: []limiter.LayerDecision{{
-			Layer:   limiter.Layer{Policy: "free.tenant.1m", Limit: algo.Limit{Limit: 120, Period: time.Minute, Burst: 30}},
+			Layer:   policy.Layer{Policy: "free.tenant.1m", Limit: algo.Limit{Limit: 120, Period: time.Minute, Burst: 30}},
 			Allowed: allowed, Remaining: remaining, RetryAfter: retry, ResetAfter: reset,
 		}},
 	}
@@ -115,12 +116,12 @@ func TestRejectionBodies(t *testing.T) {
 func TestMiddleware(t *testing.T) {
 	l, err := limiter.New(limiter.Config{
 		Store: memstore.New(memstore.Config{}),
-		Policy: limiter.Policy{
+		Policy: policy.Policy{
 			DefaultPlan: "free", DefaultClass: "read",
-			Plans:   map[string]limiter.Plan{"free": {Rules: []limiter.Rule{{Limit: algo.Limit{Limit: 60, Period: time.Minute, Burst: 2}}}}},
-			Classes: map[string]limiter.Class{"read": {Share: 1}},
-			Anonymous: []limiter.AnonRoute{{Name: "login", Pattern: "POST /login", Cost: 1, Fail: limiter.FailClosed,
-				Rules: []limiter.AnonRule{{Rule: limiter.Rule{Limit: algo.Limit{Limit: 1, Period: time.Minute}}}}}},
+			Plans:   map[string]policy.Plan{"free": {Rules: []policy.Rule{{Limit: algo.Limit{Limit: 60, Period: time.Minute, Burst: 2}}}}},
+			Classes: map[string]policy.Class{"read": {Share: 1}},
+			Anonymous: []policy.AnonRoute{{Name: "login", Pattern: "POST /login", Cost: 1, Fail: policy.FailClosed,
+				Rules: []policy.AnonRule{{Rule: policy.Rule{Limit: algo.Limit{Limit: 1, Period: time.Minute}}}}}},
 		},
 	})
 	if err != nil {
@@ -129,15 +130,15 @@ func TestMiddleware(t *testing.T) {
 	// The tenant comes from a (pretend-verified) key; the X-Tenant header a
 	// client might send is ignored.
 	keys := map[string]string{"k-acme": "acme"}
-	mw, err := Middleware(Config{Limiter: l, Identify: func(r *http.Request) (limiter.Identity, error) {
+	mw, err := Middleware(Config{Limiter: l, Identify: func(r *http.Request) (policy.Identity, error) {
 		k := r.Header.Get("Authorization")
 		if k == "" {
-			return limiter.Identity{}, nil
+			return policy.Identity{}, nil
 		}
 		if t, ok := keys[strings.TrimPrefix(k, "Bearer ")]; ok {
-			return limiter.Identity{Tenant: t}, nil
+			return policy.Identity{Tenant: t}, nil
 		}
-		return limiter.Identity{}, errors.New("unknown API key")
+		return policy.Identity{}, errors.New("unknown API key")
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -186,7 +187,7 @@ func TestMiddleware(t *testing.T) {
 	// Retry-After left after the hold.
 	start := time.Now()
 	rec := do("GET", "/v1/x", "Bearer k-acme", "192.0.2.1:5000")
-	if took := time.Since(start); rec.Code != 429 || took < limiter.DefaultSlowDown {
-		t.Errorf("a request ignoring Retry-After: %d after %v, want 429 after at least %v", rec.Code, took, limiter.DefaultSlowDown)
+	if took := time.Since(start); rec.Code != 429 || took < policy.DefaultSlowDown {
+		t.Errorf("a request ignoring Retry-After: %d after %v, want 429 after at least %v", rec.Code, took, policy.DefaultSlowDown)
 	}
 }

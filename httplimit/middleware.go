@@ -11,6 +11,7 @@ import (
 
 	"github.com/fairgate/fairgate/httplimit/problem"
 	"github.com/fairgate/fairgate/limiter"
+	"github.com/fairgate/fairgate/policy"
 )
 
 // Problem types of the responses fairgate writes.
@@ -68,11 +69,11 @@ func WriteUnauthorized(w http.ResponseWriter, detail string) {
 type Config struct {
 	// Limiter decides. Required.
 	Limiter *limiter.Limiter
-	// Identify returns the request's verified identity (a zero limiter.Identity
+	// Identify returns the request's verified identity (a zero policy.Identity
 	// for an anonymous request), or an error for a bad credential (answered
 	// 401 with the error's text). It must never trust a header the client
 	// controls. Required.
-	Identify func(r *http.Request) (limiter.Identity, error)
+	Identify func(r *http.Request) (policy.Identity, error)
 	// Route returns the method and path the route is matched on. Nil means
 	// r.Method and r.URL.Path.
 	Route func(r *http.Request) (method, path string)
@@ -88,14 +89,34 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-type identityKey struct{}
+type decidedKey struct{}
+
+// decided is what the middleware passes on in the request's context.
+type decided struct {
+	id policy.Identity
+	d  limiter.Decision
+}
 
 // IdentityFrom returns the verified identity the middleware decided a
 // request under, for the handler it passes the request to; ok is false for
 // an anonymous request.
-func IdentityFrom(ctx context.Context) (id limiter.Identity, ok bool) {
-	id, ok = ctx.Value(identityKey{}).(limiter.Identity)
-	return id, ok
+func IdentityFrom(ctx context.Context) (id policy.Identity, ok bool) {
+	v, ok := ctx.Value(decidedKey{}).(*decided)
+	if !ok || v.id.Tenant == "" {
+		return policy.Identity{}, false
+	}
+	return v.id, true
+}
+
+// DecisionFrom returns the decision that let a request through, for the
+// handler the middleware passes it to: its Resolution.Plan is the plan in
+// force for the tenant, its layers what is left.
+func DecisionFrom(ctx context.Context) (d limiter.Decision, ok bool) {
+	v, ok := ctx.Value(decidedKey{}).(*decided)
+	if !ok {
+		return limiter.Decision{}, false
+	}
+	return v.d, true
 }
 
 // PeerIP is the address of r's peer, from RemoteAddr.
@@ -138,14 +159,14 @@ func Middleware(c Config) (func(http.Handler) http.Handler, error) {
 				WriteUnauthorized(w, err.Error())
 				return
 			}
-			req := limiter.Request{Tenant: id.Tenant, Plan: id.Plan, IP: clientIP(r), Hold: true}
+			req := policy.Request{Tenant: id.Tenant, Plan: id.Plan, IP: clientIP(r), Hold: true}
 			req.Method, req.Path = route(r)
 			if c.Credential != nil && id.Tenant == "" {
 				req.Credential = c.Credential(r)
 			}
 			d, err := c.Limiter.Decide(r.Context(), req)
 			switch {
-			case errors.Is(err, limiter.ErrNoTenant):
+			case errors.Is(err, policy.ErrNoTenant):
 				WriteUnauthorized(w, "this route needs a credential")
 				return
 			case err != nil:
@@ -157,10 +178,7 @@ func Middleware(c Config) (func(http.Handler) http.Handler, error) {
 				return
 			}
 			SetHeaders(w.Header(), form, d, time.Now())
-			if id.Tenant != "" {
-				r = r.WithContext(context.WithValue(r.Context(), identityKey{}, id))
-			}
-			next.ServeHTTP(w, r)
+			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), decidedKey{}, &decided{id, d})))
 		})
 	}, nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/fairgate/fairgate/policy"
 	"github.com/fairgate/fairgate/store/memstore"
 )
 
@@ -24,7 +25,7 @@ func BenchmarkDecide(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		i := 0
 		for pb.Next() {
-			_, _ = l.Decide(context.Background(), Request{Tenant: tenants[i%len(tenants)], Method: "GET", Path: "/v1/search"})
+			_, _ = l.Decide(context.Background(), policy.Request{Tenant: tenants[i%len(tenants)], Method: "GET", Path: "/v1/search"})
 			i += 7919
 		}
 	})

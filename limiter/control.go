@@ -4,6 +4,8 @@ import (
 	"context"
 	"maps"
 	"sync"
+
+	"github.com/fairgate/fairgate/policy"
 )
 
 // ControlStore keeps the run-time overlay (plan changes and tenant
@@ -15,11 +17,11 @@ type ControlStore interface {
 	// Cheap: instances call it every poll.
 	Version(ctx context.Context) (int64, error)
 	// Load returns the whole overlay, consistent with its version.
-	Load(ctx context.Context) (Overlay, error)
+	Load(ctx context.Context) (policy.Overlay, error)
 	// PutPlan writes a plan.
-	PutPlan(ctx context.Context, p Plan) error
+	PutPlan(ctx context.Context, p policy.Plan) error
 	// PutTenant writes tenant id's entry.
-	PutTenant(ctx context.Context, id string, t Tenant) error
+	PutTenant(ctx context.Context, id string, t policy.Tenant) error
 	// DeleteTenant removes tenant id's entry, if any.
 	DeleteTenant(ctx context.Context, id string) error
 }
@@ -27,12 +29,12 @@ type ControlStore interface {
 // MemoryControl is the in-process ControlStore of the embedded default.
 type MemoryControl struct {
 	mu sync.Mutex
-	ov Overlay
+	ov policy.Overlay
 }
 
 // NewMemoryControl returns an empty MemoryControl.
 func NewMemoryControl() *MemoryControl {
-	return &MemoryControl{ov: Overlay{Plans: map[string]Plan{}, Tenants: map[string]Tenant{}}}
+	return &MemoryControl{ov: policy.Overlay{Plans: map[string]policy.Plan{}, Tenants: map[string]policy.Tenant{}}}
 }
 
 // Version implements ControlStore.
@@ -43,14 +45,14 @@ func (m *MemoryControl) Version(context.Context) (int64, error) {
 }
 
 // Load implements ControlStore.
-func (m *MemoryControl) Load(context.Context) (Overlay, error) {
+func (m *MemoryControl) Load(context.Context) (policy.Overlay, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return Overlay{Version: m.ov.Version, Plans: maps.Clone(m.ov.Plans), Tenants: maps.Clone(m.ov.Tenants)}, nil
+	return policy.Overlay{Version: m.ov.Version, Plans: maps.Clone(m.ov.Plans), Tenants: maps.Clone(m.ov.Tenants)}, nil
 }
 
 // PutPlan implements ControlStore.
-func (m *MemoryControl) PutPlan(_ context.Context, p Plan) error {
+func (m *MemoryControl) PutPlan(_ context.Context, p policy.Plan) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.ov.Plans[p.Name] = p
@@ -59,7 +61,7 @@ func (m *MemoryControl) PutPlan(_ context.Context, p Plan) error {
 }
 
 // PutTenant implements ControlStore.
-func (m *MemoryControl) PutTenant(_ context.Context, id string, t Tenant) error {
+func (m *MemoryControl) PutTenant(_ context.Context, id string, t policy.Tenant) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.ov.Tenants[id] = t

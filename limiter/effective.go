@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/fairgate/fairgate/policy"
 	"github.com/fairgate/fairgate/store"
 )
 
@@ -48,14 +49,14 @@ func (l *Limiter) Effective(ctx context.Context, id string) (TenantLimits, error
 func (l *Limiter) EffectiveFor(ctx context.Context, id, plan string) (TenantLimits, error) {
 	s := l.snap.Load()
 	now := l.now()
-	if id == "" || len(id) > MaxTenantID {
-		return TenantLimits{}, fmt.Errorf("%w: want 1 to %d bytes", ErrBadTenant, MaxTenantID)
+	if id == "" || len(id) > policy.MaxTenantID {
+		return TenantLimits{}, fmt.Errorf("%w: want 1 to %d bytes", policy.ErrBadTenant, policy.MaxTenantID)
 	}
-	t := s.tenantFor(id, plan, now)
-	out := TenantLimits{Tenant: id, Plan: t.plan, Overridden: t != s.defTenant, Expires: t.tenant.Expires}
-	var layers []Layer
-	for _, name := range sortedKeys(s.classes) {
-		r, err := s.Resolve(Request{Tenant: id, Plan: plan, Class: name, HasCost: true}, now)
+	st := s.Standing(id, plan, now)
+	out := TenantLimits{Tenant: id, Plan: st.Plan, Overridden: st.Listed, Expires: st.Expires}
+	var layers []policy.Layer
+	for _, name := range s.ClassNames() {
+		r, err := s.Resolve(policy.Request{Tenant: id, Plan: plan, Class: name, HasCost: true}, now)
 		if err != nil {
 			return out, err
 		}
@@ -87,36 +88,11 @@ func (l *Limiter) EffectiveFor(ctx context.Context, id, plan string) (TenantLimi
 	return out, nil
 }
 
-func seenKey(ls []Layer, key string) bool {
+func seenKey(ls []policy.Layer, key string) bool {
 	for _, l := range ls {
 		if l.Key == key {
 			return true
 		}
 	}
 	return false
-}
-
-// PlanOf returns the plan in force for tenant id: its override's, the
-// config's, or the default plan. It reads no store.
-func (l *Limiter) PlanOf(id string) string {
-	return l.snap.Load().tenant(id, l.now()).plan
-}
-
-// PlanFor is PlanOf for a tenant whose verified credential names plan.
-func (l *Limiter) PlanFor(id, plan string) string {
-	return l.snap.Load().tenantFor(id, plan, l.now()).plan
-}
-
-// Anonymous reports whether a request to method and path without a tenant
-// is decided by an anonymous route (per client address or credential).
-func (l *Limiter) Anonymous(method, path string) bool {
-	s := l.snap.Load()
-	_, ok := s.anon[s.match(method, path)]
-	return ok
-}
-
-// KnownPlan reports whether plan names a plan of the policy in force.
-func (l *Limiter) KnownPlan(plan string) bool {
-	_, ok := l.snap.Load().planTenants[plan]
-	return ok
 }

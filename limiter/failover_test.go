@@ -13,6 +13,7 @@ import (
 	"github.com/fairgate/fairgate/algo"
 	"github.com/fairgate/fairgate/internal/redistest"
 	"github.com/fairgate/fairgate/limiter"
+	"github.com/fairgate/fairgate/policy"
 	"github.com/fairgate/fairgate/store"
 	"github.com/fairgate/fairgate/store/memstore"
 	"github.com/fairgate/fairgate/store/redisstore"
@@ -32,15 +33,15 @@ func TestClusterFailover(t *testing.T) {
 	// for every slot while one master is out (its default), and no client
 	// can keep the healthy masters' keys going.
 	cl, st := startCluster(t, 1, "--cluster-require-full-coverage", "no")
-	policy := limiter.Policy{
+	pol := policy.Policy{
 		DefaultPlan: "p", DefaultClass: "open",
-		Plans: map[string]limiter.Plan{"p": {Name: "p", Rules: []limiter.Rule{{Limit: algo.Limit{Limit: 600, Period: time.Minute, Burst: 20}}}}},
-		Classes: map[string]limiter.Class{
-			"open":   {Name: "open", Share: 1, Fail: limiter.FailOpen},
-			"closed": {Name: "closed", Share: 1, Fail: limiter.FailClosed},
+		Plans: map[string]policy.Plan{"p": {Name: "p", Rules: []policy.Rule{{Limit: algo.Limit{Limit: 600, Period: time.Minute, Burst: 20}}}}},
+		Classes: map[string]policy.Class{
+			"open":   {Name: "open", Share: 1, Fail: policy.FailOpen},
+			"closed": {Name: "closed", Share: 1, Fail: policy.FailClosed},
 		},
 	}
-	l, err := limiter.New(limiter.Config{Store: st, Policy: policy, Timeout: 250 * time.Millisecond, BreakerCooldown: 500 * time.Millisecond,
+	l, err := limiter.New(limiter.Config{Store: st, Policy: pol, Timeout: 250 * time.Millisecond, BreakerCooldown: 500 * time.Millisecond,
 		Fallback: memstore.New(memstore.Config{}), NoNearCache: true})
 	if err != nil {
 		t.Fatal(err)
@@ -56,7 +57,7 @@ func TestClusterFailover(t *testing.T) {
 	tenants := make([]string, 60)
 	for i := range tenants {
 		tenants[i] = fmt.Sprint("tenant-", i)
-		res, _ := l.Snapshot().Resolve(limiter.Request{Tenant: tenants[i], Class: "open"}, time.Now())
+		res, _ := l.Snapshot().Resolve(policy.Request{Tenant: tenants[i], Class: "open"}, time.Now())
 		// The victim answers a GET of a key it serves; of any other, MOVED.
 		_, err := redistest.Do(victim.Addr, "GET", st.Key(algo.GCRA, res.Layers[0].Key))
 		ownsVictim[tenants[i]] = err == nil
@@ -79,7 +80,7 @@ func TestClusterFailover(t *testing.T) {
 			for i := w; time.Now().Before(stop); i += 8 {
 				tn := tenants[i%len(tenants)]
 				class := []string{"open", "closed"}[i/len(tenants)%2]
-				d, err := l.Decide(context.Background(), limiter.Request{Tenant: tn, Class: class})
+				d, err := l.Decide(context.Background(), policy.Request{Tenant: tn, Class: class})
 				if err != nil {
 					t.Error(err)
 					return

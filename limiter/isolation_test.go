@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/fairgate/fairgate/algo"
+	"github.com/fairgate/fairgate/policy"
 	"github.com/fairgate/fairgate/store"
 	"github.com/fairgate/fairgate/store/memstore"
 )
@@ -33,21 +34,21 @@ type isoOutcome struct {
 
 // decideAll runs reqs against the policy (with the overlay) on a fresh
 // memory store and returns each request's outcome.
-func decideAll(t *testing.T, p Policy, ov Overlay, reqs []isoRequest) []isoOutcome {
+func decideAll(t *testing.T, p policy.Policy, ov policy.Overlay, reqs []isoRequest) []isoOutcome {
 	t.Helper()
-	snap, err := CompileWith(p, ov)
+	snap, err := policy.CompileWith(p, ov)
 	if err != nil {
 		t.Fatalf("compile: %v", err)
 	}
 	st := memstore.New(memstore.Config{})
 	out := make([]isoOutcome, len(reqs))
 	for i, r := range reqs {
-		res, err := snap.Resolve(Request{Tenant: r.tenant, Class: r.class}, r.at)
+		res, err := snap.Resolve(policy.Request{Tenant: r.tenant, Class: r.class}, r.at)
 		if err != nil {
 			t.Fatalf("resolve %+v: %v", r, err)
 		}
 		var sr store.Result
-		if err := st.TakeAt(context.Background(), r.at, res.Checks(), &sr); err != nil {
+		if err := st.TakeAt(context.Background(), r.at, checksOf(res), &sr); err != nil {
 			t.Fatalf("take %+v: %v", r, err)
 		}
 		o := isoOutcome{Allowed: sr.Allowed}
@@ -73,25 +74,25 @@ func TestTenantIsolation(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, 7))
 	tenants := []string{"initech", "bystander-co", "nobody", "acme", "globex"}
 	for run := range 60 {
-		p := Policy{
+		p := policy.Policy{
 			DefaultPlan:  "free",
 			DefaultClass: "read",
-			Plans:        map[string]Plan{},
-			Classes:      map[string]Class{"read": {Share: 1}, "search": {Share: 0.5}},
-			Tenants:      map[string]Tenant{},
+			Plans:        map[string]policy.Plan{},
+			Classes:      map[string]policy.Class{"read": {Share: 1}, "search": {Share: 0.5}},
+			Tenants:      map[string]policy.Tenant{},
 		}
 		for _, plan := range []string{"free", "team"} {
-			rules := []Rule{{Limit: algo.Limit{Limit: 5 + rng.Int64N(50), Period: time.Minute}}}
+			rules := []policy.Rule{{Name: "1m", Limit: algo.Limit{Limit: 5 + rng.Int64N(50), Period: time.Minute}}}
 			if rng.IntN(4) > 0 {
-				rules = append(rules, Rule{Name: "daily", Limit: algo.Limit{Limit: 3 + rng.Int64N(30)}, Calendar: Day})
+				rules = append(rules, policy.Rule{Name: "daily", Limit: algo.Limit{Limit: 3 + rng.Int64N(30)}, Calendar: policy.Day})
 			}
 			if rng.IntN(2) == 0 {
-				rules = append(rules, Rule{Name: "monthly", Limit: algo.Limit{Limit: 3 + rng.Int64N(60)}, Calendar: Month})
+				rules = append(rules, policy.Rule{Name: "monthly", Limit: algo.Limit{Limit: 3 + rng.Int64N(60)}, Calendar: policy.Month})
 			}
-			p.Plans[plan] = Plan{Rules: rules}
+			p.Plans[plan] = policy.Plan{Rules: rules}
 		}
-		override := func() Tenant {
-			tn := Tenant{}
+		override := func() policy.Tenant {
+			tn := policy.Tenant{}
 			if rng.IntN(2) == 0 {
 				tn.Plan = "team"
 			}
@@ -101,21 +102,18 @@ func TestTenantIsolation(t *testing.T) {
 				tn.Limit = 1 + rng.Int64N(40)
 			case 1:
 				r := rules[rng.IntN(len(rules))]
-				tn.Rules = map[string]RuleOverride{ruleName(r): {Limit: 1 + rng.Int64N(40)}}
-				if r.Name != "" {
-					tn.Rules = map[string]RuleOverride{r.Name: {Limit: 1 + rng.Int64N(40)}}
-				}
+				tn.Rules = map[string]policy.RuleOverride{r.Name: {Limit: 1 + rng.Int64N(40)}}
 			}
 			return tn
 		}
-		var ov Overlay
+		var ov policy.Overlay
 		for _, id := range tenants {
 			switch rng.IntN(3) {
 			case 0:
 				p.Tenants[id] = override()
 			case 1:
 				if ov.Tenants == nil {
-					ov.Tenants = map[string]Tenant{}
+					ov.Tenants = map[string]policy.Tenant{}
 				}
 				ov.Tenants[id] = override()
 			}
@@ -138,13 +136,13 @@ func TestTenantIsolation(t *testing.T) {
 				}
 			}
 			alone := p
-			alone.Tenants = map[string]Tenant{}
+			alone.Tenants = map[string]policy.Tenant{}
 			if tn, ok := p.Tenants[id]; ok {
 				alone.Tenants[id] = tn
 			}
-			aloneOv := Overlay{}
+			aloneOv := policy.Overlay{}
 			if tn, ok := ov.Tenants[id]; ok {
-				aloneOv.Tenants = map[string]Tenant{id: tn}
+				aloneOv.Tenants = map[string]policy.Tenant{id: tn}
 			}
 			if diff := cmp.Diff(decideAll(t, alone, aloneOv, mine), want); diff != "" {
 				t.Fatalf("run %d (seed %d): tenant %s decided with others differs from alone (-alone +with others):\n%s\npolicy %+v\noverlay %+v", run, seed, id, diff, p, ov)
@@ -163,7 +161,7 @@ func TestLogsSayMilliseconds(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 40 {
-		if _, err := l.Decide(context.Background(), Request{Tenant: "newco", Class: "read"}); err != nil {
+		if _, err := l.Decide(context.Background(), policy.Request{Tenant: "newco", Class: "read"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -182,12 +180,12 @@ func TestLogsSayMilliseconds(t *testing.T) {
 // error, in YAML 1).
 func TestClassShareDefaultsAlike(t *testing.T) {
 	p := testPolicy()
-	p.Classes["read"] = Class{}
-	snap, err := Compile(p)
+	p.Classes["read"] = policy.Class{}
+	snap, err := policy.Compile(p)
 	if err != nil {
 		t.Fatalf("a class without a share: %v", err)
 	}
-	res, err := snap.Resolve(Request{Tenant: "acme", Class: "read"}, time.Now())
+	res, err := snap.Resolve(policy.Request{Tenant: "acme", Class: "read"}, time.Now())
 	if err != nil || len(res.Layers) != 1 {
 		t.Fatalf("a class of share 1 has no layer of its own: %+v %v", res.Layers, err)
 	}

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fairgate/fairgate/policy"
 	"github.com/fairgate/fairgate/store"
 )
 
@@ -46,7 +47,7 @@ type leaseTable struct {
 func newLeaseTable() *leaseTable { return &leaseTable{m: map[string]*lease{}} }
 
 // get returns the lease entry of a batch's keys, making one.
-func (t *leaseTable) get(res Resolution) *lease {
+func (t *leaseTable) get(res policy.Resolution) *lease {
 	var b strings.Builder
 	for _, ly := range res.Layers {
 		b.WriteString(ly.Key)
@@ -72,7 +73,7 @@ func (t *leaseTable) get(res Resolution) *lease {
 // leased decides req from a lease when its class leases: spending a unit
 // held, or taking a new lease. ok is false when the request must be
 // decided as usual (no lease could be had).
-func (l *Limiter) leased(ctx context.Context, res Resolution, now time.Time) (Decision, bool) {
+func (l *Limiter) leased(ctx context.Context, res policy.Resolution, now time.Time) (Decision, bool) {
 	n := res.Lease
 	for _, ly := range res.Layers {
 		if ly.Shadow {
@@ -90,7 +91,7 @@ func (l *Limiter) leased(ctx context.Context, res Resolution, now time.Time) (De
 		if now.Before(e.backoff) {
 			return Decision{}, false // n units are not there yet: decide as usual
 		}
-		checks := res.Checks()
+		checks := checksOf(res)
 		for i := range checks {
 			checks[i].Cost = n
 		}

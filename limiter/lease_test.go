@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fairgate/fairgate/algo"
+	"github.com/fairgate/fairgate/policy"
 	"github.com/fairgate/fairgate/store/memstore"
 )
 
@@ -24,10 +25,10 @@ func TestLeases(t *testing.T) {
 
 func testLeases(t *testing.T, lim algo.Limit) {
 	em := lim.Period / time.Duration(lim.Limit)
-	policy := func(lease int64) Policy {
-		return Policy{DefaultPlan: "p", DefaultClass: "hot",
-			Plans:   map[string]Plan{"p": {Name: "p", Rules: []Rule{{Limit: lim}}}},
-			Classes: map[string]Class{"hot": {Name: "hot", Share: 1, Lease: lease}}}
+	policyOf := func(lease int64) policy.Policy {
+		return policy.Policy{DefaultPlan: "p", DefaultClass: "hot",
+			Plans:   map[string]policy.Plan{"p": {Name: "p", Rules: []policy.Rule{{Limit: lim}}}},
+			Classes: map[string]policy.Class{"hot": {Name: "hot", Share: 1, Lease: lease}}}
 	}
 	run := func(lease int64) (admitted []time.Time, calls int64) {
 		now := time.Unix(1_800_000_000, 0)
@@ -35,14 +36,14 @@ func testLeases(t *testing.T, lim algo.Limit) {
 		st := &countingStore{Store: memstore.New(memstore.Config{Now: clock})}
 		var ls []*Limiter
 		for range 2 {
-			l, err := New(Config{Store: st, Policy: policy(lease), Now: clock, Timeout: -1, NoNearCache: true})
+			l, err := New(Config{Store: st, Policy: policyOf(lease), Now: clock, Timeout: -1, NoNearCache: true})
 			if err != nil {
 				t.Fatal(err)
 			}
 			ls = append(ls, l)
 		}
 		for i := range 16_000 {
-			d, err := ls[i%2].Decide(context.Background(), Request{Tenant: "whale"})
+			d, err := ls[i%2].Decide(context.Background(), policy.Request{Tenant: "whale"})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -16,6 +16,7 @@ import (
 	"github.com/sony/gobreaker/v2"
 
 	"github.com/fairgate/fairgate/algo"
+	"github.com/fairgate/fairgate/policy"
 	"github.com/fairgate/fairgate/store"
 )
 
@@ -41,7 +42,7 @@ const (
 
 // LayerDecision is one layer's decision.
 type LayerDecision struct {
-	Layer
+	policy.Layer
 	// Allowed reports whether the layer admitted (or, when another layer
 	// rejected and nothing was charged, would have).
 	Allowed bool
@@ -74,7 +75,7 @@ type Decision struct {
 	// Layers holds one decision per layer, narrowest first.
 	Layers []LayerDecision
 	// Resolution is what the request resolved to.
-	Resolution Resolution
+	Resolution policy.Resolution
 }
 
 // UnavailableRetryAfter is the Retry-After of a fail-closed decision.
@@ -86,7 +87,7 @@ type Config struct {
 	Store store.Store
 	// Policy is the policy from the config file. Required; replace it with
 	// [Limiter.SetPolicy].
-	Policy Policy
+	Policy policy.Policy
 	// Control keeps run-time plan changes and overrides, shared by every
 	// instance. Nil means an in-process one ([NewMemoryControl]).
 	Control ControlStore
@@ -149,9 +150,9 @@ type Limiter struct {
 	logged   sampler
 
 	mu      sync.Mutex // serializes recompiles
-	base    Policy
-	overlay Overlay
-	snap    atomic.Pointer[Snapshot]
+	base    policy.Policy
+	overlay policy.Overlay
+	snap    atomic.Pointer[policy.Snapshot]
 	lastLog atomic.Int64
 	// lastProto is the second a store protocol error was last logged.
 	lastProto atomic.Int64
@@ -200,7 +201,7 @@ func New(c Config) (*Limiter, error) {
 		cooldown = 2 * time.Second
 	}
 	l.cb = newBreakers(c.Store, cooldown, l.logChange)
-	snap, err := Compile(c.Policy)
+	snap, err := policy.Compile(c.Policy)
 	if err != nil {
 		return nil, err
 	}
@@ -210,12 +211,12 @@ func New(c Config) (*Limiter, error) {
 }
 
 // Snapshot returns the policy in force.
-func (l *Limiter) Snapshot() *Snapshot { return l.snap.Load() }
+func (l *Limiter) Snapshot() *policy.Snapshot { return l.snap.Load() }
 
 // SetPolicy replaces the file's policy, keeping the run-time overlay. A
 // policy that does not compile changes nothing and returns the [Problems].
-func (l *Limiter) SetPolicy(p Policy) error {
-	if _, err := Compile(p); err != nil {
+func (l *Limiter) SetPolicy(p policy.Policy) error {
+	if _, err := policy.Compile(p); err != nil {
 		return err
 	}
 	l.mu.Lock()
@@ -229,26 +230,26 @@ func (l *Limiter) SetPolicy(p Policy) error {
 // no longer fit the base (a plan removed from the file, say) are left out
 // and logged. The caller holds l.mu; l.base compiles on its own.
 func (l *Limiter) rebuild() {
-	snap, err := CompileWith(l.base, l.overlay)
+	snap, err := policy.CompileWith(l.base, l.overlay)
 	if err != nil {
 		l.log.Error("run-time overrides do not fit the policy; leaving out those that do not", slog.String("error", err.Error()))
-		kept := Overlay{Version: l.overlay.Version, Plans: map[string]Plan{}, Tenants: map[string]Tenant{}}
-		for _, name := range sortedKeys(l.overlay.Plans) {
+		kept := policy.Overlay{Version: l.overlay.Version, Plans: map[string]policy.Plan{}, Tenants: map[string]policy.Tenant{}}
+		for _, name := range slices.Sorted(maps.Keys(l.overlay.Plans)) {
 			kept.Plans[name] = l.overlay.Plans[name]
-			if _, err := CompileWith(l.base, kept); err != nil {
+			if _, err := policy.CompileWith(l.base, kept); err != nil {
 				delete(kept.Plans, name)
 				l.log.Error("left out run-time plan", slog.String("plan", name))
 			}
 		}
-		for _, id := range sortedKeys(l.overlay.Tenants) {
+		for _, id := range slices.Sorted(maps.Keys(l.overlay.Tenants)) {
 			kept.Tenants[id] = l.overlay.Tenants[id]
-			if _, err := CompileWith(l.base, kept); err != nil {
+			if _, err := policy.CompileWith(l.base, kept); err != nil {
 				delete(kept.Tenants, id)
 				l.log.Error("left out run-time override", slog.String("tenant", id))
 			}
 		}
-		if snap, err = CompileWith(l.base, kept); err != nil {
-			snap, _ = Compile(l.base)
+		if snap, err = policy.CompileWith(l.base, kept); err != nil {
+			snap, _ = policy.Compile(l.base)
 		}
 	}
 	l.snap.Store(snap)
@@ -259,21 +260,21 @@ func (l *Limiter) rebuild() {
 
 // Overlay returns a copy of the run-time overlay in force; its maps are
 // never nil.
-func (l *Limiter) Overlay() Overlay { _, ov := l.state(); return ov }
+func (l *Limiter) Overlay() policy.Overlay { _, ov := l.state(); return ov }
 
 // Base returns the file's policy in force.
-func (l *Limiter) Base() Policy { p, _ := l.state(); return p }
+func (l *Limiter) Base() policy.Policy { p, _ := l.state(); return p }
 
 // state returns the file's policy and a copy of the overlay, read together.
-func (l *Limiter) state() (Policy, Overlay) {
+func (l *Limiter) state() (policy.Policy, policy.Overlay) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	ov := Overlay{Version: l.overlay.Version, Plans: maps.Clone(l.overlay.Plans), Tenants: maps.Clone(l.overlay.Tenants)}
+	ov := policy.Overlay{Version: l.overlay.Version, Plans: maps.Clone(l.overlay.Plans), Tenants: maps.Clone(l.overlay.Tenants)}
 	if ov.Plans == nil {
-		ov.Plans = map[string]Plan{}
+		ov.Plans = map[string]policy.Plan{}
 	}
 	if ov.Tenants == nil {
-		ov.Tenants = map[string]Tenant{}
+		ov.Tenants = map[string]policy.Tenant{}
 	}
 	return l.base, ov
 }
@@ -313,23 +314,6 @@ func (l *Limiter) probe(ctx context.Context) {
 // replica takes over).
 func (l *Limiter) StoreUp() bool { return l.cb.allClosed() }
 
-// HasFailClosed reports whether some class or anonymous route of the
-// policy in force fails closed (and so is refused while the store is out).
-func (l *Limiter) HasFailClosed() bool {
-	s := l.snap.Load()
-	for _, c := range s.classes {
-		if c.Fail == FailClosed {
-			return true
-		}
-	}
-	for _, a := range s.anon {
-		if a.Fail == FailClosed {
-			return true
-		}
-	}
-	return false
-}
-
 // Refresh loads the control store's overlay if it changed.
 func (l *Limiter) Refresh(ctx context.Context) error {
 	v, err := l.control.Version(ctx)
@@ -360,11 +344,11 @@ func (l *Limiter) Refresh(ctx context.Context) error {
 // PutOverride writes tenant id's entry to the control store, for every
 // instance, after checking that it compiles with the policy in force. An
 // entry with Expires in the past is refused.
-func (l *Limiter) PutOverride(ctx context.Context, id string, t Tenant) error {
+func (l *Limiter) PutOverride(ctx context.Context, id string, t policy.Tenant) error {
 	if !t.Expires.IsZero() && !t.Expires.After(l.now()) {
 		return fmt.Errorf("limiter: override for %q expires at %v, already past", id, t.Expires)
 	}
-	if err := l.check(func(ov *Overlay) { ov.Tenants[id] = t }); err != nil {
+	if err := l.check(func(ov *policy.Overlay) { ov.Tenants[id] = t }); err != nil {
 		return err
 	}
 	if err := l.control.PutTenant(ctx, id, t); err != nil {
@@ -398,8 +382,8 @@ func (l *Limiter) DeleteOverride(ctx context.Context, id string) error {
 
 // PutPlan writes a plan to the control store, replacing the file's plan of
 // that name for every instance, after checking that it compiles.
-func (l *Limiter) PutPlan(ctx context.Context, p Plan) error {
-	if err := l.check(func(ov *Overlay) { ov.Plans[p.Name] = p }); err != nil {
+func (l *Limiter) PutPlan(ctx context.Context, p policy.Plan) error {
+	if err := l.check(func(ov *policy.Overlay) { ov.Plans[p.Name] = p }); err != nil {
 		return err
 	}
 	if err := l.control.PutPlan(ctx, p); err != nil {
@@ -411,17 +395,17 @@ func (l *Limiter) PutPlan(ctx context.Context, p Plan) error {
 
 // check compiles the policy in force with edit applied to a copy of the
 // overlay.
-func (l *Limiter) check(edit func(*Overlay)) error {
+func (l *Limiter) check(edit func(*policy.Overlay)) error {
 	base, ov := l.state()
 	edit(&ov)
-	_, err := CompileWith(base, ov)
+	_, err := policy.CompileWith(base, ov)
 	return err
 }
 
 // Decide decides req. The error is for requests that cannot be decided as
 // asked (ErrNoTenant, ErrUnknownClass, ErrBadCost, ErrBadTenant); store
 // failures are decided by the fail mode, never returned.
-func (l *Limiter) Decide(ctx context.Context, req Request) (Decision, error) {
+func (l *Limiter) Decide(ctx context.Context, req policy.Request) (Decision, error) {
 	for { // at most twice: a held near-cache rejection is decided afresh
 		now := l.now()
 		res, err := l.snap.Load().Resolve(req, now)
@@ -456,7 +440,7 @@ func (l *Limiter) Decide(ctx context.Context, req Request) (Decision, error) {
 				return ld, nil
 			}
 		}
-		checks := res.Checks()
+		checks := checksOf(res)
 		var sr store.Result
 		err = l.take(ctx, checks, &sr)
 		if err == nil && !sr.Allowed && anyShadowRejects(res.Layers, sr.Decisions) {
@@ -465,7 +449,7 @@ func (l *Limiter) Decide(ctx context.Context, req Request) (Decision, error) {
 			d.Layers = layerDecisions(res.Layers, sr.Decisions)
 		}
 		switch {
-		case err != nil && res.Fail == FailClosed:
+		case err != nil && res.Fail == policy.FailClosed:
 			d.Reason, d.RetryAfter = ReasonUnavailable, UnavailableRetryAfter
 			d.Layers = nil
 			l.m.failures.WithLabelValues("closed").Inc()
@@ -609,7 +593,7 @@ func (l *Limiter) decideLocally(ctx context.Context, checks []store.Check, res *
 // The near cache answers single-check batches only: a batch of several
 // that one remembered check rejects would owe its other checks a decision
 // the instance does not have.
-func (l *Limiter) TakeChecks(ctx context.Context, checks []store.Check, fail FailMode, res *store.Result) (Reason, error) {
+func (l *Limiter) TakeChecks(ctx context.Context, checks []store.Check, fail policy.FailMode, res *store.Result) (Reason, error) {
 	if err := store.Validate(checks); err != nil {
 		return "", err
 	}
@@ -618,7 +602,7 @@ func (l *Limiter) TakeChecks(ctx context.Context, checks []store.Check, fail Fai
 	if near {
 		c := &checks[0]
 		now = l.now()
-		if ld, ok := l.near.lookup([]Layer{{Key: c.Key, Limit: c.Limit}}, c.Cost, now); ok {
+		if ld, ok := l.near.lookup([]policy.Layer{{Key: c.Key, Limit: c.Limit}}, c.Cost, now); ok {
 			res.Allowed, res.Now = false, now
 			res.Decisions = append(res.Decisions[:0], algo.Decision{Limit: c.Limit.Limit, Remaining: ld.Remaining, RetryAfter: ld.RetryAfter, ResetAfter: ld.ResetAfter})
 			l.m.nearHits.Inc()
@@ -628,7 +612,7 @@ func (l *Limiter) TakeChecks(ctx context.Context, checks []store.Check, fail Fai
 	err := l.take(ctx, checks, res)
 	if near && err == nil && !res.Allowed {
 		c, d := &checks[0], res.Decisions[0]
-		l.near.put(LayerDecision{Layer: Layer{Key: c.Key, Limit: c.Limit}, Remaining: d.Remaining, RetryAfter: d.RetryAfter, ResetAfter: d.ResetAfter}, c.Cost, now)
+		l.near.put(LayerDecision{Layer: policy.Layer{Key: c.Key, Limit: c.Limit}, Remaining: d.Remaining, RetryAfter: d.RetryAfter, ResetAfter: d.ResetAfter}, c.Cost, now)
 	}
 	switch {
 	case err == nil && res.Allowed:
@@ -637,7 +621,7 @@ func (l *Limiter) TakeChecks(ctx context.Context, checks []store.Check, fail Fai
 		return ReasonLimited, nil
 	case errors.Is(err, store.ErrInvalidCheck):
 		return "", err
-	case fail == FailClosed:
+	case fail == policy.FailClosed:
 		l.m.failures.WithLabelValues("closed").Inc()
 		return ReasonUnavailable, nil
 	}
@@ -655,7 +639,7 @@ func (l *Limiter) TakeChecks(ctx context.Context, checks []store.Check, fail Fai
 // if an enforced layer rejected too, the answer stands; otherwise the batch
 // is decided again without the rejecting shadow layers, so that shadow
 // limits never block (and, on a second shadow rejection, without any).
-func (l *Limiter) retryEnforced(ctx context.Context, d *Decision, res Resolution, checks []store.Check, sr *store.Result) error {
+func (l *Limiter) retryEnforced(ctx context.Context, d *Decision, res policy.Resolution, checks []store.Check, sr *store.Result) error {
 	all := layerDecisions(res.Layers, sr.Decisions)
 	for _, ld := range all {
 		if !ld.Allowed && !ld.Shadow {
@@ -693,7 +677,7 @@ func (l *Limiter) retryEnforced(ctx context.Context, d *Decision, res Resolution
 	return nil
 }
 
-func anyShadowRejects(layers []Layer, ds []algo.Decision) bool {
+func anyShadowRejects(layers []policy.Layer, ds []algo.Decision) bool {
 	for i, x := range ds {
 		if !x.Allowed && layers[i].Shadow {
 			return true
@@ -711,7 +695,7 @@ func anyShadowRejectsAt(all []LayerDecision, idx []int, ds []algo.Decision) bool
 	return false
 }
 
-func layerDecisions(layers []Layer, ds []algo.Decision) []LayerDecision {
+func layerDecisions(layers []policy.Layer, ds []algo.Decision) []LayerDecision {
 	out := make([]LayerDecision, len(layers))
 	for i := range layers {
 		out[i] = LayerDecision{Layer: layers[i]}
@@ -797,3 +781,12 @@ func (l *Limiter) logRare(msg string, err error) {
 // ceilMs is d in whole milliseconds, rounded up, for logs (fields named
 // *_ms): a client that waits it is never early.
 func ceilMs(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }
+
+// checksOf returns the store checks of res.
+func checksOf(res policy.Resolution) []store.Check {
+	cs := make([]store.Check, len(res.Layers))
+	for i, l := range res.Layers {
+		cs[i] = store.Check{Key: l.Key, Limit: l.Limit, Cost: res.Cost}
+	}
+	return cs
+}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/fairgate/fairgate/algo"
+	"github.com/fairgate/fairgate/policy"
 )
 
 // nearCache remembers, per instance, the keys the store has just rejected
@@ -60,7 +61,7 @@ func (c *nearCache) shard(key string) *nearShard {
 
 // lookup returns a remembered rejection of one of layers' enforced keys
 // that still holds at now for cost.
-func (c *nearCache) lookup(layers []Layer, cost int64, now time.Time) (LayerDecision, bool) {
+func (c *nearCache) lookup(layers []policy.Layer, cost int64, now time.Time) (LayerDecision, bool) {
 	for _, ly := range layers {
 		if ly.Shadow {
 			continue

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fairgate/fairgate/algo"
+	"github.com/fairgate/fairgate/policy"
 	"github.com/fairgate/fairgate/store"
 	"github.com/fairgate/fairgate/store/memstore"
 )
@@ -26,10 +27,10 @@ func (c *countingStore) Take(ctx context.Context, checks []store.Check, res *sto
 
 // nearPolicy: 10 a second with a burst of 10, in one class that uses the
 // near cache and one that does not.
-var nearPolicy = Policy{
+var nearPolicy = policy.Policy{
 	DefaultPlan: "p", DefaultClass: "api",
-	Plans: map[string]Plan{"p": {Name: "p", Rules: []Rule{{Limit: algo.Limit{Limit: 10, Period: time.Second, Burst: 10}}}}},
-	Classes: map[string]Class{
+	Plans: map[string]policy.Plan{"p": {Name: "p", Rules: []policy.Rule{{Limit: algo.Limit{Limit: 10, Period: time.Second, Burst: 10}}}}},
+	Classes: map[string]policy.Class{
 		"api":    {Name: "api", Share: 1},
 		"nocach": {Name: "nocach", Share: 1, NoNearCache: true},
 	},
@@ -49,7 +50,7 @@ func TestNearCache(t *testing.T) {
 			t.Fatal(err)
 		}
 		for range 2000 {
-			d, err := l.Decide(context.Background(), Request{Tenant: "abuser", Class: class})
+			d, err := l.Decide(context.Background(), policy.Request{Tenant: "abuser", Class: class})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -94,7 +95,7 @@ func TestNearCacheIsBounded(t *testing.T) {
 	c := newNearCache()
 	now := time.Unix(1_800_000_000, 0)
 	for i := range 3 * nearShards * nearPerShard {
-		c.put(LayerDecision{Layer: Layer{Key: "k" + strconv.Itoa(i)}, RetryAfter: time.Hour}, 1, now)
+		c.put(LayerDecision{Layer: policy.Layer{Key: "k" + strconv.Itoa(i)}, RetryAfter: time.Hour}, 1, now)
 	}
 	n := 0
 	for i := range c.shards {
@@ -113,7 +114,7 @@ func TestNearCacheBytesAreBounded(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
 	for _, n := range []int{100, 8 << 10, 60 << 10} {
 		for i := range 8000 {
-			c.put(LayerDecision{Layer: Layer{Key: strconv.Itoa(i) + strings.Repeat("k", n)}, RetryAfter: time.Hour}, 1, now)
+			c.put(LayerDecision{Layer: policy.Layer{Key: strconv.Itoa(i) + strings.Repeat("k", n)}, RetryAfter: time.Hour}, 1, now)
 		}
 		held := 0
 		for i := range c.shards {
@@ -143,7 +144,7 @@ func TestNearCacheTakeChecks(t *testing.T) {
 		}
 		for range 2000 {
 			var res store.Result
-			if _, err := l.TakeChecks(context.Background(), checks, FailClosed, &res); err != nil {
+			if _, err := l.TakeChecks(context.Background(), checks, policy.FailClosed, &res); err != nil {
 				t.Fatal(err)
 			}
 			allowed = append(allowed, res.Allowed)
@@ -176,13 +177,13 @@ func TestNearCacheTakeChecks(t *testing.T) {
 func TestNearCacheAgesTheAnswer(t *testing.T) {
 	c := newNearCache()
 	now := time.Unix(1_800_000_000, 0)
-	ly := Layer{Key: "k", Limit: algo.Limit{Limit: 10, Period: time.Second, Burst: 10}}
+	ly := policy.Layer{Key: "k", Limit: algo.Limit{Limit: 10, Period: time.Second, Burst: 10}}
 	c.put(LayerDecision{Layer: ly, RetryAfter: 100 * time.Millisecond, ResetAfter: time.Second}, 1, now)
-	ld, ok := c.lookup([]Layer{ly}, 1, now.Add(40*time.Millisecond))
+	ld, ok := c.lookup([]policy.Layer{ly}, 1, now.Add(40*time.Millisecond))
 	if !ok || ld.RetryAfter != 60*time.Millisecond || ld.ResetAfter != 960*time.Millisecond {
 		t.Fatalf("after 40 ms: found %v, retry %v, reset %v; want 60ms and 960ms", ok, ld.RetryAfter, ld.ResetAfter)
 	}
-	if _, ok := c.lookup([]Layer{ly}, 1, now.Add(100*time.Millisecond)); ok {
+	if _, ok := c.lookup([]policy.Layer{ly}, 1, now.Add(100*time.Millisecond)); ok {
 		t.Fatal("answered at the retry-after: the store must decide then")
 	}
 }

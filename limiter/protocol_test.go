@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/fairgate/fairgate/policy"
 	"github.com/fairgate/fairgate/store"
 	"github.com/fairgate/fairgate/store/memstore"
 )
@@ -36,11 +37,11 @@ func TestProtocolErrorIsLoud(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	open, err := l.Decide(context.Background(), Request{Tenant: "acme", Class: "read"})
+	open, err := l.Decide(context.Background(), policy.Request{Tenant: "acme", Class: "read"})
 	if err != nil || open.Reason != ReasonDegradedOpen {
 		t.Fatalf("fail-open class: %+v %v", open, err)
 	}
-	closed, err := l.Decide(context.Background(), Request{Tenant: "acme", Class: "write"})
+	closed, err := l.Decide(context.Background(), policy.Request{Tenant: "acme", Class: "write"})
 	if err != nil || closed.Reason != ReasonUnavailable {
 		t.Fatalf("fail-closed class: %+v %v", closed, err)
 	}

@@ -11,22 +11,23 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/fairgate/fairgate/algo"
+	"github.com/fairgate/fairgate/policy"
 	"github.com/fairgate/fairgate/store/memstore"
 )
 
 // slowPolicy: one request a minute, in classes with a slow-down of 40 ms,
 // the default, and none.
-var slowPolicy = Policy{
+var slowPolicy = policy.Policy{
 	DefaultPlan: "p", DefaultClass: "api",
-	Plans: map[string]Plan{"p": {Name: "p", Rules: []Rule{{Limit: algo.Limit{Limit: 1, Period: time.Minute, Burst: 1}}}}},
-	Classes: map[string]Class{
+	Plans: map[string]policy.Plan{"p": {Name: "p", Rules: []policy.Rule{{Limit: algo.Limit{Limit: 1, Period: time.Minute, Burst: 1}}}}},
+	Classes: map[string]policy.Class{
 		"api":  {Name: "api", Share: 1, SlowDown: 40 * time.Millisecond},
 		"dflt": {Name: "dflt", Share: 1},
 		"off":  {Name: "off", Share: 1, SlowDown: -1},
 	},
 }
 
-func slowLimiter(t *testing.T, p Policy) *Limiter {
+func slowLimiter(t *testing.T, p policy.Policy) *Limiter {
 	t.Helper()
 	l, err := New(Config{Store: memstore.New(memstore.Config{}), Policy: p, Timeout: -1})
 	if err != nil {
@@ -39,7 +40,7 @@ func slowLimiter(t *testing.T, p Policy) *Limiter {
 func slowed(l *Limiter) float64 { return testutil.ToFloat64(l.m.slowed) }
 
 // decideTimed decides req and says how long it took.
-func decideTimed(t *testing.T, l *Limiter, ctx context.Context, req Request) (Decision, time.Duration) {
+func decideTimed(t *testing.T, l *Limiter, ctx context.Context, req policy.Request) (Decision, time.Duration) {
 	t.Helper()
 	start := time.Now()
 	d, err := l.Decide(ctx, req)
@@ -63,7 +64,7 @@ func TestSlowDown(t *testing.T) {
 		want  time.Duration // 0: not held
 	}{
 		{"api", true, 40 * time.Millisecond},
-		{"dflt", true, DefaultSlowDown},
+		{"dflt", true, policy.DefaultSlowDown},
 		{"off", true, 0},
 		{"api", false, 0},
 	}
@@ -72,7 +73,7 @@ func TestSlowDown(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				l := slowLimiter(t, slowPolicy)
 				ctx := context.Background()
-				req := Request{Tenant: "t", Class: tt.class, Hold: tt.hold}
+				req := policy.Request{Tenant: "t", Class: tt.class, Hold: tt.hold}
 				if d, _ := decideTimed(t, l, ctx, req); !d.Allowed {
 					t.Fatal("the first request was limited")
 				}
@@ -109,11 +110,11 @@ func TestSlowDown(t *testing.T) {
 func TestSlowDownAdmitsAtRetryAfter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := slowPolicy
-		p.Plans = map[string]Plan{"p": {Name: "p", Rules: []Rule{{Limit: algo.Limit{Limit: 20, Period: time.Second, Burst: 1}}}}}
-		p.Classes = map[string]Class{"api": {Name: "api", Share: 1, SlowDown: 5 * time.Second}}
+		p.Plans = map[string]policy.Plan{"p": {Name: "p", Rules: []policy.Rule{{Limit: algo.Limit{Limit: 20, Period: time.Second, Burst: 1}}}}}
+		p.Classes = map[string]policy.Class{"api": {Name: "api", Share: 1, SlowDown: 5 * time.Second}}
 		l := slowLimiter(t, p)
 		ctx := context.Background()
-		req := Request{Tenant: "t", Hold: true}
+		req := policy.Request{Tenant: "t", Hold: true}
 		decideTimed(t, l, ctx, req)
 		if d, _ := decideTimed(t, l, ctx, req); d.Allowed {
 			t.Fatal("the second request of a burst of 1 passed")
@@ -130,12 +131,12 @@ func TestSlowDownAdmitsAtRetryAfter(t *testing.T) {
 
 // rejectedFor returns a limiter whose one class holds for 10 s, and a
 // request the store has just rejected (so the near cache knows its key).
-func rejectedFor(t *testing.T) (*Limiter, Request) {
+func rejectedFor(t *testing.T) (*Limiter, policy.Request) {
 	t.Helper()
 	p := slowPolicy
-	p.Classes = map[string]Class{"api": {Name: "api", Share: 1, SlowDown: 10 * time.Second}}
+	p.Classes = map[string]policy.Class{"api": {Name: "api", Share: 1, SlowDown: 10 * time.Second}}
 	l := slowLimiter(t, p)
-	req := Request{Tenant: "t", Hold: true}
+	req := policy.Request{Tenant: "t", Hold: true}
 	decideTimed(t, l, context.Background(), req)
 	if d, _ := decideTimed(t, l, context.Background(), req); d.Allowed {
 		t.Fatal("the second request of a burst of 1 passed")
@@ -177,7 +178,7 @@ func TestSlowDownIsBounded(t *testing.T) {
 func TestSlowDownPacesAHammeringClient(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := slowLimiter(t, slowPolicy)
-		req := Request{Tenant: "t", Hold: true}
+		req := policy.Request{Tenant: "t", Hold: true}
 		decideTimed(t, l, context.Background(), req)
 		decideTimed(t, l, context.Background(), req)
 		var mu sync.Mutex

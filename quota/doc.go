@@ -24,7 +24,7 @@
 //
 // A tenant ID cannot reach another tenant's key or another provider's tag:
 // it is escaped (and hashed once escaped past 64 bytes) by
-// [limiter.TenantTag], and provider names are restricted to lower-case
+// [policy.TenantTag], and provider names are restricted to lower-case
 // letters, digits, '-' and '_'.
 //
 // Units and time. Limits are [algo.Limit] values (integer counts per

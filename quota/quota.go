@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fairgate/fairgate/algo"
-	"github.com/fairgate/fairgate/limiter"
+	"github.com/fairgate/fairgate/policy"
 	"github.com/fairgate/fairgate/store"
 )
 
@@ -162,8 +162,8 @@ func checkProviders(p map[string]Provider) (map[string]Provider, error) {
 	next := make(map[string]Provider, len(p))
 	for _, name := range slices.Sorted(maps.Keys(p)) {
 		pr := p[name]
-		if !limiter.ValidName(name) {
-			return nil, fmt.Errorf("%w: provider name %q: want %s", ErrInvalid, name, limiter.NameRule)
+		if !policy.ValidName(name) {
+			return nil, fmt.Errorf("%w: provider name %q: want %s", ErrInvalid, name, policy.NameRule)
 		}
 		if err := pr.Limit.Validate(); err != nil {
 			return nil, fmt.Errorf("%w: provider %q: limit: %w", ErrInvalid, name, err)
@@ -206,7 +206,7 @@ func BudgetKey(provider string) string { return "ob:{p:" + provider + "}:all" }
 
 // ShareKey: see BudgetKey.
 func ShareKey(provider, tenant string) string {
-	return "ob:{p:" + provider + "}:" + limiter.TenantTag(tenant)
+	return "ob:{p:" + provider + "}:" + policy.TenantTag(tenant)
 }
 
 // Acquire waits until provider admits one call for tenant, for at most the

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Keeps the dependency direction of CONVENTIONS.md: algo imports only the
-# standard library; store imports only algo; backends never import each
-# other; no public package imports internal/. Test files are not checked.
+# standard library; store imports only algo; policy (the pure policy
+# model) imports only algo and the standard library; backends never import
+# each other; quota, fairq and the config loader depend on policy, never on
+# the limiter engine; no public package imports internal/. Test files are
+# not checked.
 set -euo pipefail
 mod=$(go list -m)
 fail=0
@@ -10,13 +13,15 @@ while read -r pkg imports; do
   for imp in $imports; do
     case "$imp" in "$mod"*) ;; *) 
       # A non-module import: only algo is held to the standard library.
-      if [ "$rel" = algo ] && [[ "$imp" == *.*/* ]]; then echo "deps-check: algo imports $imp (standard library only)"; fail=1; fi
+      if [[ "$rel" = algo || "$rel" = policy ]] && [[ "$imp" == *.*/* ]]; then echo "deps-check: $rel imports $imp (standard library only)"; fail=1; fi
       continue ;;
     esac
     irel=${imp#"$mod"/}
     case "$rel" in
       algo) echo "deps-check: algo imports $irel"; fail=1 ;;
       store) [ "$irel" = algo ] || { echo "deps-check: store imports $irel (only algo)"; fail=1; } ;;
+      policy) [ "$irel" = algo ] || { echo "deps-check: policy imports $irel (only algo: it is pure)"; fail=1; } ;;
+      quota|quota/*|fairq|fairq/*|internal/config) [[ "$irel" == limiter || "$irel" == limiter/* ]] && { echo "deps-check: $rel imports $irel (it needs policy, not the engine)"; fail=1; } ;;
       store/memstore) [[ "$irel" == store/redisstore* ]] && { echo "deps-check: memstore imports $irel"; fail=1; } ;;
       store/redisstore) [[ "$irel" == store/memstore* ]] && { echo "deps-check: redisstore imports $irel"; fail=1; } ;;
       limiter|limiter/*) [[ "$irel" == store/?* && "$irel" != store/storetest ]] && { echo "deps-check: $rel imports the backend $irel (the app wires backends)"; fail=1; } ;;

@@ -11,7 +11,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/fairgate/fairgate/fairq"
-	"github.com/fairgate/fairgate/limiter"
+	"github.com/fairgate/fairgate/policy"
 )
 
 // Config configures a Queue.
@@ -74,7 +74,7 @@ func (q *Queue) base(kind string) string { return q.prefix + "{q:" + kind + "}:"
 
 // tag is a tenant's part of a key: escaped (hashed when long) as in
 // package limiter, so no tenant ID can reach another's keys.
-func tag(tenant string) string { return limiter.TenantTag(tenant) }
+func tag(tenant string) string { return policy.TenantTag(tenant) }
 
 // Enqueue implements fairq.Queue.
 func (q *Queue) Enqueue(ctx context.Context, tenant, kind string, payload []byte) (fairq.Enqueued, error) {

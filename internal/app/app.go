@@ -100,7 +100,7 @@ func backpressure(cfg *config.Config, c ServeConfig, st store.Store, lazy *lazyR
 	weights := &atomic.Pointer[map[string]int]{}
 	weights.Store(&cfg.QueueWeights)
 	weigh := func(tenant string) int {
-		if w, ok := (*weights.Load())[lim.PlanOf(tenant)]; ok {
+		if w, ok := (*weights.Load())[lim.Snapshot().Standing(tenant, "", time.Now()).Plan]; ok {
 			return w
 		}
 		return 1

@@ -14,6 +14,7 @@ import (
 	"github.com/fairgate/fairgate/fairq/redisq"
 	"github.com/fairgate/fairgate/limiter"
 	"github.com/fairgate/fairgate/limiter/redisctl"
+	"github.com/fairgate/fairgate/policy"
 	"github.com/fairgate/fairgate/store"
 	"github.com/fairgate/fairgate/store/redisstore"
 )
@@ -200,16 +201,16 @@ func (c lazyControl) Version(ctx context.Context) (int64, error) {
 }
 
 // Load implements limiter.ControlStore.
-func (c lazyControl) Load(ctx context.Context) (limiter.Overlay, error) {
+func (c lazyControl) Load(ctx context.Context) (policy.Overlay, error) {
 	s, err := c.get()
 	if err != nil {
-		return limiter.Overlay{}, err
+		return policy.Overlay{}, err
 	}
 	return s.Load(ctx)
 }
 
 // PutPlan implements limiter.ControlStore.
-func (c lazyControl) PutPlan(ctx context.Context, p limiter.Plan) error {
+func (c lazyControl) PutPlan(ctx context.Context, p policy.Plan) error {
 	s, err := c.get()
 	if err != nil {
 		return err
@@ -218,7 +219,7 @@ func (c lazyControl) PutPlan(ctx context.Context, p limiter.Plan) error {
 }
 
 // PutTenant implements limiter.ControlStore.
-func (c lazyControl) PutTenant(ctx context.Context, id string, t limiter.Tenant) error {
+func (c lazyControl) PutTenant(ctx context.Context, id string, t policy.Tenant) error {
 	s, err := c.get()
 	if err != nil {
 		return err

@@ -1,7 +1,7 @@
 // Package config reads fairgate's YAML config file: strict decoding (an
 // unknown field is an error with its line), defaults, and validation that
 // collects every problem with its file, line and field. The result is a
-// limiter.Policy plus the service's own settings; nothing here is used on
+// policy.Policy plus the service's own settings; nothing here is used on
 // the request path.
 package config
 
@@ -23,10 +23,10 @@ import (
 
 	"github.com/fairgate/fairgate/internal/auth"
 	"github.com/fairgate/fairgate/internal/rls"
+	"github.com/fairgate/fairgate/policy"
 
 	"github.com/fairgate/fairgate/breaker"
 	"github.com/fairgate/fairgate/fairq"
-	"github.com/fairgate/fairgate/limiter"
 	"github.com/fairgate/fairgate/quota"
 )
 
@@ -35,7 +35,7 @@ type Config struct {
 	// File is the path it was read from.
 	File string
 	// Policy is the limiting policy.
-	Policy limiter.Policy
+	Policy policy.Policy
 	// Headers is the response header form: "draft" (RateLimit-Limit,
 	// RateLimit-Remaining, RateLimit-Reset), "structured" (the IETF draft's
 	// RateLimit and RateLimit-Policy structured fields) or "x"
@@ -179,8 +179,8 @@ func Parse(file string, data []byte) (*Config, error) {
 	for _, p := range d.problems {
 		bad[p.Path] = true
 	}
-	if _, err := limiter.Compile(c.Policy); err != nil {
-		var ps limiter.Problems
+	if _, err := policy.Compile(c.Policy); err != nil {
+		var ps policy.Problems
 		if errors.As(err, &ps) {
 			for _, p := range ps {
 				w := d.lookup(p.Path)
@@ -222,7 +222,7 @@ type where struct {
 type decoder struct {
 	file     string
 	problems []Problem
-	// where maps limiter.Problem paths to the field's place in the file.
+	// where maps policy.Problem paths to the field's place in the file.
 	where map[string]where
 	// weightKeys are the plans queues.weights names, checked once the
 	// plans are known.
@@ -348,17 +348,17 @@ func (d *decoder) bool(n *yaml.Node, path string) bool {
 	return false
 }
 
-func (d *decoder) failMode(n *yaml.Node, path string) limiter.FailMode {
+func (d *decoder) failMode(n *yaml.Node, path string) policy.FailMode {
 	switch d.str(n, path) {
 	case "open":
-		return limiter.FailOpen
+		return policy.FailOpen
 	case "closed":
-		return limiter.FailClosed
+		return policy.FailClosed
 	case "":
 	default:
 		d.add(n, path, "fail mode %q: want open or closed", n.Value)
 	}
-	return limiter.FailOpen
+	return policy.FailOpen
 }
 
 // duration parses a positive duration such as 30s.
@@ -373,7 +373,7 @@ func (d *decoder) duration(n *yaml.Node, path string) time.Duration {
 }
 
 // slowDown parses a class's slow_down: off, or a duration (see
-// limiter.Class.SlowDown; off is stored as -1).
+// policy.Class.SlowDown; off is stored as -1).
 func (d *decoder) slowDown(n *yaml.Node, path string) time.Duration {
 	if n.Kind == yaml.ScalarNode {
 		switch strings.ToLower(n.Value) {
@@ -402,26 +402,26 @@ func (d *decoder) count(n *yaml.Node, path string) int64 {
 
 // period parses a duration ("1m", "10s", "7d") or a calendar window ("day",
 // "month").
-func (d *decoder) period(n *yaml.Node, path string) (time.Duration, limiter.Calendar) {
+func (d *decoder) period(n *yaml.Node, path string) (time.Duration, policy.Calendar) {
 	v := d.str(n, path)
 	switch v {
 	case "day":
-		return 0, limiter.Day
+		return 0, policy.Day
 	case "month":
-		return 0, limiter.Month
+		return 0, policy.Month
 	case "":
-		return 0, limiter.NoCalendar
+		return 0, policy.NoCalendar
 	}
 	s := v
 	if days, ok := strings.CutSuffix(s, "d"); ok {
 		if n, err := strconv.Atoi(days); err == nil {
-			return time.Duration(n) * 24 * time.Hour, limiter.NoCalendar
+			return time.Duration(n) * 24 * time.Hour, policy.NoCalendar
 		}
 	}
 	p, err := time.ParseDuration(s)
 	if err != nil || p <= 0 {
 		d.add(n, path, "period %q does not parse: want a positive duration such as 1s, 1m, 1h or 7d, or day or month for a calendar window", v)
-		return 0, limiter.NoCalendar
+		return 0, policy.NoCalendar
 	}
-	return p, limiter.NoCalendar
+	return p, policy.NoCalendar
 }

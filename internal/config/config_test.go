@@ -8,7 +8,7 @@ import (
 	"time"
 	_ "time/tzdata"
 
-	"github.com/fairgate/fairgate/limiter"
+	"github.com/fairgate/fairgate/policy"
 )
 
 // base is a valid file; each case below replaces one of its lines (1-based)
@@ -134,7 +134,7 @@ func TestCalendarAndOverrides(t *testing.T) {
 		t.Errorf("location %v", p.Location)
 	}
 	r := p.Plans["free"].Rules[1]
-	if r.Calendar != limiter.Month || r.Name != "monthly" || r.Limit.Limit != 100000 {
+	if r.Calendar != policy.Month || r.Name != "monthly" || r.Limit.Limit != 100000 {
 		t.Errorf("monthly rule = %+v", r)
 	}
 	a := p.Tenants["acme"]

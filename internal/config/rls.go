@@ -12,7 +12,7 @@ import (
 
 	"github.com/fairgate/fairgate/algo"
 	"github.com/fairgate/fairgate/internal/rls"
-	"github.com/fairgate/fairgate/limiter"
+	"github.com/fairgate/fairgate/policy"
 )
 
 // rlsSection decodes the rls section: envoyproxy/ratelimit config files
@@ -20,8 +20,8 @@ import (
 // settings for them.
 func (d *decoder) rlsSection(n *yaml.Node, path string, c *Config) {
 	c.RLS.FailClosed = rls.ClosedUnavailable
-	fail := limiter.FailOpen
-	overrides := map[string]limiter.FailMode{}
+	fail := policy.FailOpen
+	overrides := map[string]policy.FailMode{}
 	overrideKeys := map[string]*yaml.Node{}
 	var domains []rls.Domain
 	var where []*yaml.Node // the node each domain came from, for duplicate errors

@@ -20,14 +20,14 @@ import (
 	"github.com/fairgate/fairgate/breaker"
 	"github.com/fairgate/fairgate/fairq"
 	"github.com/fairgate/fairgate/internal/auth"
-	"github.com/fairgate/fairgate/limiter"
+	"github.com/fairgate/fairgate/policy"
 	"github.com/fairgate/fairgate/quota"
 )
 
 // config decodes the top level.
 func (d *decoder) config(n *yaml.Node, c *Config) {
 	p := &c.Policy
-	p.Plans, p.Classes, p.Tenants = map[string]limiter.Plan{}, map[string]limiter.Class{}, map[string]limiter.Tenant{}
+	p.Plans, p.Classes, p.Tenants = map[string]policy.Plan{}, map[string]policy.Class{}, map[string]policy.Tenant{}
 	d.fields(n, "", map[string]func(*yaml.Node, string){
 		"timezone": func(v *yaml.Node, path string) {
 			name := d.str(v, path)
@@ -52,14 +52,14 @@ func (d *decoder) config(n *yaml.Node, c *Config) {
 			d.note(path, path, v)
 			d.entries(v, path, func(name string, k, v *yaml.Node, path string) {
 				d.note(path, path, k)
-				p.Plans[name] = limiter.Plan{Name: name, Rules: d.rules(v, path, path+".rules")}
+				p.Plans[name] = policy.Plan{Name: name, Rules: d.rules(v, path, path+".rules")}
 			})
 		},
 		"classes": func(v *yaml.Node, path string) {
 			d.note(path, path, v)
 			d.entries(v, path, func(name string, k, v *yaml.Node, path string) {
 				d.note(path, path, k)
-				cl := limiter.Class{Name: name, Share: 1}
+				cl := policy.Class{Name: name, Share: 1}
 				d.fields(v, path, map[string]func(*yaml.Node, string){
 					"share": func(v *yaml.Node, path string) {
 						// Written out, 0 is a mistake (Go's zero means the default 1).
@@ -80,7 +80,7 @@ func (d *decoder) config(n *yaml.Node, c *Config) {
 		"routes": func(v *yaml.Node, path string) {
 			d.list(v, path, func(i int, v *yaml.Node, path string) {
 				d.note(path, path, v)
-				r := limiter.Route{Cost: 1}
+				r := policy.Route{Cost: 1}
 				d.fields(v, path, map[string]func(*yaml.Node, string){
 					"route": func(v *yaml.Node, path string) { r.Pattern = d.str(v, path); d.note(path, path, v) },
 					"class": func(v *yaml.Node, path string) { r.Class = d.str(v, path); d.note(path, path, v) },
@@ -98,7 +98,7 @@ func (d *decoder) config(n *yaml.Node, c *Config) {
 		"anonymous": func(v *yaml.Node, path string) {
 			d.list(v, path, func(i int, v *yaml.Node, path string) {
 				d.note(path, path, v)
-				a := limiter.AnonRoute{Cost: 1, Fail: limiter.FailClosed}
+				a := policy.AnonRoute{Cost: 1, Fail: policy.FailClosed}
 				d.fields(v, path, map[string]func(*yaml.Node, string){
 					"name":   func(v *yaml.Node, path string) { a.Name = d.str(v, path); d.note(path, path, v) },
 					"route":  func(v *yaml.Node, path string) { a.Pattern = d.str(v, path); d.note(path, path, v) },
@@ -108,19 +108,19 @@ func (d *decoder) config(n *yaml.Node, c *Config) {
 					"limits": func(v *yaml.Node, fpath string) {
 						lp := fmt.Sprintf("anonymous[%d].rules", i)
 						d.list(v, fpath, func(j int, v *yaml.Node, path string) {
-							by := limiter.ByIP
+							by := policy.ByIP
 							r := d.rule(v, path, fmt.Sprintf("%s[%d]", lp, j), map[string]func(*yaml.Node, string){
 								"by": func(v *yaml.Node, path string) {
 									switch s := d.str(v, path); s {
 									case "ip":
 									case "credential":
-										by = limiter.ByCredential
+										by = policy.ByCredential
 									default:
 										d.add(v, path, "by %q: want ip or credential", s)
 									}
 								},
 							})
-							a.Rules = append(a.Rules, limiter.AnonRule{Rule: r, By: by})
+							a.Rules = append(a.Rules, policy.AnonRule{Rule: r, By: by})
 						})
 					},
 				})
@@ -136,17 +136,17 @@ func (d *decoder) config(n *yaml.Node, c *Config) {
 		"tenants": func(v *yaml.Node, path string) {
 			d.entries(v, path, func(id string, k, v *yaml.Node, path string) {
 				d.note(path, path, k)
-				var t limiter.Tenant
+				var t policy.Tenant
 				d.fields(v, path, map[string]func(*yaml.Node, string){
 					"plan":  func(v *yaml.Node, path string) { t.Plan = d.str(v, path); d.note(path, path, v) },
 					"limit": func(v *yaml.Node, path string) { t.Limit = d.int(v, path); d.note(path, path, v) },
 					"burst": func(v *yaml.Node, path string) { t.Burst = d.int(v, path); d.note(path, path, v) },
 					"limits": func(v *yaml.Node, path string) {
-						t.Rules = map[string]limiter.RuleOverride{}
+						t.Rules = map[string]policy.RuleOverride{}
 						d.entries(v, path, func(name string, k, v *yaml.Node, path string) {
 							lp := "tenants." + id + ".rules." + name
 							d.note(lp, path, k)
-							var o limiter.RuleOverride
+							var o policy.RuleOverride
 							d.fields(v, path, map[string]func(*yaml.Node, string){
 								"limit": func(v *yaml.Node, path string) { o.Limit = d.int(v, path); d.note(lp+".limit", path, v) },
 								"burst": func(v *yaml.Node, path string) { o.Burst = d.int(v, path); d.note(lp+".burst", path, v) },
@@ -190,7 +190,7 @@ func (d *decoder) config(n *yaml.Node, c *Config) {
 		"auth": func(v *yaml.Node, path string) { d.auth(v, path, &c.Auth) },
 		"providers": func(v *yaml.Node, path string) {
 			d.entries(v, path, func(name string, k, v *yaml.Node, path string) {
-				if !limiter.ValidName(name) {
+				if !policy.ValidName(name) {
 					d.add(k, path, "provider name %q: want lower-case letters, digits, '-' and '_'", name)
 				}
 				var pr quota.Provider
@@ -228,7 +228,7 @@ func (d *decoder) config(n *yaml.Node, c *Config) {
 				},
 				"kinds": func(v *yaml.Node, path string) {
 					d.entries(v, path, func(name string, k, v *yaml.Node, path string) {
-						if !limiter.ValidName(name) {
+						if !policy.ValidName(name) {
 							d.add(k, path, "kind name %q: want lower-case letters, digits, '-' and '_'", name)
 						}
 						var kd fairq.Kind
@@ -270,7 +270,7 @@ func (d *decoder) config(n *yaml.Node, c *Config) {
 		},
 		"dependencies": func(v *yaml.Node, path string) {
 			d.entries(v, path, func(name string, k, v *yaml.Node, path string) {
-				if !limiter.ValidName(name) {
+				if !policy.ValidName(name) {
 					d.add(k, path, "dependency name %q: want lower-case letters, digits, '-' and '_'", name)
 				}
 				var st breaker.Settings
@@ -391,13 +391,13 @@ func (d *decoder) list(n *yaml.Node, path string, each func(i int, v *yaml.Node,
 }
 
 // rules decodes a plan: a list of limits, or one limit.
-func (d *decoder) rules(n *yaml.Node, path, lp string) []limiter.Rule {
+func (d *decoder) rules(n *yaml.Node, path, lp string) []policy.Rule {
 	d.note(lp, path, n)
 	if n.Kind == yaml.MappingNode {
 		d.note(lp+"[0]", path, n)
-		return []limiter.Rule{d.rule(n, path, lp+"[0]", nil)}
+		return []policy.Rule{d.rule(n, path, lp+"[0]", nil)}
 	}
-	var out []limiter.Rule
+	var out []policy.Rule
 	d.list(n, path, func(i int, v *yaml.Node, path string) {
 		out = append(out, d.rule(v, path, fmt.Sprintf("%s[%d]", lp, i), nil))
 	})
@@ -409,9 +409,9 @@ func (d *decoder) rules(n *yaml.Node, path, lp string) []limiter.Rule {
 
 // rule decodes one limit; extra adds fields (such as an anonymous rule's
 // by). lp is the limiter's path of the rule.
-func (d *decoder) rule(n *yaml.Node, path, lp string, extra map[string]func(*yaml.Node, string)) limiter.Rule {
+func (d *decoder) rule(n *yaml.Node, path, lp string, extra map[string]func(*yaml.Node, string)) policy.Rule {
 	d.note(lp, path, n)
-	var r limiter.Rule
+	var r policy.Rule
 	var hasLimit, hasPeriod bool
 	fields := map[string]func(*yaml.Node, string){
 		"name": func(v *yaml.Node, path string) { r.Name = d.str(v, path); d.note(lp+".name", path, v) },
@@ -447,7 +447,7 @@ func (d *decoder) rule(n *yaml.Node, path, lp string, extra map[string]func(*yam
 		if !hasPeriod {
 			d.add(n, path+".period", "period is required: a duration such as 1m, or day or month")
 		}
-		if r.Calendar != limiter.NoCalendar && r.Limit.Algorithm != algo.GCRA && r.Limit.Algorithm != algo.FixedWindow {
+		if r.Calendar != policy.NoCalendar && r.Limit.Algorithm != algo.GCRA && r.Limit.Algorithm != algo.FixedWindow {
 			d.add(n, path+".algorithm", "a calendar window (%v) is always a fixed window: leave algorithm out", r.Calendar)
 		}
 	}
@@ -457,7 +457,7 @@ func (d *decoder) rule(n *yaml.Node, path, lp string, extra map[string]func(*yam
 // fixedPeriod is period without calendar windows.
 func (d *decoder) fixedPeriod(n *yaml.Node, path string) time.Duration {
 	p, cal := d.period(n, path)
-	if cal != limiter.NoCalendar {
+	if cal != policy.NoCalendar {
 		d.add(n, path, "%v: want a duration such as 1s here", cal)
 	}
 	return p

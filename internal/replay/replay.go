@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/fairgate/fairgate/limiter"
+	"github.com/fairgate/fairgate/policy"
 	"github.com/fairgate/fairgate/store/memstore"
 )
 
@@ -108,7 +109,7 @@ func (c *Clock) Set(t time.Time) { c.us.Store(t.UnixMicro()) }
 
 // NewLimiter returns a limiter with policy on an in-memory store, both on
 // clock: what Run decides with.
-func NewLimiter(policy limiter.Policy, clock *Clock) (*limiter.Limiter, error) {
+func NewLimiter(policy policy.Policy, clock *Clock) (*limiter.Limiter, error) {
 	return limiter.New(limiter.Config{
 		Store:   memstore.New(memstore.Config{Now: clock.Now, MaxKeys: 10_000_000}),
 		Policy:  policy,
@@ -159,7 +160,7 @@ func Run(ctx context.Context, lim *limiter.Limiter, clock *Clock, inputs []Input
 			}
 			l := &it.line
 			clock.Set(l.Time)
-			d, err := lim.Decide(ctx, limiter.Request{Tenant: l.Tenant, Method: l.Method, Path: l.Path, IP: l.IP})
+			d, err := lim.Decide(ctx, policy.Request{Tenant: l.Tenant, Method: l.Method, Path: l.Path, IP: l.IP})
 			if err != nil {
 				rep.Malformed++
 				if len(rep.Bad) < o.MaxBad {

@@ -14,10 +14,10 @@ import (
 	"github.com/fairgate/fairgate/algo"
 	"github.com/fairgate/fairgate/examples"
 	"github.com/fairgate/fairgate/internal/config"
-	"github.com/fairgate/fairgate/limiter"
+	"github.com/fairgate/fairgate/policy"
 )
 
-func examplePolicy(t testing.TB) limiter.Policy {
+func examplePolicy(t testing.TB) policy.Policy {
 	t.Helper()
 	c, err := config.Parse(examples.ConfigName, examples.Config())
 	if err != nil {
@@ -86,7 +86,7 @@ func TestReplayMatchesDirect(t *testing.T) {
 					t.Fatal(err)
 				}
 				dclock.Set(l.Time)
-				d, err := direct.Decide(context.Background(), limiter.Request{Tenant: l.Tenant, Method: l.Method, Path: l.Path, IP: l.IP})
+				d, err := direct.Decide(context.Background(), policy.Request{Tenant: l.Tenant, Method: l.Method, Path: l.Path, IP: l.IP})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -228,14 +228,14 @@ func BenchmarkReplay(b *testing.B) {
 // limited ones), and counts a line over 1 MiB as one bad line instead of
 // ending the run (today the whole run aborted).
 func TestShadowAndLongLines(t *testing.T) {
-	policy := limiter.Policy{
+	policy := policy.Policy{
 		DefaultPlan: "free", DefaultClass: "read",
-		Plans: map[string]limiter.Plan{"free": {Rules: []limiter.Rule{{Limit: algo.Limit{Limit: 4, Period: time.Hour}}}}},
-		Classes: map[string]limiter.Class{
+		Plans: map[string]policy.Plan{"free": {Rules: []policy.Rule{{Limit: algo.Limit{Limit: 4, Period: time.Hour}}}}},
+		Classes: map[string]policy.Class{
 			"read":   {Share: 1},
 			"search": {Share: 0.5, Shadow: true},
 		},
-		Routes: []limiter.Route{{Pattern: "GET /v1/search", Class: "search", Cost: 1}},
+		Routes: []policy.Route{{Pattern: "GET /v1/search", Class: "search", Cost: 1}},
 	}
 	var log bytes.Buffer
 	for i := range 6 {

@@ -10,7 +10,7 @@ import (
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/fairgate/fairgate/algo"
-	"github.com/fairgate/fairgate/limiter"
+	"github.com/fairgate/fairgate/policy"
 )
 
 // Unit is a rate limit unit of Envoy's protocol.
@@ -72,7 +72,7 @@ type Domain struct {
 	Name        string
 	Descriptors []*Descriptor
 	// Fail is the domain's fail mode when the store does not answer.
-	Fail limiter.FailMode
+	Fail policy.FailMode
 }
 
 // FailClosedCode is what a fail-closed domain answers while the store is
@@ -120,12 +120,12 @@ type wildcard struct {
 type compiled struct {
 	cfg     Config
 	domains map[string]*node
-	fail    map[string]limiter.FailMode
+	fail    map[string]policy.FailMode
 }
 
 // compile builds the matching trees. The config was validated when parsed.
 func compile(c Config) *compiled {
-	out := &compiled{cfg: c, domains: map[string]*node{}, fail: map[string]limiter.FailMode{}}
+	out := &compiled{cfg: c, domains: map[string]*node{}, fail: map[string]policy.FailMode{}}
 	for _, d := range c.Domains {
 		root := &node{path: d.Name}
 		root.add(d.Descriptors)
@@ -215,7 +215,7 @@ func storeKey(domain string, entries []Entry, tenantKey, override string) string
 	}
 	sum := base64.RawURLEncoding.EncodeToString(h.Sum(nil)[:18])
 	if hasTenant && tenant != "" {
-		return "rls:{" + limiter.TenantTag(tenant) + "}:" + sum
+		return "rls:{" + policy.TenantTag(tenant) + "}:" + sum
 	}
 	return "rls:{d:" + sum + "}"
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/fairgate/fairgate/internal/redistest"
 	"github.com/fairgate/fairgate/internal/rls"
 	"github.com/fairgate/fairgate/limiter"
+	"github.com/fairgate/fairgate/policy"
 	"github.com/fairgate/fairgate/store"
 	"github.com/fairgate/fairgate/store/memstore"
 	"github.com/fairgate/fairgate/store/redisstore"
@@ -312,10 +313,10 @@ func TestFailModesWithRedisKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	dom := func(name string, f limiter.FailMode) rls.Domain {
+	dom := func(name string, f policy.FailMode) rls.Domain {
 		return rls.Domain{Name: name, Fail: f, Descriptors: []*rls.Descriptor{{Key: "k", Limit: &rls.RateLimit{RequestsPerUnit: 100, Unit: rlspb.RateLimitResponse_RateLimit_SECOND}}}}
 	}
-	cfgUnavailable := rls.Config{Domains: []rls.Domain{dom("open", limiter.FailOpen), dom("closed", limiter.FailClosed)}}
+	cfgUnavailable := rls.Config{Domains: []rls.Domain{dom("open", policy.FailOpen), dom("closed", policy.FailClosed)}}
 	cfgOver := cfgUnavailable
 	cfgOver.FailClosed = rls.ClosedOverLimit
 	cu, conn := serve(t, cfgUnavailable, st)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/fairgate/fairgate/algo"
 	"github.com/fairgate/fairgate/limiter"
+	"github.com/fairgate/fairgate/policy"
 	"github.com/fairgate/fairgate/promreg"
 	"github.com/fairgate/fairgate/store"
 )
@@ -188,7 +189,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 		// Shadow rules are decided apart, so that one over its limit never
 		// holds back the enforced ones in the atomic batch.
 		var res store.Result
-		if _, err := s.lim.TakeChecks(ctx, shadow, limiter.FailOpen, &res); err == nil && len(res.Decisions) == len(shadow) {
+		if _, err := s.lim.TakeChecks(ctx, shadow, policy.FailOpen, &res); err == nil && len(res.Decisions) == len(shadow) {
 			for k, c := range shadowAt {
 				d := res.Decisions[k]
 				if !d.Allowed {

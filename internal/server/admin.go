@@ -14,6 +14,7 @@ import (
 	"github.com/fairgate/fairgate/httplimit/problem"
 	"github.com/fairgate/fairgate/internal/auth"
 	"github.com/fairgate/fairgate/limiter"
+	"github.com/fairgate/fairgate/policy"
 )
 
 // AdminConfig configures the admin API.
@@ -97,7 +98,7 @@ func NewAdmin(c AdminConfig) (http.Handler, error) {
 // problem for one the policy refuses, 503 (logged as msg, with who) for
 // one the control store did not take in time.
 func (a *admin) writeFailed(w http.ResponseWriter, err error, msg string, who slog.Attr) {
-	var ps limiter.Problems
+	var ps policy.Problems
 	switch {
 	case errors.As(err, &ps):
 		problem.BadRequest(w, ps.Error())
@@ -204,13 +205,13 @@ const maxTTLSeconds = 366 * 24 * 3600
 
 // tenantBody is the body of PUT /admin/tenants/{id}.
 type tenantBody struct {
-	Plan       string                          `json:"plan"`
-	Limit      int64                           `json:"limit"`
-	Burst      int64                           `json:"burst"`
-	Limits     map[string]limiter.RuleOverride `json:"limits"`
-	Shares     map[string]float64              `json:"shares"`
-	ExpiresAt  *string                         `json:"expires_at"`
-	TTLSeconds *int64                          `json:"ttl_seconds"`
+	Plan       string                         `json:"plan"`
+	Limit      int64                          `json:"limit"`
+	Burst      int64                          `json:"burst"`
+	Limits     map[string]policy.RuleOverride `json:"limits"`
+	Shares     map[string]float64             `json:"shares"`
+	ExpiresAt  *string                        `json:"expires_at"`
+	TTLSeconds *int64                         `json:"ttl_seconds"`
 }
 
 func (a *admin) putTenant(w http.ResponseWriter, r *http.Request) {
@@ -219,7 +220,7 @@ func (a *admin) putTenant(w http.ResponseWriter, r *http.Request) {
 	if !decodeJSON(w, r, &b) {
 		return
 	}
-	t := limiter.Tenant{Plan: b.Plan, Limit: b.Limit, Burst: b.Burst, Rules: b.Limits, Shares: b.Shares}
+	t := policy.Tenant{Plan: b.Plan, Limit: b.Limit, Burst: b.Burst, Rules: b.Limits, Shares: b.Shares}
 	switch {
 	case b.ExpiresAt != nil && b.TTLSeconds != nil:
 		problem.BadRequest(w, "expires_at, ttl_seconds: give one, not both")

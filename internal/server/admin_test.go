@@ -12,6 +12,7 @@ import (
 	"github.com/fairgate/fairgate/internal/config"
 	"github.com/fairgate/fairgate/limiter"
 	"github.com/fairgate/fairgate/limiter/redisctl"
+	"github.com/fairgate/fairgate/policy"
 	"github.com/fairgate/fairgate/store/memstore"
 	"github.com/fairgate/fairgate/store/redisstore"
 )
@@ -78,7 +79,7 @@ func TestAdmin(t *testing.T) {
 		t.Fatalf("override: %d %s", rec.Code, rec.Body.String())
 	}
 	for {
-		if res, err := lb.Snapshot().Resolve(limiter.Request{Tenant: "newco", Class: "read"}, time.Now()); err == nil && res.Layers[0].Limit.Capacity() == 3 {
+		if res, err := lb.Snapshot().Resolve(policy.Request{Tenant: "newco", Class: "read"}, time.Now()); err == nil && res.Layers[0].Limit.Capacity() == 3 {
 			break
 		}
 		if time.Since(start) > 2*time.Second {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/fairgate/fairgate/algo"
 	"github.com/fairgate/fairgate/limiter"
+	"github.com/fairgate/fairgate/policy"
 )
 
 // The admin API answers in the public API's vocabulary: snake_case names,
@@ -23,9 +24,9 @@ func timeView(t time.Time) any {
 	return t.UTC().Format(time.RFC3339Nano)
 }
 
-func ruleView(r limiter.Rule) map[string]any {
+func ruleView(r policy.Rule) map[string]any {
 	out := map[string]any{"name": r.Name, "limit": r.Limit.Limit}
-	if r.Calendar != limiter.NoCalendar {
+	if r.Calendar != policy.NoCalendar {
 		out["calendar"] = r.Calendar.String()
 	} else {
 		out["period_ms"] = ms(r.Limit.Period)
@@ -38,7 +39,7 @@ func ruleView(r limiter.Rule) map[string]any {
 	return out
 }
 
-func planView(p limiter.Plan) map[string]any {
+func planView(p policy.Plan) map[string]any {
 	rules := make([]map[string]any, len(p.Rules))
 	for i, r := range p.Rules {
 		rules[i] = ruleView(r)
@@ -46,7 +47,7 @@ func planView(p limiter.Plan) map[string]any {
 	return map[string]any{"name": p.Name, "rules": rules}
 }
 
-func overrideView(t limiter.Tenant) map[string]any {
+func overrideView(t policy.Tenant) map[string]any {
 	out := map[string]any{}
 	if t.Plan != "" {
 		out["plan"] = t.Plan
@@ -100,7 +101,7 @@ func effectiveView(tl limiter.TenantLimits) map[string]any {
 	return out
 }
 
-func classView(c limiter.Class) map[string]any {
+func classView(c policy.Class) map[string]any {
 	out := map[string]any{"share": c.Share, "fail": c.Fail.String(), "near_cache": !c.NoNearCache}
 	if c.Shadow {
 		out["shadow"] = true
@@ -117,7 +118,7 @@ func classView(c limiter.Class) map[string]any {
 	return out
 }
 
-func anonView(a limiter.AnonRoute) map[string]any {
+func anonView(a policy.AnonRoute) map[string]any {
 	rules := make([]map[string]any, len(a.Rules))
 	for i, r := range a.Rules {
 		v := ruleView(r.Rule)
@@ -131,7 +132,7 @@ func anonView(a limiter.AnonRoute) map[string]any {
 	return out
 }
 
-func overlayView(ov limiter.Overlay) map[string]any {
+func overlayView(ov policy.Overlay) map[string]any {
 	plans, tenants := map[string]any{}, map[string]any{}
 	for name, p := range ov.Plans {
 		plans[name] = planView(p)
@@ -142,7 +143,7 @@ func overlayView(ov limiter.Overlay) map[string]any {
 	return map[string]any{"version": ov.Version, "plans": plans, "tenants": tenants}
 }
 
-func policyView(p limiter.Policy, ov limiter.Overlay) map[string]any {
+func policyView(p policy.Policy, ov policy.Overlay) map[string]any {
 	loc := "UTC"
 	if p.Location != nil {
 		loc = p.Location.String()
@@ -190,14 +191,14 @@ type ruleBody struct {
 }
 
 // plan turns a plan body into a plan, naming the field at fault.
-func (b planBody) plan(name string) (limiter.Plan, string) {
-	p := limiter.Plan{Name: name}
+func (b planBody) plan(name string) (policy.Plan, string) {
+	p := policy.Plan{Name: name}
 	if len(b.Rules) == 0 {
 		return p, "rules: required, at least one rule"
 	}
 	for i, rb := range b.Rules {
 		at := fmt.Sprintf("rules[%d].", i)
-		var r limiter.Rule
+		var r policy.Rule
 		if rb.Name != nil {
 			r.Name = *rb.Name
 		}
@@ -209,9 +210,9 @@ func (b planBody) plan(name string) (limiter.Plan, string) {
 		case rb.Calendar != nil:
 			switch *rb.Calendar {
 			case "day":
-				r.Calendar = limiter.Day
+				r.Calendar = policy.Day
 			case "month":
-				r.Calendar = limiter.Month
+				r.Calendar = policy.Month
 			default:
 				return p, fmt.Sprintf("%scalendar: %q: want day or month", at, *rb.Calendar)
 			}

@@ -13,6 +13,7 @@ import (
 	"github.com/fairgate/fairgate/httplimit/problem"
 	"github.com/fairgate/fairgate/internal/auth"
 	"github.com/fairgate/fairgate/limiter"
+	"github.com/fairgate/fairgate/policy"
 )
 
 // checkRequest is the body of POST /v1/check. The caller is a gateway
@@ -46,12 +47,12 @@ type checkResponse struct {
 }
 
 // parseCheck validates a check request, naming the field at fault.
-func parseCheck(req *checkRequest) (limiter.Request, string) {
-	var lr limiter.Request
+func parseCheck(req *checkRequest) (policy.Request, string) {
+	var lr policy.Request
 	if req.Tenant != nil {
 		lr.Tenant = *req.Tenant
-		if len(lr.Tenant) > limiter.MaxTenantID {
-			return lr, fmt.Sprintf("tenant: %d bytes, at most %d", len(lr.Tenant), limiter.MaxTenantID)
+		if len(lr.Tenant) > policy.MaxTenantID {
+			return lr, fmt.Sprintf("tenant: %d bytes, at most %d", len(lr.Tenant), policy.MaxTenantID)
 		}
 	}
 	switch {
@@ -97,12 +98,9 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 		problem.BadRequest(w, detail)
 		return
 	}
-	if lr.Tenant == "" && !lr.IP.IsValid() && lr.Class == "" && s.lim.Anonymous(lr.Method, lr.Path) {
-		// An anonymous route is limited per client address: without one
-		// every such caller would share one bucket.
-		problem.BadRequest(w, "ip: required without a tenant: anonymous routes are limited per client address")
-		return
-	}
+	// An anonymous route is limited per client address: without one every
+	// such caller would share one bucket.
+	lr.RequireIP = true
 	d, err := s.lim.Decide(r.Context(), lr)
 	if err != nil {
 		problem.BadRequest(w, checkError(err, lr))
@@ -133,36 +131,38 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 }
 
 // checkError names the field a resolution error is about.
-func checkError(err error, lr limiter.Request) string {
+func checkError(err error, lr policy.Request) string {
 	switch {
-	case errors.Is(err, limiter.ErrNoTenant):
+	case errors.Is(err, policy.ErrNoTenant):
 		return fmt.Sprintf("tenant: required for route %s %s, which is not anonymous", lr.Method, lr.Path)
-	case errors.Is(err, limiter.ErrUnknownClass):
-		return "class: " + err.Error()
-	case errors.Is(err, limiter.ErrBadCost):
-		return "cost: " + err.Error()
+	case errors.Is(err, policy.ErrNoClientIP):
+		return "ip: required without a tenant: anonymous routes are limited per client address"
+	case errors.Is(err, policy.ErrUnknownClass):
+		return "class: " + strings.TrimPrefix(err.Error(), "policy: ")
+	case errors.Is(err, policy.ErrBadCost):
+		return "cost: " + strings.TrimPrefix(err.Error(), "policy: ")
 	}
 	return err.Error()
 }
 
 // identify verifies r's credential for the proxy and /v1/me/limits: a zero
 // identity for none, an error for a bad one.
-func (s *Server) identify(r *http.Request) (limiter.Identity, error) {
+func (s *Server) identify(r *http.Request) (policy.Identity, error) {
 	a := s.id.Load().auth
 	if a == nil || !a.Enabled() {
 		if r.Header.Get("Authorization") != "" || r.Header.Get("X-API-Key") != "" {
-			return limiter.Identity{}, errors.New("no credentials are configured: this service accepts none")
+			return policy.Identity{}, errors.New("no credentials are configured: this service accepts none")
 		}
-		return limiter.Identity{}, nil
+		return policy.Identity{}, nil
 	}
 	id, err := a.Authenticate(r)
 	if errors.Is(err, auth.ErrNoCredential) {
-		return limiter.Identity{}, nil
+		return policy.Identity{}, nil
 	}
 	if err != nil {
-		return limiter.Identity{}, err
+		return policy.Identity{}, err
 	}
-	if id.Plan != "" && !s.lim.KnownPlan(id.Plan) {
+	if id.Plan != "" && !s.lim.Snapshot().KnownPlan(id.Plan) {
 		// The policy's default applies; say so once per plan name (at
 		// most 1,000 names, so a flood of made-up claims cannot grow it).
 		ids := s.id.Load()
@@ -173,7 +173,7 @@ func (s *Server) identify(r *http.Request) (limiter.Identity, error) {
 			}
 		}
 	}
-	return limiter.Identity{Tenant: id.Tenant, Plan: id.Plan}, nil
+	return policy.Identity{Tenant: id.Tenant, Plan: id.Plan}, nil
 }
 
 func (s *Server) handleMyLimits(w http.ResponseWriter, r *http.Request) {

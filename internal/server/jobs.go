@@ -12,7 +12,7 @@ import (
 	"github.com/fairgate/fairgate/fairq"
 	"github.com/fairgate/fairgate/httplimit"
 	"github.com/fairgate/fairgate/httplimit/problem"
-	"github.com/fairgate/fairgate/limiter"
+	"github.com/fairgate/fairgate/policy"
 )
 
 // jobTenant returns the verified tenant of a jobs request, answering 401
@@ -71,7 +71,7 @@ func (s *Server) handleEnqueue(w http.ResponseWriter, r *http.Request) {
 	}
 	// An enqueue is a request like any other: charged to the tenant's
 	// limits for its route (the default class when no route names it).
-	d, err := s.lim.Decide(r.Context(), limiter.Request{Tenant: tenant, Method: r.Method, Path: r.URL.Path})
+	d, err := s.lim.Decide(r.Context(), policy.Request{Tenant: tenant, Method: r.Method, Path: r.URL.Path})
 	if err != nil {
 		problem.BadRequest(w, err.Error())
 		return

@@ -69,8 +69,9 @@ func (s *Server) newProxy(upstream *url.URL, timeout time.Duration) (http.Handle
 			pr.Out.Header.Del(id.tenantHdr)
 			pr.Out.Header.Del(id.planHdr)
 			if who, ok := httplimit.IdentityFrom(pr.In.Context()); ok {
+				d, _ := httplimit.DecisionFrom(pr.In.Context())
 				pr.Out.Header.Set(id.tenantHdr, who.Tenant)
-				pr.Out.Header.Set(id.planHdr, s.lim.PlanFor(who.Tenant, who.Plan))
+				pr.Out.Header.Set(id.planHdr, d.Resolution.Plan)
 			}
 		},
 		Transport:     rt,

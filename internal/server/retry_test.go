@@ -11,6 +11,7 @@ import (
 
 	"github.com/fairgate/fairgate/algo"
 	"github.com/fairgate/fairgate/limiter"
+	"github.com/fairgate/fairgate/policy"
 	"github.com/fairgate/fairgate/store/memstore"
 )
 
@@ -21,10 +22,10 @@ import (
 func TestRetryAfterIsHonest(t *testing.T) {
 	l, err := limiter.New(limiter.Config{
 		Store: memstore.New(memstore.Config{}),
-		Policy: limiter.Policy{
+		Policy: policy.Policy{
 			DefaultPlan: "p", DefaultClass: "c",
-			Plans:   map[string]limiter.Plan{"p": {Rules: []limiter.Rule{{Limit: algo.Limit{Limit: 4, Period: time.Second, Burst: 2}}}}},
-			Classes: map[string]limiter.Class{"c": {Share: 1}},
+			Plans:   map[string]policy.Plan{"p": {Rules: []policy.Rule{{Limit: algo.Limit{Limit: 4, Period: time.Second, Burst: 2}}}}},
+			Classes: map[string]policy.Class{"c": {Share: 1}},
 		},
 		Timeout: -1,
 	})

@@ -245,7 +245,7 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ready": false, "draining": true})
 		return
 	}
-	up, failClosed := s.lim.StoreUp(), s.lim.HasFailClosed()
+	up, failClosed := s.lim.StoreUp(), s.lim.Snapshot().HasFailClosed()
 	if s.conn != nil && !s.conn() {
 		up = false
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/fairgate/fairgate/httplimit"
 	"github.com/fairgate/fairgate/httplimit/problem"
 	"github.com/fairgate/fairgate/limiter"
+	"github.com/fairgate/fairgate/policy"
 	"github.com/fairgate/fairgate/store"
 )
 
@@ -311,8 +312,8 @@ func parseTake(req *takeRequest) (c store.Check, failOpen bool, detail string) {
 	switch {
 	case req.Key == nil || *req.Key == "":
 		return c, false, "key: required, a non-empty string"
-	case len(*req.Key) > limiter.MaxTakeKey:
-		return c, false, fmt.Sprintf("key: %d bytes, at most %d", len(*req.Key), limiter.MaxTakeKey)
+	case len(*req.Key) > policy.MaxTakeKey:
+		return c, false, fmt.Sprintf("key: %d bytes, at most %d", len(*req.Key), policy.MaxTakeKey)
 	case req.Limit == nil:
 		return c, false, "limit: required"
 	case *req.Limit < 1 || *req.Limit > algo.MaxCount:
@@ -324,7 +325,7 @@ func parseTake(req *takeRequest) (c store.Check, failOpen bool, detail string) {
 	case *req.PeriodMs*1000 < *req.Limit:
 		return c, false, fmt.Sprintf("period_ms: %d ms for limit %d is under 1µs per unit: lengthen the period or lower the limit", *req.PeriodMs, *req.Limit)
 	}
-	c.Key = limiter.TakeKey(*req.Key)
+	c.Key = policy.TakeKey(*req.Key)
 	c.Limit = algo.Limit{Limit: *req.Limit, Period: time.Duration(*req.PeriodMs) * time.Millisecond}
 	if req.Algorithm != nil {
 		a, err := algo.ParseAlgorithm(*req.Algorithm)
@@ -379,9 +380,9 @@ func (s *Server) handleTake(w http.ResponseWriter, r *http.Request) {
 	}
 	checks := [1]store.Check{c}
 	var res store.Result
-	fail := limiter.FailClosed
+	fail := policy.FailClosed
 	if failOpen {
-		fail = limiter.FailOpen
+		fail = policy.FailOpen
 	}
 	reason, err := s.lim.TakeChecks(r.Context(), checks[:], fail, &res)
 	if err != nil {

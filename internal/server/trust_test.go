@@ -27,6 +27,7 @@ import (
 	"github.com/fairgate/fairgate/internal/redistest"
 	"github.com/fairgate/fairgate/limiter"
 	"github.com/fairgate/fairgate/limiter/redisctl"
+	"github.com/fairgate/fairgate/policy"
 	"github.com/fairgate/fairgate/quota"
 	"github.com/fairgate/fairgate/store"
 	"github.com/fairgate/fairgate/store/memstore"
@@ -516,7 +517,7 @@ func TestAdminSpeaksTheAPIsVocabulary(t *testing.T) {
 	if rec.Code != 200 || !strings.Contains(rec.Body.String(), `"runtime":true`) || !strings.Contains(rec.Body.String(), `"burst":40`) {
 		t.Fatalf("PUT plan: %d %s", rec.Code, rec.Body)
 	}
-	if res, err := l.Snapshot().Resolve(limiter.Request{Tenant: "nobody", Class: "read"}, time.Now()); err != nil || res.Layers[0].Limit.Capacity() != 40 {
+	if res, err := l.Snapshot().Resolve(policy.Request{Tenant: "nobody", Class: "read"}, time.Now()); err != nil || res.Layers[0].Limit.Capacity() != 40 {
 		t.Fatalf("the plan written at run time is not in force: %+v %v", res, err)
 	}
 	if rec := admin("PUT", "/admin/plans/free", `{"rules":[{"limit":60}]}`); rec.Code != 400 || !strings.Contains(rec.Body.String(), "rules[0].period_ms: required") {

@@ -23,6 +23,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/fairgate/fairgate/limiter"
+	"github.com/fairgate/fairgate/policy"
 )
 
 // Store is a limiter.ControlStore on Redis. It is safe for concurrent use.
@@ -64,8 +65,8 @@ func (s *Store) Version(ctx context.Context) (int64, error) {
 }
 
 // Load implements limiter.ControlStore.
-func (s *Store) Load(ctx context.Context) (limiter.Overlay, error) {
-	ov := limiter.Overlay{Plans: map[string]limiter.Plan{}, Tenants: map[string]limiter.Tenant{}}
+func (s *Store) Load(ctx context.Context) (policy.Overlay, error) {
+	ov := policy.Overlay{Plans: map[string]policy.Plan{}, Tenants: map[string]policy.Tenant{}}
 	msgs, err := load.Exec(ctx, s.c, []string{s.plans, s.tenants, s.verKey}, nil).ToArray()
 	if err != nil {
 		return ov, fmt.Errorf("redisctl: load: %w", err)
@@ -81,7 +82,7 @@ func (s *Store) Load(ctx context.Context) (limiter.Overlay, error) {
 		return ov, fmt.Errorf("redisctl: plans: %w", err)
 	}
 	for name, v := range plans {
-		var p limiter.Plan
+		var p policy.Plan
 		if err := json.Unmarshal([]byte(v), &p); err != nil {
 			return ov, fmt.Errorf("redisctl: plan %q: %w", name, err)
 		}
@@ -92,7 +93,7 @@ func (s *Store) Load(ctx context.Context) (limiter.Overlay, error) {
 		return ov, fmt.Errorf("redisctl: tenants: %w", err)
 	}
 	for id, v := range tenants {
-		var t limiter.Tenant
+		var t policy.Tenant
 		if err := json.Unmarshal([]byte(v), &t); err != nil {
 			return ov, fmt.Errorf("redisctl: tenant %q: %w", id, err)
 		}
@@ -121,12 +122,12 @@ func (s *Store) write(ctx context.Context, key, field string, v any) error {
 }
 
 // PutPlan implements limiter.ControlStore.
-func (s *Store) PutPlan(ctx context.Context, p limiter.Plan) error {
+func (s *Store) PutPlan(ctx context.Context, p policy.Plan) error {
 	return s.write(ctx, s.plans, p.Name, p)
 }
 
 // PutTenant implements limiter.ControlStore.
-func (s *Store) PutTenant(ctx context.Context, id string, t limiter.Tenant) error {
+func (s *Store) PutTenant(ctx context.Context, id string, t policy.Tenant) error {
 	return s.write(ctx, s.tenants, id, t)
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/fairgate/fairgate/internal/redistest"
 	"github.com/fairgate/fairgate/limiter"
 	"github.com/fairgate/fairgate/limiter/redisctl"
+	"github.com/fairgate/fairgate/policy"
 	"github.com/fairgate/fairgate/store/redisstore"
 )
 
@@ -25,11 +26,11 @@ func TestMain(m *testing.M) {
 	os.Exit(redistest.MainWithCluster(m, func(s *redistest.Server, c *redistest.Cluster) { standalone, cluster = s, c }))
 }
 
-func policy() limiter.Policy {
-	return limiter.Policy{
+func testPolicy() policy.Policy {
+	return policy.Policy{
 		DefaultPlan: "free", DefaultClass: "read",
-		Plans:   map[string]limiter.Plan{"free": {Rules: []limiter.Rule{{Limit: algo.Limit{Limit: 120, Period: time.Minute, Burst: 30}}}}},
-		Classes: map[string]limiter.Class{"read": {Share: 1}},
+		Plans:   map[string]policy.Plan{"free": {Rules: []policy.Rule{{Limit: algo.Limit{Limit: 120, Period: time.Minute, Burst: 30}}}}},
+		Classes: map[string]policy.Class{"read": {Share: 1}},
 	}
 }
 
@@ -42,7 +43,7 @@ func instance(t *testing.T, url, prefix string) *limiter.Limiter {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	l, err := limiter.New(limiter.Config{Store: st, Policy: policy(), Control: redisctl.New(st.Client(), prefix), Timeout: time.Second})
+	l, err := limiter.New(limiter.Config{Store: st, Policy: testPolicy(), Control: redisctl.New(st.Client(), prefix), Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +58,7 @@ func instance(t *testing.T, url, prefix string) *limiter.Limiter {
 func burst(t *testing.T, l *limiter.Limiter, tenant string) int {
 	t.Helper()
 	for n := 0; n < 100; n++ {
-		d, err := l.Decide(context.Background(), limiter.Request{Tenant: tenant, Class: "read"})
+		d, err := l.Decide(context.Background(), policy.Request{Tenant: tenant, Class: "read"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -86,11 +87,11 @@ func testAcrossInstances(t *testing.T, url string) {
 	prefix := fmt.Sprintf("t%d:", rand.Uint32())
 	a, b := instance(t, url, prefix), instance(t, url, prefix)
 	ctx := context.Background()
-	if err := a.PutOverride(ctx, "acme", limiter.Tenant{Burst: 5}); err != nil {
+	if err := a.PutOverride(ctx, "acme", policy.Tenant{Burst: 5}); err != nil {
 		t.Fatal(err)
 	}
 	took := within(t, 2*time.Second, "override written on A enforced on B", func() bool {
-		res, err := b.Snapshot().Resolve(limiter.Request{Tenant: "acme", Class: "read"}, time.Now())
+		res, err := b.Snapshot().Resolve(policy.Request{Tenant: "acme", Class: "read"}, time.Now())
 		return err == nil && res.Layers[0].Limit.Capacity() == 5
 	})
 	t.Logf("B applied the override after %v", took)
@@ -98,24 +99,24 @@ func testAcrossInstances(t *testing.T, url string) {
 		t.Errorf("B admitted a burst of %d for acme, want the override's 5", n)
 	}
 	// A plan change reaches B too.
-	if err := a.PutPlan(ctx, limiter.Plan{Name: "free", Rules: []limiter.Rule{{Limit: algo.Limit{Limit: 60, Period: time.Minute, Burst: 7}}}}); err != nil {
+	if err := a.PutPlan(ctx, policy.Plan{Name: "free", Rules: []policy.Rule{{Limit: algo.Limit{Limit: 60, Period: time.Minute, Burst: 7}}}}); err != nil {
 		t.Fatal(err)
 	}
 	within(t, 2*time.Second, "plan change on B", func() bool {
-		res, _ := b.Snapshot().Resolve(limiter.Request{Tenant: "newco", Class: "read"}, time.Now())
+		res, _ := b.Snapshot().Resolve(policy.Request{Tenant: "newco", Class: "read"}, time.Now())
 		return len(res.Layers) == 1 && res.Layers[0].Limit.Capacity() == 7
 	})
 	// An override with an expiry ends by itself on both instances.
 	exp := time.Now().Add(1500 * time.Millisecond)
-	if err := a.PutOverride(ctx, "globex", limiter.Tenant{Burst: 3, Expires: exp}); err != nil {
+	if err := a.PutOverride(ctx, "globex", policy.Tenant{Burst: 3, Expires: exp}); err != nil {
 		t.Fatal(err)
 	}
 	within(t, 2*time.Second, "expiring override on B", func() bool {
-		res, _ := b.Snapshot().Resolve(limiter.Request{Tenant: "globex", Class: "read"}, time.Now())
+		res, _ := b.Snapshot().Resolve(policy.Request{Tenant: "globex", Class: "read"}, time.Now())
 		return res.Layers[0].Limit.Capacity() == 3
 	})
 	within(t, 3*time.Second, "override expired on B", func() bool {
-		res, _ := b.Snapshot().Resolve(limiter.Request{Tenant: "globex", Class: "read"}, time.Now())
+		res, _ := b.Snapshot().Resolve(policy.Request{Tenant: "globex", Class: "read"}, time.Now())
 		return res.Layers[0].Limit.Capacity() == 7
 	})
 	if time.Now().Before(exp) {
@@ -126,7 +127,7 @@ func testAcrossInstances(t *testing.T, url string) {
 		t.Fatal(err)
 	}
 	within(t, 2*time.Second, "delete reaches B", func() bool {
-		res, _ := b.Snapshot().Resolve(limiter.Request{Tenant: "acme", Class: "read"}, time.Now())
+		res, _ := b.Snapshot().Resolve(policy.Request{Tenant: "acme", Class: "read"}, time.Now())
 		return res.Layers[0].Limit.Capacity() == 7
 	})
 }
@@ -144,7 +145,7 @@ func TestOverrideAcrossInstancesCluster(t *testing.T) {
 func TestBadOverrideIsRefusedBeforeWriting(t *testing.T) {
 	prefix := fmt.Sprintf("t%d:", rand.Uint32())
 	a := instance(t, "redis://"+standalone.Addr, prefix)
-	if err := a.PutOverride(context.Background(), "acme", limiter.Tenant{Plan: "gold"}); err == nil {
+	if err := a.PutOverride(context.Background(), "acme", policy.Tenant{Plan: "gold"}); err == nil {
 		t.Fatal("override naming an unknown plan accepted")
 	}
 	st, _ := redisstore.New(redisstore.Config{URL: "redis://" + standalone.Addr})

@@ -1,10 +1,12 @@
-package limiter
+package policy_test
 
 import (
 	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fairgate/fairgate/policy"
 
 	"github.com/fairgate/fairgate/store/redisstore"
 )
@@ -39,24 +41,24 @@ func adversarialIDs(r *rand.Rand, n int) []string {
 func TestTenantKeysNeverCollideAndStayInTheirSlot(t *testing.T) {
 	seed := rand.Uint64()
 	r := rand.New(rand.NewPCG(seed, 3))
-	snap, err := Compile(testPolicy())
+	snap, err := policy.Compile(testPolicy())
 	if err != nil {
 		t.Fatal(err)
 	}
 	owner := map[string]string{} // tag -> id
 	keyOwner := map[string]string{}
 	for _, id := range adversarialIDs(r, 5000) {
-		tag := TenantTag(id)
+		tag := policy.TenantTag(id)
 		if prev, ok := owner[tag]; ok && prev != id {
 			t.Fatalf("seed %d: IDs %q and %q share the tag %q", seed, prev, id, tag)
 		}
 		owner[tag] = id
-		if strings.ContainsAny(tag, "{}") || len(tag) > 2+maxEscaped {
+		if strings.ContainsAny(tag, "{}") || len(tag) > 2+policy.MaxEscaped {
 			t.Fatalf("tag %q of %q holds a brace or is too long", tag, id)
 		}
 		want := redisstore.Slot("{" + tag + "}")
 		for _, class := range []string{"read", "write", "search", "export"} {
-			res, err := snap.Resolve(Request{Tenant: id, Class: class}, noon)
+			res, err := snap.Resolve(policy.Request{Tenant: id, Class: class}, noon)
 			if err != nil {
 				t.Fatalf("Resolve(%q, %s): %v", id, class, err)
 			}
@@ -79,8 +81,8 @@ func TestTenantKeysNeverCollideAndStayInTheirSlot(t *testing.T) {
 }
 
 func TestLongTenantIDsAreRefused(t *testing.T) {
-	snap, _ := Compile(testPolicy())
-	if _, err := snap.Resolve(Request{Tenant: strings.Repeat("x", MaxTenantID+1), Class: "read"}, time.Now()); err == nil {
-		t.Error("a tenant ID over MaxTenantID was resolved")
+	snap, _ := policy.Compile(testPolicy())
+	if _, err := snap.Resolve(policy.Request{Tenant: strings.Repeat("x", policy.MaxTenantID+1), Class: "read"}, time.Now()); err == nil {
+		t.Error("a tenant ID over policy.MaxTenantID was resolved")
 	}
 }

@@ -1,4 +1,4 @@
-package limiter
+package policy
 
 import (
 	"crypto/sha256"

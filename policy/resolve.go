@@ -1,4 +1,4 @@
-package limiter
+package policy
 
 import (
 	"errors"
@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/fairgate/fairgate/algo"
-	"github.com/fairgate/fairgate/store"
 )
 
 // Identity is who a request is from, as its verified credential says:
@@ -49,6 +48,11 @@ type Request struct {
 	// middleware does; leave it unset where the caller is another service
 	// asking for a decision (the /v1/check API), which holding would stall.
 	Hold bool
+	// RequireIP makes a request without a valid IP that an anonymous route
+	// matches an error ([ErrNoClientIP]) instead of sharing one key with
+	// every other such request. Set it where the caller asks on behalf of
+	// clients (the /v1/check API).
+	RequireIP bool
 }
 
 // Layer is one limit a request is checked against.
@@ -98,13 +102,16 @@ type Resolution struct {
 var (
 	// ErrNoTenant means a request without a tenant matched no anonymous
 	// route: it needs a credential (the proxy answers 401).
-	ErrNoTenant = errors.New("limiter: no tenant for a route that is not anonymous")
+	ErrNoTenant = errors.New("policy: no tenant for a route that is not anonymous")
 	// ErrUnknownClass means Request.Class names no class.
-	ErrUnknownClass = errors.New("limiter: unknown class")
+	ErrUnknownClass = errors.New("policy: unknown class")
 	// ErrBadCost means Request.Cost is negative or over a layer's burst.
-	ErrBadCost = errors.New("limiter: bad cost")
+	ErrBadCost = errors.New("policy: bad cost")
+	// ErrNoClientIP means a request with RequireIP set and no valid IP
+	// matched an anonymous route, which is limited per client address.
+	ErrNoClientIP = errors.New("policy: anonymous routes are limited per client address: the request needs one")
 	// ErrBadTenant means the tenant ID is longer than MaxTenantID.
-	ErrBadTenant = errors.New("limiter: tenant ID too long")
+	ErrBadTenant = errors.New("policy: tenant ID too long")
 )
 
 // Resolve returns the layers of req at time now (which picks calendar
@@ -121,6 +128,9 @@ func (s *Snapshot) Resolve(req Request, now time.Time) (Resolution, error) {
 		a, ok := s.anon[pattern]
 		if !ok {
 			return Resolution{}, ErrNoTenant
+		}
+		if req.RequireIP && !req.IP.IsValid() {
+			return Resolution{Class: a.Name, Anonymous: true}, ErrNoClientIP
 		}
 		return s.resolveAnon(a, req, now)
 	}
@@ -256,42 +266,29 @@ func (s *Snapshot) window(r crule, now time.Time) (algo.Limit, string) {
 	if r.Calendar == NoCalendar {
 		return r.Limit, ""
 	}
-	w := s.calendar(r.Calendar, now)
+	w := calendar(r.Calendar, s.loc, now)
 	return algo.Limit{Limit: r.Limit.Limit, Period: w.period, Offset: w.offset, Algorithm: algo.FixedWindow}, w.label
 }
 
-// calendar returns the day or month window at now.
-func (s *Snapshot) calendar(c Calendar, now time.Time) *calWindow {
-	us := now.UnixMicro()
-	if w := s.cal[c].Load(); w != nil && w.start <= us && us < w.end {
-		return w
-	}
-	t := now.In(s.loc)
+// calendar returns the day or month window that holds now in loc. It is
+// computed afresh from its arguments alone: a window is never shared
+// between rules or tenants.
+func calendar(c Calendar, loc *time.Location, now time.Time) calWindow {
+	t := now.In(loc)
 	var start, end time.Time
 	var label string
 	switch c {
 	case Day:
-		start = time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, s.loc)
+		start = time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, loc)
 		end = start.AddDate(0, 0, 1)
 		label = start.Format("d20060102")
 	default:
-		start = time.Date(t.Year(), t.Month(), 1, 0, 0, 0, 0, s.loc)
+		start = time.Date(t.Year(), t.Month(), 1, 0, 0, 0, 0, loc)
 		end = start.AddDate(0, 1, 0)
 		label = start.Format("m200601")
 	}
 	period := end.Sub(start)
 	pus := int64(period / time.Microsecond)
-	w := &calWindow{start: start.UnixMicro(), end: end.UnixMicro(), period: period, label: label,
+	return calWindow{period: period, label: label,
 		offset: time.Duration(((start.UnixMicro()%pus)+pus)%pus) * time.Microsecond}
-	s.cal[c].Store(w)
-	return w
-}
-
-// Checks returns the store checks of res.
-func (res Resolution) Checks() []store.Check {
-	cs := make([]store.Check, len(res.Layers))
-	for i, l := range res.Layers {
-		cs[i] = store.Check{Key: l.Key, Limit: l.Limit, Cost: res.Cost}
-	}
-	return cs
 }

@@ -1,0 +1,4 @@
+package policy
+
+// MaxEscaped is maxEscaped, for the external tests.
+const MaxEscaped = maxEscaped

@@ -1,0 +1,109 @@
+package policy
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/fairgate/fairgate/algo"
+)
+
+// Snapshot is a compiled, immutable policy: what decides requests. It
+// holds no state that changes after [Compile] (no caches), so one tenant's
+// requests can never change what another's resolve to. It is safe for
+// concurrent use.
+type Snapshot struct {
+	plans     map[string]*cplan
+	classes   map[string]*Class
+	tenants   map[string]*ctenant
+	defTenant *ctenant
+	// planTenants are unlisted tenants on each plan (Request.Plan).
+	planTenants map[string]*ctenant
+	routes      map[string]*Route
+	anon        map[string]*AnonRoute
+	mux         *http.ServeMux
+	patterns    map[string]string // the mux's patterns to the policy's
+	loc         *time.Location
+	policy      Policy
+}
+
+type cplan struct {
+	Plan
+	rules []crule
+}
+
+// ctenant is a tenant's effective plan rules, overrides applied.
+type ctenant struct {
+	base   *ctenant // what applies once an overlay entry expires; nil: the default
+	plan   string
+	tenant Tenant
+	rules  []crule
+	shares map[string]float64
+}
+
+// classLimit is rule r's limit for class c: the share applied.
+func (t *ctenant) classLimit(r crule, c *Class) algo.Limit {
+	share := c.Share
+	if v, ok := t.shares[c.Name]; ok {
+		share = v
+	}
+	l := r.Limit
+	if share >= 1 || r.Calendar != NoCalendar {
+		return l // quotas are the tenant's as a whole
+	}
+	l.Limit = scale(l.Limit, share)
+	if l.Burst != 0 {
+		l.Burst = scale(l.Burst, share)
+	}
+	if l.Algorithm.Windowed() && l.Burst != 0 {
+		l.Burst = l.Limit
+	}
+	return l
+}
+
+// Policy returns the policy the snapshot was compiled from.
+func (s *Snapshot) Policy() Policy { return s.policy }
+
+// Standing is what the policy says of one tenant at one time.
+type Standing struct {
+	// Plan is the plan in force: the tenant entry's, the plan its
+	// credential names, or the default plan.
+	Plan string
+	// Listed reports that an entry or a credential's plan, not the default,
+	// decides the tenant; Expires is when a run-time entry ends (zero:
+	// never).
+	Listed  bool
+	Expires time.Time
+}
+
+// Standing returns what decides tenant id at now, for a tenant whose
+// verified credential names plan ("" for none): the plan applies when the
+// policy lists no entry for the tenant, as [Request].Plan does.
+func (s *Snapshot) Standing(id, plan string, now time.Time) Standing {
+	t := s.tenantFor(id, plan, now)
+	return Standing{Plan: t.plan, Listed: t != s.defTenant, Expires: t.tenant.Expires}
+}
+
+// KnownPlan reports whether plan names a plan of the snapshot.
+func (s *Snapshot) KnownPlan(plan string) bool {
+	_, ok := s.planTenants[plan]
+	return ok
+}
+
+// ClassNames returns the names of the classes, sorted.
+func (s *Snapshot) ClassNames() []string { return sortedKeys(s.classes) }
+
+// HasFailClosed reports whether some class or anonymous route fails closed
+// (and so is refused while the store is out).
+func (s *Snapshot) HasFailClosed() bool {
+	for _, c := range s.classes {
+		if c.Fail == FailClosed {
+			return true
+		}
+	}
+	for _, a := range s.anon {
+		if a.Fail == FailClosed {
+			return true
+		}
+	}
+	return false
+}
