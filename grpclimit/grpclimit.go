@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
-	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -102,7 +101,7 @@ func (d *decider) decide(ctx context.Context, fullMethod string) error {
 		return status.Error(codes.InvalidArgument, err.Error())
 	}
 	h := http.Header{}
-	httplimit.SetHeaders(h, d.form, dec, time.Now())
+	httplimit.SetHeaders(h, d.form, dec)
 	if !dec.Allowed {
 		h.Set("Retry-After", httplimit.RetryAfter(dec.RetryAfter))
 	}

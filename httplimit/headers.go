@@ -70,13 +70,19 @@ func quota(ld limiter.LayerDecision) (q int64, w time.Duration) {
 // SetHeaders writes the rate-limit headers of d's tightest layer to h in
 // form f, and Retry-After when d rejects. A decision with no layers (free,
 // or the store out and failing closed) gets only Retry-After, if any.
-func SetHeaders(h http.Header, f Form, d limiter.Decision, now time.Time) {
-	emit(f, d, now, h.Set)
+// Times are counted from d.Now, the decision's own clock reading (the
+// current time for a decision without one).
+func SetHeaders(h http.Header, f Form, d limiter.Decision) {
+	emit(f, d, h.Set)
 }
 
 // emit calls set with each header of d in form f, named as the drafts
 // spell them.
-func emit(f Form, d limiter.Decision, now time.Time, set func(name, value string)) {
+func emit(f Form, d limiter.Decision, set func(name, value string)) {
+	now := d.Now
+	if now.IsZero() {
+		now = time.Now()
+	}
 	if !d.Allowed && d.RetryAfter > 0 {
 		set("Retry-After", RetryAfter(d.RetryAfter))
 	}
@@ -117,8 +123,8 @@ func nonNeg(n int64) string { return strconv.FormatInt(max(n, 0), 10) }
 // HeaderMap is SetHeaders into a map, with the names spelled as the drafts
 // do (RateLimit-Limit, not Ratelimit-Limit), for APIs that hand the headers
 // to a gateway.
-func HeaderMap(f Form, d limiter.Decision, now time.Time) map[string]string {
+func HeaderMap(f Form, d limiter.Decision) map[string]string {
 	m := map[string]string{}
-	emit(f, d, now, func(k, v string) { m[k] = v })
+	emit(f, d, func(k, v string) { m[k] = v })
 	return m
 }

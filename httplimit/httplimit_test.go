@@ -42,7 +42,8 @@ func TestHeaderForms(t *testing.T) {
 	d := decision(false, 0, 499*time.Millisecond, 14_500*time.Millisecond)
 
 	h := http.Header{}
-	SetHeaders(h, Draft, d, now)
+	d.Now = now
+	SetHeaders(h, Draft, d)
 	for k, want := range map[string]string{"RateLimit-Limit": "30", "RateLimit-Remaining": "0", "RateLimit-Reset": "15", "Retry-After": "1"} {
 		if got := h.Get(k); got != want {
 			t.Errorf("draft %s = %q, want %q", k, got, want)
@@ -50,7 +51,8 @@ func TestHeaderForms(t *testing.T) {
 	}
 
 	h = http.Header{}
-	SetHeaders(h, X, d, now)
+	d.Now = now
+	SetHeaders(h, X, d)
 	for k, want := range map[string]string{"X-RateLimit-Limit": "30", "X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "1800000015"} {
 		if got := h.Get(k); got != want {
 			t.Errorf("x %s = %q, want %q", k, got, want)
@@ -58,7 +60,8 @@ func TestHeaderForms(t *testing.T) {
 	}
 
 	h = http.Header{}
-	SetHeaders(h, Structured, d, now)
+	d.Now = now
+	SetHeaders(h, Structured, d)
 	pol, err := httpsfv.UnmarshalList(h.Values("RateLimit-Policy"))
 	if err != nil {
 		t.Fatalf("RateLimit-Policy %q does not parse: %v", h.Get("RateLimit-Policy"), err)

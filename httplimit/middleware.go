@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"time"
 
 	"github.com/fairgate/fairgate/httplimit/problem"
 	"github.com/fairgate/fairgate/limiter"
@@ -34,7 +33,7 @@ const (
 // 503 with Retry-After when the store is out and the policy fails closed.
 // The rate-limit headers are written too.
 func WriteRejection(w http.ResponseWriter, f Form, d limiter.Decision) {
-	SetHeaders(w.Header(), f, d, time.Now())
+	SetHeaders(w.Header(), f, d)
 	if d.Reason == limiter.ReasonUnavailable {
 		w.Header().Set("Retry-After", RetryAfter(d.RetryAfter))
 		problem.Write(w, problem.Details{
@@ -177,7 +176,7 @@ func Middleware(c Config) (func(http.Handler) http.Handler, error) {
 				WriteRejection(w, form, d)
 				return
 			}
-			SetHeaders(w.Header(), form, d, time.Now())
+			SetHeaders(w.Header(), form, d)
 			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), decidedKey{}, &decided{id, d})))
 		})
 	}, nil

@@ -73,7 +73,7 @@ func (l *Limiter) EffectiveFor(ctx context.Context, id, plan string) (TenantLimi
 			checks[i] = store.Check{Key: ly.Key, Limit: ly.Limit}
 		}
 		var res store.Result
-		if err := l.take(ctx, checks, &res); err != nil {
+		if err := l.take(ctx, now, checks, &res); err != nil {
 			return out, err
 		}
 		for i, ly := range part {

@@ -96,7 +96,7 @@ func (l *Limiter) leased(ctx context.Context, res policy.Resolution, now time.Ti
 			checks[i].Cost = n
 		}
 		var sr store.Result
-		if err := l.take(ctx, checks, &sr); err != nil || !sr.Allowed {
+		if err := l.take(ctx, now, checks, &sr); err != nil || !sr.Allowed {
 			if err == nil {
 				// Under a load over the limit, n units may never gather
 				// while requests take them one by one: back off longer

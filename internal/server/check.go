@@ -108,7 +108,7 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 	}
 	resp := checkResponse{
 		Allowed: d.Allowed, Status: http.StatusOK, Reason: string(d.Reason), Policy: d.Policy,
-		Headers:   httplimit.HeaderMap(s.form, d, time.Now()),
+		Headers:   httplimit.HeaderMap(s.form, d),
 		Decisions: []layerJSON{},
 	}
 	switch {

@@ -76,7 +76,7 @@ func (s *Server) handleEnqueue(w http.ResponseWriter, r *http.Request) {
 		problem.BadRequest(w, err.Error())
 		return
 	}
-	httplimit.SetHeaders(w.Header(), s.form, d, time.Now())
+	httplimit.SetHeaders(w.Header(), s.form, d)
 	if !d.Allowed {
 		httplimit.WriteRejection(w, s.form, d)
 		return

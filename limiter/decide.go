@@ -1,0 +1,425 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/fairgate/fairgate/algo"
+	"github.com/fairgate/fairgate/policy"
+	"github.com/fairgate/fairgate/store"
+)
+
+// Reason says why a decision is what it is.
+type Reason string
+
+// The reasons.
+const (
+	// ReasonAllowed: every enforced layer admitted.
+	ReasonAllowed Reason = "allowed"
+	// ReasonLimited: an enforced layer rejected.
+	ReasonLimited Reason = "limited"
+	// ReasonShadowLimited: admitted, but a shadow layer would have rejected.
+	ReasonShadowLimited Reason = "shadow_limited"
+	// ReasonDegradedOpen: the store failed and the fail mode is open; the
+	// in-process fallback limiter decided.
+	ReasonDegradedOpen Reason = "degraded_open"
+	// ReasonUnavailable: the store failed and the fail mode is closed.
+	ReasonUnavailable Reason = "unavailable_closed"
+	// ReasonFree: the request costs nothing and was not checked.
+	ReasonFree Reason = "free"
+)
+
+// LayerDecision is one layer's decision.
+type LayerDecision struct {
+	policy.Layer
+	// Allowed reports whether the layer admitted (or, when another layer
+	// rejected and nothing was charged, would have).
+	Allowed bool
+	// Remaining is the layer's capacity left.
+	Remaining int64
+	// RetryAfter is how long until the layer admits the cost; 0 if allowed.
+	RetryAfter time.Duration
+	// ResetAfter is how long until the layer is full again.
+	ResetAfter time.Duration
+}
+
+func (ld *LayerDecision) set(d algo.Decision) {
+	ld.Allowed, ld.Remaining, ld.RetryAfter, ld.ResetAfter = d.Allowed, d.Remaining, d.RetryAfter, d.ResetAfter
+}
+
+// Decision is the answer for one request. It is a value, never an error.
+type Decision struct {
+	// Allowed reports whether the request may proceed.
+	Allowed bool
+	// Reason says why.
+	Reason Reason
+	// Policy is the policy of the layer closest to exhaustion: the one that
+	// rejected, or the one with the least remaining.
+	Policy string
+	// RetryAfter is zero when allowed; otherwise how long to wait. When the
+	// store is unavailable and the mode is closed, a fixed 5 s.
+	RetryAfter time.Duration
+	// Tightest indexes Layers: the layer Policy names, -1 when none.
+	Tightest int
+	// Layers holds one decision per layer, narrowest first.
+	Layers []LayerDecision
+	// Resolution is what the request resolved to.
+	Resolution policy.Resolution
+	// Now is the time the decision was made at: the one clock reading of
+	// the decision (plus any hold), for headers and logs.
+	Now time.Time
+}
+
+// UnavailableRetryAfter is the Retry-After of a fail-closed decision.
+const UnavailableRetryAfter = 5 * time.Second
+
+// MaxHeld bounds the requests an instance holds at once (see
+// [Class.SlowDown]); past it, rejections are answered at once.
+const MaxHeld = 4096
+
+// hold waits d, unless MaxHeld requests are held already or ctx ends
+// first, and reports whether it waited.
+func (l *Limiter) hold(ctx context.Context, d time.Duration) bool {
+	defer l.held.Add(-1)
+	if l.held.Add(1) > MaxHeld {
+		return false
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		l.m.slowed.Inc()
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// count records d in the decisions metric and samples a log line of its
+// rejection; checks given directly are not a policy's decisions.
+func (l *Limiter) count(c *call, d *Decision) {
+	if c.direct {
+		return
+	}
+	if d.Reason == ReasonLimited && l.logged.allow(c.now.Unix()) {
+		l.log.Info("limited", slog.String("tenant", d.Resolution.Tenant), slog.String("policy", d.Policy), slog.Int64("retry_after_ms", ceilMs(d.RetryAfter)))
+	}
+	plan := d.Resolution.Plan
+	if d.Resolution.Anonymous {
+		plan = "anonymous"
+	}
+	name := d.Policy
+	if name == "" {
+		name = d.Resolution.Class
+	}
+	l.m.decisions.WithLabelValues(name, plan, string(d.Reason)).Inc()
+	if d.Reason == ReasonLimited && l.limited != nil {
+		l.limited(d.Resolution.Tenant)
+	}
+}
+
+// retryEnforced handles a batch rejected at least in part by shadow layers:
+// if an enforced layer rejected too, the answer stands; otherwise the batch
+// is decided again without the rejecting shadow layers, so that shadow
+// limits never block (and, on a second shadow rejection, without any).
+func (l *Limiter) retryEnforced(ctx context.Context, c *call, d *Decision, sr *store.Result) error {
+	all := layerDecisions(c.res.Layers, sr.Decisions)
+	for _, ld := range all {
+		if !ld.Allowed && !ld.Shadow {
+			d.Layers = all
+			return nil
+		}
+	}
+	for attempt := 0; attempt < 2; attempt++ {
+		var idx []int
+		var sub []store.Check
+		for i, ld := range all {
+			keep := !ld.Shadow || (attempt == 0 && ld.Allowed)
+			if keep {
+				idx = append(idx, i)
+				sub = append(sub, c.checks[i])
+			}
+		}
+		if len(sub) == 0 {
+			d.Layers = all
+			return nil
+		}
+		var r2 store.Result
+		if err := l.take(ctx, c.now, sub, &r2); err != nil {
+			return err
+		}
+		if r2.Allowed || attempt == 1 || !anyShadowRejectsAt(all, idx, r2.Decisions) {
+			for j, i := range idx {
+				all[i].set(r2.Decisions[j])
+			}
+			d.Layers = all
+			return nil
+		}
+	}
+	d.Layers = all
+	return nil
+}
+
+func anyShadowRejects(layers []policy.Layer, ds []algo.Decision) bool {
+	for i, x := range ds {
+		if !x.Allowed && layers[i].Shadow {
+			return true
+		}
+	}
+	return false
+}
+
+func anyShadowRejectsAt(all []LayerDecision, idx []int, ds []algo.Decision) bool {
+	for j, x := range ds {
+		if !x.Allowed && all[idx[j]].Shadow {
+			return true
+		}
+	}
+	return false
+}
+
+func layerDecisions(layers []policy.Layer, ds []algo.Decision) []LayerDecision {
+	out := make([]LayerDecision, len(layers))
+	for i := range layers {
+		out[i] = LayerDecision{Layer: layers[i]}
+		if i < len(ds) {
+			out[i].set(ds[i])
+		}
+	}
+	return out
+}
+
+// tightest is store.Result.Tightest over layer decisions, enforced layers
+// first: the rejecting enforced layer with the longest retry-after, else
+// the layer with the least remaining relative to its burst.
+func tightest(ls []LayerDecision) int {
+	best := -1
+	for i, x := range ls {
+		if best < 0 {
+			best = i
+			continue
+		}
+		b := ls[best]
+		xr, br := !x.Allowed && !x.Shadow, !b.Allowed && !b.Shadow
+		switch {
+		case xr && (!br || x.RetryAfter > b.RetryAfter):
+			best = i
+		case !xr && !br && x.Remaining*b.Limit.Capacity() < b.Remaining*x.Limit.Capacity():
+			best = i
+		}
+	}
+	return best
+}
+
+// Decide decides req now. The error is for requests that cannot be
+// decided as asked (ErrNoTenant, ErrUnknownClass, ErrBadCost,
+// ErrBadTenant, ErrNoClientIP); store failures are decided by the fail
+// mode, never returned.
+func (l *Limiter) Decide(ctx context.Context, req policy.Request) (Decision, error) {
+	return l.DecideAt(ctx, l.now(), req)
+}
+
+// DecideAt is Decide at now: the time that picks calendar windows,
+// decides whether overrides have expired and ages near-cache answers. The
+// store decides by its own clock (Redis TIME; the memory store's).
+func (l *Limiter) DecideAt(ctx context.Context, now time.Time, req policy.Request) (Decision, error) {
+	res, err := l.snap.Load().Resolve(req, now)
+	if err != nil {
+		return Decision{Tightest: -1, Resolution: res, Now: now}, err
+	}
+	if res.Cost == 0 {
+		d := Decision{Allowed: true, Reason: ReasonFree, Tightest: -1, Resolution: res, Now: now}
+		l.count(&call{now: now}, &d)
+		return d, nil
+	}
+	c := call{now: now, res: res, checks: checksOf(res), hold: req.Hold, near: l.near != nil && !res.NoNearCache}
+	var sr store.Result
+	return l.decide(ctx, &c, &sr)
+}
+
+// TakeChecks decides checks given directly (the /v1/take API, the Envoy
+// service) through the same pipeline as Decide: near cache, deadline,
+// breaker and fail mode. res receives one decision per check. The error
+// is for invalid checks only.
+//
+// The near cache answers single-check batches only: a batch of several
+// that one remembered check rejects would owe its other checks a decision
+// the instance does not have.
+func (l *Limiter) TakeChecks(ctx context.Context, checks []store.Check, fail policy.FailMode, res *store.Result) (Reason, error) {
+	if err := store.Validate(checks); err != nil {
+		return "", err
+	}
+	c := call{now: l.now(), checks: checks, direct: true, res: policy.Resolution{Fail: fail}}
+	var one [1]policy.Layer
+	if l.near != nil && len(checks) == 1 {
+		one[0] = policy.Layer{Key: checks[0].Key, Limit: checks[0].Limit}
+		c.near, c.res.Layers, c.res.Cost = true, one[:], checks[0].Cost
+	}
+	d, err := l.decide(ctx, &c, res)
+	return d.Reason, err
+}
+
+// call is one decision on its way through the pipeline, as an adapter
+// (Decide, TakeChecks) built it.
+type call struct {
+	// now is the decision's one clock reading; a hold moves it on.
+	now time.Time
+	// res holds the layers (names, shadow) and how to decide them: cost
+	// (for the near cache), fail mode, lease, slow-down.
+	res policy.Resolution
+	// checks are the store checks, in the order of res.Layers when that
+	// is not empty.
+	checks []store.Check
+	// hold lets a near-cache rejection be held for res.SlowDown.
+	hold bool
+	// near lets the near cache answer and learn.
+	near bool
+	// direct marks checks given directly: the store's answer is the
+	// reply, one decision per check; no layers are built, and the
+	// decision is not counted as a policy's.
+	direct bool
+}
+
+// decide is the pipeline: near cache (and hold), lease, one store call
+// under the deadline and breaker, the shadow retry, then the fail mode and
+// the fallback. sr receives the store's (or the fallback's) answer.
+func (l *Limiter) decide(ctx context.Context, c *call, sr *store.Result) (Decision, error) {
+	if ld, ok := l.nearAnswer(ctx, c); ok {
+		d := Decision{Reason: ReasonLimited, RetryAfter: ld.RetryAfter, Policy: ld.Policy, Resolution: c.res, Now: c.now, Layers: []LayerDecision{ld}}
+		if c.direct {
+			sr.Allowed, sr.Now = false, c.now
+			sr.Decisions = append(sr.Decisions[:0], algo.Decision{Limit: ld.Limit.Limit, Remaining: ld.Remaining, RetryAfter: ld.RetryAfter, ResetAfter: ld.ResetAfter})
+		}
+		l.m.nearHits.Inc()
+		l.count(c, &d)
+		return d, nil
+	}
+	if c.res.Lease > 0 {
+		if d, ok := l.leased(ctx, c.res, c.now); ok {
+			d.Now = c.now
+			l.count(c, &d)
+			return d, nil
+		}
+	}
+	d := Decision{Resolution: c.res, Tightest: -1, Now: c.now}
+	err := l.take(ctx, c.now, c.checks, sr)
+	switch {
+	case err == nil && !c.direct && !sr.Allowed && anyShadowRejects(c.res.Layers, sr.Decisions):
+		err = l.retryEnforced(ctx, c, &d, sr)
+	case err == nil && !c.direct:
+		d.Layers = layerDecisions(c.res.Layers, sr.Decisions)
+	}
+	switch {
+	case errors.Is(err, store.ErrInvalidCheck):
+		return d, err
+	case err != nil && c.res.Fail == policy.FailClosed:
+		d.Reason, d.RetryAfter = ReasonUnavailable, UnavailableRetryAfter
+		l.m.failures.WithLabelValues("closed").Inc()
+	case err != nil:
+		l.degrade(ctx, c, &d, sr)
+	case c.direct:
+		d.Allowed, d.Reason = sr.Allowed, ReasonAllowed
+		if !sr.Allowed {
+			d.Reason, d.RetryAfter = ReasonLimited, sr.RetryAfter()
+		}
+	default:
+		verdict(&d)
+	}
+	l.learn(c, &d, sr)
+	l.count(c, &d)
+	return d, nil
+}
+
+// nearAnswer looks c up in the near cache. A remembered rejection is held
+// for the class's slow-down when c lets it be, then looked up once more at
+// the time the hold ended: the request may pass if the hold reached its
+// retry-after.
+func (l *Limiter) nearAnswer(ctx context.Context, c *call) (LayerDecision, bool) {
+	for c.near {
+		ld, ok := l.near.lookup(c.res.Layers, c.res.Cost, c.now)
+		if !ok {
+			return LayerDecision{}, false
+		}
+		wait := min(ld.RetryAfter, c.res.SlowDown)
+		if !c.hold || wait <= 0 || !l.hold(ctx, wait) {
+			return ld, true
+		}
+		c.hold, c.now = false, c.now.Add(wait) // the hold is spent
+	}
+	return LayerDecision{}, false
+}
+
+// verdict decides d from its layers: rejected if an enforced layer
+// rejected, shadow-limited if only shadow layers did.
+func verdict(d *Decision) {
+	d.Allowed, d.Reason = true, ReasonAllowed
+	for _, ld := range d.Layers {
+		if !ld.Allowed && !ld.Shadow {
+			d.Allowed, d.Reason = false, ReasonLimited
+			d.RetryAfter = max(d.RetryAfter, ld.RetryAfter)
+		}
+	}
+	if d.Allowed {
+		for _, ld := range d.Layers {
+			if !ld.Allowed && ld.Shadow {
+				d.Reason = ReasonShadowLimited
+			}
+		}
+	}
+}
+
+// degrade decides d on the fallback because the store failed and the
+// fail mode is open; without a fallback (or when it fails too) it admits.
+func (l *Limiter) degrade(ctx context.Context, c *call, d *Decision, sr *store.Result) {
+	d.Allowed, d.Reason = true, ReasonDegradedOpen
+	fchecks, ok := l.decideLocally(ctx, c.checks, sr)
+	switch {
+	case ok && c.direct:
+		d.Allowed = sr.Allowed
+	case ok:
+		layers := slices.Clone(c.res.Layers)
+		for i := range layers {
+			layers[i].Limit = fchecks[i].Limit
+		}
+		d.Layers = layerDecisions(layers, sr.Decisions)
+		d.Allowed, d.RetryAfter = sr.Allowed, sr.RetryAfter()
+	case c.direct:
+		sr.Allowed = true
+		sr.Decisions = sr.Decisions[:0]
+		for _, ch := range c.checks {
+			sr.Decisions = append(sr.Decisions, algo.Decision{Allowed: true, Limit: ch.Limit.Limit, Remaining: ch.Limit.Capacity()})
+		}
+	}
+}
+
+// learn finishes d: its tightest layer, shadow rejections counted and
+// logged, and its enforced rejections remembered in the near cache.
+func (l *Limiter) learn(c *call, d *Decision, sr *store.Result) {
+	if c.direct {
+		if c.near && d.Reason == ReasonLimited {
+			ch, x := &c.checks[0], sr.Decisions[0]
+			l.near.put(LayerDecision{Layer: policy.Layer{Key: ch.Key, Limit: ch.Limit}, Remaining: x.Remaining, RetryAfter: x.RetryAfter, ResetAfter: x.ResetAfter}, ch.Cost, c.now)
+		}
+		return
+	}
+	d.Tightest = tightest(d.Layers)
+	if d.Tightest >= 0 {
+		d.Policy = d.Layers[d.Tightest].Policy
+	}
+	for _, ld := range d.Layers {
+		if ld.Shadow && !ld.Allowed {
+			l.m.shadow.WithLabelValues(ld.Policy).Inc()
+			l.log.Info("shadow limit would reject", slog.String("tenant", c.res.Tenant), slog.String("policy", ld.Policy), slog.Int64("retry_after_ms", ceilMs(ld.RetryAfter)))
+		}
+	}
+	if d.Reason == ReasonLimited && c.near {
+		for _, ld := range d.Layers {
+			if !ld.Allowed && !ld.Shadow {
+				l.near.put(ld, c.res.Cost, c.now)
+			}
+		}
+	}
+}

@@ -1,0 +1,120 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/fairgate/fairgate/policy"
+	"github.com/fairgate/fairgate/store"
+	"github.com/sony/gobreaker/v2"
+)
+
+// fallbackChecks are checks sized for the fallback: each limit and burst
+// times the instance's share (at least 1, and at least the cost), so that
+// the instances together admit about the policy's limits while the store
+// is out.
+func (l *Limiter) fallbackChecks(checks []store.Check) []store.Check {
+	out := slices.Clone(checks)
+	if l.share >= 1 {
+		return out
+	}
+	for i := range out {
+		lim := &out[i].Limit
+		lim.Limit = max(1, int64(math.Ceil(float64(lim.Limit)*l.share)))
+		if lim.Burst != 0 {
+			lim.Burst = max(out[i].Cost, int64(math.Ceil(float64(lim.Burst)*l.share)))
+		}
+		if lim.Algorithm.Windowed() {
+			lim.Burst = 0
+			lim.Limit = max(lim.Limit, out[i].Cost)
+		} else if lim.Burst == 0 && lim.Limit < out[i].Cost {
+			lim.Burst = out[i].Cost
+		}
+		if lim.Period/time.Microsecond < time.Duration(lim.Limit) || lim.Validate() != nil {
+			out[i].Limit = checks[i].Limit // cannot shrink it validly: keep the policy's
+		}
+	}
+	return out
+}
+
+// decideLocally decides checks on the fallback, sized for this instance,
+// because the store failed and the fail mode is open. It returns the sized
+// checks, and false when there is no fallback or it failed too (the caller
+// then admits unlimited).
+func (l *Limiter) decideLocally(ctx context.Context, checks []store.Check, res *store.Result) ([]store.Check, bool) {
+	l.m.failures.WithLabelValues("open").Inc()
+	if l.fallback == nil {
+		return nil, false
+	}
+	sized := l.fallbackChecks(checks)
+	return sized, l.fallback.Take(ctx, sized, res) == nil
+}
+
+// take runs one store call under the limiter's deadline.
+func (l *Limiter) take(ctx context.Context, now time.Time, checks []store.Check, res *store.Result) error {
+	if l.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, l.timeout)
+		defer cancel()
+	}
+	start := time.Now()
+	err := l.cb.call(checks, func() error { return l.store.Take(ctx, checks, res) })
+	if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
+		return fmt.Errorf("%w: breaker open: %w", store.ErrUnavailable, err)
+	}
+	l.m.storeSeconds.Observe(time.Since(start).Seconds())
+	if err != nil {
+		l.m.storeErrors.Inc()
+		if errors.Is(err, store.ErrProtocol) {
+			// Never an outage: loud, every time, and counted apart.
+			l.m.protoErrors.Inc()
+			if sec := now.Unix(); l.lastProto.Swap(sec) != sec { // once a second at most
+				l.log.Error("store protocol error: a reply of the wrong shape (a bug, not an outage); deciding by the fail mode", slog.String("error", err.Error()))
+			}
+		} else {
+			l.logRare(now, "store call failed", err)
+		}
+	}
+	return err
+}
+
+// sampler lets through at most sampleRate calls per second.
+type sampler struct {
+	sec atomic.Int64
+	n   atomic.Int64
+}
+
+const sampleRate = 10
+
+func (s *sampler) allow(now int64) bool {
+	if s.sec.Load() != now {
+		s.sec.Store(now)
+		s.n.Store(0)
+	}
+	return s.n.Add(1) <= sampleRate
+}
+
+func (l *Limiter) logRare(now time.Time, msg string, err error) {
+	if sec := now.Unix(); l.lastLog.Swap(sec) != sec {
+		l.log.Warn(msg, slog.String("error", err.Error()))
+	}
+}
+
+// ceilMs is d in whole milliseconds, rounded up, for logs (fields named
+// *_ms): a client that waits it is never early.
+func ceilMs(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }
+
+// checksOf returns the store checks of res.
+func checksOf(res policy.Resolution) []store.Check {
+	cs := make([]store.Check, len(res.Layers))
+	for i, l := range res.Layers {
+		cs[i] = store.Check{Key: l.Key, Limit: l.Limit, Cost: res.Cost}
+	}
+	return cs
+}
