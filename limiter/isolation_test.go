@@ -174,19 +174,3 @@ func TestLogsSayMilliseconds(t *testing.T) {
 		t.Fatalf("retry_after_ms %d, want at most 500 (120 per minute)", ms)
 	}
 }
-
-// TestClassShareDefaultsAlike: a Class built in Go with no Share gets 1, as
-// an omitted share does in the config file (issue 19 §3: in Go it was an
-// error, in YAML 1).
-func TestClassShareDefaultsAlike(t *testing.T) {
-	p := testPolicy()
-	p.Classes["read"] = policy.Class{}
-	snap, err := policy.Compile(p)
-	if err != nil {
-		t.Fatalf("a class without a share: %v", err)
-	}
-	res, err := snap.Resolve(policy.Request{Tenant: "acme", Class: "read"}, time.Now())
-	if err != nil || len(res.Layers) != 1 {
-		t.Fatalf("a class of share 1 has no layer of its own: %+v %v", res.Layers, err)
-	}
-}

@@ -141,7 +141,7 @@ func New(c Config) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	l.base = c.Policy
+	l.base = snap.Policy() // defaults applied
 	l.snap.Store(snap)
 	return l, nil
 }
@@ -152,12 +152,13 @@ func (l *Limiter) Snapshot() *policy.Snapshot { return l.snap.Load() }
 // SetPolicy replaces the file's policy, keeping the run-time overlay. A
 // policy that does not compile changes nothing and returns the [Problems].
 func (l *Limiter) SetPolicy(p policy.Policy) error {
-	if _, err := policy.Compile(p); err != nil {
+	snap, err := policy.Compile(p)
+	if err != nil {
 		return err
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.base = p
+	l.base = snap.Policy() // defaults applied
 	l.rebuild()
 	return nil
 }

@@ -74,6 +74,7 @@ func (s *Snapshot) compilePlans(ps *problems, file, over map[string]Plan) map[st
 
 // compileClasses validates the classes; a zero Share means 1.
 func (s *Snapshot) compileClasses(ps *problems, classes map[string]Class) {
+	s.policy.Classes = make(map[string]Class, len(classes)) // with defaults applied
 	for _, name := range sortedKeys(classes) {
 		c := classes[name]
 		path := "classes." + name
@@ -82,6 +83,9 @@ func (s *Snapshot) compileClasses(ps *problems, classes map[string]Class) {
 		}
 		if c.Share == 0 {
 			c.Share = 1 // the config file's default, for a Class built in Go
+		}
+		if c.Fail == FailDefault {
+			c.Fail = FailOpen
 		}
 		if !(c.Share > 0 && c.Share <= 1) {
 			ps.add(path+".share", "share %v is outside (0, 1]: a class gets a fraction of the plan's limit", c.Share)
@@ -94,6 +98,7 @@ func (s *Snapshot) compileClasses(ps *problems, classes map[string]Class) {
 		}
 		c.Name = name
 		s.classes[name] = &c
+		s.policy.Classes[name] = c
 	}
 }
 
@@ -152,17 +157,26 @@ func (s *Snapshot) compileTenants(ps *problems, file, over map[string]Tenant) {
 
 // compileRoutes validates the routes and their costs.
 func (s *Snapshot) compileRoutes(ps *problems, routes []Route) {
+	s.policy.Routes = slices.Clone(routes) // with defaults applied
 	for i, r := range routes {
 		path := fmt.Sprintf("routes[%d]", i)
 		c, ok := s.classes[r.Class]
 		if !ok {
 			ps.add(path+".class", "unknown class %q: want one of %s", r.Class, strings.Join(sortedKeys(s.policy.Classes), ", "))
 		}
-		if r.Cost < 0 || r.Cost > algo.MaxCount {
+		switch {
+		case r.Free && r.Cost != 0:
+			ps.add(path+".cost", "cost %d on a free route: give one or the other", r.Cost)
+		case r.Free:
+		case r.Cost < 0 || r.Cost > algo.MaxCount:
 			ps.add(path+".cost", "cost %d is outside 0..%d", r.Cost, algo.MaxCount)
-		} else if ok && r.Cost > 0 {
-			checkCost(ps, s, path+".cost", r.Cost, c)
+		default:
+			r.Cost = max(r.Cost, 1)
+			if ok {
+				checkCost(ps, s, path+".cost", r.Cost, c)
+			}
 		}
+		s.policy.Routes[i] = r
 		if s.register(ps, path+".route", r.Pattern) {
 			s.routes[r.Pattern] = &r
 		}
@@ -171,7 +185,7 @@ func (s *Snapshot) compileRoutes(ps *problems, routes []Route) {
 
 // compileAnonymous validates the anonymous routes.
 func (s *Snapshot) compileAnonymous(ps *problems, anon []AnonRoute) {
-	s.policy.Anonymous = slices.Clone(anon) // to hold the rules' derived names
+	s.policy.Anonymous = slices.Clone(anon) // with defaults and the rules' derived names
 	for i, a := range anon {
 		path := fmt.Sprintf("anonymous[%d]", i)
 		if !nameRE.MatchString(a.Name) {
@@ -187,6 +201,12 @@ func (s *Snapshot) compileAnonymous(ps *problems, anon []AnonRoute) {
 			if j < len(crs) {
 				a.Rules[j].Rule = crs[j].Rule
 			}
+		}
+		if a.Cost == 0 {
+			a.Cost = 1
+		}
+		if a.Fail == FailDefault {
+			a.Fail = FailClosed
 		}
 		if a.Cost < 1 || a.Cost > algo.MaxCount {
 			ps.add(path+".cost", "cost %d is outside 1..%d", a.Cost, algo.MaxCount)

@@ -65,18 +65,24 @@ type FailMode uint8
 
 // The fail modes.
 const (
+	// FailDefault is the zero value: fail open for a class, closed for an
+	// anonymous route, as in the config file.
+	FailDefault FailMode = iota
 	// FailOpen admits, decided by the in-process fallback limiter.
-	FailOpen FailMode = iota
-	// FailClosed rejects with [ReasonUnavailable].
+	FailOpen
+	// FailClosed rejects with the limiter's ReasonUnavailable.
 	FailClosed
 )
 
-// String returns "open" or "closed".
+// String returns "open", "closed" or "default".
 func (f FailMode) String() string {
-	if f == FailClosed {
+	switch f {
+	case FailOpen:
+		return "open"
+	case FailClosed:
 		return "closed"
 	}
-	return "open"
+	return "default"
 }
 
 // Class is a route class: a share of the plan's limits that the routes of
@@ -88,7 +94,7 @@ type Class struct {
 	// gets, in (0, 1]. A class with share 1 has no layer of its own. Zero
 	// means 1, as an omitted share does in the config file.
 	Share float64 `json:"share"`
-	// Fail is the class's fail mode.
+	// Fail is the class's fail mode. Zero (FailDefault) means open.
 	Fail FailMode `json:"fail"`
 	// Shadow runs the class's own layers without enforcing them; its
 	// requests still count against the tenant's overall limits as before.
@@ -138,8 +144,12 @@ type Route struct {
 	Pattern string `json:"route"`
 	// Class is the class's name.
 	Class string `json:"class"`
-	// Cost is what a request costs; 0 is a free route (never limited).
+	// Cost is what a request costs. Zero means 1, as an omitted cost does
+	// in the config file.
 	Cost int64 `json:"cost"`
+	// Free makes the route cost nothing: its requests are never limited
+	// (cost 0 in the config file). Cost must then be zero.
+	Free bool `json:"free,omitempty"`
 }
 
 // By says what an anonymous rule is keyed by.
@@ -178,9 +188,10 @@ type AnonRoute struct {
 	Pattern string `json:"route"`
 	// Rules are its limits.
 	Rules []AnonRule `json:"rules"`
-	// Cost is what a request costs; at least 1.
+	// Cost is what a request costs. Zero means 1.
 	Cost int64 `json:"cost"`
-	// Fail is its fail mode; anonymous routes usually fail closed.
+	// Fail is its fail mode. Zero (FailDefault) means closed: without the
+	// store, a login route is better refused than open to guessing.
 	Fail FailMode `json:"fail"`
 	// Shadow runs its rules without enforcing them.
 	Shadow bool `json:"shadow,omitempty"`

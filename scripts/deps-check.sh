@@ -21,6 +21,7 @@ while read -r pkg imports; do
       algo) echo "deps-check: algo imports $irel"; fail=1 ;;
       store) [ "$irel" = algo ] || { echo "deps-check: store imports $irel (only algo)"; fail=1; } ;;
       policy) [ "$irel" = algo ] || { echo "deps-check: policy imports $irel (only algo: it is pure)"; fail=1; } ;;
+      policy/*) [[ "$irel" == policy || "$irel" == algo ]] || { echo "deps-check: $rel imports $irel (only policy and algo)"; fail=1; } ;;
       quota|quota/*|fairq|fairq/*|internal/config) [[ "$irel" == limiter || "$irel" == limiter/* ]] && { echo "deps-check: $rel imports $irel (it needs policy, not the engine)"; fail=1; } ;;
       store/memstore) [[ "$irel" == store/redisstore* ]] && { echo "deps-check: memstore imports $irel"; fail=1; } ;;
       store/redisstore) [[ "$irel" == store/memstore* ]] && { echo "deps-check: redisstore imports $irel"; fail=1; } ;;

@@ -1,7 +1,6 @@
 package config
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -13,6 +12,7 @@ import (
 	"github.com/fairgate/fairgate/algo"
 	"github.com/fairgate/fairgate/internal/rls"
 	"github.com/fairgate/fairgate/policy"
+	"github.com/fairgate/fairgate/policy/policyfile"
 )
 
 // rlsSection decodes the rls section: envoyproxy/ratelimit config files
@@ -25,22 +25,22 @@ func (d *decoder) rlsSection(n *yaml.Node, path string, c *Config) {
 	overrideKeys := map[string]*yaml.Node{}
 	var domains []rls.Domain
 	var where []*yaml.Node // the node each domain came from, for duplicate errors
-	d.fields(n, path, map[string]func(*yaml.Node, string){
+	d.Fields(n, path, policyfile.Handlers{
 		"files": func(v *yaml.Node, path string) {
-			d.list(v, path, func(i int, v *yaml.Node, path string) {
-				pattern := d.rel(d.str(v, path))
+			d.List(v, path, func(i int, v *yaml.Node, path string) {
+				pattern := d.rel(d.Str(v, path))
 				matches, err := filepath.Glob(pattern)
 				if err == nil && len(matches) == 0 {
 					err = errors.New("no such file")
 				}
 				if err != nil {
-					d.add(v, path, "%s: %v", pattern, err)
+					d.Add(v, path, "%s: %v", pattern, err)
 					return
 				}
 				for _, f := range matches {
 					ds, err := ParseRLSFile(f)
 					if err != nil {
-						d.add(v, path, "%v", err)
+						d.Add(v, path, "%v", err)
 						continue
 					}
 					for range ds {
@@ -51,35 +51,35 @@ func (d *decoder) rlsSection(n *yaml.Node, path string, c *Config) {
 			})
 		},
 		"config": func(v *yaml.Node, path string) {
-			d.list(v, path, func(i int, v *yaml.Node, path string) {
+			d.List(v, path, func(i int, v *yaml.Node, path string) {
 				domains = append(domains, d.rlsDomain(v, path))
 				where = append(where, v)
 			})
 		},
-		"tenant_key": func(v *yaml.Node, path string) { c.RLS.TenantKey = d.str(v, path) },
-		"fail":       func(v *yaml.Node, path string) { fail = d.failMode(v, path) },
+		"tenant_key": func(v *yaml.Node, path string) { c.RLS.TenantKey = d.Str(v, path) },
+		"fail":       func(v *yaml.Node, path string) { fail = d.Fail(v, path) },
 		"fail_closed_code": func(v *yaml.Node, path string) {
-			switch s := d.str(v, path); s {
+			switch s := d.Str(v, path); s {
 			case "unavailable":
 				c.RLS.FailClosed = rls.ClosedUnavailable
 			case "over_limit":
 				c.RLS.FailClosed = rls.ClosedOverLimit
 			default:
-				d.add(v, path, "%q: want unavailable (the gRPC status; Envoy applies its failure_mode_deny) or over_limit", s)
+				d.Add(v, path, "%q: want unavailable (the gRPC status; Envoy applies its failure_mode_deny) or over_limit", s)
 			}
 		},
 		"algorithm": func(v *yaml.Node, path string) {
-			a, err := algo.ParseAlgorithm(d.str(v, path))
+			a, err := algo.ParseAlgorithm(d.Str(v, path))
 			if err != nil {
-				d.add(v, path, "unknown algorithm %q: want gcra, token_bucket, sliding_log, sliding_window or fixed_window", v.Value)
+				d.Add(v, path, "unknown algorithm %q: want gcra, token_bucket, sliding_log, sliding_window or fixed_window", v.Value)
 			}
 			c.RLS.Algorithm = a
 		},
 		"domains": func(v *yaml.Node, path string) {
-			d.entries(v, path, func(name string, k, v *yaml.Node, path string) {
+			d.Entries(v, path, func(name string, k, v *yaml.Node, path string) {
 				overrideKeys[name] = k
-				d.fields(v, path, map[string]func(*yaml.Node, string){
-					"fail": func(v *yaml.Node, path string) { overrides[name] = d.failMode(v, path) },
+				d.Fields(v, path, policyfile.Handlers{
+					"fail": func(v *yaml.Node, path string) { overrides[name] = d.Fail(v, path) },
 				})
 			})
 		},
@@ -87,7 +87,7 @@ func (d *decoder) rlsSection(n *yaml.Node, path string, c *Config) {
 	seen := map[string]bool{}
 	for i, dom := range domains {
 		if seen[dom.Name] {
-			d.add(where[i], path, "domain %q is configured twice: merging domains (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG) is not supported", dom.Name)
+			d.Add(where[i], path, "domain %q is configured twice: merging domains (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG) is not supported", dom.Name)
 		}
 		seen[dom.Name] = true
 		dom.Fail = fail
@@ -100,7 +100,7 @@ func (d *decoder) rlsSection(n *yaml.Node, path string, c *Config) {
 	}
 	for name, k := range overrideKeys {
 		if !seen[name] {
-			d.add(k, path+".domains."+name, "no domain %q is configured", name)
+			d.Add(k, path+".domains."+name, "no domain %q is configured", name)
 		}
 	}
 }
@@ -111,7 +111,7 @@ func (d *decoder) rlsLimits(n *yaml.Node, path, domain string, ds []*rls.Descrip
 		if rl := x.Limit; rl != nil && !rl.Unlimited && rl.RequestsPerUnit > 0 {
 			l := algo.Limit{Limit: int64(rl.RequestsPerUnit), Period: rls.Period(rl.Unit), Algorithm: a}
 			if err := l.Validate(); err != nil {
-				d.add(n, path, "domain %q, descriptor %s: %d per %s: %v", domain, x.Key, rl.RequestsPerUnit, strings.ToLower(rl.Unit.String()), err)
+				d.Add(n, path, "domain %q, descriptor %s: %d per %s: %v", domain, x.Key, rl.RequestsPerUnit, strings.ToLower(rl.Unit.String()), err)
 			}
 		}
 		d.rlsLimits(n, path, domain, x.Children, a)
@@ -131,17 +131,14 @@ func ParseRLSFile(file string) ([]rls.Domain, error) {
 
 // ParseRLS is ParseRLSFile on data already read; file names it in errors.
 func ParseRLS(file string, data []byte) ([]rls.Domain, error) {
-	d := &decoder{file: file, where: map[string]where{}}
-	var root yaml.Node
-	if err := yaml.NewDecoder(bytes.NewReader(data)).Decode(&root); err != nil {
-		return nil, &Error{File: file, Problems: []Problem{{Path: "(file)", Message: "not valid YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")}}}
+	root, err := policyfile.Root(file, data, "want a domain and its descriptors")
+	if err != nil {
+		return nil, err
 	}
-	if len(root.Content) == 0 {
-		return nil, &Error{File: file, Problems: []Problem{{Path: "(file)", Message: "empty: want a domain and its descriptors"}}}
-	}
-	dom := d.rlsDomain(root.Content[0], "")
-	if len(d.problems) > 0 {
-		return nil, &Error{File: file, Problems: d.problems}
+	d := &decoder{Decoder: policyfile.NewDecoder(file)}
+	dom := d.rlsDomain(root, "")
+	if err := d.Err(); err != nil {
+		return nil, err
 	}
 	return []rls.Domain{dom}, nil
 }
@@ -149,12 +146,12 @@ func ParseRLS(file string, data []byte) ([]rls.Domain, error) {
 // rlsDomain decodes {domain, descriptors}.
 func (d *decoder) rlsDomain(n *yaml.Node, path string) rls.Domain {
 	var dom rls.Domain
-	d.fields(n, path, map[string]func(*yaml.Node, string){
-		"domain":      func(v *yaml.Node, path string) { dom.Name = d.str(v, path) },
+	d.Fields(n, path, policyfile.Handlers{
+		"domain":      func(v *yaml.Node, path string) { dom.Name = d.Str(v, path) },
 		"descriptors": func(v *yaml.Node, path string) { dom.Descriptors = d.rlsDescriptors(v, path) },
 	})
 	if dom.Name == "" {
-		d.add(n, join(path, "domain"), "a config needs a non-empty domain")
+		d.Add(n, join(path, "domain"), "a config needs a non-empty domain")
 	}
 	return dom
 }
@@ -163,21 +160,21 @@ func (d *decoder) rlsDomain(n *yaml.Node, path string) rls.Domain {
 func (d *decoder) rlsDescriptors(n *yaml.Node, path string) []*rls.Descriptor {
 	var out []*rls.Descriptor
 	seen := map[[2]string]bool{}
-	d.list(n, path, func(i int, v *yaml.Node, path string) {
+	d.List(n, path, func(i int, v *yaml.Node, path string) {
 		x := &rls.Descriptor{}
-		d.fields(v, path, map[string]func(*yaml.Node, string){
-			"key":             func(v *yaml.Node, path string) { x.Key = d.str(v, path) },
-			"value":           func(v *yaml.Node, path string) { x.Value = d.str(v, path) },
+		d.Fields(v, path, policyfile.Handlers{
+			"key":             func(v *yaml.Node, path string) { x.Key = d.Str(v, path) },
+			"value":           func(v *yaml.Node, path string) { x.Value = d.Str(v, path) },
 			"rate_limit":      func(v *yaml.Node, path string) { x.Limit = d.rlsRateLimit(v, path) },
-			"shadow_mode":     func(v *yaml.Node, path string) { x.Shadow = d.bool(v, path) },
-			"detailed_metric": func(v *yaml.Node, path string) { x.DetailedMetric = d.bool(v, path) },
+			"shadow_mode":     func(v *yaml.Node, path string) { x.Shadow = d.Bool(v, path) },
+			"detailed_metric": func(v *yaml.Node, path string) { x.DetailedMetric = d.Bool(v, path) },
 			"descriptors":     func(v *yaml.Node, path string) { x.Children = d.rlsDescriptors(v, path) },
 		})
 		if x.Key == "" {
-			d.add(v, path, "descriptor has an empty key")
+			d.Add(v, path, "descriptor has an empty key")
 		}
 		if seen[[2]string{x.Key, x.Value}] {
-			d.add(v, path, "duplicate descriptor: key %q, value %q", x.Key, x.Value)
+			d.Add(v, path, "duplicate descriptor: key %q, value %q", x.Key, x.Value)
 		}
 		seen[[2]string{x.Key, x.Value}] = true
 		out = append(out, x)
@@ -191,27 +188,27 @@ func (d *decoder) rlsRateLimit(n *yaml.Node, path string) *rls.RateLimit {
 	unit := ""
 	var unitNode *yaml.Node
 	hasRPU := false
-	d.fields(n, path, map[string]func(*yaml.Node, string){
-		"unit": func(v *yaml.Node, path string) { unit, unitNode = d.str(v, path), v },
+	d.Fields(n, path, policyfile.Handlers{
+		"unit": func(v *yaml.Node, path string) { unit, unitNode = d.Str(v, path), v },
 		"requests_per_unit": func(v *yaml.Node, path string) {
 			hasRPU = true
-			r := d.int(v, path)
+			r := d.Int(v, path)
 			if r < 0 || r > 1<<32-1 {
-				d.add(v, path, "requests_per_unit %d is outside 0..4294967295", r)
+				d.Add(v, path, "requests_per_unit %d is outside 0..4294967295", r)
 				return
 			}
 			rl.RequestsPerUnit = uint32(r)
 		},
-		"unlimited": func(v *yaml.Node, path string) { rl.Unlimited = d.bool(v, path) },
-		"name":      func(v *yaml.Node, path string) { rl.Name = d.str(v, path) },
+		"unlimited": func(v *yaml.Node, path string) { rl.Unlimited = d.Bool(v, path) },
+		"name":      func(v *yaml.Node, path string) { rl.Name = d.Str(v, path) },
 		"replaces": func(v *yaml.Node, path string) {
-			d.list(v, path, func(i int, v *yaml.Node, path string) {
+			d.List(v, path, func(i int, v *yaml.Node, path string) {
 				name := ""
-				d.fields(v, path, map[string]func(*yaml.Node, string){
-					"name": func(v *yaml.Node, path string) { name = d.str(v, path) },
+				d.Fields(v, path, policyfile.Handlers{
+					"name": func(v *yaml.Node, path string) { name = d.Str(v, path) },
 				})
 				if name == "" {
-					d.add(v, path, "a replaces entry needs a name")
+					d.Add(v, path, "a replaces entry needs a name")
 				}
 				rl.Replaces = append(rl.Replaces, name)
 			})
@@ -220,19 +217,26 @@ func (d *decoder) rlsRateLimit(n *yaml.Node, path string) *rls.RateLimit {
 	u, ok := rls.ParseUnit(unit)
 	switch {
 	case rl.Unlimited && unit != "":
-		d.add(unitNode, join(path, "unit"), "an unlimited rate_limit takes no unit")
+		d.Add(unitNode, join(path, "unit"), "an unlimited rate_limit takes no unit")
 	case !rl.Unlimited && !ok:
 		at := unitNode
 		if at == nil {
 			at = n
 		}
-		d.add(at, join(path, "unit"), "unit %q: want second, minute, hour, day, week, month or year", unit)
+		d.Add(at, join(path, "unit"), "unit %q: want second, minute, hour, day, week, month or year", unit)
 	case !rl.Unlimited && !hasRPU:
-		d.add(n, join(path, "requests_per_unit"), "requests_per_unit is required (0 blocks every request)")
+		d.Add(n, join(path, "requests_per_unit"), "requests_per_unit is required (0 blocks every request)")
 	}
 	rl.Unit = u
 	if rl.Name != "" && slices.Contains(rl.Replaces, rl.Name) {
-		d.add(n, join(path, "replaces"), "a rate_limit cannot replace itself (%q)", rl.Name)
+		d.Add(n, join(path, "replaces"), "a rate_limit cannot replace itself (%q)", rl.Name)
 	}
 	return rl
+}
+
+func join(path, name string) string {
+	if path == "" {
+		return name
+	}
+	return path + "." + name
 }

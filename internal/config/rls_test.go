@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/fairgate/fairgate/policy"
 )
 
 // TestRLSFileErrors: every rule envoyproxy/ratelimit enforces on its files,
@@ -45,7 +47,7 @@ func TestRLSSection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(c.RLS.Domains) != 2 || c.RLS.TenantKey != "tenant" || c.RLS.Domains[0].Fail != 0 /* open */ {
+	if len(c.RLS.Domains) != 2 || c.RLS.TenantKey != "tenant" || c.RLS.Domains[0].Fail != policy.FailOpen {
 		t.Fatalf("rls: %+v", c.RLS)
 	}
 	for _, tc := range []struct{ yaml, want string }{

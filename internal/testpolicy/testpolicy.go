@@ -34,7 +34,7 @@ func Policy() policy.Policy {
 			"export": {Share: 0.1, Fail: policy.FailClosed, Shadow: true},
 		},
 		Routes: []policy.Route{
-			{Pattern: "GET /healthz", Class: "read", Cost: 0},
+			{Pattern: "GET /healthz", Class: "read", Free: true},
 			{Pattern: "GET /v1/users/{id}", Class: "read", Cost: 1},
 			{Pattern: "POST /v1/users", Class: "write", Cost: 1},
 			{Pattern: "GET /v1/search", Class: "search", Cost: 1},
