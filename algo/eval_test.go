@@ -272,34 +272,6 @@ func sameState(a, b State) bool {
 		(len(a.Log) == 0 || &a.Log[0] == &b.Log[0])
 }
 
-// TestSustainedBound runs each algorithm at full pressure on a virtual clock
-// and checks the bound docs/algorithms.md states for it.
-func TestSustainedBound(t *testing.T) {
-	for _, a := range Algorithms {
-		t.Run(a.String(), func(t *testing.T) {
-			l := Limit{Limit: 50, Period: 100 * time.Millisecond, Algorithm: a}
-			if !a.Windowed() {
-				l.Burst = 20
-			}
-			var s State
-			var admitted []int64
-			r := rand.New(rand.NewPCG(1, 2))
-			now := t0 + 12345
-			for now < t0+5_000_000 {
-				now += r.Int64N(3000)
-				o, next := l.Eval(s, now, 1)
-				if o.Allowed {
-					s = next
-					admitted = append(admitted, now)
-				}
-			}
-			if msg := CheckBound(l, admitted); msg != "" {
-				t.Fatal(msg)
-			}
-		})
-	}
-}
-
 // TestValidFastPathAgrees: the fast path and the explaining path agree on
 // random limits near every bound.
 func TestValidFastPathAgrees(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 	"github.com/fairgate/fairgate/algo"
 	"github.com/fairgate/fairgate/httplimit"
 	"github.com/fairgate/fairgate/limiter"
+	"github.com/fairgate/fairgate/policy"
 	"github.com/fairgate/fairgate/store/memstore"
 	"github.com/fairgate/fairgate/store/redisstore"
 )
@@ -29,15 +30,15 @@ func benchLimiter(b *testing.B, slowDown time.Duration) *limiter.Limiter {
 	b.Cleanup(func() { rs.Close() })
 	l, err := limiter.New(limiter.Config{
 		Store: rs,
-		Policy: limiter.Policy{
+		Policy: policy.Policy{
 			DefaultPlan: "big", DefaultClass: "read",
-			Plans: map[string]limiter.Plan{
-				"big":   {Rules: []limiter.Rule{{Limit: algo.Limit{Limit: 1_000_000, Period: time.Second, Burst: 100_000}}}},
-				"small": {Rules: []limiter.Rule{{Limit: algo.Limit{Limit: 10, Period: time.Second, Burst: 10}}}},
+			Plans: map[string]policy.Plan{
+				"big":   {Rules: []policy.Rule{{Limit: algo.Limit{Limit: 1_000_000, Period: time.Second, Burst: 100_000}}}},
+				"small": {Rules: []policy.Rule{{Limit: algo.Limit{Limit: 10, Period: time.Second, Burst: 10}}}},
 			},
-			Classes: map[string]limiter.Class{"read": {Share: 1, SlowDown: slowDown}, "search": {Share: 0.5, SlowDown: slowDown}},
-			Routes:  []limiter.Route{{Pattern: "GET /v1/search", Class: "search", Cost: 1}},
-			Tenants: map[string]limiter.Tenant{"abuser": {Plan: "small"}},
+			Classes: map[string]policy.Class{"read": {Share: 1, SlowDown: slowDown}, "search": {Share: 0.5, SlowDown: slowDown}},
+			Routes:  []policy.Route{{Pattern: "GET /v1/search", Class: "search", Cost: 1}},
+			Tenants: map[string]policy.Tenant{"abuser": {Plan: "small"}},
 		},
 		Fallback: memstore.New(memstore.Config{}),
 	})
@@ -48,8 +49,8 @@ func benchLimiter(b *testing.B, slowDown time.Duration) *limiter.Limiter {
 }
 
 // tenantFromHeader stands in for a verified credential in the benchmark.
-func tenantFromHeader(r *http.Request) (limiter.Identity, error) {
-	return limiter.Identity{Tenant: r.Header.Get("X-Bench-Tenant")}, nil
+func tenantFromHeader(r *http.Request) (policy.Identity, error) {
+	return policy.Identity{Tenant: r.Header.Get("X-Bench-Tenant")}, nil
 }
 
 var okHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) })

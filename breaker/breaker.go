@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sony/gobreaker/v2"
 
-	"github.com/fairgate/fairgate/promreg"
+	"github.com/fairgate/fairgate/internal/promreg"
 )
 
 // Settings configure one dependency's breaker. The zero value of each

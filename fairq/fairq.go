@@ -2,8 +2,6 @@ package fairq
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
@@ -13,7 +11,6 @@ import (
 	"time"
 
 	"github.com/fairgate/fairgate/policy"
-	"github.com/oklog/ulid/v2"
 )
 
 // Queue is a per-tenant fair job queue. Implementations are safe for
@@ -222,18 +219,6 @@ func CheckEnqueue(tenant string, payload []byte) error {
 	return nil
 }
 
-// NewID returns a new job ID: a ULID (time-ordered, 26 characters).
-func NewID(now time.Time) string {
-	return ulid.MustNew(ulid.Timestamp(now), rand.Reader).String()
-}
-
-// NewToken returns a random lease token.
-func NewToken() string {
-	var b [12]byte
-	rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
 // Weigher gives a tenant's dispatch weight: how many jobs it is handed per
 // round when it has work (its plan's weight). Nil means 1 for everyone.
 type Weigher func(tenant string) int
@@ -244,11 +229,4 @@ func (w Weigher) Weight(tenant string) int {
 		return 1
 	}
 	return min(max(w(tenant), 1), 1000)
-}
-
-// ValidID reports whether id has the form of a job ID (a ULID), so that a
-// caller's string is never put into a key unchecked.
-func ValidID(id string) bool {
-	_, err := ulid.ParseStrict(id)
-	return err == nil
 }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/fairgate/fairgate/fairq/internal/job"
 )
 
 // MemoryConfig configures a Memory queue.
@@ -112,7 +114,7 @@ func (m *Memory) Enqueue(ctx context.Context, tenant, kind string, payload []byt
 	}
 	m.bytes += int64(len(payload))
 	now := m.now()
-	j := &memJob{id: NewID(now), kind: kind, tenant: tenant, payload: append([]byte(nil), payload...), status: StatusQueued, created: now, updated: now}
+	j := &memJob{id: job.NewID(now), kind: kind, tenant: tenant, payload: append([]byte(nil), payload...), status: StatusQueued, created: now, updated: now}
 	m.jobs[j.id] = j
 	q.depth++
 	q.tdepth[tenant]++
@@ -198,7 +200,7 @@ func (m *Memory) Lease(ctx context.Context, kind string) (Lease, bool, error) {
 // give leases j.
 func (m *Memory) give(q *memKind, k Kind, j *memJob, now time.Time) Lease {
 	j.attempts++
-	j.status, j.token, j.lease, j.updated = StatusRunning, NewToken(), now.Add(k.Visibility), now
+	j.status, j.token, j.lease, j.updated = StatusRunning, job.NewToken(), now.Add(k.Visibility), now
 	heap.Push(&q.inflight, timed{at: j.lease, id: j.id, token: j.token})
 	return Lease{ID: j.id, Kind: j.kind, Tenant: j.tenant, Payload: j.payload, Attempt: j.attempts, Token: j.token, Expires: j.lease}
 }
@@ -273,7 +275,7 @@ func (m *Memory) Nack(ctx context.Context, kind, id, token string, retryAfter ti
 		q.dead = append(q.dead, j.id)
 		return nil
 	}
-	j.status, j.token, j.updated = StatusQueued, NewToken(), now
+	j.status, j.token, j.updated = StatusQueued, job.NewToken(), now
 	heap.Push(&q.delayed, timed{at: now.Add(retryAfter), id: j.id, token: j.token})
 	return nil
 }

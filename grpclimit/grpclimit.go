@@ -34,6 +34,11 @@ type Config struct {
 	// Headers is the form of the trailing rate-limit metadata. Zero means
 	// the IETF draft's RateLimit-Limit, -Remaining and -Reset.
 	Headers httplimit.Form
+	// SlowDown holds a call the near cache rejects for its class's
+	// slow_down before failing it (see policy.Class.SlowDown), pacing a
+	// client that retries without waiting. False (the default) fails it
+	// at once.
+	SlowDown bool
 }
 
 // decider is a validated Config.
@@ -88,7 +93,7 @@ func (d *decider) decide(ctx context.Context, fullMethod string) error {
 	if err != nil {
 		return status.Error(codes.Unauthenticated, err.Error())
 	}
-	req := policy.Request{Tenant: id.Tenant, Plan: id.Plan, Method: http.MethodPost, Path: fullMethod, Hold: true}
+	req := policy.Request{Tenant: id.Tenant, Plan: id.Plan, Method: http.MethodPost, Path: fullMethod, Hold: d.SlowDown}
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
 		if ap, err := netip.ParseAddrPort(p.Addr.String()); err == nil {
 			req.IP = ap.Addr().Unmap()

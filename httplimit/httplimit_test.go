@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/dunglas/httpsfv"
@@ -133,7 +134,7 @@ func TestMiddleware(t *testing.T) {
 	// The tenant comes from a (pretend-verified) key; the X-Tenant header a
 	// client might send is ignored.
 	keys := map[string]string{"k-acme": "acme"}
-	mw, err := Middleware(Config{Limiter: l, Identify: func(r *http.Request) (policy.Identity, error) {
+	mw, err := Middleware(Config{Limiter: l, SlowDown: true, Identify: func(r *http.Request) (policy.Identity, error) {
 		k := r.Header.Get("Authorization")
 		if k == "" {
 			return policy.Identity{}, nil
@@ -185,12 +186,51 @@ func TestMiddleware(t *testing.T) {
 	if reached != 4 {
 		t.Errorf("handler reached %d times, want 4", reached)
 	}
-	// A request whose key the near cache knows rejected is held for the
+	// With SlowDown, a request whose key the near cache knows rejected is held for the
 	// class's slow_down (the default, 100 ms) before its 429, with the
 	// Retry-After left after the hold.
 	start := time.Now()
 	rec := do("GET", "/v1/x", "Bearer k-acme", "192.0.2.1:5000")
 	if took := time.Since(start); rec.Code != 429 || took < policy.DefaultSlowDown {
 		t.Errorf("a request ignoring Retry-After: %d after %v, want 429 after at least %v", rec.Code, took, policy.DefaultSlowDown)
+	}
+}
+
+// TestNoHoldByDefault: without SlowDown, a request the near cache rejects
+// is answered at once; with it, after the class's slow_down. Timed on the
+// bubble's clock, exactly.
+func TestNoHoldByDefault(t *testing.T) {
+	for _, slow := range []bool{false, true} {
+		synctest.Test(t, func(t *testing.T) {
+			h, err := PerTenant{Limit: algo.PerMinute(1), Identify: func(r *http.Request) (policy.Identity, error) {
+				return policy.Identity{Tenant: "acme"}, nil
+			}}.Wrap(http.NotFoundHandler())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if slow {
+				lim, _ := limiter.New(limiter.Config{Store: memstore.New(memstore.Config{}), Policy: policy.Policy{
+					DefaultPlan: "p", DefaultClass: "c",
+					Plans:   map[string]policy.Plan{"p": {Rules: []policy.Rule{{Limit: algo.PerMinute(1)}}}},
+					Classes: map[string]policy.Class{"c": {}},
+				}})
+				mw, _ := Middleware(Config{Limiter: lim, SlowDown: true, Identify: func(r *http.Request) (policy.Identity, error) {
+					return policy.Identity{Tenant: "acme"}, nil
+				}})
+				h = mw(http.NotFoundHandler())
+			}
+			for i := range 3 { // allowed, rejected by the store, rejected by the near cache
+				start := time.Now()
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+				want := time.Duration(0)
+				if i == 2 && slow {
+					want = policy.DefaultSlowDown
+				}
+				if took := time.Since(start); took != want {
+					t.Errorf("SlowDown %v, request %d: answered %d after %v, want after %v", slow, i, w.Code, took, want)
+				}
+			}
+		})
 	}
 }

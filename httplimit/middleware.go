@@ -84,6 +84,11 @@ type Config struct {
 	Credential func(r *http.Request) string
 	// Headers is the header form. "" means Draft.
 	Headers Form
+	// SlowDown holds a request the near cache rejects for its class's
+	// slow_down before answering 429 (see policy.Class.SlowDown), pacing a
+	// client that retries without waiting; its connection stays busy that
+	// long. False (the default) answers at once.
+	SlowDown bool
 	// Logger receives decision errors. Nil means silent.
 	Logger *slog.Logger
 }
@@ -118,8 +123,8 @@ func DecisionFrom(ctx context.Context) (d limiter.Decision, ok bool) {
 	return v.d, true
 }
 
-// PeerIP is the address of r's peer, from RemoteAddr.
-func PeerIP(r *http.Request) netip.Addr {
+// peerIP is the address of r's peer, from RemoteAddr.
+func peerIP(r *http.Request) netip.Addr {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
 		host = r.RemoteAddr
@@ -145,7 +150,7 @@ func Middleware(c Config) (func(http.Handler) http.Handler, error) {
 	}
 	clientIP := c.ClientIP
 	if clientIP == nil {
-		clientIP = PeerIP
+		clientIP = peerIP
 	}
 	log := c.Logger
 	if log == nil {
@@ -158,7 +163,7 @@ func Middleware(c Config) (func(http.Handler) http.Handler, error) {
 				WriteUnauthorized(w, err.Error())
 				return
 			}
-			req := policy.Request{Tenant: id.Tenant, Plan: id.Plan, IP: clientIP(r), Hold: true}
+			req := policy.Request{Tenant: id.Tenant, Plan: id.Plan, IP: clientIP(r), Hold: c.SlowDown}
 			req.Method, req.Path = route(r)
 			if c.Credential != nil && id.Tenant == "" {
 				req.Credential = c.Credential(r)

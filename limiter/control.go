@@ -29,33 +29,33 @@ type ControlStore interface {
 	DeleteTenant(ctx context.Context, id string) error
 }
 
-// MemoryControl is the in-process ControlStore of the embedded default.
-type MemoryControl struct {
+// memoryControl is the in-process ControlStore of the embedded default.
+type memoryControl struct {
 	mu sync.Mutex
 	ov policy.Overlay
 }
 
-// NewMemoryControl returns an empty MemoryControl.
-func NewMemoryControl() *MemoryControl {
-	return &MemoryControl{ov: policy.Overlay{Plans: map[string]policy.Plan{}, Tenants: map[string]policy.Tenant{}}}
+// newMemoryControl returns an empty memoryControl.
+func newMemoryControl() *memoryControl {
+	return &memoryControl{ov: policy.Overlay{Plans: map[string]policy.Plan{}, Tenants: map[string]policy.Tenant{}}}
 }
 
 // Version implements ControlStore.
-func (m *MemoryControl) Version(context.Context) (int64, error) {
+func (m *memoryControl) Version(context.Context) (int64, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.ov.Version, nil
 }
 
 // Load implements ControlStore.
-func (m *MemoryControl) Load(context.Context) (policy.Overlay, error) {
+func (m *memoryControl) Load(context.Context) (policy.Overlay, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return policy.Overlay{Version: m.ov.Version, Plans: maps.Clone(m.ov.Plans), Tenants: maps.Clone(m.ov.Tenants)}, nil
 }
 
 // PutPlan implements ControlStore.
-func (m *MemoryControl) PutPlan(_ context.Context, p policy.Plan) error {
+func (m *memoryControl) PutPlan(_ context.Context, p policy.Plan) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.ov.Plans[p.Name] = p
@@ -64,7 +64,7 @@ func (m *MemoryControl) PutPlan(_ context.Context, p policy.Plan) error {
 }
 
 // PutTenant implements ControlStore.
-func (m *MemoryControl) PutTenant(_ context.Context, id string, t policy.Tenant) error {
+func (m *memoryControl) PutTenant(_ context.Context, id string, t policy.Tenant) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.ov.Tenants[id] = t
@@ -73,7 +73,7 @@ func (m *MemoryControl) PutTenant(_ context.Context, id string, t policy.Tenant)
 }
 
 // DeleteTenant implements ControlStore.
-func (m *MemoryControl) DeleteTenant(_ context.Context, id string) error {
+func (m *memoryControl) DeleteTenant(_ context.Context, id string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.ov.Tenants, id)
@@ -81,7 +81,7 @@ func (m *MemoryControl) DeleteTenant(_ context.Context, id string) error {
 	return nil
 }
 
-var _ ControlStore = (*MemoryControl)(nil)
+var _ ControlStore = (*memoryControl)(nil)
 
 // Refresh loads the control store's overlay if it changed.
 func (l *Limiter) Refresh(ctx context.Context) error {

@@ -76,15 +76,15 @@ type Decision struct {
 // UnavailableRetryAfter is the Retry-After of a fail-closed decision.
 const UnavailableRetryAfter = 5 * time.Second
 
-// MaxHeld bounds the requests an instance holds at once (see
+// maxHeld bounds the requests an instance holds at once (see
 // [Class.SlowDown]); past it, rejections are answered at once.
-const MaxHeld = 4096
+const maxHeld = 4096
 
-// hold waits d, unless MaxHeld requests are held already or ctx ends
+// hold waits d, unless maxHeld requests are held already or ctx ends
 // first, and reports whether it waited.
 func (l *Limiter) hold(ctx context.Context, d time.Duration) bool {
 	defer l.held.Add(-1)
-	if l.held.Add(1) > MaxHeld {
+	if l.held.Add(1) > maxHeld {
 		return false
 	}
 	t := time.NewTimer(d)

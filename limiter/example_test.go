@@ -11,7 +11,7 @@ import (
 	"github.com/fairgate/fairgate/store/memstore"
 )
 
-func ExampleLimiter() {
+func ExampleNew() {
 	l, err := limiter.New(limiter.Config{
 		// A stopped clock, so that the output is exact.
 		Store: memstore.New(memstore.Config{Now: func() time.Time { return time.Unix(1e9, 0) }}),

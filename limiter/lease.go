@@ -19,13 +19,13 @@ import (
 // charged at t. In any window the requests admitted can exceed the
 // limit's bound by at most the units leased but not yet spent, summed over
 // the instances (n per instance per key set). A lease not spent within
-// LeaseTTL is dropped, its units left charged (under-admission, never
+// leaseTTL is dropped, its units left charged (under-admission, never
 // over). Retry-After: a request that finds no lease and whose lease take
 // is refused is decided as usual at its own cost, so its retry-after is
 // exact for that cost.
 
-// LeaseTTL is how long an instance keeps unspent leased units.
-const LeaseTTL = time.Second
+// leaseTTL is how long an instance keeps unspent leased units.
+const leaseTTL = time.Second
 
 // maxLeases bounds the key sets an instance holds leases for.
 const maxLeases = 10_000
@@ -100,14 +100,14 @@ func (l *Limiter) leased(ctx context.Context, res policy.Resolution, now time.Ti
 			if err == nil {
 				// Under a load over the limit, n units may never gather
 				// while requests take them one by one: back off longer
-				// after each refusal, up to LeaseTTL.
-				e.wait = min(max(sr.RetryAfter(), 2*e.wait), LeaseTTL)
+				// after each refusal, up to leaseTTL.
+				e.wait = min(max(sr.RetryAfter(), 2*e.wait), leaseTTL)
 				e.backoff = now.Add(e.wait)
 			}
 			return Decision{}, false
 		}
 		e.wait = 0
-		e.units, e.expires = n, now.Add(LeaseTTL)
+		e.units, e.expires = n, now.Add(leaseTTL)
 		e.layers = layerDecisions(res.Layers, sr.Decisions)
 		l.m.leaseTakes.Inc()
 	}

@@ -25,7 +25,7 @@ type Config struct {
 	// [Limiter.SetPolicy].
 	Policy policy.Policy
 	// Control keeps run-time plan changes and overrides, shared by every
-	// instance. Nil means an in-process one ([NewMemoryControl]).
+	// instance. Nil means an in-process one.
 	Control ControlStore
 	// PollEvery is how often Run looks for changes in Control. Zero means
 	// 1 s, so that a change reaches every instance within 2 s.
@@ -102,7 +102,7 @@ func New(c Config) (*Limiter, error) {
 	}
 	l := &Limiter{store: c.Store, fallback: c.Fallback, control: c.Control, poll: c.PollEvery, timeout: c.Timeout, now: c.Now, log: c.Logger, limited: c.Limited}
 	if l.control == nil {
-		l.control = NewMemoryControl()
+		l.control = newMemoryControl()
 	}
 	if !c.NoNearCache {
 		l.near = newNearCache()

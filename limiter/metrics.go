@@ -3,7 +3,7 @@ package limiter
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/fairgate/fairgate/promreg"
+	"github.com/fairgate/fairgate/internal/promreg"
 )
 
 // metrics are the limiter's Prometheus metrics. Labels are policy, class

@@ -156,19 +156,19 @@ func TestSlowDownEndsWithTheCaller(t *testing.T) {
 	})
 }
 
-// TestSlowDownIsBounded: past MaxHeld requests held at once, rejections
+// TestSlowDownIsBounded: past maxHeld requests held at once, rejections
 // are answered at once, so clients cannot pile up held requests without
 // bound; a hammering client is paced to about one request per connection
 // per slow_down.
 func TestSlowDownIsBounded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l, req := rejectedFor(t)
-		l.held.Store(MaxHeld)
+		l.held.Store(maxHeld)
 		if d, took := decideTimed(t, l, context.Background(), req); d.Allowed || slowed(l) != 0 {
-			t.Fatalf("allowed %v after %v with MaxHeld requests held: want a rejection at once", d.Allowed, took)
+			t.Fatalf("allowed %v after %v with maxHeld requests held: want a rejection at once", d.Allowed, took)
 		}
-		if n := l.held.Load(); n != MaxHeld {
-			t.Fatalf("%d held after a refused hold, want %d", n, MaxHeld)
+		if n := l.held.Load(); n != maxHeld {
+			t.Fatalf("%d held after a refused hold, want %d", n, maxHeld)
 		}
 	})
 }

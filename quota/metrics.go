@@ -3,7 +3,7 @@ package quota
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/fairgate/fairgate/promreg"
+	"github.com/fairgate/fairgate/internal/promreg"
 )
 
 // metrics are the quotas' Prometheus metrics, labelled by provider name

@@ -200,12 +200,12 @@ func (q *Quotas) provider(name string) (Provider, error) {
 	return p, nil
 }
 
-// BudgetKey and ShareKey are the store keys of a provider's budget and of a
+// budgetKey and shareKey are the store keys of a provider's budget and of a
 // tenant's share of it.
-func BudgetKey(provider string) string { return "ob:{p:" + provider + "}:all" }
+func budgetKey(provider string) string { return "ob:{p:" + provider + "}:all" }
 
-// ShareKey: see BudgetKey.
-func ShareKey(provider, tenant string) string {
+// shareKey: see budgetKey.
+func shareKey(provider, tenant string) string {
 	return "ob:{p:" + provider + "}:" + policy.TenantTag(tenant)
 }
 
@@ -240,9 +240,9 @@ func (q *Quotas) AcquireWithin(ctx context.Context, provider, tenant string, max
 	}
 	checks := make([]store.Check, 0, 2)
 	if p.Tenant != (algo.Limit{}) {
-		checks = append(checks, store.Check{Key: ShareKey(provider, tenant), Limit: p.Tenant, Cost: 1})
+		checks = append(checks, store.Check{Key: shareKey(provider, tenant), Limit: p.Tenant, Cost: 1})
 	}
-	checks = append(checks, store.Check{Key: BudgetKey(provider), Limit: p.Limit, Cost: 1})
+	checks = append(checks, store.Check{Key: budgetKey(provider), Limit: p.Limit, Cost: 1})
 	start := time.Now()
 	deadline := start.Add(maxWait)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
@@ -326,7 +326,7 @@ func (q *Quotas) Pause(ctx context.Context, provider string, d time.Duration) er
 	}
 	hctx, cancel := q.storeContext(ctx)
 	defer cancel()
-	if err := q.hold.Hold(hctx, BudgetKey(provider), p.Limit, d); err != nil {
+	if err := q.hold.Hold(hctx, budgetKey(provider), p.Limit, d); err != nil {
 		return fmt.Errorf("quota: pausing provider %q: %w", provider, err)
 	}
 	q.m.pauses.WithLabelValues(provider).Inc()

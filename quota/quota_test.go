@@ -343,7 +343,7 @@ func TestShareSparesTheBudget(t *testing.T) {
 	}
 	// The 45 refused calls spent nothing of the budget: 20 - 5 are left.
 	var res store.Result
-	if err := st.Take(ctx, []store.Check{{Key: BudgetKey("sms"), Limit: sms.Limit}}, &res); err != nil {
+	if err := st.Take(ctx, []store.Check{{Key: budgetKey("sms"), Limit: sms.Limit}}, &res); err != nil {
 		t.Fatal(err)
 	}
 	if got := res.Decisions[0].Remaining; got < 14 || got > 15 {

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/fairgate/fairgate/fairq"
+	"github.com/fairgate/fairgate/fairq/internal/job"
 	"github.com/fairgate/fairgate/policy"
 )
 
@@ -85,7 +86,7 @@ func (q *Queue) Enqueue(ctx context.Context, tenant, kind string, payload []byte
 	if err := fairq.CheckEnqueue(tenant, payload); err != nil {
 		return fairq.Enqueued{}, err
 	}
-	b, tg, id := q.base(kind), tag(tenant), fairq.NewID(time.Now())
+	b, tg, id := q.base(kind), tag(tenant), job.NewID(time.Now())
 	keys := []string{b + "s:" + tg, b + "j:" + id, b + "ring", b + "depth", b + "tdepth", b + "weight", b + "seq"}
 	tlim := q.share.TenantLimit(tenant, k)
 	args := []string{id, tenant, tg, string(payload), strconv.Itoa(q.weight.Weight(tenant)), strconv.FormatInt(k.Refuse, 10), strconv.FormatInt(tlim, 10)}
@@ -113,7 +114,7 @@ func (q *Queue) Lease(ctx context.Context, kind string) (fairq.Lease, bool, erro
 	}
 	b := q.base(kind)
 	keys := []string{b + "ring", b + "deficit", b + "weight", b + "inflight", b + "delayed", b + "depth", b + "tdepth", b + "dead", b + "seq"}
-	token := fairq.NewToken()
+	token := job.NewToken()
 	args := []string{b, strconv.FormatInt(k.Visibility.Milliseconds(), 10), strconv.Itoa(k.MaxAttempts), token, strconv.FormatInt(int64(fairq.Retention/time.Second), 10)}
 	msg := leaseScript.Exec(ctx, q.c, keys, args)
 	if rueidis.IsRedisNil(msg.Error()) {
@@ -155,7 +156,7 @@ func (q *Queue) finish(ctx context.Context, kind, id, token, op string, delay ti
 	if err != nil {
 		return err
 	}
-	if !fairq.ValidID(id) {
+	if !job.ValidID(id) {
 		return fairq.ErrNotFound
 	}
 	b := q.base(kind)
@@ -189,7 +190,7 @@ func (q *Queue) Nack(ctx context.Context, kind, id, token string, retryAfter tim
 // Get implements fairq.Queue. The kind is not in the ID, so it looks in
 // each configured kind (a few reads).
 func (q *Queue) Get(ctx context.Context, tenant, id string) (fairq.Info, error) {
-	if !fairq.ValidID(id) {
+	if !job.ValidID(id) {
 		return fairq.Info{}, fairq.ErrNotFound
 	}
 	for kind := range q.kinds {

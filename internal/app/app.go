@@ -351,7 +351,7 @@ func Serve(ctx context.Context, c ServeConfig, log *slog.Logger, ready func(addr
 		}
 		timeout = -1 // in-process: no I/O to bound
 	} else {
-		if _, err := redisstore.ParseURL(c.Store); err != nil {
+		if err := redisstore.CheckURL(c.Store); err != nil {
 			return err
 		}
 		lazy = &lazyRedis{url: c.Store, log: log}

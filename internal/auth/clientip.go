@@ -4,8 +4,6 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
-
-	"github.com/fairgate/fairgate/httplimit"
 )
 
 // ClientIP finds the client's address. The peer is the client unless it is
@@ -38,7 +36,7 @@ func (c ClientIP) trusted(a netip.Addr) bool {
 
 // Of returns r's client address.
 func (c ClientIP) Of(r *http.Request) netip.Addr {
-	peer := httplimit.PeerIP(r)
+	peer := PeerIP(r)
 	if !peer.IsValid() || !c.trusted(peer) {
 		return peer
 	}
@@ -101,4 +99,13 @@ func parseHop(h string) (netip.Addr, error) {
 	}
 	a, err := netip.ParseAddr(strings.Trim(h, "[]"))
 	return a.Unmap(), err
+}
+
+// PeerIP is the address of r's peer, from RemoteAddr.
+func PeerIP(r *http.Request) netip.Addr {
+	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
+		return ap.Addr().Unmap()
+	}
+	a, _ := netip.ParseAddr(r.RemoteAddr)
+	return a.Unmap()
 }

@@ -14,9 +14,9 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/fairgate/fairgate/internal/auth"
+	"github.com/fairgate/fairgate/internal/configfile"
 	"github.com/fairgate/fairgate/internal/rls"
 	"github.com/fairgate/fairgate/policy"
-	"github.com/fairgate/fairgate/policy/policyfile"
 
 	"github.com/fairgate/fairgate/breaker"
 	"github.com/fairgate/fairgate/fairq"
@@ -65,17 +65,17 @@ type Config struct {
 }
 
 // Problem is one thing wrong with a file.
-type Problem = policyfile.Problem
+type Problem = configfile.Problem
 
 // Error is every problem of one file. A file with problems is never used.
-type Error = policyfile.Error
+type Error = configfile.Error
 
 // MaxFileBytes is the largest config file fairgate reads.
-const MaxFileBytes = policyfile.MaxFileBytes
+const MaxFileBytes = configfile.MaxFileBytes
 
 // ReadFile reads the config file at path, refusing one over MaxFileBytes
 // without reading it whole.
-func ReadFile(path string) ([]byte, error) { return policyfile.ReadFile(path) }
+func ReadFile(path string) ([]byte, error) { return configfile.ReadFile(path) }
 
 // UpstreamHeaders name the request headers that carry the verified
 // identity to the proxied upstream.
@@ -100,7 +100,7 @@ func Parse(file string, data []byte) (*Config, error) {
 	c := &Config{File: file, Headers: "draft", Providers: map[string]quota.Provider{}, Queues: fairq.Kinds{}, QueueWeights: map[string]int{}, Dependencies: map[string]breaker.Settings{}, Instances: 1, Dashboard: true,
 		ClientIPHeader: "x-forwarded-for", UpstreamHeaders: UpstreamHeaders{Tenant: "X-Fairgate-Tenant", Plan: "X-Fairgate-Plan"}}
 	d := &decoder{}
-	p, err := policyfile.ParseWith(file, data, d.sections(c), d.checkWeights)
+	p, err := configfile.ParseWith(file, data, d.sections(c), d.checkWeights)
 	if err != nil {
 		return nil, err
 	}
@@ -110,14 +110,14 @@ func Parse(file string, data []byte) (*Config, error) {
 
 // decoder decodes the daemon's own sections of the file.
 type decoder struct {
-	*policyfile.Decoder
+	*configfile.Decoder
 	// weightKeys are the plans queues.weights names, checked once the
 	// plans are known.
 	weightKeys map[string]*yaml.Node
 }
 
 // checkWeights reports queue weights of plans the policy does not have.
-func (d *decoder) checkWeights(pd *policyfile.Decoder, p policy.Policy) {
+func (d *decoder) checkWeights(pd *configfile.Decoder, p policy.Policy) {
 	for _, plan := range slices.Sorted(maps.Keys(d.weightKeys)) {
 		if _, ok := p.Plans[plan]; !ok {
 			pd.Add(d.weightKeys[plan], "queues.weights."+plan, "unknown plan %q: want one of %s", plan, strings.Join(slices.Sorted(maps.Keys(p.Plans)), ", "))

@@ -10,9 +10,9 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/fairgate/fairgate/algo"
+	"github.com/fairgate/fairgate/internal/configfile"
 	"github.com/fairgate/fairgate/internal/rls"
 	"github.com/fairgate/fairgate/policy"
-	"github.com/fairgate/fairgate/policy/policyfile"
 )
 
 // rlsSection decodes the rls section: envoyproxy/ratelimit config files
@@ -25,7 +25,7 @@ func (d *decoder) rlsSection(n *yaml.Node, path string, c *Config) {
 	overrideKeys := map[string]*yaml.Node{}
 	var domains []rls.Domain
 	var where []*yaml.Node // the node each domain came from, for duplicate errors
-	d.Fields(n, path, policyfile.Handlers{
+	d.Fields(n, path, configfile.Handlers{
 		"files": func(v *yaml.Node, path string) {
 			d.List(v, path, func(i int, v *yaml.Node, path string) {
 				pattern := d.rel(d.Str(v, path))
@@ -78,7 +78,7 @@ func (d *decoder) rlsSection(n *yaml.Node, path string, c *Config) {
 		"domains": func(v *yaml.Node, path string) {
 			d.Entries(v, path, func(name string, k, v *yaml.Node, path string) {
 				overrideKeys[name] = k
-				d.Fields(v, path, policyfile.Handlers{
+				d.Fields(v, path, configfile.Handlers{
 					"fail": func(v *yaml.Node, path string) { overrides[name] = d.Fail(v, path) },
 				})
 			})
@@ -131,11 +131,11 @@ func ParseRLSFile(file string) ([]rls.Domain, error) {
 
 // ParseRLS is ParseRLSFile on data already read; file names it in errors.
 func ParseRLS(file string, data []byte) ([]rls.Domain, error) {
-	root, err := policyfile.Root(file, data, "want a domain and its descriptors")
+	root, err := configfile.Root(file, data, "want a domain and its descriptors")
 	if err != nil {
 		return nil, err
 	}
-	d := &decoder{Decoder: policyfile.NewDecoder(file)}
+	d := &decoder{Decoder: configfile.NewDecoder(file)}
 	dom := d.rlsDomain(root, "")
 	if err := d.Err(); err != nil {
 		return nil, err
@@ -146,7 +146,7 @@ func ParseRLS(file string, data []byte) ([]rls.Domain, error) {
 // rlsDomain decodes {domain, descriptors}.
 func (d *decoder) rlsDomain(n *yaml.Node, path string) rls.Domain {
 	var dom rls.Domain
-	d.Fields(n, path, policyfile.Handlers{
+	d.Fields(n, path, configfile.Handlers{
 		"domain":      func(v *yaml.Node, path string) { dom.Name = d.Str(v, path) },
 		"descriptors": func(v *yaml.Node, path string) { dom.Descriptors = d.rlsDescriptors(v, path) },
 	})
@@ -162,7 +162,7 @@ func (d *decoder) rlsDescriptors(n *yaml.Node, path string) []*rls.Descriptor {
 	seen := map[[2]string]bool{}
 	d.List(n, path, func(i int, v *yaml.Node, path string) {
 		x := &rls.Descriptor{}
-		d.Fields(v, path, policyfile.Handlers{
+		d.Fields(v, path, configfile.Handlers{
 			"key":             func(v *yaml.Node, path string) { x.Key = d.Str(v, path) },
 			"value":           func(v *yaml.Node, path string) { x.Value = d.Str(v, path) },
 			"rate_limit":      func(v *yaml.Node, path string) { x.Limit = d.rlsRateLimit(v, path) },
@@ -188,7 +188,7 @@ func (d *decoder) rlsRateLimit(n *yaml.Node, path string) *rls.RateLimit {
 	unit := ""
 	var unitNode *yaml.Node
 	hasRPU := false
-	d.Fields(n, path, policyfile.Handlers{
+	d.Fields(n, path, configfile.Handlers{
 		"unit": func(v *yaml.Node, path string) { unit, unitNode = d.Str(v, path), v },
 		"requests_per_unit": func(v *yaml.Node, path string) {
 			hasRPU = true
@@ -204,7 +204,7 @@ func (d *decoder) rlsRateLimit(n *yaml.Node, path string) *rls.RateLimit {
 		"replaces": func(v *yaml.Node, path string) {
 			d.List(v, path, func(i int, v *yaml.Node, path string) {
 				name := ""
-				d.Fields(v, path, policyfile.Handlers{
+				d.Fields(v, path, configfile.Handlers{
 					"name": func(v *yaml.Node, path string) { name = d.Str(v, path) },
 				})
 				if name == "" {

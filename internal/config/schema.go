@@ -20,17 +20,17 @@ import (
 	"github.com/fairgate/fairgate/breaker"
 	"github.com/fairgate/fairgate/fairq"
 	"github.com/fairgate/fairgate/internal/auth"
+	"github.com/fairgate/fairgate/internal/configfile"
 	"github.com/fairgate/fairgate/policy"
-	"github.com/fairgate/fairgate/policy/policyfile"
 	"github.com/fairgate/fairgate/quota"
 )
 
 // sections decodes the daemon's own top-level fields into c.
-func (d *decoder) sections(c *Config) policyfile.Sections {
-	on := func(f func(v *yaml.Node, path string)) func(*policyfile.Decoder, *yaml.Node, string) {
-		return func(pd *policyfile.Decoder, v *yaml.Node, path string) { d.Decoder = pd; f(v, path) }
+func (d *decoder) sections(c *Config) configfile.Sections {
+	on := func(f func(v *yaml.Node, path string)) func(*configfile.Decoder, *yaml.Node, string) {
+		return func(pd *configfile.Decoder, v *yaml.Node, path string) { d.Decoder = pd; f(v, path) }
 	}
-	return policyfile.Sections{
+	return configfile.Sections{
 		"headers": on(func(v *yaml.Node, path string) {
 			switch h := d.Str(v, path); h {
 			case "draft", "structured", "x":
@@ -68,12 +68,12 @@ func (d *decoder) sections(c *Config) policyfile.Sections {
 					d.Add(k, path, "provider name %q: want lower-case letters, digits, '-' and '_'", name)
 				}
 				var pr quota.Provider
-				d.Fields(v, path, policyfile.Handlers{
+				d.Fields(v, path, configfile.Handlers{
 					"limit":  func(v *yaml.Node, path string) { pr.Limit.Limit = d.Int(v, path) },
 					"period": func(v *yaml.Node, path string) { pr.Limit.Period = d.fixedPeriod(v, path) },
 					"burst":  func(v *yaml.Node, path string) { pr.Limit.Burst = d.Int(v, path) },
 					"tenant": func(v *yaml.Node, path string) {
-						d.Fields(v, path, policyfile.Handlers{
+						d.Fields(v, path, configfile.Handlers{
 							"limit":  func(v *yaml.Node, path string) { pr.Tenant.Limit = d.Int(v, path) },
 							"period": func(v *yaml.Node, path string) { pr.Tenant.Period = d.fixedPeriod(v, path) },
 							"burst":  func(v *yaml.Node, path string) { pr.Tenant.Burst = d.Int(v, path) },
@@ -86,7 +86,7 @@ func (d *decoder) sections(c *Config) policyfile.Sections {
 			})
 		}),
 		"queues": on(func(v *yaml.Node, path string) {
-			d.Fields(v, path, policyfile.Handlers{
+			d.Fields(v, path, configfile.Handlers{
 				"weights": func(v *yaml.Node, path string) {
 					d.Entries(v, path, func(plan string, k, v *yaml.Node, path string) {
 						w := d.Int(v, path)
@@ -106,7 +106,7 @@ func (d *decoder) sections(c *Config) policyfile.Sections {
 							d.Add(k, path, "kind name %q: want lower-case letters, digits, '-' and '_'", name)
 						}
 						var kd fairq.Kind
-						d.Fields(v, path, policyfile.Handlers{
+						d.Fields(v, path, configfile.Handlers{
 							"warn":         func(v *yaml.Node, path string) { kd.Warn = d.Count(v, path) },
 							"refuse":       func(v *yaml.Node, path string) { kd.Refuse = d.Count(v, path) },
 							"visibility":   func(v *yaml.Node, path string) { kd.Visibility = d.Duration(v, path) },
@@ -131,7 +131,7 @@ func (d *decoder) sections(c *Config) policyfile.Sections {
 			}
 		}),
 		"upstream_headers": on(func(v *yaml.Node, path string) {
-			d.Fields(v, path, policyfile.Handlers{
+			d.Fields(v, path, configfile.Handlers{
 				"tenant": func(v *yaml.Node, path string) { c.UpstreamHeaders.Tenant = d.header(v, path) },
 				"plan":   func(v *yaml.Node, path string) { c.UpstreamHeaders.Plan = d.header(v, path) },
 			})
@@ -142,7 +142,7 @@ func (d *decoder) sections(c *Config) policyfile.Sections {
 					d.Add(k, path, "dependency name %q: want lower-case letters, digits, '-' and '_'", name)
 				}
 				var st breaker.Settings
-				d.Fields(v, path, policyfile.Handlers{
+				d.Fields(v, path, configfile.Handlers{
 					"consecutive_failures": func(v *yaml.Node, path string) { st.ConsecutiveFailures = uint32(min(d.Count(v, path), 1<<31)) },
 					"failure_ratio": func(v *yaml.Node, path string) {
 						if st.FailureRatio = d.Float(v, path); st.FailureRatio <= 0 || st.FailureRatio > 1 {
@@ -162,11 +162,11 @@ func (d *decoder) sections(c *Config) policyfile.Sections {
 // auth decodes the credentials section. Key files are read relative to
 // the config file's directory.
 func (d *decoder) auth(n *yaml.Node, path string, a *auth.Config) {
-	d.Fields(n, path, policyfile.Handlers{
+	d.Fields(n, path, configfile.Handlers{
 		"api_keys": func(v *yaml.Node, path string) {
 			d.List(v, path, func(i int, v *yaml.Node, path string) {
 				var k auth.APIKey
-				d.Fields(v, path, policyfile.Handlers{
+				d.Fields(v, path, configfile.Handlers{
 					"sha256": func(v *yaml.Node, path string) {
 						k.SHA256 = strings.ToLower(d.Str(v, path))
 						if b, err := hex.DecodeString(k.SHA256); err != nil || len(b) != sha256.Size {
@@ -185,7 +185,7 @@ func (d *decoder) auth(n *yaml.Node, path string, a *auth.Config) {
 		"jwt": func(v *yaml.Node, path string) {
 			j := &auth.JWTConfig{}
 			a.JWT = j
-			d.Fields(v, path, policyfile.Handlers{
+			d.Fields(v, path, configfile.Handlers{
 				"issuer":       func(v *yaml.Node, path string) { j.Issuer = d.Str(v, path) },
 				"audience":     func(v *yaml.Node, path string) { j.Audience = d.Str(v, path) },
 				"tenant_claim": func(v *yaml.Node, path string) { j.TenantClaim = d.Str(v, path) },

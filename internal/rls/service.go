@@ -17,9 +17,9 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/fairgate/fairgate/algo"
+	"github.com/fairgate/fairgate/internal/promreg"
 	"github.com/fairgate/fairgate/limiter"
 	"github.com/fairgate/fairgate/policy"
-	"github.com/fairgate/fairgate/promreg"
 	"github.com/fairgate/fairgate/store"
 )
 

@@ -14,6 +14,7 @@ import (
 	"github.com/fairgate/fairgate/breaker"
 	"github.com/fairgate/fairgate/httplimit"
 	"github.com/fairgate/fairgate/httplimit/problem"
+	"github.com/fairgate/fairgate/internal/auth"
 )
 
 // UpstreamDependency is the name of the proxied upstream's circuit breaker
@@ -55,7 +56,7 @@ func (s *Server) newProxy(upstream *url.URL, timeout time.Duration) (http.Handle
 			// ReverseProxy drops the inbound X-Forwarded-* before Rewrite. A
 			// forwarding chain is passed on only from a trusted proxy;
 			// SetXForwarded then appends the peer.
-			if id.ip.Trusts(httplimit.PeerIP(pr.In)) {
+			if id.ip.Trusts(auth.PeerIP(pr.In)) {
 				if xff := pr.In.Header.Values("X-Forwarded-For"); len(xff) > 0 {
 					pr.Out.Header["X-Forwarded-For"] = xff
 				}
@@ -104,6 +105,7 @@ func (s *Server) newProxy(upstream *url.URL, timeout time.Duration) (http.Handle
 		ClientIP: s.clientIP,
 		Headers:  s.form,
 		Logger:   s.log,
+		SlowDown: true, // the connection is the client's own: pace a client that does not wait
 	})
 	if err != nil {
 		return nil, err

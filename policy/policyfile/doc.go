@@ -16,7 +16,6 @@
 // an omitted fail mode is open for a class and closed for an anonymous
 // route. docs/config.md describes every field.
 //
-// The daemon's own sections ([DaemonSections]: credentials, providers,
-// queues, the Envoy service...) are skipped by [Load]; the daemon decodes
-// them with [ParseWith] and the same [Decoder].
+// The daemon's own sections (credentials, providers, queues, the Envoy
+// service...) are skipped by [Load] unread.
 package policyfile

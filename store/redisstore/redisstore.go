@@ -82,7 +82,7 @@ func New(c Config) (*Store, error) {
 	}
 	s := &Store{c: c.Client, prefix: prefix, noCoalesce: c.NoCoalescing}
 	if s.c == nil {
-		opt, err := ParseURL(c.URL)
+		opt, err := parseURL(c.URL)
 		if err != nil {
 			return nil, err
 		}
@@ -145,7 +145,7 @@ func (s *Store) Shard(c store.Check) int {
 	if !s.cluster {
 		return 0
 	}
-	return int(Slot(s.Key(c.Limit.Algorithm, c.Key)))
+	return int(slot(s.Key(c.Limit.Algorithm, c.Key)))
 }
 
 var _ store.Sharded = (*Store)(nil)

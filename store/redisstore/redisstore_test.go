@@ -87,8 +87,8 @@ func TestSlotMatchesRedis(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := fmt.Sprint(Slot(k)); got != want {
-			t.Errorf("Slot(%q) = %s, Redis says %s", k, got, want)
+		if got := fmt.Sprint(slot(k)); got != want {
+			t.Errorf("slot(%q) = %s, Redis says %s", k, got, want)
 		}
 	}
 }
@@ -115,24 +115,24 @@ func TestParseURL(t *testing.T) {
 		{url: "redis://h:1/x", err: "invalid database number"},
 	}
 	for _, tt := range tests {
-		opt, err := ParseURL(tt.url)
+		opt, err := parseURL(tt.url)
 		if tt.err != "" {
 			if err == nil || !strings.Contains(err.Error(), tt.err) {
-				t.Errorf("ParseURL(%q) error = %v, want %q", tt.url, err, tt.err)
+				t.Errorf("parseURL(%q) error = %v, want %q", tt.url, err, tt.err)
 			}
 			continue
 		}
 		if err != nil {
-			t.Errorf("ParseURL(%q): %v", tt.url, err)
+			t.Errorf("parseURL(%q): %v", tt.url, err)
 			continue
 		}
 		got := []any{opt.InitAddress, opt.SelectDB, opt.TLSConfig != nil, opt.Username, opt.Password}
 		want := []any{tt.addrs, tt.db, tt.tls, tt.user, tt.pass}
 		if diff := cmp.Diff(want, got); diff != "" {
-			t.Errorf("ParseURL(%q) -want +got:\n%s", tt.url, diff)
+			t.Errorf("parseURL(%q) -want +got:\n%s", tt.url, diff)
 		}
 	}
-	if _, err := ParseURL("redis-cluster://u:hunter2@a:1,b"); err == nil || strings.Contains(err.Error(), "hunter2") {
+	if _, err := parseURL("redis-cluster://u:hunter2@a:1,b"); err == nil || strings.Contains(err.Error(), "hunter2") {
 		t.Errorf("error shows the password or is nil: %v", err)
 	}
 }

@@ -18,10 +18,10 @@ var crcTable = func() (t [256]uint16) {
 	return t
 }()
 
-// Slot returns the Redis Cluster hash slot of key: CRC16 of its hash tag
+// slot returns the Redis Cluster hash slot of key: CRC16 of its hash tag
 // (the bytes between the first '{' and the next '}', when not empty) or of
 // the whole key, modulo 16384.
-func Slot(key string) uint16 {
+func slot(key string) uint16 {
 	if i := strings.IndexByte(key, '{'); i >= 0 {
 		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
 			key = key[i+1 : i+1+j]

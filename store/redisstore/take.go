@@ -58,7 +58,7 @@ func (s *Store) split(checks []store.Check) []part {
 		k := s.Key(c.Limit.Algorithm, c.Key)
 		g := 0
 		if s.cluster {
-			sl := Slot(k)
+			sl := slot(k)
 			for g = 0; g < len(slots) && slots[g] != sl; g++ {
 			}
 			if g == len(slots) {

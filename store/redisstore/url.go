@@ -9,8 +9,15 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// ParseURL turns a store URL (see [Config.URL]) into rueidis options.
-func ParseURL(raw string) (rueidis.ClientOption, error) {
+// CheckURL reports what is wrong with a store URL (see [Config.URL]),
+// without connecting: nil when New would accept it.
+func CheckURL(raw string) error {
+	_, err := parseURL(raw)
+	return err
+}
+
+// parseURL turns a store URL (see [Config.URL]) into rueidis options.
+func parseURL(raw string) (rueidis.ClientOption, error) {
 	bad := func(why string) (rueidis.ClientOption, error) {
 		return rueidis.ClientOption{}, fmt.Errorf("redisstore: bad URL %q: %s", RedactURL(raw), why)
 	}

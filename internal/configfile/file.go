@@ -1,4 +1,4 @@
-package policyfile
+package configfile
 
 import (
 	"bytes"
@@ -57,33 +57,22 @@ const MaxFileBytes = 4 << 20
 func ReadFile(path string) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("policyfile: %w", err)
+		return nil, fmt.Errorf("config: %w", err)
 	}
 	defer f.Close()
 	data, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
 	if err != nil {
-		return nil, fmt.Errorf("policyfile: %w", err)
+		return nil, fmt.Errorf("config: %w", err)
 	}
 	if len(data) > MaxFileBytes {
-		return nil, fmt.Errorf("policyfile: %s is over %d bytes (4 MiB), the most a config file may be: keep tenants' overrides in the store (admin API) instead", path, MaxFileBytes)
+		return nil, fmt.Errorf("config: %s is over %d bytes (4 MiB), the most a config file may be: keep tenants' overrides in the store (admin API) instead", path, MaxFileBytes)
 	}
 	return data, nil
 }
 
-// Load reads the policy of the config file at path: the same file the
-// fairgate daemon reads (see docs/config.md), with every problem reported
-// at its line. The daemon's own sections (listed in DaemonSections) are
-// left to the daemon: Load skips them unread.
-func Load(path string) (policy.Policy, error) {
-	data, err := ReadFile(path)
-	if err != nil {
-		return policy.Policy{}, err
-	}
-	return Parse(path, data)
-}
-
-// Parse is Load of data, a file named file.
-func Parse(file string, data []byte) (policy.Policy, error) {
+// ParsePolicy decodes only the policy of data, a file named file,
+// skipping the daemon's own sections unread (package policyfile).
+func ParsePolicy(file string, data []byte) (policy.Policy, error) {
 	skip := Sections{}
 	for _, name := range DaemonSections {
 		skip[name] = func(*Decoder, *yaml.Node, string) {}
@@ -105,7 +94,7 @@ type Sections map[string]func(d *Decoder, v *yaml.Node, path string)
 // the file at once.
 func ParseWith(file string, data []byte, sections Sections, check func(d *Decoder, p policy.Policy)) (policy.Policy, error) {
 	if len(data) > MaxFileBytes {
-		return policy.Policy{}, fmt.Errorf("policyfile: %s is over %d bytes (4 MiB), the most a config file may be", file, MaxFileBytes)
+		return policy.Policy{}, fmt.Errorf("config: %s is over %d bytes (4 MiB), the most a config file may be", file, MaxFileBytes)
 	}
 	root, err := Root(file, data, "want a mapping with plans, classes and routes (see examples/fairgate.yaml)")
 	if err != nil {

@@ -1,4 +1,4 @@
-package policyfile
+package configfile
 
 import (
 	"fmt"

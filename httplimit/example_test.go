@@ -1,0 +1,98 @@
+package httplimit_test
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"time"
+
+	"github.com/fairgate/fairgate/algo"
+	"github.com/fairgate/fairgate/httplimit"
+	"github.com/fairgate/fairgate/limiter"
+	"github.com/fairgate/fairgate/policy"
+	"github.com/fairgate/fairgate/store/memstore"
+)
+
+// tenantOf stands for your verified authentication: here an API key
+// looked up in a table, never a header the client could set freely.
+func tenantOf(r *http.Request) (policy.Identity, error) {
+	switch r.Header.Get("X-API-Key") {
+	case "key-acme":
+		return policy.Identity{Tenant: "acme"}, nil
+	case "key-globex":
+		return policy.Identity{Tenant: "globex"}, nil
+	case "":
+		return policy.Identity{}, nil
+	}
+	return policy.Identity{}, errors.New("unknown API key")
+}
+
+func get(h http.Handler, key string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest("GET", "/v1/users/1", nil)
+	r.Header.Set("X-API-Key", key)
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+// The three lines: every tenant gets 2 requests a minute on its own.
+func ExamplePerTenant() {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/users/{id}", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "ok") })
+
+	h, err := httplimit.PerTenant{Limit: algo.PerMinute(2), Identify: tenantOf}.Wrap(mux)
+	if err != nil {
+		panic(err)
+	}
+	// log.Fatal(http.ListenAndServe(":8080", h))
+
+	for _, key := range []string{"key-acme", "key-acme", "key-acme", "key-globex", "", "key-nobody"} {
+		w := get(h, key)
+		fmt.Printf("%q: %d remaining=%q\n", key, w.Code, w.Header().Get("RateLimit-Remaining"))
+	}
+	// Output:
+	// "key-acme": 200 remaining="1"
+	// "key-acme": 200 remaining="0"
+	// "key-acme": 429 remaining="0"
+	// "key-globex": 200 remaining="1"
+	// "": 401 remaining=""
+	// "key-nobody": 401 remaining=""
+}
+
+// Middleware with a limiter of your own: a plan, a class at half the
+// plan's limit for search, and the IETF draft's structured headers.
+func ExampleMiddleware() {
+	lim, err := limiter.New(limiter.Config{
+		Store: memstore.New(memstore.Config{Now: func() time.Time { return time.Unix(1e9, 0) }}),
+		Policy: policy.Policy{
+			DefaultPlan: "free", DefaultClass: "read",
+			Plans:   map[string]policy.Plan{"free": {Rules: []policy.Rule{{Limit: algo.PerMinute(60).WithBurst(4)}}}},
+			Classes: map[string]policy.Class{"read": {}, "search": {Share: 0.5}},
+			Routes:  []policy.Route{{Pattern: "GET /v1/users/{id}", Class: "search"}},
+		},
+	})
+	if err != nil {
+		panic(err)
+	}
+	mw, err := httplimit.Middleware(httplimit.Config{Limiter: lim, Identify: tenantOf, Headers: httplimit.Structured})
+	if err != nil {
+		panic(err)
+	}
+	h := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		d, _ := httplimit.DecisionFrom(r.Context())
+		fmt.Fprint(w, d.Resolution.Plan)
+	}))
+	for range 3 {
+		w := get(h, "key-acme")
+		last := "plan " + w.Body.String()
+		if w.Code != http.StatusOK {
+			last = "retry after " + w.Header().Get("Retry-After") + "s"
+		}
+		fmt.Println(w.Code, w.Header().Get("RateLimit"), last)
+	}
+	// Output:
+	// 200 "free.search.1m";r=1;t=2 plan free
+	// 200 "free.search.1m";r=0;t=4 plan free
+	// 429 "free.search.1m";r=0;t=4 retry after 2s
+}
