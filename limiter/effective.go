@@ -35,18 +35,13 @@ type TenantLimits struct {
 	Layers     []LayerState
 }
 
-// Effective returns tenant id's effective limits: its plan, and every
-// layer (each class with a share below 1, then the tenant overall) with
-// limit, burst and the current remaining and reset, read by a cost-0 peek
-// that changes nothing.
-func (l *Limiter) Effective(ctx context.Context, id string) (TenantLimits, error) {
-	return l.EffectiveFor(ctx, id, "")
-}
-
-// EffectiveFor is Effective for a tenant whose verified credential names
-// plan (a JWT plan claim), which applies when the policy lists no entry
-// for the tenant, exactly as Request.Plan does for decisions.
-func (l *Limiter) EffectiveFor(ctx context.Context, id, plan string) (TenantLimits, error) {
+// Effective returns tenant id's effective limits, for a tenant whose
+// verified credential names plan ("" for none; it applies when the policy
+// lists no entry for the tenant, exactly as Request.Plan does for
+// decisions): its plan, and every layer (each class with a share below 1,
+// then the tenant overall) with limit, burst and the current remaining
+// and reset, read by a cost-0 peek that changes nothing.
+func (l *Limiter) Effective(ctx context.Context, id, plan string) (TenantLimits, error) {
 	s := l.snap.Load()
 	now := l.now()
 	if id == "" || len(id) > policy.MaxTenantID {

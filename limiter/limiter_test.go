@@ -47,7 +47,7 @@ func TestDecideIsAllOrNothing(t *testing.T) {
 		t.Fatalf("9th search = %+v, %v; want limited by free.search.1m", d, err)
 	}
 	// The tenant's overall layer was charged 8, not 9.
-	tl, err := l.Effective(ctx, "newco")
+	tl, err := l.Effective(ctx, "newco", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func TestShadowRuleInEnforcedClass(t *testing.T) {
 			t.Errorf("request %d: reason %v", i, d.Reason)
 		}
 	}
-	tl, _ := l.Effective(ctx, "newco")
+	tl, _ := l.Effective(ctx, "newco", "")
 	for _, ly := range tl.Layers {
 		if ly.Policy == "free.tenant.1m" && ly.Remaining != 25 {
 			t.Errorf("enforced layer remaining %d after 5 requests, want 25", ly.Remaining)

@@ -82,9 +82,9 @@ func hashB64(s string) string {
 	return base64.RawURLEncoding.EncodeToString(h[:])
 }
 
-// ClientPrefix returns what an anonymous rule by IP keys on: the address
+// clientPrefix returns what an anonymous rule by IP keys on: the address
 // itself for IPv4 (and IPv4-mapped IPv6), its /64 for IPv6.
-func ClientPrefix(a netip.Addr) string {
+func clientPrefix(a netip.Addr) string {
 	a = a.Unmap()
 	if a.Is6() {
 		p, _ := a.Prefix(64)

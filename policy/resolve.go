@@ -195,7 +195,7 @@ func (s *Snapshot) resolveAnon(a *AnonRoute, req Request, now time.Time) (Resolu
 	}
 	ip := "unknown"
 	if req.IP.IsValid() {
-		ip = ClientPrefix(req.IP)
+		ip = clientPrefix(req.IP)
 	}
 	for _, r := range a.Rules {
 		tag := "ip:" + ip

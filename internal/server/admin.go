@@ -128,7 +128,7 @@ func (a *admin) getTenant(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	ctx, cancel := context.WithTimeout(r.Context(), a.timeout)
 	defer cancel()
-	tl, err := a.lim.Effective(ctx, id)
+	tl, err := a.lim.Effective(ctx, id, "")
 	if err != nil {
 		problem.Write(w, problem.Details{Status: http.StatusServiceUnavailable, Detail: err.Error()})
 		return

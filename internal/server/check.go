@@ -188,7 +188,7 @@ func (s *Server) handleMyLimits(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := s.control(r)
 	defer cancel()
-	tl, err := s.lim.EffectiveFor(ctx, id.Tenant, id.Plan)
+	tl, err := s.lim.Effective(ctx, id.Tenant, id.Plan)
 	if err != nil {
 		problem.Write(w, problem.Details{Status: http.StatusServiceUnavailable, Detail: "limits cannot be read right now: " + err.Error()})
 		return
