@@ -3,9 +3,7 @@
 package app
 
 import (
-	"cmp"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -13,75 +11,89 @@ import (
 	"maps"
 	"math"
 	"net"
-	"net/http"
 	"net/url"
 	"os"
-	"os/signal"
-	"reflect"
-	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"google.golang.org/grpc"
 
 	"github.com/fairgate/fairgate/breaker"
 	"github.com/fairgate/fairgate/examples"
 	"github.com/fairgate/fairgate/fairq"
-	"github.com/fairgate/fairgate/httplimit"
-	"github.com/fairgate/fairgate/internal/auth"
 	"github.com/fairgate/fairgate/internal/config"
 	"github.com/fairgate/fairgate/internal/dash"
-	"github.com/fairgate/fairgate/internal/rls"
 	"github.com/fairgate/fairgate/internal/server"
 	"github.com/fairgate/fairgate/limiter"
-	"github.com/fairgate/fairgate/quota"
 	"github.com/fairgate/fairgate/store"
 	"github.com/fairgate/fairgate/store/memstore"
 	"github.com/fairgate/fairgate/store/redisstore"
 )
 
-// OpenStore opens the store a URL names: memory:// (optionally
-// ?max_keys=N&max_bytes=N&shards=N) or a redisstore URL.
-func OpenStore(raw string) (store.Store, error) {
+// Backend is the store a URL names, with what comes with it.
+type Backend struct {
+	// Store decides.
+	Store store.Store
+	// Control keeps the run-time overlay; nil means in-process.
+	Control limiter.ControlStore
+	// Timeout bounds each decision's store call: -1 (none) in-process.
+	Timeout time.Duration
+	// lazy is the Redis connection, connected or still connecting; nil
+	// for the memory store.
+	lazy *lazyRedis
+}
+
+// OpenBackend opens the store a URL names: memory:// (optionally
+// ?max_keys=N&max_bytes=N&shards=N), in this process; or a redisstore
+// URL, shared, connected in the background by Start (a pod restarted
+// during a Redis outage still comes up). timeout bounds each decision's
+// call to a shared store.
+func OpenBackend(raw string, timeout time.Duration, log *slog.Logger) (Backend, error) {
 	if rest, ok := strings.CutPrefix(raw, "memory://"); ok {
-		var c memstore.Config
-		if rest != "" {
-			q, err := url.ParseQuery(strings.TrimPrefix(rest, "?"))
-			if err != nil {
-				return nil, fmt.Errorf("store %q: %w", raw, err)
-			}
-			for k, v := range q {
-				if k != "max_keys" && k != "max_bytes" && k != "shards" {
-					return nil, fmt.Errorf("store %q: unknown option %q: want max_keys, max_bytes or shards", raw, k)
-				}
-				n, err := strconv.Atoi(v[0])
-				if err != nil || n < 1 {
-					return nil, fmt.Errorf("store %q: %s=%q is not a positive integer", raw, k, v[0])
-				}
-				switch k {
-				case "max_keys":
-					c.MaxKeys = n
-				case "max_bytes":
-					if n < 1<<20 {
-						return nil, fmt.Errorf("store %q: max_bytes=%d is under 1 MiB (1048576)", raw, n)
-					}
-					c.MaxBytes = int64(n)
-				case "shards":
-					c.Shards = n
-				}
-			}
-		}
+		st, err := openMemory(raw, rest)
+		return Backend{Store: st, Timeout: -1}, err
+	}
+	if err := redisstore.CheckURL(raw); err != nil {
+		return Backend{}, err
+	}
+	z := &lazyRedis{url: raw, log: log}
+	return Backend{Store: lazyStore{z}, Control: lazyControl{z}, Timeout: timeout, lazy: z}, nil
+}
+
+// openMemory opens a memory store with the options of its URL's query.
+func openMemory(raw, query string) (store.Store, error) {
+	var c memstore.Config
+	if query == "" {
 		return memstore.New(c), nil
 	}
-	return redisstore.New(redisstore.Config{URL: raw})
+	q, err := url.ParseQuery(strings.TrimPrefix(query, "?"))
+	if err != nil {
+		return nil, fmt.Errorf("store %q: %w", raw, err)
+	}
+	for k, v := range q {
+		if k != "max_keys" && k != "max_bytes" && k != "shards" {
+			return nil, fmt.Errorf("store %q: unknown option %q: want max_keys, max_bytes or shards", raw, k)
+		}
+		n, err := strconv.Atoi(v[0])
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("store %q: %s=%q is not a positive integer", raw, k, v[0])
+		}
+		switch k {
+		case "max_keys":
+			c.MaxKeys = n
+		case "max_bytes":
+			if n < 1<<20 {
+				return nil, fmt.Errorf("store %q: max_bytes=%d is under 1 MiB (1048576)", raw, n)
+			}
+			c.MaxBytes = int64(n)
+		case "shards":
+			c.Shards = n
+		}
+	}
+	return memstore.New(c), nil
 }
 
 // backpressure builds the dependencies' breakers (the proxied upstream
@@ -325,298 +337,4 @@ func LoadConfig(path string) (*config.Config, []byte, error) {
 	}
 	c, err := config.Parse(path, data)
 	return c, data, err
-}
-
-// Serve runs the service until ctx ends, then shuts down gracefully. ready,
-// if not nil, receives the listening address once it accepts connections.
-// The config is validated before anything starts: a bad file never starts
-// the server. It is reloaded when it changes on disk and on SIGHUP.
-func Serve(ctx context.Context, c ServeConfig, log *slog.Logger, ready func(addr string)) error {
-	if _, set := os.LookupEnv("GOMEMLIMIT"); !set && debug.SetMemoryLimit(-1) == math.MaxInt64 {
-		// A soft limit under the documented 512 MiB: the garbage collector
-		// works harder before the process grows past it.
-		debug.SetMemoryLimit(DefaultMemoryLimit)
-	}
-	cfg, raw, err := LoadConfig(c.Config)
-	if err != nil {
-		return err
-	}
-	var st store.Store
-	var control limiter.ControlStore
-	var lazy *lazyRedis // Redis, connected or still connecting
-	timeout := c.StoreTimeout
-	if strings.HasPrefix(c.Store, "memory://") {
-		if st, err = OpenStore(c.Store); err != nil {
-			return err
-		}
-		timeout = -1 // in-process: no I/O to bound
-	} else {
-		if err := redisstore.CheckURL(c.Store); err != nil {
-			return err
-		}
-		lazy = &lazyRedis{url: c.Store, log: log}
-		st, control = lazyStore{lazy}, lazyControl{lazy}
-	}
-	defer st.Close()
-	reg := prometheus.NewRegistry()
-	reloads := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fairgate_config_reloads_total", Help: "Config file reloads by result (applied, refused)."}, []string{"result"})
-	reg.MustRegister(reloads, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	var board *dash.Dashboard
-	if cfg.Dashboard {
-		board = dash.New(reg, c.AdminToken)
-	}
-	lim, err := limiter.New(limiter.Config{
-		Limited:    limitedHook(board),
-		Store:      st,
-		Policy:     cfg.Policy,
-		Control:    control,
-		Timeout:    timeout,
-		Fallback:   memstore.New(memstore.Config{MaxKeys: 100_000, MaxBytes: 32 << 20}),
-		Instances:  cfg.Instances,
-		Logger:     log,
-		Registerer: reg,
-	})
-	if err != nil {
-		return err
-	}
-	qtimeout := time.Duration(0) // quota's own default: workers wait for providers anyway
-	if timeout < 0 {
-		qtimeout = -1
-	}
-	quotas, err := quota.New(quota.Config{Store: st, Providers: cfg.Providers, Timeout: qtimeout, Registerer: reg})
-	if err != nil {
-		return err
-	}
-	breakers, jobs, weights, err := backpressure(cfg, c, st, lazy, lim, reg)
-	if err != nil {
-		return err
-	}
-	defer jobs.Close()
-	rlsSvc, err := rls.New(cfg.RLS, lim, log, reg)
-	if err != nil {
-		return err
-	}
-	bg, cancelBG := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	defer func() { cancelBG(); wg.Wait() }()
-	// fatal carries the first error of any goroutine below: a listener
-	// that stops serving, a loop that gives up. Serve returns it.
-	fatal := make(chan error, 1)
-	goCheck := func(what string, f func() error) {
-		wg.Go(func() {
-			if err := f(); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, grpc.ErrServerStopped) && bg.Err() == nil {
-				select {
-				case fatal <- fmt.Errorf("serve: %s: %w", what, err):
-				default:
-				}
-			}
-		})
-	}
-	if lazy != nil {
-		// One try now; if Redis is down, start anyway and keep trying.
-		if err := lazy.connect(); err != nil {
-			if !errors.Is(err, redisstore.ErrConnect) {
-				return err
-			}
-			log.Warn("store not reachable at start: serving by each policy's fail mode while connecting in the background", slog.String("store", redisstore.RedactURL(c.Store)), slog.String("error", err.Error()))
-		}
-		goCheck("store connection", func() error { lazy.Run(bg); return nil })
-	}
-	cfg.Auth.Logger = log
-	if cfg.Auth.JWT != nil && cfg.Auth.JWT.JWKSURL != "" {
-		log.Info("fetching the JWT key set", slog.String("jwks_url", cfg.Auth.JWT.JWKSURL), slog.Int64("timeout_ms", auth.DefaultJWKSTimeout.Milliseconds()))
-	}
-	authn, err := auth.New(bg, cfg.Auth)
-	if err != nil {
-		return err
-	}
-	sc := server.Config{
-		Limiter: lim, Headers: httplimit.Form(cfg.Headers), Auth: authn, ClientIP: auth.ClientIP{Trusted: cfg.TrustedProxies, Header: cfg.ClientIPHeader},
-		UpstreamHeaders: server.UpstreamHeaders(cfg.UpstreamHeaders),
-		UpstreamTimeout: c.UpstreamTimeout, Logger: log, Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
-		Quotas: quotas, WorkerToken: c.WorkerToken, InternalToken: c.InternalToken, ControlTimeout: c.ControlTimeout,
-		Jobs: jobs, JobKinds: cfg.Queues, Breakers: breakers,
-	}
-	if lazy != nil {
-		sc.StoreWarning = lazy.Warning
-		sc.StoreConnected = func() bool { return lazy.conn.Load() != nil }
-	}
-	if board != nil {
-		sc.Dashboard = board
-		if c.AdminToken == "" {
-			log.Warn("the dashboard (/dashboard) needs no token: set FAIRGATE_ADMIN_TOKEN to lock it, or dashboard: off in the config")
-		}
-	}
-	if c.WorkerToken == "" && (len(cfg.Providers) > 0 || len(cfg.Queues) > 0) {
-		log.Warn("the worker endpoints (/v1/outbound/*, job lease, ack and nack) need no token: set FAIRGATE_WORKER_TOKEN or --worker-token-file unless only trusted workers reach the listener")
-	}
-	if c.Upstream != "" {
-		if sc.Upstream, err = url.Parse(c.Upstream); err != nil {
-			return fmt.Errorf("serve: upstream %q: %w", c.Upstream, err)
-		}
-	}
-	h, err := server.New(sc)
-	if err != nil {
-		return err
-	}
-	goCheck("limiter", func() error { return lim.Run(bg) })
-	if board != nil {
-		goCheck("dashboard", func() error { return board.Run(bg) })
-	}
-	var reload func() error
-	if c.Config != "" {
-		w := config.NewWatcher(c.Config, c.ConfigPoll, raw, func(nc *config.Config) error {
-			nc.Auth.Logger, nc.Auth.Previous = log, authn
-			na, err := auth.New(bg, nc.Auth)
-			if err == nil {
-				err = quotas.CheckProviders(nc.Providers)
-			}
-			if err == nil {
-				err = lim.SetPolicy(nc.Policy)
-			}
-			if err == nil {
-				// Checked above, so this cannot fail half-way.
-				err = quotas.SetProviders(nc.Providers)
-			}
-			if err == nil {
-				if rlsSvc != nil {
-					rlsSvc.SetConfig(nc.RLS)
-				}
-				weights.Store(&nc.QueueWeights)
-				if !maps.Equal(nc.Queues, cfg.Queues) || !reflect.DeepEqual(nc.Dependencies, cfg.Dependencies) {
-					log.Warn("queue kinds and dependencies take effect at the next restart")
-				}
-			}
-			if err != nil {
-				return err // counted by the watcher's Refused
-			}
-			h.SetIdentity(na, auth.ClientIP{Trusted: nc.TrustedProxies, Header: nc.ClientIPHeader}, server.UpstreamHeaders(nc.UpstreamHeaders))
-			authn = na
-			reloads.WithLabelValues("applied").Inc()
-			return nil
-		}, log)
-		w.Refused = func() { reloads.WithLabelValues("refused").Inc() }
-		reload = w.Reload
-		goCheck("config watcher", func() error { return w.Run(bg) })
-		hup := make(chan os.Signal, 1)
-		signal.Notify(hup, syscall.SIGHUP)
-		wg.Go(func() {
-			defer signal.Stop(hup)
-			for {
-				select {
-				case <-bg.Done():
-					return
-				case <-hup:
-					w.Reload()
-				}
-			}
-		})
-	}
-	log.Info("policy loaded", slog.String("config", cfg.File), slog.Int("plans", len(cfg.Policy.Plans)), slog.Int("routes", len(cfg.Policy.Routes)), slog.String("headers", cfg.Headers))
-	ln, err := net.Listen("tcp", c.Listen)
-	if err != nil {
-		return fmt.Errorf("serve: listen on %s: %w", c.Listen, err)
-	}
-	readTimeout := c.ReadTimeout
-	if readTimeout <= 0 {
-		readTimeout = 30 * time.Second
-	}
-	srv := &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: min(5*time.Second, readTimeout),
-		ReadTimeout:       readTimeout,
-		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
-	// With an upstream the proxy lifts the write deadline of a proxied
-	// response, and the read deadline once the request's body has arrived,
-	// so that responses may stream for as long as the upstream sends;
-	// headers and bodies keep their deadlines on every path.
-	servers := []*http.Server{srv}
-	if ih := h.Internal(); ih != nil {
-		iln, err := net.Listen("tcp", c.InternalListen)
-		if err != nil {
-			ln.Close()
-			return fmt.Errorf("serve: internal listen on %s: %w", c.InternalListen, err)
-		}
-		isrv := &http.Server{Handler: ih, ReadHeaderTimeout: srv.ReadHeaderTimeout, ReadTimeout: readTimeout, WriteTimeout: 30 * time.Second,
-			IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10, ErrorLog: srv.ErrorLog}
-		servers = append(servers, isrv)
-		if c.InternalToken == "" && !loopback(iln.Addr()) {
-			log.Warn("the internal listener is not on loopback and needs no token: set FAIRGATE_INTERNAL_TOKEN or --internal-token-file", slog.String("listen", iln.Addr().String()))
-		}
-		log.Info("internal listener", slog.String("listen", iln.Addr().String()))
-		goCheck("internal listener", func() error { return isrv.Serve(iln) })
-	}
-	if c.AdminToken == "" {
-		log.Warn("admin API not started: set FAIRGATE_ADMIN_TOKEN or --admin-token-file to enable it")
-	} else {
-		ah, err := server.NewAdmin(server.AdminConfig{Limiter: lim, Token: c.AdminToken, Reload: reload, Logger: log, Timeout: c.ControlTimeout})
-		if err != nil {
-			ln.Close()
-			return err
-		}
-		aln, err := net.Listen("tcp", c.AdminListen)
-		if err != nil {
-			ln.Close()
-			return fmt.Errorf("serve: admin listen on %s: %w", c.AdminListen, err)
-		}
-		asrv := &http.Server{Handler: ah, ReadHeaderTimeout: srv.ReadHeaderTimeout, ReadTimeout: min(10*time.Second, readTimeout), WriteTimeout: 10 * time.Second, ErrorLog: srv.ErrorLog}
-		servers = append(servers, asrv)
-		log.Info("admin API", slog.String("listen", aln.Addr().String()))
-		goCheck("admin listener", func() error { return asrv.Serve(aln) })
-	}
-	if c.GRPCListen != "" {
-		gln, err := net.Listen("tcp", c.GRPCListen)
-		if err != nil {
-			ln.Close()
-			return fmt.Errorf("serve: grpc listen on %s: %w", c.GRPCListen, err)
-		}
-		g := rls.NewServer(rlsSvc)
-		log.Info("envoy rate limit service", slog.String("grpc_listen", gln.Addr().String()), slog.Int("domains", len(cfg.RLS.Domains)))
-		goCheck("grpc listener", func() error { return g.Serve(gln) })
-		defer g.GracefulStop()
-		if len(cfg.RLS.Domains) == 0 {
-			log.Warn("the rate limit service has no domains: every descriptor is answered OK (add an rls section to the config)")
-		}
-	}
-	log.Info("serving", slog.String("listen", ln.Addr().String()), slog.String("store", redisstore.RedactURL(c.Store)), slog.String("upstream", c.Upstream))
-	if ready != nil {
-		ready(ln.Addr().String())
-	}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return err
-	case err := <-fatal:
-		log.Error("a part of the service failed; shutting down", slog.String("error", err.Error()))
-		srv.Close()
-		return err
-	case <-ctx.Done():
-	}
-	if c.Drain > 0 {
-		log.Info("draining: /readyz fails while requests are still served", slog.Int64("drain_ms", c.Drain.Milliseconds()))
-		h.Drain()
-		select {
-		case <-time.After(c.Drain):
-		case err := <-errc:
-			return err
-		}
-	}
-	log.Info("shutting down", slog.Int64("grace_ms", cmp.Or(c.ShutdownGrace, 25*time.Second).Milliseconds()))
-	sctx, cancel := context.WithTimeout(context.Background(), cmp.Or(c.ShutdownGrace, 25*time.Second))
-	defer cancel()
-	for _, x := range servers[1:] {
-		x.Shutdown(sctx)
-	}
-	if err := srv.Shutdown(sctx); err != nil {
-		return fmt.Errorf("serve: shutdown: %w", err)
-	}
-	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
 }

@@ -2,6 +2,7 @@ package app
 
 import (
 	"io"
+	"log/slog"
 	"os"
 	"strings"
 	"testing"
@@ -14,23 +15,30 @@ import (
 // Tests stop `fairgate serve` at once; the drain test asks for its own.
 func init() { os.Setenv("FAIRGATE_DRAIN", "0") }
 
-func TestOpenStore(t *testing.T) {
-	st, err := OpenStore("memory://?max_keys=10&shards=2")
+// TestOpenBackend: memory:// is in-process (no deadline, no shared
+// control); a Redis URL is shared and connected later, so a server that is
+// down does not stop the start; bad URLs are refused by name.
+func TestOpenBackend(t *testing.T) {
+	be, err := OpenBackend("memory://?max_keys=10&shards=2", 50*time.Millisecond, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := st.(*memstore.Store); !ok {
-		t.Fatalf("memory:// opened %T", st)
+	if _, ok := be.Store.(*memstore.Store); !ok || be.Timeout != -1 || be.Control != nil {
+		t.Fatalf("memory:// opened %T, timeout %v, control %v", be.Store, be.Timeout, be.Control)
 	}
+	be, err = OpenBackend("redis://127.0.0.1:1/0", 50*time.Millisecond, slog.New(slog.DiscardHandler))
+	if err != nil || be.Timeout != 50*time.Millisecond || be.Control == nil || be.lazy == nil {
+		t.Fatalf("redis:// = %+v, %v; want a shared backend connected later", be, err)
+	}
+	be.Store.Close()
 	for url, want := range map[string]string{
 		"memory://?colour=red":    `unknown option "colour"`,
 		"memory://?max_keys=lots": "not a positive integer",
 		"redis-cluster://nohost":  "want host:port",
 		"ftp://example":           `unknown scheme "ftp"`,
-		"redis://127.0.0.1:1/0":   "connect to",
 	} {
-		if _, err := OpenStore(url); err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("OpenStore(%q) = %v, want error containing %q", url, err, want)
+		if _, err := OpenBackend(url, time.Second, nil); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("OpenBackend(%q) = %v, want error containing %q", url, err, want)
 		}
 	}
 }

@@ -1,0 +1,446 @@
+package app
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"math"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/signal"
+	"reflect"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+
+	"github.com/fairgate/fairgate/breaker"
+	"github.com/fairgate/fairgate/fairq"
+	"github.com/fairgate/fairgate/httplimit"
+	"github.com/fairgate/fairgate/internal/auth"
+	"github.com/fairgate/fairgate/internal/config"
+	"github.com/fairgate/fairgate/internal/dash"
+	"github.com/fairgate/fairgate/internal/rls"
+	"github.com/fairgate/fairgate/internal/server"
+	"github.com/fairgate/fairgate/limiter"
+	"github.com/fairgate/fairgate/quota"
+	"github.com/fairgate/fairgate/store/memstore"
+	"github.com/fairgate/fairgate/store/redisstore"
+)
+
+// Serve runs the service until ctx ends, then shuts down gracefully. ready,
+// if not nil, receives the listening address once it accepts connections.
+// The config is validated before anything starts: a bad file never starts
+// the server. It is reloaded when it changes on disk and on SIGHUP.
+//
+// Its life is caddy's: build every part (validating as it goes, starting
+// nothing), start the listeners and loops, wait, stop.
+func Serve(ctx context.Context, c ServeConfig, log *slog.Logger, ready func(addr string)) error {
+	if _, set := os.LookupEnv("GOMEMLIMIT"); !set && debug.SetMemoryLimit(-1) == math.MaxInt64 {
+		// A soft limit under the documented 512 MiB: the garbage collector
+		// works harder before the process grows past it.
+		debug.SetMemoryLimit(DefaultMemoryLimit)
+	}
+	bg, cancel := context.WithCancel(ctx)
+	d := &daemon{c: c, log: log, bg: bg, fatal: make(chan error, 1)}
+	defer func() { cancel(); d.stopListeners(); d.wg.Wait(); d.close() }()
+	if err := d.build(); err != nil {
+		return err
+	}
+	if err := d.start(ready); err != nil {
+		return err
+	}
+	return d.wait(ctx)
+}
+
+// daemon is one `fairgate serve`: its parts, built, then started and
+// stopped.
+type daemon struct {
+	c   ServeConfig
+	log *slog.Logger
+	// bg ends the background loops; wg waits for them; fatal carries the
+	// first error of any of them (a listener that stops serving, a loop
+	// that gives up).
+	bg    context.Context
+	wg    sync.WaitGroup
+	fatal chan error
+
+	cfg      *config.Config
+	raw      []byte
+	be       Backend
+	reg      *prometheus.Registry
+	reloads  *prometheus.CounterVec
+	board    *dash.Dashboard
+	lim      *limiter.Limiter
+	quotas   *quota.Quotas
+	breakers *breaker.Set
+	jobs     fairq.Queue
+	weights  *atomic.Pointer[map[string]int]
+	rlsSvc   *rls.Service
+	authn    *auth.Authenticator
+	h        *server.Server
+	reload   func() error
+
+	srv     *http.Server   // the main listener's
+	errc    chan error     // its Serve's end
+	servers []*http.Server // the others: internal, admin
+	grpc    *grpc.Server
+	closers []func() error
+}
+
+// goCheck runs f in the background; its error, unless the daemon is
+// stopping, stops the daemon.
+func (d *daemon) goCheck(what string, f func() error) {
+	d.wg.Go(func() {
+		if err := f(); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, grpc.ErrServerStopped) && d.bg.Err() == nil {
+			select {
+			case d.fatal <- fmt.Errorf("serve: %s: %w", what, err):
+			default:
+			}
+		}
+	})
+}
+
+// stopListeners closes whatever still listens: after a failed start, the
+// listeners that did open; after wait, nothing is left.
+func (d *daemon) stopListeners() {
+	for _, x := range d.servers {
+		x.Close()
+	}
+	if d.grpc != nil {
+		d.grpc.Stop()
+	}
+}
+
+// close releases what build opened, in reverse.
+func (d *daemon) close() {
+	for i := len(d.closers) - 1; i >= 0; i-- {
+		d.closers[i]()
+	}
+}
+
+// build validates the config and builds every part; it starts nothing but
+// the JWKS fetch of the authenticator.
+func (d *daemon) build() error {
+	var err error
+	if d.cfg, d.raw, err = LoadConfig(d.c.Config); err != nil {
+		return err
+	}
+	if d.be, err = OpenBackend(d.c.Store, d.c.StoreTimeout, d.log); err != nil {
+		return err
+	}
+	d.closers = append(d.closers, d.be.Store.Close)
+	d.reg = prometheus.NewRegistry()
+	d.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fairgate_config_reloads_total", Help: "Config file reloads by result (applied, refused)."}, []string{"result"})
+	d.reg.MustRegister(d.reloads, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if d.cfg.Dashboard {
+		d.board = dash.New(d.reg, d.c.AdminToken)
+	}
+	if err := d.buildDeciders(); err != nil {
+		return err
+	}
+	return d.buildServer()
+}
+
+// buildDeciders builds the limiter, the outbound quotas, the breakers and
+// job queues, and the Envoy service.
+func (d *daemon) buildDeciders() error {
+	var err error
+	d.lim, err = limiter.New(limiter.Config{
+		Limited:    limitedHook(d.board),
+		Store:      d.be.Store,
+		Policy:     d.cfg.Policy,
+		Control:    d.be.Control,
+		Timeout:    d.be.Timeout,
+		Fallback:   memstore.New(memstore.Config{MaxKeys: 100_000, MaxBytes: 32 << 20}),
+		Instances:  d.cfg.Instances,
+		Logger:     d.log,
+		Registerer: d.reg,
+	})
+	if err != nil {
+		return err
+	}
+	qtimeout := time.Duration(0) // quota's own default: workers wait for providers anyway
+	if d.be.Timeout < 0 {
+		qtimeout = -1
+	}
+	if d.quotas, err = quota.New(quota.Config{Store: d.be.Store, Providers: d.cfg.Providers, Timeout: qtimeout, Registerer: d.reg}); err != nil {
+		return err
+	}
+	if d.breakers, d.jobs, d.weights, err = backpressure(d.cfg, d.c, d.be.Store, d.be.lazy, d.lim, d.reg); err != nil {
+		return err
+	}
+	d.closers = append(d.closers, d.jobs.Close)
+	d.rlsSvc, err = rls.New(d.cfg.RLS, d.lim, d.log, d.reg)
+	return err
+}
+
+// buildServer builds the authenticator and the HTTP handlers.
+func (d *daemon) buildServer() error {
+	cfg, c, log := d.cfg, d.c, d.log
+	cfg.Auth.Logger = log
+	if cfg.Auth.JWT != nil && cfg.Auth.JWT.JWKSURL != "" {
+		log.Info("fetching the JWT key set", slog.String("jwks_url", cfg.Auth.JWT.JWKSURL), slog.Int64("timeout_ms", auth.DefaultJWKSTimeout.Milliseconds()))
+	}
+	var err error
+	if d.authn, err = auth.New(d.bg, cfg.Auth); err != nil {
+		return err
+	}
+	sc := server.Config{
+		Limiter: d.lim, Headers: httplimit.Form(cfg.Headers), Auth: d.authn, ClientIP: auth.ClientIP{Trusted: cfg.TrustedProxies, Header: cfg.ClientIPHeader},
+		UpstreamHeaders: server.UpstreamHeaders(cfg.UpstreamHeaders),
+		UpstreamTimeout: c.UpstreamTimeout, Logger: log, Metrics: promhttp.HandlerFor(d.reg, promhttp.HandlerOpts{}),
+		Quotas: d.quotas, WorkerToken: c.WorkerToken, InternalToken: c.InternalToken, ControlTimeout: c.ControlTimeout,
+		Jobs: d.jobs, JobKinds: cfg.Queues, Breakers: d.breakers,
+	}
+	if z := d.be.lazy; z != nil {
+		sc.StoreWarning = z.Warning
+		sc.StoreConnected = func() bool { return z.conn.Load() != nil }
+	}
+	if d.board != nil {
+		sc.Dashboard = d.board
+		if c.AdminToken == "" {
+			log.Warn("the dashboard (/dashboard) needs no token: set FAIRGATE_ADMIN_TOKEN to lock it, or dashboard: off in the config")
+		}
+	}
+	if c.WorkerToken == "" && (len(cfg.Providers) > 0 || len(cfg.Queues) > 0) {
+		log.Warn("the worker endpoints (/v1/outbound/*, job lease, ack and nack) need no token: set FAIRGATE_WORKER_TOKEN or --worker-token-file unless only trusted workers reach the listener")
+	}
+	if c.Upstream != "" {
+		if sc.Upstream, err = url.Parse(c.Upstream); err != nil {
+			return fmt.Errorf("serve: upstream %q: %w", c.Upstream, err)
+		}
+	}
+	d.h, err = server.New(sc)
+	return err
+}
+
+// start connects the store, starts the loops (limiter, dashboard, config
+// watcher) and every listener, and reports the main one to ready.
+func (d *daemon) start(ready func(addr string)) error {
+	if z := d.be.lazy; z != nil {
+		// One try now; if Redis is down, start anyway and keep trying.
+		if err := z.connect(); err != nil {
+			if !errors.Is(err, redisstore.ErrConnect) {
+				return err
+			}
+			d.log.Warn("store not reachable at start: serving by each policy's fail mode while connecting in the background", slog.String("store", redisstore.RedactURL(d.c.Store)), slog.String("error", err.Error()))
+		}
+		d.goCheck("store connection", func() error { z.Run(d.bg); return nil })
+	}
+	d.goCheck("limiter", func() error { return d.lim.Run(d.bg) })
+	if d.board != nil {
+		d.goCheck("dashboard", func() error { return d.board.Run(d.bg) })
+	}
+	if d.c.Config != "" {
+		d.watch()
+	}
+	d.log.Info("policy loaded", slog.String("config", d.cfg.File), slog.Int("plans", len(d.cfg.Policy.Plans)), slog.Int("routes", len(d.cfg.Policy.Routes)), slog.String("headers", d.cfg.Headers))
+	ln, err := d.listen()
+	if err != nil {
+		return err
+	}
+	d.log.Info("serving", slog.String("listen", ln.Addr().String()), slog.String("store", redisstore.RedactURL(d.c.Store)), slog.String("upstream", d.c.Upstream))
+	if ready != nil {
+		ready(ln.Addr().String())
+	}
+	d.errc = make(chan error, 1)
+	go func() { d.errc <- d.srv.Serve(ln) }()
+	return nil
+}
+
+// watch follows the config file (changes on disk and SIGHUP), applying a
+// new one only when every part takes it.
+func (d *daemon) watch() {
+	w := config.NewWatcher(d.c.Config, d.c.ConfigPoll, d.raw, d.apply, d.log)
+	w.Refused = func() { d.reloads.WithLabelValues("refused").Inc() }
+	d.reload = w.Reload
+	d.goCheck("config watcher", func() error { return w.Run(d.bg) })
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	d.wg.Go(func() {
+		defer signal.Stop(hup)
+		for {
+			select {
+			case <-d.bg.Done():
+				return
+			case <-hup:
+				w.Reload()
+			}
+		}
+	})
+}
+
+// apply puts a reloaded config in force, or changes nothing and returns
+// why (the watcher counts it refused).
+func (d *daemon) apply(nc *config.Config) error {
+	nc.Auth.Logger, nc.Auth.Previous = d.log, d.authn
+	na, err := auth.New(d.bg, nc.Auth)
+	if err == nil {
+		err = d.quotas.CheckProviders(nc.Providers)
+	}
+	if err == nil {
+		err = d.lim.SetPolicy(nc.Policy)
+	}
+	if err != nil {
+		return err
+	}
+	// Checked above, so this cannot fail half-way.
+	if err := d.quotas.SetProviders(nc.Providers); err != nil {
+		return err
+	}
+	if d.rlsSvc != nil {
+		d.rlsSvc.SetConfig(nc.RLS)
+	}
+	d.weights.Store(&nc.QueueWeights)
+	if !maps.Equal(nc.Queues, d.cfg.Queues) || !reflect.DeepEqual(nc.Dependencies, d.cfg.Dependencies) {
+		d.log.Warn("queue kinds and dependencies take effect at the next restart")
+	}
+	d.h.SetIdentity(na, auth.ClientIP{Trusted: nc.TrustedProxies, Header: nc.ClientIPHeader}, server.UpstreamHeaders(nc.UpstreamHeaders))
+	d.authn = na
+	d.reloads.WithLabelValues("applied").Inc()
+	return nil
+}
+
+// listen opens the main listener and starts the internal, admin and gRPC
+// ones. A listener that cannot open stops the start: nothing half-served.
+func (d *daemon) listen() (net.Listener, error) {
+	c := d.c
+	ln, err := net.Listen("tcp", c.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("serve: listen on %s: %w", c.Listen, err)
+	}
+	readTimeout := cmp.Or(c.ReadTimeout, 30*time.Second)
+	d.srv = &http.Server{
+		Handler:           d.h,
+		ReadHeaderTimeout: min(5*time.Second, readTimeout),
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(d.log.Handler(), slog.LevelWarn),
+	}
+	// With an upstream the proxy lifts the write deadline of a proxied
+	// response, and the read deadline once the request's body has arrived,
+	// so that responses may stream for as long as the upstream sends;
+	// headers and bodies keep their deadlines on every path.
+	for _, open := range []func(readTimeout time.Duration) error{d.listenInternal, d.listenAdmin, d.listenGRPC} {
+		if err := open(readTimeout); err != nil {
+			ln.Close()
+			return nil, err
+		}
+	}
+	return ln, nil
+}
+
+// listenInternal starts the internal listener of proxy mode.
+func (d *daemon) listenInternal(readTimeout time.Duration) error {
+	ih := d.h.Internal()
+	if ih == nil {
+		return nil
+	}
+	iln, err := net.Listen("tcp", d.c.InternalListen)
+	if err != nil {
+		return fmt.Errorf("serve: internal listen on %s: %w", d.c.InternalListen, err)
+	}
+	isrv := &http.Server{Handler: ih, ReadHeaderTimeout: d.srv.ReadHeaderTimeout, ReadTimeout: readTimeout, WriteTimeout: 30 * time.Second,
+		IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10, ErrorLog: d.srv.ErrorLog}
+	d.servers = append(d.servers, isrv)
+	if d.c.InternalToken == "" && !loopback(iln.Addr()) {
+		d.log.Warn("the internal listener is not on loopback and needs no token: set FAIRGATE_INTERNAL_TOKEN or --internal-token-file", slog.String("listen", iln.Addr().String()))
+	}
+	d.log.Info("internal listener", slog.String("listen", iln.Addr().String()))
+	d.goCheck("internal listener", func() error { return isrv.Serve(iln) })
+	return nil
+}
+
+// listenAdmin starts the admin API, when it has a token.
+func (d *daemon) listenAdmin(readTimeout time.Duration) error {
+	if d.c.AdminToken == "" {
+		d.log.Warn("admin API not started: set FAIRGATE_ADMIN_TOKEN or --admin-token-file to enable it")
+		return nil
+	}
+	ah, err := server.NewAdmin(server.AdminConfig{Limiter: d.lim, Token: d.c.AdminToken, Reload: d.reload, Logger: d.log, Timeout: d.c.ControlTimeout})
+	if err != nil {
+		return err
+	}
+	aln, err := net.Listen("tcp", d.c.AdminListen)
+	if err != nil {
+		return fmt.Errorf("serve: admin listen on %s: %w", d.c.AdminListen, err)
+	}
+	asrv := &http.Server{Handler: ah, ReadHeaderTimeout: d.srv.ReadHeaderTimeout, ReadTimeout: min(10*time.Second, readTimeout), WriteTimeout: 10 * time.Second, ErrorLog: d.srv.ErrorLog}
+	d.servers = append(d.servers, asrv)
+	d.log.Info("admin API", slog.String("listen", aln.Addr().String()))
+	d.goCheck("admin listener", func() error { return asrv.Serve(aln) })
+	return nil
+}
+
+// listenGRPC starts Envoy's rate limit service, when asked.
+func (d *daemon) listenGRPC(time.Duration) error {
+	if d.c.GRPCListen == "" {
+		return nil
+	}
+	gln, err := net.Listen("tcp", d.c.GRPCListen)
+	if err != nil {
+		return fmt.Errorf("serve: grpc listen on %s: %w", d.c.GRPCListen, err)
+	}
+	d.grpc = rls.NewServer(d.rlsSvc)
+	d.log.Info("envoy rate limit service", slog.String("grpc_listen", gln.Addr().String()), slog.Int("domains", len(d.cfg.RLS.Domains)))
+	d.goCheck("grpc listener", func() error { return d.grpc.Serve(gln) })
+	if len(d.cfg.RLS.Domains) == 0 {
+		d.log.Warn("the rate limit service has no domains: every descriptor is answered OK (add an rls section to the config)")
+	}
+	return nil
+}
+
+// wait serves until ctx ends or a part fails, then drains (/readyz fails
+// while requests are still served) and stops: every listener closes and
+// requests in flight get the shutdown grace to finish.
+func (d *daemon) wait(ctx context.Context) error {
+	if d.grpc != nil {
+		defer d.grpc.GracefulStop()
+	}
+	select {
+	case err := <-d.errc:
+		return err
+	case err := <-d.fatal:
+		d.log.Error("a part of the service failed; shutting down", slog.String("error", err.Error()))
+		d.srv.Close()
+		return err
+	case <-ctx.Done():
+	}
+	if d.c.Drain > 0 {
+		d.log.Info("draining: /readyz fails while requests are still served", slog.Int64("drain_ms", d.c.Drain.Milliseconds()))
+		d.h.Drain()
+		select {
+		case <-time.After(d.c.Drain):
+		case err := <-d.errc:
+			return err
+		}
+	}
+	grace := cmp.Or(d.c.ShutdownGrace, 25*time.Second)
+	d.log.Info("shutting down", slog.Int64("grace_ms", grace.Milliseconds()))
+	sctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	for _, x := range d.servers {
+		x.Shutdown(sctx)
+	}
+	if err := d.srv.Shutdown(sctx); err != nil {
+		return fmt.Errorf("serve: shutdown: %w", err)
+	}
+	if err := <-d.errc; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
