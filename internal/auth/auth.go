@@ -119,73 +119,83 @@ func New(ctx context.Context, c Config) (*Authenticator, error) {
 		ak.tenant, ak.plan = k.Tenant, k.Plan
 		a.keys = append(a.keys, ak)
 	}
-	if j := c.JWT; j != nil {
-		if j.Audience == "" {
-			return nil, errors.New("auth: jwt.audience: required, so that tokens for other services are refused")
-		}
-		if len(j.Keys) == 0 && j.JWKSURL == "" {
-			return nil, errors.New("auth: jwt: give keys or jwks_url")
-		}
-		a.tenant, a.plan = j.TenantClaim, j.PlanClaim
-		if a.tenant == "" {
-			a.tenant = "tenant"
-		}
-		if a.plan == "" {
-			a.plan = "plan"
-		}
-		methods := j.Methods
-		hmac := false
-		for _, k := range j.Keys {
-			if _, ok := k.([]byte); ok {
-				hmac = true
-			}
-		}
-		if len(methods) == 0 {
-			methods = []string{"RS256", "RS384", "RS512", "PS256", "ES256", "ES384", "EdDSA"}
-			if hmac {
-				methods = append(methods, "HS256")
-			}
-		}
-		leeway := j.Leeway
-		if leeway == 0 {
-			leeway = 30 * time.Second
-		}
-		opts := []jwt.ParserOption{jwt.WithValidMethods(methods), jwt.WithAudience(j.Audience), jwt.WithExpirationRequired(), jwt.WithLeeway(leeway)}
-		if j.Issuer != "" {
-			opts = append(opts, jwt.WithIssuer(j.Issuer))
-		}
-		if c.Now != nil {
-			opts = append(opts, jwt.WithTimeFunc(c.Now))
-		}
-		a.parser = jwt.NewParser(opts...)
-		static := jwt.VerificationKeySet{}
-		for _, k := range j.Keys {
-			static.Keys = append(static.Keys, k)
-		}
-		var remote keyfunc.Keyfunc
-		if j.JWKSURL != "" {
-			if p := c.Previous; p != nil && p.jwks == j.JWKSURL && p.remote != nil {
-				remote = p.remote
-			} else {
-				var err error
-				if remote, err = fetchJWKS(ctx, j.JWKSURL, c); err != nil {
-					return nil, err
-				}
-			}
-			a.jwks, a.remote = j.JWKSURL, remote
-		}
-		a.keyfunc = func(t *jwt.Token) (any, error) {
-			if remote != nil {
-				if k, err := remote.Keyfunc(t); err == nil {
-					return k, nil
-				} else if len(static.Keys) == 0 {
-					return nil, err
-				}
-			}
-			return static, nil
+	if c.JWT != nil {
+		if err := a.setJWT(ctx, c, c.JWT); err != nil {
+			return nil, err
 		}
 	}
 	return a, nil
+}
+
+// setJWT makes a verify bearer tokens as j says: the parser (algorithms,
+// audience, issuer, leeway), the claims and the keys, static or from a
+// JWKS (fetched once, and reused from c.Previous when its URL is the same).
+func (a *Authenticator) setJWT(ctx context.Context, c Config, j *JWTConfig) error {
+	if j.Audience == "" {
+		return errors.New("auth: jwt.audience: required, so that tokens for other services are refused")
+	}
+	if len(j.Keys) == 0 && j.JWKSURL == "" {
+		return errors.New("auth: jwt: give keys or jwks_url")
+	}
+	a.tenant, a.plan = j.TenantClaim, j.PlanClaim
+	if a.tenant == "" {
+		a.tenant = "tenant"
+	}
+	if a.plan == "" {
+		a.plan = "plan"
+	}
+	methods := j.Methods
+	hmac := false
+	for _, k := range j.Keys {
+		if _, ok := k.([]byte); ok {
+			hmac = true
+		}
+	}
+	if len(methods) == 0 {
+		methods = []string{"RS256", "RS384", "RS512", "PS256", "ES256", "ES384", "EdDSA"}
+		if hmac {
+			methods = append(methods, "HS256")
+		}
+	}
+	leeway := j.Leeway
+	if leeway == 0 {
+		leeway = 30 * time.Second
+	}
+	opts := []jwt.ParserOption{jwt.WithValidMethods(methods), jwt.WithAudience(j.Audience), jwt.WithExpirationRequired(), jwt.WithLeeway(leeway)}
+	if j.Issuer != "" {
+		opts = append(opts, jwt.WithIssuer(j.Issuer))
+	}
+	if c.Now != nil {
+		opts = append(opts, jwt.WithTimeFunc(c.Now))
+	}
+	a.parser = jwt.NewParser(opts...)
+	static := jwt.VerificationKeySet{}
+	for _, k := range j.Keys {
+		static.Keys = append(static.Keys, k)
+	}
+	var remote keyfunc.Keyfunc
+	if j.JWKSURL != "" {
+		if p := c.Previous; p != nil && p.jwks == j.JWKSURL && p.remote != nil {
+			remote = p.remote
+		} else {
+			var err error
+			if remote, err = fetchJWKS(ctx, j.JWKSURL, c); err != nil {
+				return err
+			}
+		}
+		a.jwks, a.remote = j.JWKSURL, remote
+	}
+	a.keyfunc = func(t *jwt.Token) (any, error) {
+		if remote != nil {
+			if k, err := remote.Keyfunc(t); err == nil {
+				return k, nil
+			} else if len(static.Keys) == 0 {
+				return nil, err
+			}
+		}
+		return static, nil
+	}
+	return nil
 }
 
 // fetchJWKS fetches the key set at url within c.JWKSTimeout and keeps it

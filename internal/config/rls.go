@@ -15,6 +15,34 @@ import (
 	"github.com/fairgate/fairgate/policy"
 )
 
+// rlsFiles reads the envoyproxy/ratelimit files a list of globs names,
+// with the node each domain came from.
+func (d *decoder) rlsFiles(v *yaml.Node, path string) (domains []rls.Domain, where []*yaml.Node) {
+	d.List(v, path, func(i int, v *yaml.Node, path string) {
+		pattern := d.rel(d.Str(v, path))
+		matches, err := filepath.Glob(pattern)
+		if err == nil && len(matches) == 0 {
+			err = errors.New("no such file")
+		}
+		if err != nil {
+			d.Add(v, path, "%s: %v", pattern, err)
+			return
+		}
+		for _, f := range matches {
+			ds, err := ParseRLSFile(f)
+			if err != nil {
+				d.Add(v, path, "%v", err)
+				continue
+			}
+			for range ds {
+				where = append(where, v)
+			}
+			domains = append(domains, ds...)
+		}
+	})
+	return domains, where
+}
+
 // rlsSection decodes the rls section: envoyproxy/ratelimit config files
 // (as they are), inline domains in the same format, and fairgate's own
 // settings for them.
@@ -27,28 +55,8 @@ func (d *decoder) rlsSection(n *yaml.Node, path string, c *Config) {
 	var where []*yaml.Node // the node each domain came from, for duplicate errors
 	d.Fields(n, path, configfile.Handlers{
 		"files": func(v *yaml.Node, path string) {
-			d.List(v, path, func(i int, v *yaml.Node, path string) {
-				pattern := d.rel(d.Str(v, path))
-				matches, err := filepath.Glob(pattern)
-				if err == nil && len(matches) == 0 {
-					err = errors.New("no such file")
-				}
-				if err != nil {
-					d.Add(v, path, "%s: %v", pattern, err)
-					return
-				}
-				for _, f := range matches {
-					ds, err := ParseRLSFile(f)
-					if err != nil {
-						d.Add(v, path, "%v", err)
-						continue
-					}
-					for range ds {
-						where = append(where, v)
-					}
-					domains = append(domains, ds...)
-				}
-			})
+			ds, ws := d.rlsFiles(v, path)
+			domains, where = append(domains, ds...), append(where, ws...)
 		},
 		"config": func(v *yaml.Node, path string) {
 			d.List(v, path, func(i int, v *yaml.Node, path string) {

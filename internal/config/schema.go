@@ -61,65 +61,9 @@ func (d *decoder) sections(c *Config) configfile.Sections {
 				c.TrustedProxies = append(c.TrustedProxies, p.Masked())
 			})
 		}),
-		"auth": on(func(v *yaml.Node, path string) { d.auth(v, path, &c.Auth) }),
-		"providers": on(func(v *yaml.Node, path string) {
-			d.Entries(v, path, func(name string, k, v *yaml.Node, path string) {
-				if !policy.ValidName(name) {
-					d.Add(k, path, "provider name %q: want lower-case letters, digits, '-' and '_'", name)
-				}
-				var pr quota.Provider
-				d.Fields(v, path, configfile.Handlers{
-					"limit":  func(v *yaml.Node, path string) { pr.Limit.Limit = d.Int(v, path) },
-					"period": func(v *yaml.Node, path string) { pr.Limit.Period = d.fixedPeriod(v, path) },
-					"burst":  func(v *yaml.Node, path string) { pr.Limit.Burst = d.Int(v, path) },
-					"tenant": func(v *yaml.Node, path string) {
-						d.Fields(v, path, configfile.Handlers{
-							"limit":  func(v *yaml.Node, path string) { pr.Tenant.Limit = d.Int(v, path) },
-							"period": func(v *yaml.Node, path string) { pr.Tenant.Period = d.fixedPeriod(v, path) },
-							"burst":  func(v *yaml.Node, path string) { pr.Tenant.Burst = d.Int(v, path) },
-						})
-						d.checkLimit(v, path, pr.Tenant)
-					},
-				})
-				d.checkLimit(v, path, pr.Limit)
-				c.Providers[name] = pr
-			})
-		}),
-		"queues": on(func(v *yaml.Node, path string) {
-			d.Fields(v, path, configfile.Handlers{
-				"weights": func(v *yaml.Node, path string) {
-					d.Entries(v, path, func(plan string, k, v *yaml.Node, path string) {
-						w := d.Int(v, path)
-						if w < 1 || w > 1000 {
-							d.Add(v, path, "weight %d is outside 1..1000", w)
-						}
-						c.QueueWeights[plan] = int(w)
-						if d.weightKeys == nil {
-							d.weightKeys = map[string]*yaml.Node{}
-						}
-						d.weightKeys[plan] = k
-					})
-				},
-				"kinds": func(v *yaml.Node, path string) {
-					d.Entries(v, path, func(name string, k, v *yaml.Node, path string) {
-						if !policy.ValidName(name) {
-							d.Add(k, path, "kind name %q: want lower-case letters, digits, '-' and '_'", name)
-						}
-						var kd fairq.Kind
-						d.Fields(v, path, configfile.Handlers{
-							"warn":         func(v *yaml.Node, path string) { kd.Warn = d.Count(v, path) },
-							"refuse":       func(v *yaml.Node, path string) { kd.Refuse = d.Count(v, path) },
-							"visibility":   func(v *yaml.Node, path string) { kd.Visibility = d.Duration(v, path) },
-							"max_attempts": func(v *yaml.Node, path string) { kd.MaxAttempts = int(d.Count(v, path)) },
-						})
-						if kd.Refuse > 0 && kd.Warn > kd.Refuse {
-							d.Add(v, path, "warn %d is over refuse %d: warn before refusing", kd.Warn, kd.Refuse)
-						}
-						c.Queues[name] = kd
-					})
-				},
-			})
-		}),
+		"auth":      on(func(v *yaml.Node, path string) { d.auth(v, path, &c.Auth) }),
+		"providers": on(func(v *yaml.Node, path string) { d.providers(v, path, c) }),
+		"queues":    on(func(v *yaml.Node, path string) { d.queues(v, path, c) }),
 		"rls":       on(func(v *yaml.Node, path string) { d.rlsSection(v, path, c) }),
 		"dashboard": on(func(v *yaml.Node, path string) { c.Dashboard = d.Bool(v, path) }),
 		"client_ip_header": on(func(v *yaml.Node, path string) {
@@ -136,27 +80,95 @@ func (d *decoder) sections(c *Config) configfile.Sections {
 				"plan":   func(v *yaml.Node, path string) { c.UpstreamHeaders.Plan = d.header(v, path) },
 			})
 		}),
-		"dependencies": on(func(v *yaml.Node, path string) {
+		"dependencies": on(func(v *yaml.Node, path string) { d.dependencies(v, path, c) }),
+	}
+}
+
+// providers decodes the outbound providers into c.
+func (d *decoder) providers(v *yaml.Node, path string, c *Config) {
+	d.Entries(v, path, func(name string, k, v *yaml.Node, path string) {
+		if !policy.ValidName(name) {
+			d.Add(k, path, "provider name %q: want lower-case letters, digits, '-' and '_'", name)
+		}
+		var pr quota.Provider
+		d.Fields(v, path, configfile.Handlers{
+			"limit":  func(v *yaml.Node, path string) { pr.Limit.Limit = d.Int(v, path) },
+			"period": func(v *yaml.Node, path string) { pr.Limit.Period = d.fixedPeriod(v, path) },
+			"burst":  func(v *yaml.Node, path string) { pr.Limit.Burst = d.Int(v, path) },
+			"tenant": func(v *yaml.Node, path string) {
+				d.Fields(v, path, configfile.Handlers{
+					"limit":  func(v *yaml.Node, path string) { pr.Tenant.Limit = d.Int(v, path) },
+					"period": func(v *yaml.Node, path string) { pr.Tenant.Period = d.fixedPeriod(v, path) },
+					"burst":  func(v *yaml.Node, path string) { pr.Tenant.Burst = d.Int(v, path) },
+				})
+				d.checkLimit(v, path, pr.Tenant)
+			},
+		})
+		d.checkLimit(v, path, pr.Limit)
+		c.Providers[name] = pr
+	})
+
+}
+
+// queues decodes the job queues' weights and kinds into c.
+func (d *decoder) queues(v *yaml.Node, path string, c *Config) {
+	d.Fields(v, path, configfile.Handlers{
+		"weights": func(v *yaml.Node, path string) {
+			d.Entries(v, path, func(plan string, k, v *yaml.Node, path string) {
+				w := d.Int(v, path)
+				if w < 1 || w > 1000 {
+					d.Add(v, path, "weight %d is outside 1..1000", w)
+				}
+				c.QueueWeights[plan] = int(w)
+				if d.weightKeys == nil {
+					d.weightKeys = map[string]*yaml.Node{}
+				}
+				d.weightKeys[plan] = k
+			})
+		},
+		"kinds": func(v *yaml.Node, path string) {
 			d.Entries(v, path, func(name string, k, v *yaml.Node, path string) {
 				if !policy.ValidName(name) {
-					d.Add(k, path, "dependency name %q: want lower-case letters, digits, '-' and '_'", name)
+					d.Add(k, path, "kind name %q: want lower-case letters, digits, '-' and '_'", name)
 				}
-				var st breaker.Settings
+				var kd fairq.Kind
 				d.Fields(v, path, configfile.Handlers{
-					"consecutive_failures": func(v *yaml.Node, path string) { st.ConsecutiveFailures = uint32(min(d.Count(v, path), 1<<31)) },
-					"failure_ratio": func(v *yaml.Node, path string) {
-						if st.FailureRatio = d.Float(v, path); st.FailureRatio <= 0 || st.FailureRatio > 1 {
-							d.Add(v, path, "failure ratio %v is outside (0, 1]", st.FailureRatio)
-						}
-					},
-					"min_requests": func(v *yaml.Node, path string) { st.MinRequests = uint32(min(d.Count(v, path), 1<<31)) },
-					"window":       func(v *yaml.Node, path string) { st.Window = d.Duration(v, path) },
-					"cooldown":     func(v *yaml.Node, path string) { st.Cooldown = d.Duration(v, path) },
+					"warn":         func(v *yaml.Node, path string) { kd.Warn = d.Count(v, path) },
+					"refuse":       func(v *yaml.Node, path string) { kd.Refuse = d.Count(v, path) },
+					"visibility":   func(v *yaml.Node, path string) { kd.Visibility = d.Duration(v, path) },
+					"max_attempts": func(v *yaml.Node, path string) { kd.MaxAttempts = int(d.Count(v, path)) },
 				})
-				c.Dependencies[name] = st
+				if kd.Refuse > 0 && kd.Warn > kd.Refuse {
+					d.Add(v, path, "warn %d is over refuse %d: warn before refusing", kd.Warn, kd.Refuse)
+				}
+				c.Queues[name] = kd
 			})
-		}),
-	}
+		},
+	})
+
+}
+
+// dependencies decodes the dependencies' breaker settings into c.
+func (d *decoder) dependencies(v *yaml.Node, path string, c *Config) {
+	d.Entries(v, path, func(name string, k, v *yaml.Node, path string) {
+		if !policy.ValidName(name) {
+			d.Add(k, path, "dependency name %q: want lower-case letters, digits, '-' and '_'", name)
+		}
+		var st breaker.Settings
+		d.Fields(v, path, configfile.Handlers{
+			"consecutive_failures": func(v *yaml.Node, path string) { st.ConsecutiveFailures = uint32(min(d.Count(v, path), 1<<31)) },
+			"failure_ratio": func(v *yaml.Node, path string) {
+				if st.FailureRatio = d.Float(v, path); st.FailureRatio <= 0 || st.FailureRatio > 1 {
+					d.Add(v, path, "failure ratio %v is outside (0, 1]", st.FailureRatio)
+				}
+			},
+			"min_requests": func(v *yaml.Node, path string) { st.MinRequests = uint32(min(d.Count(v, path), 1<<31)) },
+			"window":       func(v *yaml.Node, path string) { st.Window = d.Duration(v, path) },
+			"cooldown":     func(v *yaml.Node, path string) { st.Cooldown = d.Duration(v, path) },
+		})
+		c.Dependencies[name] = st
+	})
+
 }
 
 // auth decodes the credentials section. Key files are read relative to

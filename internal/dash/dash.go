@@ -130,39 +130,9 @@ func (d *Dashboard) Sample(now time.Time) {
 	}
 	first := d.last.IsZero()
 	d.last = now
-	cur := map[string]float64{}
 	next := Data{Time: now, Breakers: map[string]string{}, Queues: map[string]any{}}
 	p := Point{T: now.Unix()}
-	var lat *dto.Histogram
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			l := labels(m)
-			switch mf.GetName() {
-			case "fairgate_decisions_total":
-				key := l["policy"] + "\x00" + l["outcome"]
-				v := m.GetCounter().GetValue()
-				cur[key] += v
-			case "fairgate_store_failure_decisions_total":
-				if l["fail_mode"] == "open" {
-					next.FailOpen += m.GetCounter().GetValue()
-				} else {
-					next.FailClosed += m.GetCounter().GetValue()
-				}
-			case "fairgate_store_call_seconds":
-				lat = m.GetHistogram()
-			case "fairgate_store_breaker_state":
-				next.Breakers["store"] = breakerState(m.GetGauge().GetValue())
-			case "fairgate_dependency_breaker_state":
-				next.Breakers[l["dependency"]] = breakerState(m.GetGauge().GetValue())
-			case "fairgate_queue_depth":
-				if v := m.GetGauge().GetValue(); math.IsNaN(v) || math.IsInf(v, 0) {
-					next.Queues[l["kind"]] = "unavailable"
-				} else {
-					next.Queues[l["kind"]] = v
-				}
-			}
-		}
-	}
+	cur, lat := read(mfs, &next)
 	var total, limited float64
 	for key, v := range cur {
 		delta := v - d.prev[key]
@@ -206,6 +176,44 @@ func (d *Dashboard) Sample(now time.Time) {
 	next.History = slices.Clone(d.hist)
 	next.TopLimited = d.top.Top(10)
 	d.data = next
+}
+
+// read takes from the gathered metrics the decisions counted by policy
+// and outcome (cumulative), the store latency histogram, and into next the
+// fail-mode counts, breaker states and queue depths.
+func read(mfs []*dto.MetricFamily, next *Data) (map[string]float64, *dto.Histogram) {
+	cur := map[string]float64{}
+	var lat *dto.Histogram
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			l := labels(m)
+			switch mf.GetName() {
+			case "fairgate_decisions_total":
+				key := l["policy"] + "\x00" + l["outcome"]
+				v := m.GetCounter().GetValue()
+				cur[key] += v
+			case "fairgate_store_failure_decisions_total":
+				if l["fail_mode"] == "open" {
+					next.FailOpen += m.GetCounter().GetValue()
+				} else {
+					next.FailClosed += m.GetCounter().GetValue()
+				}
+			case "fairgate_store_call_seconds":
+				lat = m.GetHistogram()
+			case "fairgate_store_breaker_state":
+				next.Breakers["store"] = breakerState(m.GetGauge().GetValue())
+			case "fairgate_dependency_breaker_state":
+				next.Breakers[l["dependency"]] = breakerState(m.GetGauge().GetValue())
+			case "fairgate_queue_depth":
+				if v := m.GetGauge().GetValue(); math.IsNaN(v) || math.IsInf(v, 0) {
+					next.Queues[l["kind"]] = "unavailable"
+				} else {
+					next.Queues[l["kind"]] = v
+				}
+			}
+		}
+	}
+	return cur, lat
 }
 
 // quantiles returns the p50 and p99 (ms) of the histogram's observations

@@ -77,18 +77,52 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 		return nil, status.Errorf(codes.InvalidArgument, "%d descriptors: at most %d", len(req.GetDescriptors()), MaxDescriptors)
 	}
 	cfg := s.cfg.Load()
-	root := cfg.domains[req.Domain]
 	label := req.Domain
-	if root == nil {
+	if cfg.domains[req.Domain] == nil {
 		label = "unknown"
 	}
 	resp := &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK, Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, len(req.Descriptors))}
+	b, err := s.batch(cfg, req, resp, label)
+	if err != nil {
+		return nil, err
+	}
+	if len(b.enforced) > 0 {
+		if unavailable, err := s.enforce(ctx, cfg, req.Domain, label, b, resp); unavailable || err != nil {
+			if err != nil {
+				return nil, err
+			}
+			return resp, nil
+		}
+	}
+	if len(b.shadow) > 0 {
+		s.shadowed(ctx, label, b, resp)
+	}
+	resp.ResponseHeadersToAdd = headers(resp, b.never)
+	code := "ok"
+	if resp.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT {
+		code = "over_limit"
+	}
+	s.m.requests.WithLabelValues(label, code).Inc()
+	return resp, nil
+}
+
+// batch is what a request's descriptors come to: the checks of the
+// enforced and of the shadow rules, each with the status it fills.
+type batch struct {
+	enforced, shadow     []store.Check
+	enforcedAt, shadowAt []check
+	never                bool // an enforced descriptor can never pass
+}
+
+// matched returns, per descriptor, its entries and the rule it matches,
+// and the names of the rules that matching rules replace.
+func matched(root *node, req *rlspb.RateLimitRequest) ([][]Entry, []*node, map[string]bool, error) {
 	nodes := make([]*node, len(req.Descriptors))
 	entries := make([][]Entry, len(req.Descriptors))
 	replaced := map[string]bool{}
 	for i, d := range req.Descriptors {
 		if len(d.GetEntries()) == 0 || len(d.GetEntries()) > MaxEntries {
-			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d has %d entries: want 1 to %d", i, len(d.GetEntries()), MaxEntries)
+			return nil, nil, nil, status.Errorf(codes.InvalidArgument, "descriptor %d has %d entries: want 1 to %d", i, len(d.GetEntries()), MaxEntries)
 		}
 		for _, e := range d.Entries {
 			entries[i] = append(entries[i], Entry{e.GetKey(), e.GetValue()})
@@ -102,9 +136,18 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 			}
 		}
 	}
-	var enforced, shadow []store.Check
-	var enforcedAt, shadowAt []check
-	never := false // an enforced descriptor can never pass
+	return entries, nodes, replaced, nil
+}
+
+// batch builds the checks of req's descriptors; those that can never pass
+// (no period, a limit of 0, more hits than the limit) are answered
+// OVER_LIMIT in resp at once.
+func (s *Service) batch(cfg *compiled, req *rlspb.RateLimitRequest, resp *rlspb.RateLimitResponse, label string) (*batch, error) {
+	entries, nodes, replaced, err := matched(cfg.domains[req.Domain], req)
+	if err != nil {
+		return nil, err
+	}
+	b := &batch{}
 	for i, d := range req.Descriptors {
 		st := &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK}
 		resp.Statuses[i] = st
@@ -147,66 +190,67 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 				s.m.shadow.WithLabelValues(label).Inc()
 			} else {
 				resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
-				never = true
+				b.never = true
 			}
 			continue
 		}
 		c := store.Check{Key: storeKey(req.Domain, entries[i], cfg.cfg.TenantKey, override), Limit: algo.Limit{Limit: int64(rl.RequestsPerUnit), Period: period, Algorithm: cfg.cfg.Algorithm}, Cost: cost}
 		if sh {
-			shadow, shadowAt = append(shadow, c), append(shadowAt, check{i, st.CurrentLimit, true})
+			b.shadow, b.shadowAt = append(b.shadow, c), append(b.shadowAt, check{i, st.CurrentLimit, true})
 		} else {
-			enforced, enforcedAt = append(enforced, c), append(enforcedAt, check{i, st.CurrentLimit, false})
+			b.enforced, b.enforcedAt = append(b.enforced, c), append(b.enforcedAt, check{i, st.CurrentLimit, false})
 		}
 	}
-	fail := cfg.fail[req.Domain]
-	if len(enforced) > 0 {
-		var res store.Result
-		reason, err := s.lim.TakeChecks(ctx, enforced, fail, &res)
-		if err != nil {
-			return nil, status.Error(codes.InvalidArgument, err.Error())
+	return b, nil
+}
+
+// enforce decides the enforced checks as one batch and fills their
+// statuses. unavailable reports a store that did not answer, resp then
+// complete (or, failing closed with UNAVAILABLE, the error).
+func (s *Service) enforce(ctx context.Context, cfg *compiled, domain, label string, b *batch, resp *rlspb.RateLimitResponse) (unavailable bool, err error) {
+	var res store.Result
+	reason, err := s.lim.TakeChecks(ctx, b.enforced, cfg.fail[domain], &res)
+	if err != nil {
+		return false, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if reason == limiter.ReasonUnavailable {
+		s.m.requests.WithLabelValues(label, "unavailable").Inc()
+		if cfg.cfg.FailClosed == ClosedUnavailable {
+			return true, status.Error(codes.Unavailable, "fairgate: the rate limit store does not answer and this domain fails closed")
 		}
-		if reason == limiter.ReasonUnavailable {
-			s.m.requests.WithLabelValues(label, "unavailable").Inc()
-			if cfg.cfg.FailClosed == ClosedUnavailable {
-				return nil, status.Error(codes.Unavailable, "fairgate: the rate limit store does not answer and this domain fails closed")
-			}
-			for _, c := range enforcedAt {
-				st := resp.Statuses[c.i]
-				st.Code, st.DurationUntilReset = rlspb.RateLimitResponse_OVER_LIMIT, durationpb.New(limiter.UnavailableRetryAfter)
-			}
+		for _, c := range b.enforcedAt {
+			st := resp.Statuses[c.i]
+			st.Code, st.DurationUntilReset = rlspb.RateLimitResponse_OVER_LIMIT, durationpb.New(limiter.UnavailableRetryAfter)
+		}
+		resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
+		resp.ResponseHeadersToAdd = []*corepb.HeaderValue{{Key: "Retry-After", Value: strconv.Itoa(int(limiter.UnavailableRetryAfter / time.Second))}}
+		return true, nil
+	}
+	for k, c := range b.enforcedAt {
+		fill(resp.Statuses[c.i], res.Decisions[k])
+		if !res.Decisions[k].Allowed {
 			resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
-			resp.ResponseHeadersToAdd = []*corepb.HeaderValue{{Key: "Retry-After", Value: strconv.Itoa(int(limiter.UnavailableRetryAfter / time.Second))}}
-			return resp, nil
-		}
-		for k, c := range enforcedAt {
-			fill(resp.Statuses[c.i], res.Decisions[k])
-			if !res.Decisions[k].Allowed {
-				resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
-			}
 		}
 	}
-	if len(shadow) > 0 {
-		// Shadow rules are decided apart, so that one over its limit never
-		// holds back the enforced ones in the atomic batch.
-		var res store.Result
-		if _, err := s.lim.TakeChecks(ctx, shadow, policy.FailOpen, &res); err == nil && len(res.Decisions) == len(shadow) {
-			for k, c := range shadowAt {
-				d := res.Decisions[k]
-				if !d.Allowed {
-					s.m.shadow.WithLabelValues(label).Inc()
-					d.Allowed = true
-				}
-				fill(resp.Statuses[c.i], d)
-			}
+	return false, nil
+}
+
+// shadowed decides the shadow rules apart, so that one over its limit
+// never holds back the enforced ones in the atomic batch: a rejection is
+// counted and answered OK.
+func (s *Service) shadowed(ctx context.Context, label string, b *batch, resp *rlspb.RateLimitResponse) {
+	var res store.Result
+	if _, err := s.lim.TakeChecks(ctx, b.shadow, policy.FailOpen, &res); err != nil || len(res.Decisions) != len(b.shadow) {
+		return
+	}
+	for k, c := range b.shadowAt {
+		d := res.Decisions[k]
+		if !d.Allowed {
+			s.m.shadow.WithLabelValues(label).Inc()
+			d.Allowed = true
 		}
+		fill(resp.Statuses[c.i], d)
 	}
-	resp.ResponseHeadersToAdd = headers(resp, never)
-	code := "ok"
-	if resp.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT {
-		code = "over_limit"
-	}
-	s.m.requests.WithLabelValues(label, code).Inc()
-	return resp, nil
 }
 
 // fill writes a decision into a status. An over-limit status's

@@ -49,32 +49,7 @@ func (s *Server) newProxy(upstream *url.URL, timeout time.Duration) (http.Handle
 		rt = &breaker.Transport{Set: s.breakers, Name: UpstreamDependency, Base: tr}
 	}
 	rp := &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.SetURL(upstream)
-			pr.Out.Host = pr.In.Host
-			id := s.id.Load()
-			// ReverseProxy drops the inbound X-Forwarded-* before Rewrite. A
-			// forwarding chain is passed on only from a trusted proxy;
-			// SetXForwarded then appends the peer.
-			if id.ip.Trusts(auth.PeerIP(pr.In)) {
-				if xff := pr.In.Header.Values("X-Forwarded-For"); len(xff) > 0 {
-					pr.Out.Header["X-Forwarded-For"] = xff
-				}
-			} else {
-				pr.Out.Header.Del("Forwarded")
-				pr.Out.Header.Del("X-Real-IP")
-			}
-			pr.SetXForwarded()
-			// The upstream learns who the caller is from fairgate alone:
-			// client-sent copies of the identity headers are removed.
-			pr.Out.Header.Del(id.tenantHdr)
-			pr.Out.Header.Del(id.planHdr)
-			if who, ok := httplimit.IdentityFrom(pr.In.Context()); ok {
-				d, _ := httplimit.DecisionFrom(pr.In.Context())
-				pr.Out.Header.Set(id.tenantHdr, who.Tenant)
-				pr.Out.Header.Set(id.planHdr, d.Resolution.Plan)
-			}
-		},
+		Rewrite:       func(pr *httputil.ProxyRequest) { s.rewrite(pr, upstream) },
 		Transport:     rt,
 		FlushInterval: -1, // stream: flush as the upstream writes
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
@@ -121,6 +96,36 @@ func (s *Server) newProxy(upstream *url.URL, timeout time.Duration) (http.Handle
 		}
 		limited.ServeHTTP(w, r)
 	}), nil
+}
+
+// rewrite makes the upstream's request from the client's: its URL, the
+// forwarding headers (a chain only from a trusted proxy) and the verified
+// identity headers (client-sent copies removed).
+func (s *Server) rewrite(pr *httputil.ProxyRequest, upstream *url.URL) {
+	pr.SetURL(upstream)
+	pr.Out.Host = pr.In.Host
+	id := s.id.Load()
+	// ReverseProxy drops the inbound X-Forwarded-* before Rewrite. A
+	// forwarding chain is passed on only from a trusted proxy;
+	// SetXForwarded then appends the peer.
+	if id.ip.Trusts(auth.PeerIP(pr.In)) {
+		if xff := pr.In.Header.Values("X-Forwarded-For"); len(xff) > 0 {
+			pr.Out.Header["X-Forwarded-For"] = xff
+		}
+	} else {
+		pr.Out.Header.Del("Forwarded")
+		pr.Out.Header.Del("X-Real-IP")
+	}
+	pr.SetXForwarded()
+	// The upstream learns who the caller is from fairgate alone:
+	// client-sent copies of the identity headers are removed.
+	pr.Out.Header.Del(id.tenantHdr)
+	pr.Out.Header.Del(id.planHdr)
+	if who, ok := httplimit.IdentityFrom(pr.In.Context()); ok {
+		d, _ := httplimit.DecisionFrom(pr.In.Context())
+		pr.Out.Header.Set(id.tenantHdr, who.Tenant)
+		pr.Out.Header.Set(id.planHdr, d.Resolution.Plan)
+	}
 }
 
 // isPreflight reports whether r is a CORS preflight: OPTIONS with Origin

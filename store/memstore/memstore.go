@@ -3,7 +3,6 @@ package memstore
 import (
 	"cmp"
 	"context"
-	"fmt"
 	"hash/maphash"
 	"sync"
 	"time"
@@ -145,35 +144,6 @@ func New(c Config) *Store {
 // Local reports true: the store decides in this process. See [store.Local].
 func (s *Store) Local() bool { return true }
 
-// Reset forgets key's state under every algorithm. See [store.Resetter].
-func (s *Store) Reset(ctx context.Context, key string) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	h := maphash.String(s.seed, key)
-	sh := &s.shards[h&s.mask]
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	for _, a := range algo.Algorithms {
-		if ei := sh.lookup(uint32(h>>32), a, key); ei != 0 {
-			sh.remove(ei)
-		}
-	}
-	return nil
-}
-
-// Bytes returns the bytes the store holds, as Config.MaxBytes counts them.
-func (s *Store) Bytes() int64 {
-	var n int64
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		n += sh.bytes
-		sh.mu.Unlock()
-	}
-	return n
-}
-
 // batchInline is the batch size decided without allocating.
 const batchInline = 4
 
@@ -230,9 +200,7 @@ func (s *Store) take(ctx context.Context, fixed bool, us int64, checks []store.C
 	if !fixed {
 		us = s.nowUs()
 	}
-	for _, l := range locks {
-		s.shards[l].mu.Lock()
-	}
+	us = s.lock(locks, fixed, us)
 	// The limits, compiled (copied: a later check may replace a memo entry).
 	for i := range checks {
 		cl := s.shards[idx[i]].compiled(&checks[i].Limit)
@@ -243,14 +211,6 @@ func (s *Store) take(ctx context.Context, fixed bool, us int64, checks []store.C
 			return store.Validate(checks)
 		}
 		cls = append(cls, *cl)
-	}
-	if !fixed {
-		for _, l := range locks {
-			us = max(us, s.shards[l].last)
-		}
-		for _, l := range locks {
-			s.shards[l].last = us
-		}
 	}
 
 	// Entries found are pinned until the batch is done, so that inserting
@@ -269,6 +229,40 @@ func (s *Store) take(ctx context.Context, fixed bool, us int64, checks []store.C
 		allowed = allowed && o.Allowed
 		ents, sts, outs = append(ents, ei), append(sts, next), append(outs, o)
 	}
+	s.write(checks, hs, idx, ents, sts, outs, cls, allowed, us)
+	s.unlock(locks, us)
+
+	res.Allowed = allowed
+	res.Now = time.UnixMicro(us)
+	res.Decisions = res.Decisions[:0]
+	for i := range checks {
+		res.Decisions = append(res.Decisions, outs[i].Decision(checks[i].Limit))
+	}
+	return nil
+}
+
+// lock takes a batch's shards, in order, and returns the batch's time:
+// us, or, on the store's clock, never earlier than any of the shards has
+// seen (a batch never moves a key back in time).
+func (s *Store) lock(locks []uint32, fixed bool, us int64) int64 {
+	for _, l := range locks {
+		s.shards[l].mu.Lock()
+	}
+	if !fixed {
+		for _, l := range locks {
+			us = max(us, s.shards[l].last)
+		}
+		for _, l := range locks {
+			s.shards[l].last = us
+		}
+	}
+	return us
+}
+
+// write ends a batch under its locks: charges every check when all
+// admitted, reports an uncharged peek for a check another one rejected,
+// writes back clamped GCRA state, and unpins the entries.
+func (s *Store) write(checks []store.Check, hs []uint64, idx, ents []uint32, sts []algo.State, outs []algo.Outcome, cls []algo.Compiled, allowed bool, us int64) {
 	for i := range checks {
 		c := &checks[i]
 		sh := &s.shards[idx[i]]
@@ -305,6 +299,11 @@ func (s *Store) take(ctx context.Context, fixed bool, us int64, checks []store.C
 			s.shards[idx[i]].at(ei).pinned = false
 		}
 	}
+}
+
+// unlock releases a batch's shards, reaping idle keys every reapEvery
+// batches of a shard.
+func (s *Store) unlock(locks []uint32, us int64) {
 	for _, l := range locks {
 		sh := &s.shards[l]
 		if sh.ops++; sh.ops >= reapEvery {
@@ -313,14 +312,6 @@ func (s *Store) take(ctx context.Context, fixed bool, us int64, checks []store.C
 		}
 		sh.mu.Unlock()
 	}
-
-	res.Allowed = allowed
-	res.Now = time.UnixMicro(us)
-	res.Decisions = res.Decisions[:0]
-	for i := range checks {
-		res.Decisions = append(res.Decisions, outs[i].Decision(checks[i].Limit))
-	}
-	return nil
 }
 
 // plausible reports whether checks pass store.Validate's checks other than
@@ -406,50 +397,6 @@ func (s *Store) takeOne(ctx context.Context, fixed bool, us int64, checks []stor
 	return nil
 }
 
-// Hold makes key admit nothing for d under lim. See [store.Holder].
-func (s *Store) Hold(ctx context.Context, key string, lim algo.Limit, d time.Duration) error {
-	if err := store.ValidateHold(key, lim, d); err != nil {
-		return err
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if d <= 0 {
-		return nil
-	}
-	h := maphash.String(s.seed, key)
-	sh := &s.shards[h&s.mask]
-	us := s.nowUs()
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	us = max(us, sh.last)
-	sh.last = us
-	tag := uint32(h >> 32)
-	ei := sh.lookup(tag, lim.Algorithm, key)
-	var st algo.State
-	if ei != 0 {
-		st = sh.at(ei).st
-	}
-	next, reset, err := lim.Hold(st, us, us+int64(d/time.Microsecond))
-	if err != nil {
-		return fmt.Errorf("%w: hold of key %q: %w", store.ErrInvalidCheck, key, err)
-	}
-	if next.A == st.A && ei != 0 {
-		sh.touch(ei, us)
-		return nil
-	}
-	if ei == 0 {
-		ei = sh.insert(tag, lim.Algorithm, key, us, s.perShard)
-	}
-	e := sh.at(ei)
-	e.st, e.exp = next, us+reset
-	sh.touch(ei, us)
-	e.pinned = true
-	sh.charge(ei, s.maxBytes, us)
-	e.pinned = false
-	return nil
-}
-
 // sortedUnique sorts a small slice in place and removes repeats.
 func sortedUnique(a []uint32) []uint32 {
 	for i := 1; i < len(a); i++ {
@@ -464,57 +411,6 @@ func sortedUnique(a []uint32) []uint32 {
 		}
 	}
 	return out
-}
-
-// Sweep removes every expired key, idle or not, and returns how many it
-// removed. Idle keys are also removed as traffic passes; call Sweep to
-// reclaim memory after a burst of distinct keys with no traffic since. The
-// slots of removed keys are reused by later keys; a shard left empty gives
-// its memory back.
-func (s *Store) Sweep() int {
-	now := s.nowUs()
-	removed := 0
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		for ei := sh.at(0).next; ei != 0 && sh.n > 0; {
-			e := sh.at(ei)
-			next := e.next
-			if e.exp <= now {
-				sh.remove(ei)
-				removed++
-			}
-			ei = next
-		}
-		sh.mu.Unlock()
-	}
-	return removed
-}
-
-// Len returns the number of keys held.
-func (s *Store) Len() int {
-	n := 0
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		n += sh.n
-		sh.mu.Unlock()
-	}
-	return n
-}
-
-// State returns the stored state of key under alg and whether one is held,
-// for tests and diagnostics.
-func (s *Store) State(alg algo.Algorithm, key string) (algo.State, bool) {
-	h := maphash.String(s.seed, key)
-	sh := &s.shards[h&s.mask]
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	ei := sh.lookup(uint32(h>>32), alg, key)
-	if ei == 0 {
-		return algo.State{}, false
-	}
-	return sh.at(ei).st, true
 }
 
 // Close does nothing: the store holds no resources but memory. It exists
