@@ -248,11 +248,6 @@ func redisTime(t *testing.T, s *Store) int64 {
 	return sec*1_000_000 + usec
 }
 
-type refEntry struct {
-	st  algo.State
-	exp int64
-}
-
 // TestDifferential sends random batches through the Lua scripts and runs
 // the Go reference at the times Redis reported: decisions and stored state
 // must be identical, for all five algorithms, alone and mixed in batches.
@@ -286,8 +281,8 @@ func TestDifferential(t *testing.T) {
 		}
 		pool = append(pool, keyed{fmt.Sprintf("k%d", i), l})
 	}
-	ref := map[string]*refEntry{}
-	var res store.Result
+	ref := storetest.NewReference()
+	var res, want store.Result
 	for op := range 1500 {
 		n := 1 + r.IntN(3)
 		var checks []store.Check
@@ -299,51 +294,28 @@ func TestDifferential(t *testing.T) {
 		}
 		now := res.Now.UnixMicro()
 		// The Go reference, at Redis's time.
-		outs := make([]algo.Outcome, n)
-		next := make([]algo.State, n)
-		all := true
-		for i, c := range checks {
-			e := ref[c.Key]
-			var st algo.State
-			if e != nil && now < e.exp {
-				st = e.st
-			}
-			outs[i], next[i] = c.Limit.Eval(st, now, c.Cost)
-			all = all && outs[i].Allowed
+		ref.Take(now, checks, &want)
+		if res.Allowed != want.Allowed {
+			t.Fatalf("op %d at %d: batch allowed %v, reference %v; checks %+v", op, now, res.Allowed, want.Allowed, checks)
 		}
 		for i, c := range checks {
-			switch {
-			case all && c.Cost > 0:
-				ref[c.Key] = &refEntry{next[i], now + outs[i].ResetUs}
-			case !all && outs[i].Allowed && c.Cost > 0:
-				var st algo.State
-				if e := ref[c.Key]; e != nil && now < e.exp {
-					st = e.st
-				}
-				outs[i], _ = c.Limit.Eval(st, now, 0)
+			if res.Decisions[i] != want.Decisions[i] {
+				t.Fatalf("op %d at %d, %v %q cost %d: Lua decided %+v, Go %+v", op, now, c.Limit, c.Key, c.Cost, res.Decisions[i], want.Decisions[i])
 			}
-		}
-		if res.Allowed != all {
-			t.Fatalf("op %d at %d: batch allowed %v, reference %v; checks %+v", op, now, res.Allowed, all, checks)
-		}
-		for i, c := range checks {
-			if want := outs[i].Decision(c.Limit); res.Decisions[i] != want {
-				t.Fatalf("op %d at %d, %v %q cost %d: Lua decided %+v, Go %+v", op, now, c.Limit, c.Key, c.Cost, res.Decisions[i], want)
-			}
-			e := ref[c.Key]
+			st, until, held := ref.State(c.Limit.Algorithm, c.Key, now)
 			got, ok := readState(t, s, c.Limit.Algorithm, c.Key)
 			switch {
-			case e == nil || now >= e.exp:
+			case !held:
 				// Expired for the reference; Redis may hold it up to 1 ms
 				// longer (PX is rounded up), which decides the same.
 			case !ok:
 				// Gone: it must have expired by Redis's clock at the read
 				// (give or take the millisecond PX rounds to).
-				if after := redisTime(t, s); e.exp-after > 2000 {
-					t.Fatalf("op %d: Redis lost the state of %q, %dµs before its expiry", op, c.Key, e.exp-after)
+				if after := redisTime(t, s); until-after > 2000 {
+					t.Fatalf("op %d: Redis lost the state of %q, %dµs before its expiry", op, c.Key, until-after)
 				}
-			case !cmp.Equal(e.st, got, cmp.Comparer(func(a, b []int64) bool { return fmt.Sprint(a) == fmt.Sprint(b) })):
-				t.Fatalf("op %d: state of %q (%v): Redis %+v, Go %+v", op, c.Key, c.Limit.Algorithm, got, e.st)
+			case !cmp.Equal(st, got, cmp.Comparer(func(a, b []int64) bool { return fmt.Sprint(a) == fmt.Sprint(b) })):
+				t.Fatalf("op %d: state of %q (%v): Redis %+v, Go %+v", op, c.Key, c.Limit.Algorithm, got, st)
 			}
 		}
 		if r.IntN(3) == 0 {

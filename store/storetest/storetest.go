@@ -1,8 +1,9 @@
 // Package storetest is the conformance suite every [store.Store] backend
 // runs: exact admission under concurrency, the sustained-rate bounds of
 // docs/algorithms.md, exact and sufficient retry-after, peeks, all-or-nothing
-// batches (also across Redis Cluster slots), key isolation, and holds
-// for stores that are a [store.Holder].
+// batches (also across Redis Cluster slots), random batches decided as the
+// [Reference] (the executable spec of a batch) decides them, key
+// isolation, and holds for stores that are a [store.Holder].
 //
 // The suite asserts decisions, never commands: a backend passes by deciding
 // like package algo, whatever it does inside.
@@ -54,6 +55,7 @@ func Run(t *testing.T, s store.Store, o Options) {
 	t.Run("RetryAfter", func(t *testing.T) { t.Parallel(); testRetryAfter(t, s) })
 	t.Run("CostRules", func(t *testing.T) { t.Parallel(); testCostRules(t, s) })
 	t.Run("AllOrNothing", func(t *testing.T) { t.Parallel(); testAllOrNothing(t, s) })
+	t.Run("Reference", func(t *testing.T) { t.Parallel(); testReference(t, s) })
 	t.Run("KeyIsolation", func(t *testing.T) { t.Parallel(); testKeyIsolation(t, s) })
 	t.Run("LimitChange", func(t *testing.T) { t.Parallel(); testLimitChange(t, s) })
 	if h, ok := s.(store.Holder); ok {
