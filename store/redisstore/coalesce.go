@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -38,7 +39,7 @@ var multiScripts, multi1Scripts = func() (m, m1 [allAlgorithms + 1]*rueidis.Lua)
 type request struct {
 	ctx   context.Context
 	p     *part
-	reply []int64 // as take_multi.lua's for one batch: now, allowed, 6 per check
+	reply []int64 // a takeReply: as take_multi.lua's for this batch alone
 	err   error
 	done  chan struct{}
 }
@@ -104,13 +105,15 @@ func (s *Store) decide(ctx context.Context, p *part) {
 // with one batch (whose reply has the same layout).
 func (s *Store) runPart(ctx context.Context, p *part) {
 	if len(p.idx) == 1 {
-		s.run(ctx, take1Scripts[p.algos], p, 6)
+		s.run(ctx, take1Scripts[p.algos], p)
 		return
 	}
-	q := *p
-	q.args = mergedArgs([]*part{p}, false)
-	s.run(ctx, multiScripts[p.algos], &q, 6)
-	p.reply, p.err = q.reply, q.err
+	msgs, err := multiScripts[p.algos].Exec(ctx, s.c, p.keys, mergedArgs([]*part{p}, false)).ToArray()
+	if err != nil {
+		p.err = fmt.Errorf("%w: %w", store.ErrUnavailable, err)
+		return
+	}
+	p.reply, p.err = integers(p.reply[:0], msgs, takeHead+takePer*len(p.idx))
 }
 
 // release gives back a call's place in flight, handing it to a flusher when
@@ -176,7 +179,7 @@ func (s *Store) send(batch []*request) {
 		r := batch[0]
 		// Only the request's inputs: the caller may write its own reply and
 		// error fields once it stops waiting.
-		p := part{idx: r.p.idx, slot: r.p.slot, algos: r.p.algos, keys: r.p.keys, args: r.p.args}
+		p := part{idx: r.p.idx, slot: r.p.slot, algos: r.p.algos, keys: r.p.keys, checks: r.p.checks}
 		s.runPart(ctx, &p)
 		r.reply, r.err = p.reply, p.err
 		return
@@ -205,7 +208,7 @@ func (s *Store) send(batch []*request) {
 	}
 	var vals []int64
 	if err == nil {
-		vals, err = integers(nil, msgs, 1+head*len(batch)+6*nkeys)
+		vals, err = integers(nil, msgs, 1+head*len(batch)+takePer*nkeys)
 	}
 	if err != nil {
 		for _, r := range batch {
@@ -213,13 +216,12 @@ func (s *Store) send(batch []*request) {
 		}
 		return
 	}
-	// Each caller's reply as take_multi.lua's for its batch alone: now,
-	// batch_allowed, then 6 per check (a single check's allowed is its
-	// batch's).
+	// Each caller's reply as take_multi.lua's for its batch alone (a
+	// takeReply; a single check's allowed is its batch's).
 	o := 1
 	for _, r := range batch {
-		n := head + 6*len(r.p.idx)
-		r.reply = make([]int64, 0, 2+6*len(r.p.idx))
+		n := head + takePer*len(r.p.idx)
+		r.reply = make([]int64, 0, takeHead+takePer*len(r.p.idx))
 		r.reply = append(r.reply, vals[0])
 		if head == 0 {
 			r.reply = append(r.reply, vals[o])
@@ -235,33 +237,28 @@ func (s *Store) send(batch []*request) {
 // among the L. cost ≤ 1e9 and L ≤ maxMerge × store.MaxBatch keep the
 // value below 2^53, exact in Lua's doubles.
 func mergedArgs(ps []*part, singles bool) []string {
-	var lims [][]string // code, p1, p2, p3 of each distinct limit
-	var index map[[4]string]int
+	var lims [][4]int64 // code, p1, p2, p3 of each distinct limit
+	var index map[[4]int64]int
 	var which []int // per check, its limit's index
 	for _, p := range ps {
-		for j := range p.idx {
-			a := p.args[argsPerCheck*j : argsPerCheck*j+4]
+		for _, w := range p.checks {
+			l := w.limit()
 			li := -1
 			if index == nil {
-				for k, l := range lims {
-					if l[0] == a[0] && l[1] == a[1] && l[2] == a[2] && l[3] == a[3] {
-						li = k
-						break
-					}
-				}
-			} else if k, ok := index[[4]string(a)]; ok {
+				li = slices.Index(lims, l)
+			} else if k, ok := index[l]; ok {
 				li = k
 			}
 			if li < 0 {
 				li = len(lims)
-				lims = append(lims, a)
+				lims = append(lims, l)
 				if len(lims) == 8 { // past a few, a linear search costs more than a map
-					index = make(map[[4]string]int)
+					index = make(map[[4]int64]int)
 					for k, l := range lims {
-						index[[4]string(l)] = k
+						index[l] = k
 					}
 				} else if index != nil {
-					index[[4]string(a)] = li
+					index[l] = li
 				}
 			}
 			which = append(which, li)
@@ -270,16 +267,15 @@ func mergedArgs(ps []*part, singles bool) []string {
 	args := make([]string, 0, 2+4*len(lims)+len(ps)+len(which))
 	args = append(args, strconv.Itoa(len(ps)), strconv.Itoa(len(lims)))
 	for _, l := range lims {
-		args = append(args, l...)
+		args = append(args, algoArgs[l[0]], itoa(l[1]), itoa(l[2]), itoa(l[3]))
 	}
 	n, k := int64(len(lims)), 0
 	for _, p := range ps {
 		if !singles {
 			args = append(args, strconv.Itoa(len(p.idx)))
 		}
-		for j := range p.idx {
-			cost, _ := strconv.ParseInt(p.args[argsPerCheck*j+4], 10, 64) // written by split
-			args = append(args, strconv.FormatInt(cost*n+int64(which[k]), 10))
+		for _, w := range p.checks {
+			args = append(args, itoa(w.cost*n+int64(which[k])))
 			k++
 		}
 	}

@@ -32,10 +32,10 @@ func TestMergedArgs(t *testing.T) {
 					p := &part{}
 					for j := range n {
 						l := rng.IntN(distinct)
-						a := []string{strconv.Itoa(l % 5), strconv.Itoa(1 + l), "1000000000", strconv.Itoa(l * 7), strconv.Itoa(rng.IntN(1_000_000_001))}
+						w := wireCheck{int64(l % 5), int64(1 + l), 1_000_000_000, int64(l * 7), rng.Int64N(1_000_000_001)}
 						p.idx = append(p.idx, j)
-						p.args = append(p.args, a...)
-						want = append(want, a)
+						p.checks = append(p.checks, w)
+						want = append(want, w.appendArgs(nil))
 					}
 					ps = append(ps, p)
 				}

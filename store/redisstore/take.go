@@ -3,7 +3,6 @@ package redisstore
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"sync"
 	"time"
 
@@ -15,13 +14,31 @@ import (
 
 // part is the checks of one batch that one script call decides.
 type part struct {
-	idx   []int  // indexes into the batch
-	slot  uint16 // its cluster slot (0 on standalone Redis)
-	algos uint8  // the algorithms it uses, a bit each
-	keys  []string
-	args  []string
-	reply []int64
-	err   error
+	idx    []int  // indexes into the batch
+	slot   uint16 // its cluster slot (0 on standalone Redis)
+	algos  uint8  // the algorithms it uses, a bit each
+	keys   []string
+	checks []wireCheck
+	infos  [][2]int64 // a refund's: what each check's take returned
+	reply  []int64    // a takeReply, or a refundReply for a refund
+	err    error
+}
+
+// args encodes the part's ARGV: per check its five values, and a refund's
+// two more.
+func (p *part) args() []string {
+	per := argsPerCheck
+	if p.infos != nil {
+		per += 2
+	}
+	args := make([]string, 0, per*len(p.checks))
+	for j, w := range p.checks {
+		args = w.appendArgs(args)
+		if p.infos != nil {
+			args = append(args, itoa(p.infos[j][0]), itoa(p.infos[j][1]))
+		}
+	}
+	return args
 }
 
 // Take decides checks atomically. See [store.Store] and the package doc.
@@ -36,17 +53,14 @@ func (s *Store) Take(ctx context.Context, checks []store.Check, res *store.Resul
 		if p.err != nil {
 			return p.err
 		}
-		res.Allowed = p.reply[1] == 1
-		res.Now = time.UnixMicro(p.reply[0])
-		fill(res, checks, p, 2, 6)
+		r := takeReply(p.reply)
+		res.Allowed = r.allowed()
+		res.Now = time.UnixMicro(r.now())
+		fill(res, checks, p)
 		return nil
 	}
 	return s.takeParts(ctx, checks, parts, res)
 }
-
-// argsPerCheck is how many ARGV values the take scripts read per check:
-// algorithm code, p1, p2, p3, cost.
-const argsPerCheck = 5
 
 // split groups the checks by cluster slot (one group on standalone Redis),
 // in first-seen order, and encodes each group's keys and arguments.
@@ -72,23 +86,22 @@ func (s *Store) split(checks []store.Check) []part {
 			}
 		}
 		p := &parts[g]
-		p1, p2, p3 := c.Limit.Params()
 		p.idx = append(p.idx, i)
 		p.algos |= 1 << c.Limit.Algorithm
 		p.keys = append(p.keys, k)
-		p.args = append(p.args, algoArgs[c.Limit.Algorithm], strconv.FormatInt(p1, 10), strconv.FormatInt(p2, 10), strconv.FormatInt(p3, 10), strconv.FormatInt(c.Cost, 10))
+		p.checks = append(p.checks, newWireCheck(c))
 	}
 	return parts
 }
 
-// run executes script for p and parses a reply of 2 + per×len(p.idx)
-// integers (take, per 6) or 1 + per×len(p.idx) (refund, per 4) into p.reply.
-func (s *Store) run(ctx context.Context, sc *rueidis.Lua, p *part, per int) {
-	head := 2
-	if per == 4 {
-		head = 1
+// run executes script for p and reads its reply into p.reply: a
+// takeReply, or a refundReply for a refund part.
+func (s *Store) run(ctx context.Context, sc *rueidis.Lua, p *part) {
+	head, per := takeHead, takePer
+	if p.infos != nil {
+		head, per = refundHead, refundPer
 	}
-	msgs, err := sc.Exec(ctx, s.c, p.keys, p.args).ToArray()
+	msgs, err := sc.Exec(ctx, s.c, p.keys, p.args()).ToArray()
 	if err != nil {
 		p.err = fmt.Errorf("%w: %w", store.ErrUnavailable, err)
 		return
@@ -112,15 +125,17 @@ func integers(dst []int64, msgs []rueidis.RedisMessage, want int) ([]int64, erro
 	return dst, nil
 }
 
-// fill writes the decisions of part p (per values per check, from offset
-// off in p.reply) into res.
-func fill(res *store.Result, checks []store.Check, p *part, off, per int) {
+// fill writes the decisions of part p's reply into res.
+func fill(res *store.Result, checks []store.Check, p *part) {
 	if len(res.Decisions) != len(checks) {
 		res.Decisions = append(res.Decisions[:0], make([]algo.Decision, len(checks))...)
 	}
 	for j, i := range p.idx {
-		r := p.reply[off+per*j:]
-		res.Decisions[i] = algo.Outcome{Allowed: r[0] == 1, Remaining: r[1], RetryUs: r[2], ResetUs: r[3]}.Decision(checks[i].Limit)
+		c := takeReply(p.reply).check
+		if p.infos != nil {
+			c = refundReply(p.reply).check
+		}
+		res.Decisions[i] = c(j).outcome().Decision(checks[i].Limit)
 	}
 }
 
@@ -139,14 +154,15 @@ func (s *Store) takeParts(ctx context.Context, checks []store.Check, parts []par
 			failed = parts[g].err
 			continue
 		}
-		allowed = allowed && parts[g].reply[1] == 1
-		now = max(now, parts[g].reply[0])
+		r := takeReply(parts[g].reply)
+		allowed = allowed && r.allowed()
+		now = max(now, r.now())
 	}
 	res.Allowed = allowed && failed == nil
 	res.Now = time.UnixMicro(now)
 	for g := range parts {
 		if parts[g].err == nil {
-			fill(res, checks, &parts[g], 2, 6)
+			fill(res, checks, &parts[g])
 		}
 	}
 	if res.Allowed {
@@ -157,36 +173,33 @@ func (s *Store) takeParts(ctx context.Context, checks []store.Check, parts []par
 	var refunds []part
 	for g := range parts {
 		p := &parts[g]
-		if p.err != nil || p.reply[1] != 1 {
+		if p.err != nil || !takeReply(p.reply).allowed() {
 			continue
 		}
-		r := part{idx: p.idx, algos: p.algos, keys: p.keys}
+		r := part{idx: p.idx, algos: p.algos, keys: p.keys, checks: p.checks, infos: make([][2]int64, len(p.idx))}
 		for j := range p.idx {
-			a := p.args[argsPerCheck*j : argsPerCheck*(j+1)]
-			info := p.reply[2+6*j+4 : 2+6*j+6]
-			r.args = append(r.args, a...)
-			r.args = append(r.args, strconv.FormatInt(info[0], 10), strconv.FormatInt(info[1], 10))
+			r.infos[j] = takeReply(p.reply).check(j).info()
 		}
 		refunds = append(refunds, r)
 	}
 	// A refund must happen even when the caller's deadline has passed.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
-	s.parallel(rctx, &refundScripts, refunds, 4)
+	s.parallel(rctx, &refundScripts, refunds)
 	for g := range refunds {
 		if refunds[g].err != nil {
 			return fmt.Errorf("redisstore: refund of a rejected cross-slot batch failed, its reservation stays charged: %w", refunds[g].err)
 		}
-		fill(res, checks, &refunds[g], 1, 4)
+		fill(res, checks, &refunds[g])
 	}
 	return failed
 }
 
 // parallel runs every part at once, each with the script of its algorithms.
-func (s *Store) parallel(ctx context.Context, scripts *[allAlgorithms + 1]*rueidis.Lua, parts []part, per int) {
+func (s *Store) parallel(ctx context.Context, scripts *[allAlgorithms + 1]*rueidis.Lua, parts []part) {
 	var wg sync.WaitGroup
 	for g := range parts {
-		wg.Go(func() { s.run(ctx, scripts[parts[g].algos], &parts[g], per) })
+		wg.Go(func() { s.run(ctx, scripts[parts[g].algos], &parts[g]) })
 	}
 	wg.Wait()
 }
