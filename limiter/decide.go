@@ -235,9 +235,8 @@ func (l *Limiter) DecideAt(ctx context.Context, now time.Time, req policy.Reques
 		l.count(&call{now: now}, &d)
 		return d, nil
 	}
-	c := call{now: now, res: res, checks: checksOf(res), hold: req.Hold, near: l.near != nil && !res.NoNearCache}
-	var sr store.Result
-	return l.decide(ctx, &c, &sr)
+	c := call{now: now, res: res, hold: req.Hold, near: l.near != nil && !res.NoNearCache}
+	return l.decide(ctx, &c, nil)
 }
 
 // TakeChecks decides checks given directly (the /v1/take API, the Envoy
@@ -271,7 +270,7 @@ type call struct {
 	// (for the near cache), fail mode, lease, slow-down.
 	res policy.Resolution
 	// checks are the store checks, in the order of res.Layers when that
-	// is not empty.
+	// is not empty; nil until needed for a request's.
 	checks []store.Check
 	// hold lets a near-cache rejection be held for res.SlowDown.
 	hold bool
@@ -285,7 +284,9 @@ type call struct {
 
 // decide is the pipeline: near cache (and hold), lease, one store call
 // under the deadline and breaker, the shadow retry, then the fail mode and
-// the fallback. sr receives the store's (or the fallback's) answer.
+// the fallback. sr receives the store's (or the fallback's) answer; nil
+// means a new one if the store is called. c.checks nil means the checks
+// of c.res, built once the near cache and the lease have not answered.
 func (l *Limiter) decide(ctx context.Context, c *call, sr *store.Result) (Decision, error) {
 	if ld, ok := l.nearAnswer(ctx, c); ok {
 		d := Decision{Reason: ReasonLimited, RetryAfter: ld.RetryAfter, Policy: ld.Policy, Resolution: c.res, Now: c.now, Layers: []LayerDecision{ld}}
@@ -303,6 +304,12 @@ func (l *Limiter) decide(ctx context.Context, c *call, sr *store.Result) (Decisi
 			l.count(c, &d)
 			return d, nil
 		}
+	}
+	if c.checks == nil { // built only for a request that reaches the store
+		c.checks = checksOf(c.res)
+	}
+	if sr == nil {
+		sr = new(store.Result)
 	}
 	d := Decision{Resolution: c.res, Tightest: -1, Now: c.now}
 	err := l.take(ctx, c.now, c.checks, sr)

@@ -233,7 +233,7 @@ type crule struct {
 // window's, and its label for keys.
 type calWindow struct {
 	period, offset time.Duration
-	label          string
+	label          winLabel
 }
 
 // capacity is the rule's burst; a calendar rule's limit.

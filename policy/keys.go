@@ -94,9 +94,9 @@ func clientPrefix(a netip.Addr) string {
 }
 
 // tenantKey builds a tenant's key from its tag (TenantTag).
-func tenantKey(tag, kind, name, rule, window string) string {
+func tenantKey(tag, kind, name, rule string, window winLabel) string {
 	var b strings.Builder
-	b.Grow(12 + len(tag) + len(kind) + len(name) + len(rule) + len(window))
+	b.Grow(12 + len(tag) + len(kind) + len(name) + len(rule) + int(window.n))
 	b.WriteString("rl:{")
 	b.WriteString(tag)
 	b.WriteString("}:")
@@ -107,17 +107,25 @@ func tenantKey(tag, kind, name, rule, window string) string {
 	}
 	b.WriteByte(':')
 	b.WriteString(rule)
-	if window != "" {
+	if window.n > 0 {
 		b.WriteByte(':')
-		b.WriteString(window)
+		b.Write(window.b[:window.n])
 	}
 	return b.String()
 }
 
-func anonKey(tag, route, rule, window string) string {
-	k := "rl:{" + tag + "}:a:" + route + ":" + rule
-	if window != "" {
-		k += ":" + window
+func anonKey(tag, route, rule string, window winLabel) string {
+	var b strings.Builder
+	b.Grow(12 + len(tag) + len(route) + len(rule) + int(window.n))
+	b.WriteString("rl:{")
+	b.WriteString(tag)
+	b.WriteString("}:a:")
+	b.WriteString(route)
+	b.WriteByte(':')
+	b.WriteString(rule)
+	if window.n > 0 {
+		b.WriteByte(':')
+		b.Write(window.b[:window.n])
 	}
-	return k
+	return b.String()
 }

@@ -165,7 +165,7 @@ func (s *Snapshot) Resolve(req Request, now time.Time) (Resolution, error) {
 			}
 			res.Layers = append(res.Layers, Layer{
 				Policy: t.plan + "." + c.Name + "." + r.Name,
-				Key:    tenantKey(tag, "c", c.Name, r.Name, ""),
+				Key:    tenantKey(tag, "c", c.Name, r.Name, winLabel{}),
 				Class:  c.Name,
 				Limit:  t.classLimit(r, c),
 				Shadow: r.Shadow || c.Shadow,
@@ -260,11 +260,11 @@ func (t *ctenant) share(c *Class) float64 {
 	return c.Share
 }
 
-// window returns rule r's limit at now and, for a calendar rule, the label
-// of the current window for its key.
-func (s *Snapshot) window(r crule, now time.Time) (algo.Limit, string) {
+// window returns rule r's limit at now and, for a calendar rule, the
+// window's label for its key.
+func (s *Snapshot) window(r crule, now time.Time) (algo.Limit, winLabel) {
 	if r.Calendar == NoCalendar {
-		return r.Limit, ""
+		return r.Limit, winLabel{}
 	}
 	w := calendar(r.Calendar, s.loc, now)
 	return algo.Limit{Limit: r.Limit.Limit, Period: w.period, Offset: w.offset, Algorithm: algo.FixedWindow}, w.label
@@ -274,21 +274,112 @@ func (s *Snapshot) window(r crule, now time.Time) (algo.Limit, string) {
 // computed afresh from its arguments alone: a window is never shared
 // between rules or tenants.
 func calendar(c Calendar, loc *time.Location, now time.Time) calWindow {
-	t := now.In(loc)
+	if loc == time.UTC {
+		return calendarUTC(c, now.UnixMicro())
+	}
+	y, m, d := now.In(loc).Date()
 	var start, end time.Time
-	var label string
+	var label winLabel
 	switch c {
 	case Day:
-		start = time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, loc)
+		start = time.Date(y, m, d, 0, 0, 0, 0, loc)
 		end = start.AddDate(0, 0, 1)
-		label = start.Format("d20060102")
+		label = dateLabel('d', y, m, d)
 	default:
-		start = time.Date(t.Year(), t.Month(), 1, 0, 0, 0, 0, loc)
+		start = time.Date(y, m, 1, 0, 0, 0, 0, loc)
 		end = start.AddDate(0, 1, 0)
-		label = start.Format("m200601")
+		label = dateLabel('m', y, m, 0)
 	}
 	period := end.Sub(start)
 	pus := int64(period / time.Microsecond)
 	return calWindow{period: period, label: label,
 		offset: time.Duration(((start.UnixMicro()%pus)+pus)%pus) * time.Microsecond}
+}
+
+// calendarUTC is calendar in UTC, by integer arithmetic on days (the
+// common case, and the default zone): days and months start at multiples
+// of a day since the epoch.
+func calendarUTC(c Calendar, us int64) calWindow {
+	const dayUs = int64(24 * time.Hour / time.Microsecond)
+	day := us / dayUs
+	if us%dayUs < 0 {
+		day--
+	}
+	y, m, d := civil(day)
+	if c == Day {
+		return calWindow{period: 24 * time.Hour, label: dateLabel('d', y, m, d)}
+	}
+	ny, nm := y, m+1
+	if nm > 12 {
+		ny, nm = y+1, 1
+	}
+	start, end := daysFromCivil(y, m, 1), daysFromCivil(ny, nm, 1)
+	pus := (end - start) * dayUs
+	offset := (start*dayUs%pus + pus) % pus
+	return calWindow{period: time.Duration(pus) * time.Microsecond, offset: time.Duration(offset) * time.Microsecond, label: dateLabel('m', y, m, 0)}
+}
+
+// civil returns the proleptic Gregorian date of day days after 1970-01-01
+// (H. Hinnant's civil_from_days).
+func civil(day int64) (int, time.Month, int) {
+	z := day + 719468
+	era := z / 146097
+	if z < 0 && z%146097 != 0 {
+		era--
+	}
+	doe := z - era*146097
+	yoe := (doe - doe/1460 + doe/36524 - doe/146096) / 365
+	doy := doe - (365*yoe + yoe/4 - yoe/100)
+	mp := (5*doy + 2) / 153
+	d := doy - (153*mp+2)/5 + 1
+	m := mp + 3
+	if mp >= 10 {
+		m = mp - 9
+	}
+	y := yoe + era*400
+	if m <= 2 {
+		y++
+	}
+	return int(y), time.Month(m), int(d)
+}
+
+// daysFromCivil is civil's inverse: the days from 1970-01-01 to y-m-d.
+func daysFromCivil(y int, m time.Month, d int) int64 {
+	yy := int64(y)
+	if m <= 2 {
+		yy--
+	}
+	era := yy / 400
+	if yy < 0 && yy%400 != 0 {
+		era--
+	}
+	yoe := yy - era*400
+	mm := int64(m) + 9
+	if m > 2 {
+		mm = int64(m) - 3
+	}
+	doy := (153*mm+2)/5 + int64(d) - 1
+	doe := yoe*365 + yoe/4 - yoe/100 + doy
+	return era*146097 + doe - 719468
+}
+
+// winLabel is a calendar window's label in keys: d20261204 for a day,
+// m202612 for a month; empty for a rule without a calendar. A value, so
+// that labelling a window allocates nothing.
+type winLabel struct {
+	b [9]byte
+	n uint8
+}
+
+// dateLabel is the label of the window starting on y-m-d (d 0: a month).
+func dateLabel(kind byte, y int, m time.Month, d int) winLabel {
+	l := winLabel{n: 7}
+	l.b[0] = kind
+	y = min(max(y, 0), 9999)
+	l.b[1], l.b[2], l.b[3], l.b[4] = byte('0'+y/1000), byte('0'+y/100%10), byte('0'+y/10%10), byte('0'+y%10)
+	l.b[5], l.b[6] = byte('0'+int(m)/10), byte('0'+int(m)%10)
+	if d > 0 {
+		l.b[7], l.b[8], l.n = byte('0'+d/10), byte('0'+d%10), 9
+	}
+	return l
 }
