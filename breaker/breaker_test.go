@@ -138,24 +138,35 @@ func TestFailureRatio(t *testing.T) {
 	})
 }
 
-// TestTransportAgainstFakeDependency runs the RoundTripper against a local
-// HTTP dependency that fails with 503 and recovers.
+// TestTransportAgainstFakeDependency runs the RoundTripper against a
+// dependency that fails with 503 and recovers, on the bubble's clock: the
+// cooldown passes exactly, without waiting.
 func TestTransportAgainstFakeDependency(t *testing.T) {
+	synctest.Test(t, testTransport)
+}
+
+// roundTripFunc is a RoundTripper in a function.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+func testTransport(t *testing.T) {
 	var failing atomic.Bool
 	var hits atomic.Int64
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	dep := roundTripFunc(func(r *http.Request) (*http.Response, error) {
 		hits.Add(1)
+		w := httptest.NewRecorder()
 		if failing.Load() {
 			w.WriteHeader(http.StatusServiceUnavailable)
-			return
+		} else {
+			w.Write([]byte("ok"))
 		}
-		w.Write([]byte("ok"))
-	}))
-	defer srv.Close()
+		return w.Result(), nil
+	})
 	s, _ := New(map[string]Settings{"upstream": {ConsecutiveFailures: 2, Cooldown: 200 * time.Millisecond}}, nil)
-	client := &http.Client{Transport: &Transport{Set: s, Name: "upstream"}}
+	client := &http.Client{Transport: &Transport{Set: s, Name: "upstream", Base: dep}}
 	get := func() (int, error) {
-		resp, err := client.Get(srv.URL)
+		resp, err := client.Get("http://dependency.test/")
 		if err != nil {
 			return 0, err
 		}
@@ -175,7 +186,7 @@ func TestTransportAgainstFakeDependency(t *testing.T) {
 		t.Fatalf("open: %v (dependency hit %d more times), want an OpenError without a call", err, hits.Load()-n)
 	}
 	failing.Store(false)
-	time.Sleep(250 * time.Millisecond)
+	time.Sleep(200*time.Millisecond + time.Nanosecond) // the cooldown, exactly
 	if code, err := get(); err != nil || code != 200 {
 		t.Fatalf("probe after the cooldown: %d %v", code, err)
 	}
