@@ -93,8 +93,10 @@ func clientPrefix(a netip.Addr) string {
 	return a.String()
 }
 
-// tenantKey builds a tenant's key from its tag (TenantTag).
-func tenantKey(tag, kind, name, rule string, window winLabel) string {
+// key builds a key: rl:{<tag>}:<kind>[:<name>]:<rule>[:<window>], for a
+// tenant (tag from TenantTag; kind c or all) and for an anonymous route
+// (tag ip:… or cr:…; kind a, name the route).
+func key(tag, kind, name, rule string, window winLabel) string {
 	var b strings.Builder
 	b.Grow(12 + len(tag) + len(kind) + len(name) + len(rule) + int(window.n))
 	b.WriteString("rl:{")
@@ -105,22 +107,6 @@ func tenantKey(tag, kind, name, rule string, window winLabel) string {
 		b.WriteByte(':')
 		b.WriteString(name)
 	}
-	b.WriteByte(':')
-	b.WriteString(rule)
-	if window.n > 0 {
-		b.WriteByte(':')
-		b.Write(window.b[:window.n])
-	}
-	return b.String()
-}
-
-func anonKey(tag, route, rule string, window winLabel) string {
-	var b strings.Builder
-	b.Grow(12 + len(tag) + len(route) + len(rule) + int(window.n))
-	b.WriteString("rl:{")
-	b.WriteString(tag)
-	b.WriteString("}:a:")
-	b.WriteString(route)
 	b.WriteByte(':')
 	b.WriteString(rule)
 	if window.n > 0 {

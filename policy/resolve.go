@@ -165,7 +165,7 @@ func (s *Snapshot) Resolve(req Request, now time.Time) (Resolution, error) {
 			}
 			res.Layers = append(res.Layers, Layer{
 				Policy: t.plan + "." + c.Name + "." + r.Name,
-				Key:    tenantKey(tag, "c", c.Name, r.Name, winLabel{}),
+				Key:    key(tag, "c", c.Name, r.Name, winLabel{}),
 				Class:  c.Name,
 				Limit:  t.classLimit(r, c),
 				Shadow: r.Shadow || c.Shadow,
@@ -176,7 +176,7 @@ func (s *Snapshot) Resolve(req Request, now time.Time) (Resolution, error) {
 		l, window := s.window(r, now)
 		res.Layers = append(res.Layers, Layer{
 			Policy: t.plan + ".tenant." + r.Name,
-			Key:    tenantKey(tag, "all", "", r.Name, window),
+			Key:    key(tag, "all", "", r.Name, window),
 			Limit:  l,
 			Shadow: r.Shadow, // a shadow class shadows only the layer it adds
 		})
@@ -205,7 +205,7 @@ func (s *Snapshot) resolveAnon(a *AnonRoute, req Request, now time.Time) (Resolu
 		l, window := s.window(crule{Rule: r.Rule}, now)
 		res.Layers = append(res.Layers, Layer{
 			Policy: "anonymous." + a.Name + "." + r.Name,
-			Key:    anonKey(tag, a.Name, r.Name, window),
+			Key:    key(tag, "a", a.Name, r.Name, window),
 			Limit:  l,
 			Shadow: r.Shadow || a.Shadow,
 		})
