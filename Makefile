@@ -4,7 +4,7 @@ FUZZTIME  ?= 10s
 BENCHTIME ?= 1s
 PKGS      := ./...
 
-.PHONY: help build run test bench fuzz vet staticcheck fmt-check tidy-check deps-check lint ci ensure-redis ensure-chromium
+.PHONY: help build run test bench fuzz vet staticcheck fmt-check tidy-check deps-check lint ci ensure-redis ensure-chromium ensure-gateways
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 18
@@ -18,10 +18,13 @@ run: ## run the service on the embedded memory store
 ensure-redis: ## install redis-server for the tests if missing (apt-get, as root)
 	@bash scripts/ensure-redis.sh
 
+ensure-gateways: ## install nginx and Caddy for the gateway tests if missing (apt-get, as root)
+	@bash scripts/ensure-gateways.sh
+
 ensure-chromium: ## install Chromium for the dashboard's browser test if missing (apt-get, as root)
 	@bash scripts/ensure-chromium.sh
 
-test: ensure-redis ensure-chromium ## the whole suite, race detector on, against real redis-server processes and a headless Chromium
+test: ensure-redis ensure-chromium ensure-gateways ## the whole suite, race detector on, against real redis-server processes, nginx, Caddy and a headless Chromium
 	$(GO) test -race -shuffle=on -timeout 9m $(PKGS)
 	$(GO) test -count=1 -run 'TestResetsNeverOverAdmit' ./store/redisstore  # left out of -race: see store/redisstore/reset_test.go
 

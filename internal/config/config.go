@@ -56,6 +56,10 @@ type Config struct {
 	// address in: "x-forwarded-for" (the default), "forwarded" or
 	// "x-real-ip". Never a mix.
 	ClientIPHeader string
+	// ForwardAuth configures /v1/authz, the forward-auth endpoint of
+	// gateways (nginx auth_request, Caddy forward_auth, Traefik
+	// forwardAuth).
+	ForwardAuth ForwardAuth
 	// UpstreamHeaders name the headers the proxy tells the upstream the
 	// verified tenant and plan in (client-sent copies are removed).
 	UpstreamHeaders UpstreamHeaders
@@ -76,6 +80,19 @@ const MaxFileBytes = configfile.MaxFileBytes
 // ReadFile reads the config file at path, refusing one over MaxFileBytes
 // without reading it whole.
 func ReadFile(path string) ([]byte, error) { return configfile.ReadFile(path) }
+
+// ForwardAuth configures the forward-auth endpoint.
+type ForwardAuth struct {
+	// DenyStatus is the status of a request the limits reject: 429 (the
+	// default; Caddy and Traefik pass it on as it is) or 403 with the real
+	// status in X-Fairgate-Status, for nginx and ingress-nginx, whose
+	// auth_request turns anything but 2xx, 401 and 403 into 500.
+	DenyStatus int
+	// TenantHeader, if set, is a request header that names the tenant,
+	// believed only from a trusted proxy (a gateway that verified the
+	// client itself). Credentials still come first.
+	TenantHeader string
+}
 
 // UpstreamHeaders name the request headers that carry the verified
 // identity to the proxied upstream.
@@ -98,7 +115,7 @@ func Load(path string) (*Config, error) {
 // Parse validates data as the config file named file.
 func Parse(file string, data []byte) (*Config, error) {
 	c := &Config{File: file, Headers: "draft", Providers: map[string]quota.Provider{}, Queues: fairq.Kinds{}, QueueWeights: map[string]int{}, Dependencies: map[string]breaker.Settings{}, Instances: 1, Dashboard: true,
-		ClientIPHeader: "x-forwarded-for", UpstreamHeaders: UpstreamHeaders{Tenant: "X-Fairgate-Tenant", Plan: "X-Fairgate-Plan"}}
+		ClientIPHeader: "x-forwarded-for", ForwardAuth: ForwardAuth{DenyStatus: 429}, UpstreamHeaders: UpstreamHeaders{Tenant: "X-Fairgate-Tenant", Plan: "X-Fairgate-Plan"}}
 	d := &decoder{}
 	p, err := configfile.ParseWith(file, data, d.sections(c), d.checkWeights)
 	if err != nil {

@@ -74,6 +74,19 @@ func (d *decoder) sections(c *Config) configfile.Sections {
 				d.Add(v, path, "client_ip_header %q: want x-forwarded-for, forwarded or x-real-ip (the one header your trusted proxies set)", h)
 			}
 		}),
+		"forward_auth": on(func(v *yaml.Node, path string) {
+			d.Fields(v, path, configfile.Handlers{
+				"deny_status": func(v *yaml.Node, path string) {
+					switch n := d.Int(v, path); n {
+					case 429, 403:
+						c.ForwardAuth.DenyStatus = int(n)
+					default:
+						d.Add(v, path, "deny_status %d: want 429 (Caddy, Traefik) or 403 (nginx auth_request, ingress-nginx: the real status goes in X-Fairgate-Status)", n)
+					}
+				},
+				"tenant_header": func(v *yaml.Node, path string) { c.ForwardAuth.TenantHeader = d.header(v, path) },
+			})
+		}),
 		"upstream_headers": on(func(v *yaml.Node, path string) {
 			d.Fields(v, path, configfile.Handlers{
 				"tenant": func(v *yaml.Node, path string) { c.UpstreamHeaders.Tenant = d.header(v, path) },

@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"os"
 	"regexp"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -82,7 +80,7 @@ func ParsePolicy(file string, data []byte) (policy.Policy, error) {
 
 // DaemonSections are the top-level fields of the config file that
 // configure the daemon rather than the policy.
-var DaemonSections = []string{"headers", "instances", "trusted_proxies", "auth", "providers", "queues", "rls", "dashboard", "client_ip_header", "upstream_headers", "dependencies"}
+var DaemonSections = []string{"headers", "instances", "trusted_proxies", "auth", "providers", "queues", "rls", "dashboard", "client_ip_header", "upstream_headers", "dependencies", "forward_auth"}
 
 // Sections decode top-level fields the policy does not define, by name.
 type Sections map[string]func(d *Decoder, v *yaml.Node, path string)
@@ -220,5 +218,3 @@ func yamlProblem(err error) Problem {
 	}
 	return Problem{Line: line, Path: "(file)", Message: "not valid YAML: " + strings.TrimPrefix(msg, "yaml: ")}
 }
-
-func sortedNames[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }

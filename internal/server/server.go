@@ -47,8 +47,10 @@ type Config struct {
 	// ClientIP finds the client address behind trusted proxies.
 	ClientIP auth.ClientIP
 	// UpstreamHeaders name the headers the proxy passes the verified
-	// tenant and plan in.
+	// tenant and plan in (and /v1/authz answers them in).
 	UpstreamHeaders UpstreamHeaders
+	// ForwardAuth configures /v1/authz.
+	ForwardAuth ForwardAuth
 	// Upstream, if set, is the API that requests not addressed to fairgate
 	// are proxied to.
 	Upstream *url.URL
@@ -149,7 +151,7 @@ func New(c Config) (*Server, error) {
 	if s.itoken, err = tokenHash("internal", c.InternalToken); err != nil {
 		return nil, err
 	}
-	s.SetIdentity(c.Auth, c.ClientIP, c.UpstreamHeaders)
+	s.SetIdentity(c.Auth, c.ClientIP, c.UpstreamHeaders, c.ForwardAuth)
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -175,6 +177,10 @@ func New(c Config) (*Server, error) {
 	in.HandleFunc("/readyz", only("GET", s.handleReady))
 	in.HandleFunc("/v1/take", only("POST", s.forInternal(s.handleTake)))
 	in.HandleFunc("/v1/check", only("POST", s.forInternal(s.handleCheck)))
+	// Forward auth: the gateway forwards the client's own credential in
+	// Authorization, so the internal token cannot guard it; what a caller
+	// can charge is its own credential's tenant, or its own address.
+	in.HandleFunc("/v1/authz", s.handleAuthz)
 	if c.Metrics != nil {
 		in.Handle("/metrics", only("GET", s.forInternal(c.Metrics.ServeHTTP)))
 	}
@@ -217,6 +223,7 @@ type identity struct {
 	ip            auth.ClientIP
 	tenantHdr     string
 	planHdr       string
+	fa            ForwardAuth
 	unknownLog    sync.Map // plan claims already logged as unknown
 	unknownLogged atomic.Int64
 }
@@ -226,11 +233,17 @@ type identity struct {
 // names mean X-Fairgate-Tenant and X-Fairgate-Plan.
 type UpstreamHeaders struct{ Tenant, Plan string }
 
-// SetIdentity replaces the credentials, trusted proxies and upstream
-// identity headers, as a config reload does. Requests in flight finish
-// with the old ones.
-func (s *Server) SetIdentity(a *auth.Authenticator, ip auth.ClientIP, h UpstreamHeaders) {
-	s.id.Store(&identity{auth: a, ip: ip,
+// SetIdentity replaces the credentials, trusted proxies, upstream
+// identity headers and forward-auth settings, as a config reload does.
+// Requests in flight finish with the old ones.
+func (s *Server) SetIdentity(a *auth.Authenticator, ip auth.ClientIP, h UpstreamHeaders, fa ForwardAuth) {
+	if fa.DenyStatus == 0 {
+		fa.DenyStatus = http.StatusTooManyRequests
+	}
+	if fa.TenantHeader != "" {
+		fa.TenantHeader = http.CanonicalHeaderKey(fa.TenantHeader)
+	}
+	s.id.Store(&identity{auth: a, ip: ip, fa: fa,
 		tenantHdr: http.CanonicalHeaderKey(cmp.Or(h.Tenant, "X-Fairgate-Tenant")),
 		planHdr:   http.CanonicalHeaderKey(cmp.Or(h.Plan, "X-Fairgate-Plan"))})
 }

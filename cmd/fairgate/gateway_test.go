@@ -1,0 +1,287 @@
+package main
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// gatewayConfig is the example config with an API key for tenant newco,
+// 127.0.0.1 (the gateway) trusted, and extra.
+func gatewayConfig(t *testing.T, extra string) string {
+	t.Helper()
+	example, path := exampleCopy(t)
+	sum := sha256.Sum256([]byte("key-newco"))
+	cfg := strings.NewReplacer(
+		"trusted_proxies: []", "trusted_proxies: [127.0.0.1]",
+		"  api_keys:\n", fmt.Sprintf("  api_keys:\n    - {sha256: %s, tenant: newco}\n", hex.EncodeToString(sum[:])),
+	).Replace(string(example)) + "\n" + extra
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// upstreamAPI is the API behind the gateway: it answers "ok" and records
+// the identity headers each request reached it with.
+type upstreamAPI struct {
+	*httptest.Server
+	mu      sync.Mutex
+	tenants []string
+	limits  []string // the RateLimit-Limit each request reached it with
+}
+
+func newUpstreamAPI(t *testing.T) *upstreamAPI {
+	u := &upstreamAPI{}
+	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u.mu.Lock()
+		u.tenants = append(u.tenants, r.Header.Get("X-Fairgate-Tenant")+"/"+r.Header.Get("X-Fairgate-Plan"))
+		u.limits = append(u.limits, r.Header.Get("RateLimit-Limit"))
+		u.mu.Unlock()
+		w.Write([]byte("ok"))
+	}))
+	t.Cleanup(u.Close)
+	return u
+}
+
+// fromIP is a client that connects from the loopback address ip, so that
+// the gateway sees distinct clients.
+func fromIP(ip string) *http.Client {
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: 5 * time.Second}
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: d.DialContext, DisableKeepAlives: true}}
+}
+
+// gatewayFile is an example gateway config with its addresses replaced:
+// the gateway's own, fairgate's (127.0.0.1:8080) and the API's
+// (127.0.0.1:9000).
+func gatewayFile(t *testing.T, name, own, gw, fairgate, api string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("../../examples/gateways", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := strings.NewReplacer(own, gw, "127.0.0.1:8080", fairgate, "127.0.0.1:9000", api).Replace(string(b))
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// startProcess runs a gateway until the test ends and waits until addr
+// accepts connections.
+func startProcess(t *testing.T, addr string, name string, args []string, env ...string) {
+	t.Helper()
+	bin, err := exec.LookPath(name)
+	if err != nil {
+		t.Fatalf("%s is not installed: make test installs it (scripts/ensure-gateways.sh)", name)
+	}
+	var out syncBuffer
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	// Its own process group, so that its workers end with it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.WaitDelay = 2 * time.Second
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); cmd.Wait() })
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not listen on %s: %s", name, addr, out.String())
+		}
+	}
+}
+
+type gwAnswer struct {
+	code    int
+	header  http.Header
+	problem map[string]any
+}
+
+func gwDo(t *testing.T, c *http.Client, method, url, key string) gwAnswer {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, nil)
+	if key != "" {
+		req.Header.Set("X-API-Key", key)
+	}
+	req.Header.Set("X-Fairgate-Tenant", "acme") // a client's try at another identity
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	a := gwAnswer{code: resp.StatusCode, header: resp.Header}
+	json.Unmarshal(body, &a.problem)
+	return a
+}
+
+// testThroughGateway is what every gateway must do with fairgate behind
+// it: a tenant under its burst reaches the API with its verified identity
+// (never the one the client sent) and the RateLimit headers (given to the
+// client too where the gateway can: toClient), over it gets 429 with
+// Retry-After and RateLimit headers; no spelling of a path escapes its
+// class; a free route is free; anonymous routes are limited per client
+// address.
+func testThroughGateway(t *testing.T, base string, api *upstreamAPI, toClient bool) {
+	a, b := fromIP("127.0.0.2"), fromIP("127.0.0.3")
+	// The search class allows newco a burst of 8, by any spelling.
+	for i, p := range []string{"/v1/search", "/v1/%73earch", "/V1/Search", "/v1//search", "/v1/search?q=1", "/v1/x/../search", "/v1/search/", "/v1/search"} {
+		r := gwDo(t, a, "GET", base+p, "key-newco")
+		if r.code != 200 || toClient && r.header.Get("RateLimit-Limit") == "" {
+			t.Fatalf("search %d (%s): %d %v", i, p, r.code, r.header)
+		}
+	}
+	r := gwDo(t, a, "GET", base+"/v1/search", "key-newco")
+	if r.code != 429 || r.header.Get("Retry-After") == "" || r.header.Get("RateLimit-Remaining") != "0" || r.problem["status"] != float64(429) {
+		t.Fatalf("over the burst: %d %v %v", r.code, r.header, r.problem)
+	}
+	api.mu.Lock()
+	for i, s := range api.tenants {
+		if s != "newco/free" || !toClient && api.limits[i] == "" {
+			t.Fatalf("the API saw the identity %q (want newco/free; the client sent acme), RateLimit-Limit %q", s, api.limits[i])
+		}
+	}
+	api.mu.Unlock()
+	// A free route is free, whatever the method.
+	for i := range 40 {
+		method := []string{"GET", "HEAD"}[i%2]
+		if r := gwDo(t, a, method, base+"/healthz", "key-newco"); r.code != 200 {
+			t.Fatalf("free route, %s %d: %d", method, i, r.code)
+		}
+	}
+	// No credential on a tenant route: 401.
+	if r := gwDo(t, a, "GET", base+"/v1/search", ""); r.code != 401 {
+		t.Fatalf("no credential: %d, want 401", r.code)
+	}
+	// Anonymous login: 5 a quarter-hour per client address.
+	for i := range 5 {
+		if r := gwDo(t, a, "POST", base+"/v1/login", ""); r.code != 200 {
+			t.Fatalf("login %d from 127.0.0.2: %d", i, r.code)
+		}
+	}
+	if r := gwDo(t, a, "POST", base+"/v1/login", ""); r.code != 429 || r.header.Get("Retry-After") == "" {
+		t.Fatalf("6th login from 127.0.0.2: %d %v, want 429", r.code, r.header)
+	}
+	if r := gwDo(t, b, "POST", base+"/v1/login", ""); r.code != 200 {
+		t.Fatalf("login from 127.0.0.3: %d, want 200 (its own limit)", r.code)
+	}
+}
+
+// TestNginxAuthRequest drives the real nginx with examples/gateways/nginx.conf.
+func TestNginxAuthRequest(t *testing.T) {
+	api := newUpstreamAPI(t)
+	sv := startServe(t, "--listen", "127.0.0.1:0", "--config", gatewayConfig(t, "forward_auth: {deny_status: 403}\n"))
+	defer sv.stop()
+	gw := freeAddr(t)
+	conf := gatewayFile(t, "nginx.conf", "127.0.0.1:8000", gw, sv.addr, api.Listener.Addr().String())
+	dir := filepath.Dir(conf)
+	startProcess(t, gw, "nginx", []string{"-p", dir, "-c", conf, "-g", "daemon off; pid " + dir + "/nginx.pid; error_log stderr;"})
+	testThroughGateway(t, "http://"+gw, api, true)
+}
+
+// TestCaddyForwardAuth drives the real Caddy with examples/gateways/Caddyfile.
+func TestCaddyForwardAuth(t *testing.T) {
+	api := newUpstreamAPI(t)
+	sv := startServe(t, "--listen", "127.0.0.1:0", "--config", gatewayConfig(t, ""))
+	defer sv.stop()
+	gw := freeAddr(t)
+	conf := gatewayFile(t, "Caddyfile", "127.0.0.1:8001", gw, sv.addr, api.Listener.Addr().String())
+	dir := filepath.Dir(conf)
+	startProcess(t, gw, "caddy", []string{"run", "--config", conf, "--adapter", "caddyfile"}, "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir, "HOME="+dir)
+	testThroughGateway(t, "http://"+gw, api, false)
+}
+
+// TestGatewayExamplesParse checks the examples that cannot run here: the
+// ingress-nginx Ingress (its snippets through the real nginx's config
+// test, inside the locations ingress-nginx puts them in) and the Traefik
+// dynamic config (its forwardAuth middleware's fields).
+func TestGatewayExamplesParse(t *testing.T) {
+	var ing struct {
+		Kind     string
+		Metadata struct{ Annotations map[string]string }
+	}
+	b, err := os.ReadFile("../../examples/gateways/ingress-nginx.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(b, &ing); err != nil || ing.Kind != "Ingress" {
+		t.Fatalf("ingress-nginx.yaml: %v (kind %q)", err, ing.Kind)
+	}
+	an := func(k string) string { return ing.Metadata.Annotations["nginx.ingress.kubernetes.io/"+k] }
+	if !strings.HasSuffix(an("auth-url"), "/v1/authz") || !strings.Contains(an("auth-response-headers"), "X-Fairgate-Tenant") {
+		t.Fatalf("ingress annotations: %v", ing.Metadata.Annotations)
+	}
+	dir := t.TempDir()
+	conf := fmt.Sprintf(`events {}
+http {
+  server {
+    listen %s;
+    location / {
+      auth_request /_external-auth;
+      %s
+      proxy_pass http://127.0.0.1:9;
+    }
+    location = /_external-auth { internal; proxy_pass http://127.0.0.1:9/v1/authz; }
+    %s
+  }
+}
+`, freeAddr(t), an("configuration-snippet"), an("server-snippet"))
+	os.WriteFile(filepath.Join(dir, "nginx.conf"), []byte(conf), 0o600)
+	if out, err := exec.Command("nginx", "-t", "-p", dir, "-c", filepath.Join(dir, "nginx.conf"), "-g", "pid "+dir+"/nginx.pid; error_log stderr;").CombinedOutput(); err != nil {
+		t.Fatalf("the Ingress's snippets do not pass nginx -t: %v\n%s", err, out)
+	}
+	var tr struct {
+		HTTP struct {
+			Middlewares map[string]struct {
+				ForwardAuth struct {
+					Address             string
+					AuthResponseHeaders []string `yaml:"authResponseHeaders"`
+				} `yaml:"forwardAuth"`
+			}
+		} `yaml:"http"`
+	}
+	if b, err = os.ReadFile("../../examples/gateways/traefik.yaml"); err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(b, &tr); err != nil {
+		t.Fatalf("traefik.yaml: %v", err)
+	}
+	fa := tr.HTTP.Middlewares["fairgate"].ForwardAuth
+	if !strings.HasSuffix(fa.Address, "/v1/authz") || !slices.Contains(fa.AuthResponseHeaders, "X-Fairgate-Tenant") {
+		t.Fatalf("traefik forwardAuth: %+v", fa)
+	}
+}
+
+// TestGatewayDocsShowTheTestedFiles: docs/gateways.md shows each example
+// gateway config as it is in examples/gateways, the files the tests run.
+func TestGatewayDocsShowTheTestedFiles(t *testing.T) {
+	doc := string(mustRead(t, "../../docs/gateways.md"))
+	for _, name := range []string{"nginx.conf", "Caddyfile", "ingress-nginx.yaml", "traefik.yaml"} {
+		if !strings.Contains(doc, string(mustRead(t, filepath.Join("../../examples/gateways", name)))) {
+			t.Errorf("docs/gateways.md does not show examples/gateways/%s as it is", name)
+		}
+	}
+}
