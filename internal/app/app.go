@@ -243,7 +243,7 @@ func ParseServe(args []string, stderr io.Writer) (ServeConfig, error) {
 	fs.SetOutput(stderr)
 	var c ServeConfig
 	fs.StringVar(&c.Listen, "listen", env("FAIRGATE_LISTEN", "127.0.0.1:8080"), "address of the decision API (FAIRGATE_LISTEN)")
-	fs.StringVar(&c.Store, "store", env("FAIRGATE_STORE", "memory://"), "memory://, redis://HOST:PORT[/DB], rediss://… or redis-cluster://H:P,H:P (FAIRGATE_STORE)")
+	fs.StringVar(&c.Store, "store", env("FAIRGATE_STORE", "memory://"), "memory://, redis://HOST:PORT[/DB], rediss://…, redis-cluster://H:P,H:P or redis-sentinel://H:P,H:P/MASTER (FAIRGATE_STORE)")
 	fs.StringVar(&c.Config, "config", env("FAIRGATE_CONFIG", ""), "the config file, reloaded when it changes and on SIGHUP (FAIRGATE_CONFIG; default: the embedded examples/fairgate.yaml)")
 	poll := env("FAIRGATE_CONFIG_POLL", "1s")
 	fs.Func("config-poll", "how often the config file is looked at for changes (FAIRGATE_CONFIG_POLL, default 1s)", func(v string) error { poll = v; return nil })

@@ -353,3 +353,133 @@ func MainWithCluster(m interface{ Run() int }, use func(*Server, *Cluster)) int 
 	defer c.Close()
 	return Main(m, func(s *Server) { use(s, c) })
 }
+
+// MasterName is the name Sentinels watch their master under.
+const MasterName = "mymaster"
+
+// Sentinels is a Redis master, its replica and three Redis Sentinel
+// processes (redis-server in sentinel mode) watching them as MasterName,
+// with a quorum of 2.
+type Sentinels struct {
+	Master, Replica *Server
+	Sentinels       []*Server
+}
+
+// StartSentinels starts the set and waits until every sentinel knows the
+// replica. downAfter is the sentinels' down-after-milliseconds.
+func StartSentinels(downAfter time.Duration) (*Sentinels, error) {
+	s := &Sentinels{}
+	var err error
+	if s.Master, err = Start(); err != nil {
+		return nil, err
+	}
+	if s.Replica, err = Start("--replicaof", "127.0.0.1", strconv.Itoa(s.Master.Port)); err != nil {
+		s.Close()
+		return nil, err
+	}
+	bin, err := binary("redis-server")
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	for range 3 {
+		sn, err := startSentinel(bin, s.Master.Port, downAfter)
+		if err != nil {
+			s.Close()
+			return nil, err
+		}
+		s.Sentinels = append(s.Sentinels, sn)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		ready := true
+		for _, sn := range s.Sentinels {
+			n, err := Do(sn.Addr, "SENTINEL", "CKQUORUM", MasterName)
+			ready = ready && err == nil && strings.HasPrefix(n, "OK")
+			if r, err := sentinelInfo(sn.Addr); err != nil || !strings.Contains(r, "slaves=1") || !strings.Contains(r, "sentinels=3") {
+				ready = false
+			}
+		}
+		if ready {
+			return s, nil
+		}
+		if time.Now().After(deadline) {
+			s.Close()
+			return nil, errors.New("redistest: the sentinels did not find the replica and each other within 30s")
+		}
+	}
+}
+
+// sentinelInfo returns a sentinel's INFO sentinel section.
+func sentinelInfo(addr string) (string, error) { return Do(addr, "INFO", "sentinel") }
+
+// startSentinel starts one sentinel watching the master on masterPort.
+func startSentinel(bin string, masterPort int, downAfter time.Duration) (*Server, error) {
+	dir, err := os.MkdirTemp("", "fairgate-sentinel-")
+	if err != nil {
+		return nil, err
+	}
+	var lastErr error
+	for range 5 {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		conf := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nlogfile %s/redis.log\nprotected-mode no\n"+
+			"sentinel monitor %s 127.0.0.1 %d 2\nsentinel down-after-milliseconds %s %d\nsentinel failover-timeout %s 10000\nsentinel parallel-syncs %s 1\n",
+			port, dir, dir, MasterName, masterPort, MasterName, downAfter.Milliseconds(), MasterName, MasterName)
+		if err := os.WriteFile(dir+"/sentinel.conf", []byte(conf), 0o600); err != nil {
+			return nil, err
+		}
+		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Port: port, dir: dir, args: []string{dir + "/sentinel.conf", "--sentinel"}}
+		if lastErr = s.start(bin); lastErr == nil {
+			return s, nil
+		}
+	}
+	os.RemoveAll(dir)
+	return nil, lastErr
+}
+
+// Addrs returns the sentinels' addresses.
+func (s *Sentinels) Addrs() []string {
+	var out []string
+	for _, sn := range s.Sentinels {
+		out = append(out, sn.Addr)
+	}
+	return out
+}
+
+// MasterPort returns the port of the master the sentinels agree on now
+// (from the first sentinel that answers).
+func (s *Sentinels) MasterPort() (int, error) {
+	for _, sn := range s.Sentinels {
+		info, err := sentinelInfo(sn.Addr)
+		if err != nil {
+			continue
+		}
+		// master0:name=mymaster,status=ok,address=127.0.0.1:6379,slaves=1,sentinels=3
+		_, rest, ok := strings.Cut(info, "address=")
+		if !ok {
+			continue
+		}
+		addr, _, _ := strings.Cut(rest, ",")
+		_, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			continue
+		}
+		return strconv.Atoi(port)
+	}
+	return 0, errors.New("redistest: no sentinel answered")
+}
+
+// Close stops every process of the set.
+func (s *Sentinels) Close() {
+	for _, sn := range s.Sentinels {
+		sn.Close()
+	}
+	if s.Replica != nil {
+		s.Replica.Close()
+	}
+	if s.Master != nil {
+		s.Master.Close()
+	}
+}

@@ -43,9 +43,13 @@ var (
 type Config struct {
 	// Client is a rueidis client of the caller's. The store does not close it.
 	Client rueidis.Client
-	// URL is redis://[user:pass@]host:port[/db], rediss://… (TLS), or
+	// URL is redis://[user:pass@]host:port[/db], rediss://… (TLS),
 	// redis-cluster://[user:pass@]host:port,host:port (rediss-cluster://
-	// for TLS). The store owns the client it opens.
+	// for TLS), or redis-sentinel://[user:pass@]host:port,host:port/<master
+	// name>[?sentinel_username=…&sentinel_password=…&db=N] for a master the
+	// Redis Sentinels at those addresses watch (rediss-sentinel:// for TLS;
+	// user and password are the master's). A sentinel's address given as a
+	// Redis server's is refused. The store owns the client it opens.
 	URL string
 	// Prefix starts every key the store writes. Zero means "fg:". It must
 	// not contain '{' or '}'.
@@ -90,9 +94,30 @@ func New(c Config) (*Store, error) {
 			return nil, fmt.Errorf("%w %s: %w", ErrConnect, RedactURL(c.URL), err)
 		}
 		s.owned = true
+		if opt.Sentinel.MasterSet == "" {
+			if err := notSentinel(s.c, c.URL); err != nil {
+				s.c.Close()
+				return nil, err
+			}
+		}
 	}
 	s.cluster = s.c.Mode() == rueidis.ClientModeCluster
 	return s, nil
+}
+
+// notSentinel refuses a Redis Sentinel given as a Redis server: it would
+// connect and then fail every script call.
+func notSentinel(c rueidis.Client, raw string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	info, err := c.Do(ctx, c.B().Info().Section("server").Build()).ToString()
+	if err != nil {
+		return fmt.Errorf("%w %s: %w", ErrConnect, RedactURL(raw), err)
+	}
+	if strings.Contains(info, "redis_mode:sentinel") {
+		return fmt.Errorf("redisstore: %s is a Redis Sentinel, not a Redis server: use redis-sentinel://host:port[,host:port]/<master name>", RedactURL(raw))
+	}
+	return nil
 }
 
 // Key returns the Redis key holding the state of key under algorithm a.

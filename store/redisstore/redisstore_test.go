@@ -101,7 +101,10 @@ func TestParseURL(t *testing.T) {
 		tls   bool
 		user  string
 		pass  string
-		err   string
+		// master and spass: a sentinel URL's master name and sentinel
+		// password.
+		master, spass string
+		err           string
 	}{
 		{url: "redis://127.0.0.1:6379", addrs: []string{"127.0.0.1:6379"}},
 		{url: "redis://u:p@h:1/3", addrs: []string{"h:1"}, db: 3, user: "u", pass: "p"},
@@ -113,6 +116,10 @@ func TestParseURL(t *testing.T) {
 		{url: "memcache://a:1", err: `unknown scheme "memcache"`},
 		{url: "127.0.0.1:6379", err: "want redis://host:port"},
 		{url: "redis://h:1/x", err: "invalid database number"},
+		{url: "redis-sentinel://a:26379,b:26379/mymaster", addrs: []string{"a:26379", "b:26379"}, master: "mymaster"},
+		{url: "rediss-sentinel://u:p@a:1/my%2Dmaster?sentinel_password=sp&sentinel_username=su&db=2", addrs: []string{"a:1"}, master: "my-master", tls: true, user: "u", pass: "p", db: 2, spass: "sp"},
+		{url: "redis-sentinel://a:1", err: "<master name>"},
+		{url: "redis-sentinel://a:1/m?colour=red", err: `unknown option "colour"`},
 	}
 	for _, tt := range tests {
 		opt, err := parseURL(tt.url)
@@ -126,14 +133,17 @@ func TestParseURL(t *testing.T) {
 			t.Errorf("parseURL(%q): %v", tt.url, err)
 			continue
 		}
-		got := []any{opt.InitAddress, opt.SelectDB, opt.TLSConfig != nil, opt.Username, opt.Password}
-		want := []any{tt.addrs, tt.db, tt.tls, tt.user, tt.pass}
+		got := []any{opt.InitAddress, opt.SelectDB, opt.TLSConfig != nil, opt.Username, opt.Password, opt.Sentinel.MasterSet, opt.Sentinel.Password}
+		want := []any{tt.addrs, tt.db, tt.tls, tt.user, tt.pass, tt.master, tt.spass}
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("parseURL(%q) -want +got:\n%s", tt.url, diff)
 		}
 	}
 	if _, err := parseURL("redis-cluster://u:hunter2@a:1,b"); err == nil || strings.Contains(err.Error(), "hunter2") {
 		t.Errorf("error shows the password or is nil: %v", err)
+	}
+	if _, err := parseURL("redis-sentinel://a:1/m?sentinel_password=hunter2&colour=1"); err == nil || strings.Contains(err.Error(), "hunter2") {
+		t.Errorf("error shows the sentinel password or is nil: %v", err)
 	}
 }
 
