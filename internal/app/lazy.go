@@ -49,14 +49,14 @@ func (z *lazyRedis) connect() error {
 		return err
 	}
 	if z.kinds != nil {
-		q, err := redisq.New(redisq.Config{Client: rs.Client(), Kinds: z.kinds, Weight: z.weigh, Share: z.share})
+		q, err := redisq.New(redisq.Config{Client: rs.Client(), Prefix: rs.Prefix(), Kinds: z.kinds, Weight: z.weigh, Share: z.share})
 		if err != nil {
 			rs.Close()
 			return err
 		}
 		z.queue.Store(q)
 	}
-	z.ctl.Store(redisctl.New(rs.Client(), ""))
+	z.ctl.Store(redisctl.New(rs.Client(), rs.Prefix()))
 	z.conn.Store(rs)
 	z.checkEviction(context.Background())
 	return nil

@@ -51,8 +51,8 @@ type Config struct {
 	// user and password are the master's). A sentinel's address given as a
 	// Redis server's is refused. The store owns the client it opens.
 	URL string
-	// Prefix starts every key the store writes. Zero means "fg:". It must
-	// not contain '{' or '}'.
+	// Prefix starts every key the store writes. Zero means the URL's
+	// key_prefix parameter, else "fg:". It must not contain '{' or '}'.
 	Prefix string
 	// NoCoalescing sends every batch in a script call of its own instead
 	// of merging concurrent ones (see coalesce.go). Zero means coalesce.
@@ -78,6 +78,9 @@ func New(c Config) (*Store, error) {
 		return nil, errors.New("redisstore: set exactly one of Config.Client and Config.URL")
 	}
 	prefix := c.Prefix
+	if prefix == "" && c.URL != "" {
+		prefix = urlPrefix(c.URL)
+	}
 	if prefix == "" {
 		prefix = "fg:"
 	}
@@ -111,6 +114,9 @@ func notSentinel(c rueidis.Client, raw string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	info, err := c.Do(ctx, c.B().Info().Section("server").Build()).ToString()
+	if re, ok := rueidis.IsRedisErr(err); ok && strings.HasPrefix(re.Error(), "NOPERM") {
+		return nil // an ACL user without INFO: nothing to tell, and no sentinel would accept it anyway
+	}
 	if err != nil {
 		return fmt.Errorf("%w %s: %w", ErrConnect, RedactURL(raw), err)
 	}
@@ -124,6 +130,12 @@ func notSentinel(c rueidis.Client, raw string) error {
 func (s *Store) Key(a algo.Algorithm, key string) string {
 	return s.prefix + algoCodes[a] + key
 }
+
+// Prefix returns the prefix of every key the store writes: Config.Prefix,
+// the URL's key_prefix, or "fg:". Other users of the same Redis (the
+// shared overlay, the job queue) take it too, so that one ACL key pattern
+// covers them all.
+func (s *Store) Prefix() string { return s.prefix }
 
 // Client returns the store's rueidis client.
 func (s *Store) Client() rueidis.Client { return s.c }

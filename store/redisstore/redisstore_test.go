@@ -119,7 +119,13 @@ func TestParseURL(t *testing.T) {
 		{url: "redis-sentinel://a:26379,b:26379/mymaster", addrs: []string{"a:26379", "b:26379"}, master: "mymaster"},
 		{url: "rediss-sentinel://u:p@a:1/my%2Dmaster?sentinel_password=sp&sentinel_username=su&db=2", addrs: []string{"a:1"}, master: "my-master", tls: true, user: "u", pass: "p", db: 2, spass: "sp"},
 		{url: "redis-sentinel://a:1", err: "<master name>"},
-		{url: "redis-sentinel://a:1/m?colour=red", err: `unknown option "colour"`},
+		{url: "redis-sentinel://a:1/m?colour=red", err: `unknown parameter "colour"`},
+		{url: "redis://h:1?colour=red", err: `unknown parameter "colour"`},
+		{url: "redis-cluster://a:1?tls_ca_file=/x", err: "need a TLS scheme"},
+		{url: "rediss://h:1?tls_cert_file=/x", err: "tls_cert_file and tls_key_file go together"},
+		{url: "rediss://h:1?tls_ca_file=/nonexistent", err: "tls_ca_file: open /nonexistent"},
+		{url: "rediss-cluster://a:1,b:2?skip_verify=true", addrs: []string{"a:1", "b:2"}, tls: true},
+		{url: "redis://h:1?password_file=/nonexistent", err: "password file"},
 	}
 	for _, tt := range tests {
 		opt, err := parseURL(tt.url)

@@ -1,9 +1,12 @@
 package redisstore
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -22,78 +25,202 @@ func parseURL(raw string) (rueidis.ClientOption, error) {
 	bad := func(why string) (rueidis.ClientOption, error) {
 		return rueidis.ClientOption{}, fmt.Errorf("redisstore: bad URL %q: %s", RedactURL(raw), why)
 	}
-	var opt rueidis.ClientOption
 	scheme, rest, ok := strings.Cut(raw, "://")
 	if !ok {
-		return bad("want redis://host:port, rediss://host:port or redis-cluster://host:port,host:port")
+		return bad("want redis://host:port, rediss://host:port, redis-cluster://host:port,host:port or redis-sentinel://host:port/<master>")
 	}
+	rest, query, _ := strings.Cut(rest, "?")
+	q, err := url.ParseQuery(query)
+	if err != nil {
+		return bad(err.Error())
+	}
+	o, err := takeOptions(q, scheme)
+	if err != nil {
+		return bad(err.Error())
+	}
+	var opt rueidis.ClientOption
 	switch scheme {
 	case "redis", "rediss":
-		o, err := rueidis.ParseURL(raw)
-		if err != nil {
-			return bad(err.Error())
-		}
-		opt = o
+		// What is left of the query is rueidis's own (db, timeouts, …).
+		opt, err = rueidis.ParseURL(scheme + "://" + rest + "?" + q.Encode())
 	case "redis-cluster", "rediss-cluster":
-		rest, query, _ := strings.Cut(rest, "?")
-		if query != "" {
-			return bad("redis-cluster URLs take no query parameters")
-		}
-		if at := strings.LastIndexByte(rest, '@'); at >= 0 {
-			user, pass, _ := strings.Cut(rest[:at], ":")
-			var err error
-			if opt.Username, err = url.PathUnescape(user); err != nil {
-				return bad("user name: " + err.Error())
-			}
-			if opt.Password, err = url.PathUnescape(pass); err != nil {
-				return bad("password: " + err.Error())
-			}
-			rest = rest[at+1:]
-		}
-		rest = strings.TrimSuffix(rest, "/")
-		for _, hp := range strings.Split(rest, ",") {
-			host, port, err := splitHostPort(hp)
-			if err != nil {
-				return bad(err.Error())
-			}
-			opt.InitAddress = append(opt.InitAddress, host+":"+port)
-		}
-		if scheme == "rediss-cluster" {
-			opt.TLSConfig = tlsConfig()
-		}
+		opt, err = parseCluster(rest)
 	case "redis-sentinel", "rediss-sentinel":
-		o, err := parseSentinel(rest, scheme == "rediss-sentinel")
-		if err != nil {
-			return bad(err.Error())
-		}
-		opt = o
+		opt, err = parseSentinel(rest, q)
 	default:
 		return bad("unknown scheme " + strconv.Quote(scheme) + ": want redis, rediss, redis-cluster, rediss-cluster, redis-sentinel or rediss-sentinel")
 	}
+	if err != nil {
+		return bad(strings.TrimPrefix(err.Error(), "redis: "))
+	}
+	if err := o.apply(&opt, strings.HasPrefix(scheme, "rediss")); err != nil {
+		return bad(err.Error())
+	}
 	opt.DisableCache = true // no client-side caching: every decision goes to Redis
+	// No CLIENT SETINFO: Redis before 7.2 has none, and an ACL user then
+	// needs one command fewer.
+	opt.ClientSetInfo = rueidis.DisableClientSetInfo
 	return opt, nil
 }
 
-// parseSentinel reads the rest of a redis-sentinel URL:
-// [user:pass@]host:port[,host:port…]/<master name>[?options], the user
-// and password the master's, the options sentinel_username,
-// sentinel_password and db.
-func parseSentinel(rest string, useTLS bool) (rueidis.ClientOption, error) {
+// urlPrefix is the key_prefix parameter of a URL parseURL accepted.
+func urlPrefix(raw string) string {
+	_, rest, _ := strings.Cut(raw, "://")
+	_, query, _ := strings.Cut(rest, "?")
+	q, _ := url.ParseQuery(query)
+	return q.Get("key_prefix")
+}
+
+// options are the URL parameters every scheme takes: TLS and secrets.
+type options struct {
+	caFile, certFile, keyFile, serverName string
+	skipVerify                            bool
+	passwordFile, sentinelPasswordFile    string
+}
+
+// schemeParams are the parameters each scheme takes beside the common
+// ones (the redis ones are the client library's own).
+var schemeParams = map[string][]string{
+	"redis":          {"db", "dial_timeout", "write_timeout", "client_name", "protocol", "addr", "master_set"},
+	"redis-cluster":  nil,
+	"redis-sentinel": {"sentinel_username", "sentinel_password", "sentinel_password_file", "db"},
+}
+
+// commonParams are the parameters every scheme takes.
+var commonParams = []string{"tls_ca_file", "tls_cert_file", "tls_key_file", "tls_server_name", "skip_verify", "password_file", "key_prefix"}
+
+// takeOptions takes the common parameters out of q, leaving the scheme's
+// own, and refuses any other by name.
+func takeOptions(q url.Values, scheme string) (options, error) {
+	own := schemeParams[strings.Replace(scheme, "rediss", "redis", 1)]
+	for k := range q {
+		if !slices.Contains(commonParams, k) && !slices.Contains(own, k) {
+			return options{}, fmt.Errorf("unknown parameter %q: want %s", k, strings.Join(append(slices.Clone(own), commonParams...), ", "))
+		}
+	}
+	o := options{caFile: q.Get("tls_ca_file"), certFile: q.Get("tls_cert_file"), keyFile: q.Get("tls_key_file"), serverName: q.Get("tls_server_name"),
+		passwordFile: q.Get("password_file"), sentinelPasswordFile: q.Get("sentinel_password_file")}
+	if p := q.Get("key_prefix"); strings.ContainsAny(p, "{}") {
+		return options{}, fmt.Errorf("key_prefix=%q contains a brace: it would change the keys' cluster slots", p)
+	}
+	if q.Has("skip_verify") {
+		v, err := strconv.ParseBool(cmp.Or(q.Get("skip_verify"), "true"))
+		if err != nil {
+			return o, fmt.Errorf("skip_verify=%q: want true or false", q.Get("skip_verify"))
+		}
+		o.skipVerify = v
+	}
+	for _, k := range commonParams {
+		q.Del(k)
+	}
+	q.Del("sentinel_password_file")
+	return o, nil
+}
+
+// apply sets the TLS configuration (for a TLS scheme: useTLS) and the
+// passwords read from files.
+func (o options) apply(opt *rueidis.ClientOption, useTLS bool) error {
+	tlsSet := o.caFile != "" || o.certFile != "" || o.keyFile != "" || o.serverName != "" || o.skipVerify
+	switch {
+	case tlsSet && !useTLS:
+		return errors.New("tls_* and skip_verify need a TLS scheme: rediss://, rediss-cluster:// or rediss-sentinel://")
+	case useTLS:
+		c, err := o.tlsConfig()
+		if err != nil {
+			return err
+		}
+		if c.ServerName == "" && opt.TLSConfig != nil {
+			c.ServerName = opt.TLSConfig.ServerName // rediss://: the host
+		}
+		opt.TLSConfig = c
+		if opt.Sentinel.MasterSet != "" {
+			opt.Sentinel.TLSConfig = c.Clone()
+		}
+	}
+	if o.passwordFile != "" {
+		if opt.Password != "" {
+			return errors.New("a password in the URL and a password_file: give one")
+		}
+		p, err := readSecret(o.passwordFile)
+		if err != nil {
+			return err
+		}
+		opt.Password = p
+	}
+	if o.sentinelPasswordFile != "" {
+		if opt.Sentinel.Password != "" {
+			return errors.New("a sentinel_password and a sentinel_password_file: give one")
+		}
+		p, err := readSecret(o.sentinelPasswordFile)
+		if err != nil {
+			return err
+		}
+		opt.Sentinel.Password = p
+	}
+	return nil
+}
+
+// readSecret reads a password from a file, without its trailing newline.
+func readSecret(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("password file: %w", err)
+	}
+	p := strings.TrimRight(string(b), "\r\n")
+	if p == "" {
+		return "", fmt.Errorf("password file %s is empty", path)
+	}
+	return p, nil
+}
+
+// parseCluster reads the rest of a redis-cluster URL:
+// [user:pass@]host:port[,host:port…].
+func parseCluster(rest string) (rueidis.ClientOption, error) {
 	var opt rueidis.ClientOption
-	rest, query, _ := strings.Cut(rest, "?")
-	if at := strings.LastIndexByte(rest, '@'); at >= 0 {
-		user, pass, _ := strings.Cut(rest[:at], ":")
-		var err error
-		if opt.Username, err = url.PathUnescape(user); err != nil {
-			return opt, fmt.Errorf("user name: %w", err)
+	rest, err := userinfo(&opt, rest)
+	if err != nil {
+		return opt, err
+	}
+	rest = strings.TrimSuffix(rest, "/")
+	for _, hp := range strings.Split(rest, ",") {
+		host, port, err := splitHostPort(hp)
+		if err != nil {
+			return opt, err
 		}
-		if opt.Password, err = url.PathUnescape(pass); err != nil {
-			return opt, fmt.Errorf("password: %w", err)
-		}
-		rest = rest[at+1:]
+		opt.InitAddress = append(opt.InitAddress, host+":"+port)
+	}
+	return opt, nil
+}
+
+// userinfo takes "user:pass@" off rest into opt.
+func userinfo(opt *rueidis.ClientOption, rest string) (string, error) {
+	at := strings.LastIndexByte(rest, '@')
+	if at < 0 {
+		return rest, nil
+	}
+	user, pass, _ := strings.Cut(rest[:at], ":")
+	var err error
+	if opt.Username, err = url.PathUnescape(user); err != nil {
+		return rest, fmt.Errorf("user name: %w", err)
+	}
+	if opt.Password, err = url.PathUnescape(pass); err != nil {
+		return rest, fmt.Errorf("password: %w", err)
+	}
+	return rest[at+1:], nil
+}
+
+// parseSentinel reads the rest of a redis-sentinel URL:
+// [user:pass@]host:port[,host:port…]/<master name>, the user and password
+// the master's, and its parameters sentinel_username, sentinel_password and
+// db.
+func parseSentinel(rest string, q url.Values) (rueidis.ClientOption, error) {
+	var opt rueidis.ClientOption
+	rest, err := userinfo(&opt, rest)
+	if err != nil {
+		return opt, err
 	}
 	hosts, master, _ := strings.Cut(rest, "/")
-	master, err := url.PathUnescape(master)
+	master, err = url.PathUnescape(master)
 	if err != nil || master == "" || strings.Contains(master, "/") {
 		return opt, errors.New("want redis-sentinel://host:port[,host:port]/<master name>: the name the sentinels monitor the master under")
 	}
@@ -105,26 +232,11 @@ func parseSentinel(rest string, useTLS bool) (rueidis.ClientOption, error) {
 		opt.InitAddress = append(opt.InitAddress, host+":"+port)
 	}
 	opt.Sentinel.MasterSet = master
-	q, err := url.ParseQuery(query)
-	if err != nil {
-		return opt, err
-	}
-	for k, v := range q {
-		switch k {
-		case "sentinel_username":
-			opt.Sentinel.Username = v[0]
-		case "sentinel_password":
-			opt.Sentinel.Password = v[0]
-		case "db":
-			if opt.SelectDB, err = strconv.Atoi(v[0]); err != nil || opt.SelectDB < 0 {
-				return opt, fmt.Errorf("db=%q: want a database number", v[0])
-			}
-		default:
-			return opt, fmt.Errorf("unknown option %q: want sentinel_username, sentinel_password or db", k)
+	opt.Sentinel.Username, opt.Sentinel.Password = q.Get("sentinel_username"), q.Get("sentinel_password")
+	if q.Has("db") {
+		if opt.SelectDB, err = strconv.Atoi(q.Get("db")); err != nil || opt.SelectDB < 0 {
+			return opt, fmt.Errorf("db=%q: want a database number", q.Get("db"))
 		}
-	}
-	if useTLS {
-		opt.TLSConfig, opt.Sentinel.TLSConfig = tlsConfig(), tlsConfig()
 	}
 	return opt, nil
 }

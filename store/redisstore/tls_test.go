@@ -1,0 +1,165 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fairgate/fairgate/algo"
+	"github.com/fairgate/fairgate/internal/redistest"
+	"github.com/fairgate/fairgate/store"
+)
+
+// testCA writes a CA, a server certificate for 127.0.0.1 and redis.test,
+// and a client certificate, all made now, to dir as PEM files.
+func testCA(t *testing.T, dir string) {
+	t.Helper()
+	write := func(name, typ string, der []byte) {
+		if err := os.WriteFile(filepath.Join(dir, name), pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	key := func(name string) *ecdsa.PrivateKey {
+		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		der, _ := x509.MarshalECPrivateKey(k)
+		write(name, "EC PRIVATE KEY", der)
+		return k
+	}
+	now := time.Now()
+	caKey := key("ca.key")
+	ca := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "fairgate test CA"}, NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write("ca.crt", "CERTIFICATE", caDER)
+	ca, _ = x509.ParseCertificate(caDER)
+	for i, leaf := range []struct {
+		name string
+		tmpl x509.Certificate
+	}{
+		{"server", x509.Certificate{DNSNames: []string{"redis.test"}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}},
+		{"client", x509.Certificate{ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}},
+	} {
+		k := key(leaf.name + ".key")
+		tmpl := leaf.tmpl
+		tmpl.SerialNumber, tmpl.Subject = big.NewInt(int64(2+i)), pkix.Name{CommonName: leaf.name}
+		tmpl.NotBefore, tmpl.NotAfter, tmpl.KeyUsage = now.Add(-time.Hour), now.Add(time.Hour), x509.KeyUsageDigitalSignature
+		der, err := x509.CreateCertificate(rand.Reader, &tmpl, ca, &k.PublicKey, caKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		write(leaf.name+".crt", "CERTIFICATE", der)
+	}
+}
+
+// startTLSRedis starts a redis-server that speaks TLS on the port it
+// returns (and plain on its own, for the test's readiness check),
+// requiring client certificates when authClients.
+func startTLSRedis(t *testing.T, dir string, authClients bool) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	auth := "no"
+	if authClients {
+		auth = "yes"
+	}
+	srv, err := redistest.Start("--tls-port", strconv.Itoa(port), "--tls-cert-file", dir+"/server.crt", "--tls-key-file", dir+"/server.key",
+		"--tls-ca-cert-file", dir+"/ca.crt", "--tls-auth-clients", auth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	return "127.0.0.1:" + strconv.Itoa(port)
+}
+
+// TestTLS: the store reaches a real Redis over TLS with a private CA, a
+// client certificate where the server asks for one, a server name, or no
+// verification when told; without the CA it fails saying why.
+func TestTLS(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	testCA(t, dir)
+	open, mtls := startTLSRedis(t, dir, false), startTLSRedis(t, dir, true)
+	q := func(kv ...string) string {
+		v := url.Values{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			v.Set(kv[i], kv[i+1])
+		}
+		return "?" + v.Encode()
+	}
+	ca, cert, key := dir+"/ca.crt", dir+"/client.crt", dir+"/client.key"
+	for _, tc := range []struct {
+		name, url, err string
+	}{
+		{"no CA", "rediss://" + open, "certificate signed by unknown authority"},
+		{"private CA", "rediss://" + open + q("tls_ca_file", ca), ""},
+		{"skip_verify", "rediss://" + open + q("skip_verify", "true"), ""},
+		{"server name", "rediss://" + open + q("tls_ca_file", ca, "tls_server_name", "redis.test"), ""},
+		{"wrong server name", "rediss://" + open + q("tls_ca_file", ca, "tls_server_name", "other.test"), "certificate is valid for"},
+		{"client certificate required, none", "rediss://" + mtls + q("tls_ca_file", ca), "connect to"},
+		{"client certificate", "rediss://" + mtls + q("tls_ca_file", ca, "tls_cert_file", cert, "tls_key_file", key), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, err := New(Config{URL: tc.url})
+			if err == nil {
+				defer st.Close()
+				var res store.Result
+				err = st.Take(context.Background(), []store.Check{{Key: "tls", Limit: algo.PerSecond(10), Cost: 1}}, &res)
+			}
+			switch {
+			case tc.err == "" && err != nil:
+				t.Fatalf("%v", err)
+			case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+				t.Fatalf("got %v, want an error containing %q", err, tc.err)
+			}
+		})
+	}
+}
+
+// TestPasswordFile: the password comes from a file, never the command line.
+func TestPasswordFile(t *testing.T) {
+	t.Parallel()
+	srv, err := redistest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	if _, err := redistest.Do(srv.Addr, "CONFIG", "SET", "requirepass", "s3cret-pass"); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	good, wrong := filepath.Join(dir, "good"), filepath.Join(dir, "wrong")
+	os.WriteFile(good, []byte("s3cret-pass\n"), 0o600)
+	os.WriteFile(wrong, []byte("nope\n"), 0o600)
+	st, err := New(Config{URL: fmt.Sprintf("redis://%s?password_file=%s", srv.Addr, good)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	if _, err := New(Config{URL: fmt.Sprintf("redis://%s?password_file=%s", srv.Addr, wrong)}); err == nil || !strings.Contains(err.Error(), "WRONGPASS") {
+		t.Fatalf("a wrong password file: %v, want WRONGPASS", err)
+	}
+}
