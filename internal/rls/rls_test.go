@@ -256,15 +256,18 @@ func TestResponseDetails(t *testing.T) {
 	if r.OverallCode != over {
 		t.Fatalf("over the limit: %s", codesOf(r))
 	}
-	if d := r.Statuses[0].DurationUntilReset.AsDuration(); d <= 0 || d > 600*time.Millisecond {
-		t.Fatalf("over-limit duration %v, want the exact wait of one emission (600ms)", d)
+	// As over HTTP: the duration until reset (RateLimit-Reset) is until
+	// the limit is whole again, a minute for 100 used of 100 per minute;
+	// Retry-After is until one more passes, one emission (600 ms).
+	if d := r.Statuses[0].DurationUntilReset.AsDuration(); d < 59*time.Second || d > 60*time.Second {
+		t.Fatalf("over-limit duration until reset %v, want the minute until the limit is whole", d)
 	}
 	h := map[string]string{}
 	for _, hv := range r.ResponseHeadersToAdd {
 		h[hv.Key] = hv.Value
 	}
-	if h["RateLimit-Limit"] != "100" || h["RateLimit-Remaining"] != "0" || h["Retry-After"] != "1" {
-		t.Fatalf("headers %v", h)
+	if h["RateLimit-Limit"] != "100" || h["RateLimit-Remaining"] != "0" || h["RateLimit-Reset"] != "60" || h["Retry-After"] != "1" {
+		t.Fatalf("headers %v, want RateLimit-Reset 60 and Retry-After 1 (as the HTTP API answers)", h)
 	}
 	if _, err := c.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "internal"}); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("no descriptors: %v, want InvalidArgument", err)

@@ -97,7 +97,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 	if len(b.shadow) > 0 {
 		s.shadowed(ctx, label, b, resp)
 	}
-	resp.ResponseHeadersToAdd = headers(resp, b.never)
+	resp.ResponseHeadersToAdd = headers(resp, b.never, b.retry)
 	code := "ok"
 	if resp.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT {
 		code = "over_limit"
@@ -111,7 +111,8 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 type batch struct {
 	enforced, shadow     []store.Check
 	enforcedAt, shadowAt []check
-	never                bool // an enforced descriptor can never pass
+	never                bool          // an enforced descriptor can never pass
+	retry                time.Duration // the longest wait of the enforced ones over their limit
 }
 
 // matched returns, per descriptor, its entries and the rule it matches,
@@ -230,6 +231,7 @@ func (s *Service) enforce(ctx context.Context, cfg *compiled, domain, label stri
 		fill(resp.Statuses[c.i], res.Decisions[k])
 		if !res.Decisions[k].Allowed {
 			resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
+			b.retry = max(b.retry, res.Decisions[k].RetryAfter)
 		}
 	}
 	return false, nil
@@ -258,18 +260,19 @@ func (s *Service) shadowed(ctx context.Context, label string, b *batch, resp *rl
 // retry-after); an OK status's is when the limit is full again.
 func fill(st *rlspb.RateLimitResponse_DescriptorStatus, d algo.Decision) {
 	st.LimitRemaining = uint32(min(max(d.Remaining, 0), math.MaxUint32))
-	if d.Allowed {
-		st.Code, st.DurationUntilReset = rlspb.RateLimitResponse_OK, durationpb.New(d.ResetAfter)
-		return
+	st.Code, st.DurationUntilReset = rlspb.RateLimitResponse_OK, durationpb.New(d.ResetAfter)
+	if !d.Allowed {
+		st.Code = rlspb.RateLimitResponse_OVER_LIMIT
 	}
-	st.Code, st.DurationUntilReset = rlspb.RateLimitResponse_OVER_LIMIT, durationpb.New(d.RetryAfter)
 }
 
 // headers are the IETF draft's RateLimit-Limit, -Remaining and -Reset of
-// the tightest limited descriptor, and Retry-After (whole seconds, rounded
-// up) when the request is over its limit and waiting can help (never is
-// false).
-func headers(resp *rlspb.RateLimitResponse, never bool) []*corepb.HeaderValue {
+// the tightest limited descriptor, as the HTTP API writes them
+// (RateLimit-Reset: until the limit is whole again, as the descriptor's
+// duration_until_reset), and Retry-After (retry, whole seconds rounded up:
+// until the request could pass) when the request is over its limit and
+// waiting can help (never is false).
+func headers(resp *rlspb.RateLimitResponse, never bool, retry time.Duration) []*corepb.HeaderValue {
 	var tight *rlspb.RateLimitResponse_DescriptorStatus
 	for _, st := range resp.Statuses {
 		if st.CurrentLimit == nil || st.DurationUntilReset == nil {
@@ -292,7 +295,7 @@ func headers(resp *rlspb.RateLimitResponse, never bool) []*corepb.HeaderValue {
 		{Key: "RateLimit-Reset", Value: secs(reset)},
 	}
 	if resp.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT && !never {
-		h = append(h, &corepb.HeaderValue{Key: "Retry-After", Value: secs(max(reset, time.Second))})
+		h = append(h, &corepb.HeaderValue{Key: "Retry-After", Value: secs(max(retry, time.Second))})
 	}
 	return h
 }
