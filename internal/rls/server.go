@@ -5,14 +5,16 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
 )
 
 // MaxMessage bounds a request message (a RateLimitRequest is small).
 const MaxMessage = 1 << 20
 
-// NewServer returns a gRPC server with the rate limit service and the
-// standard health service (SERVING for "" and for the rate limit service),
-// plus opts. The caller serves it and stops it.
+// NewServer returns a gRPC server with the rate limit service, the
+// standard health service (SERVING for "" and for the rate limit service)
+// and server reflection (grpcurl needs no proto files), plus opts. The
+// caller serves it and stops it.
 func NewServer(s *Service, opts ...grpc.ServerOption) *grpc.Server {
 	g := grpc.NewServer(append([]grpc.ServerOption{grpc.MaxRecvMsgSize(MaxMessage)}, opts...)...)
 	rlspb.RegisterRateLimitServiceServer(g, s)
@@ -20,5 +22,6 @@ func NewServer(s *Service, opts ...grpc.ServerOption) *grpc.Server {
 	h.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	h.SetServingStatus(rlspb.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(g, h)
+	reflection.Register(g)
 	return g
 }
