@@ -4,6 +4,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -220,7 +221,17 @@ type ServeConfig struct {
 	// GRPCListen, if set, is the address of the Envoy rate limit service
 	// (gRPC, with the standard health service).
 	GRPCListen string
+	// TLS is each listener's TLS: a certificate and key (reloaded when
+	// they change), and for the internal and gRPC listeners a client CA
+	// that callers must present a certificate of. Empty means plain.
+	TLS, InternalTLS, AdminTLS, GRPCTLS TLSFiles
 }
+
+// TLSFiles are one listener's TLS files.
+type TLSFiles struct{ Cert, Key, ClientCA string }
+
+// on reports whether the listener serves TLS.
+func (f TLSFiles) on() bool { return f.Cert != "" || f.Key != "" }
 
 // loopback reports whether a is a loopback address.
 func loopback(a net.Addr) bool {
@@ -267,6 +278,7 @@ func ParseServe(args []string, stderr io.Writer) (ServeConfig, error) {
 	fs.StringVar(&tokenFile, "admin-token-file", "", "file holding the admin API's bearer token (or FAIRGATE_ADMIN_TOKEN); without a token the admin API does not start")
 	workerFile := ""
 	fs.StringVar(&workerFile, "worker-token-file", "", "file holding the bearer token /v1/outbound/* require (or FAIRGATE_WORKER_TOKEN); without one they are open to whoever reaches --listen")
+	tlsFlags(fs, &c)
 	timeout := env("FAIRGATE_STORE_TIMEOUT", "50ms")
 	fs.Func("store-timeout", "deadline of each store call (FAIRGATE_STORE_TIMEOUT, default 50ms)", func(v string) error { timeout = v; return nil })
 	if err := fs.Parse(args); err != nil {
@@ -298,6 +310,15 @@ func ParseServe(args []string, stderr io.Writer) (ServeConfig, error) {
 	if c.ReadTimeout, err = time.ParseDuration(readTimeout); err != nil || c.ReadTimeout <= 0 {
 		return c, fmt.Errorf("serve: read timeout %q: want a positive duration such as 30s", readTimeout)
 	}
+	// A listener without a certificate of its own takes the main one's.
+	for _, l := range []*TLSFiles{&c.InternalTLS, &c.AdminTLS, &c.GRPCTLS} {
+		if !l.on() {
+			l.Cert, l.Key = c.TLS.Cert, c.TLS.Key
+		}
+	}
+	if c.TLS.ClientCA != "" || c.AdminTLS.ClientCA != "" {
+		return c, errors.New("serve: client certificates (mTLS) are for the internal and gRPC listeners: --internal-client-ca-file, --grpc-client-ca-file")
+	}
 	if c.InternalToken, err = token("internal", "FAIRGATE_INTERNAL_TOKEN", internalFile); err != nil {
 		return c, err
 	}
@@ -308,6 +329,29 @@ func ParseServe(args []string, stderr io.Writer) (ServeConfig, error) {
 		return c, err
 	}
 	return c, nil
+}
+
+// tlsFlags defines each listener's TLS flags, with FAIRGATE_* environment
+// variables as their defaults.
+func tlsFlags(fs *flag.FlagSet, c *ServeConfig) {
+	for _, l := range []struct {
+		name, env, what string
+		f               *TLSFiles
+		mtls            bool
+	}{
+		{"", "", "every listener (unless one has its own)", &c.TLS, false},
+		{"internal-", "INTERNAL_", "the internal listener", &c.InternalTLS, true},
+		{"admin-", "ADMIN_", "the admin listener", &c.AdminTLS, false},
+		{"grpc-", "GRPC_", "the gRPC listener", &c.GRPCTLS, true},
+	} {
+		e := "FAIRGATE_" + l.env + "TLS_"
+		fs.StringVar(&l.f.Cert, l.name+"tls-cert-file", env(e+"CERT_FILE", ""), "PEM certificate (chain) of "+l.what+", reloaded when it changes ("+e+"CERT_FILE)")
+		fs.StringVar(&l.f.Key, l.name+"tls-key-file", env(e+"KEY_FILE", ""), "its PEM key ("+e+"KEY_FILE)")
+		if l.mtls {
+			ce := "FAIRGATE_" + l.env + "CLIENT_CA_FILE"
+			fs.StringVar(&l.f.ClientCA, l.name+"client-ca-file", env(ce, ""), "PEM CA whose client certificate "+l.what+" requires (mTLS; "+ce+")")
+		}
+	}
 }
 
 // token reads a bearer token from file, or else from the environment

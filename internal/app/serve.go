@@ -3,6 +3,7 @@ package app
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -24,6 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/fairgate/fairgate/breaker"
 	"github.com/fairgate/fairgate/fairq"
@@ -33,6 +35,7 @@ import (
 	"github.com/fairgate/fairgate/internal/dash"
 	"github.com/fairgate/fairgate/internal/rls"
 	"github.com/fairgate/fairgate/internal/server"
+	"github.com/fairgate/fairgate/internal/tlsfiles"
 	"github.com/fairgate/fairgate/limiter"
 	"github.com/fairgate/fairgate/quota"
 	"github.com/fairgate/fairgate/store/memstore"
@@ -92,6 +95,7 @@ type daemon struct {
 	h        *server.Server
 	reload   func() error
 
+	tls     listenerTLS    // each listener's TLS; nil: plain
 	srv     *http.Server   // the main listener's
 	errc    chan error     // its Serve's end
 	servers []*http.Server // the others: internal, admin
@@ -138,6 +142,9 @@ func (d *daemon) build() error {
 		return err
 	}
 	if d.be, err = OpenBackend(d.c.Store, d.c.StoreTimeout, d.log); err != nil {
+		return err
+	}
+	if d.tls, err = loadTLS(d.c); err != nil {
 		return err
 	}
 	d.closers = append(d.closers, d.be.Store.Close)
@@ -256,7 +263,7 @@ func (d *daemon) start(ready func(addr string)) error {
 		ready(ln.Addr().String())
 	}
 	d.errc = make(chan error, 1)
-	go func() { d.errc <- d.srv.Serve(ln) }()
+	go func() { d.errc <- serveOn(d.srv, ln, d.tls.main) }()
 	return nil
 }
 
@@ -361,7 +368,7 @@ func (d *daemon) listenInternal(readTimeout time.Duration) error {
 		d.log.Warn("the internal listener is not on loopback and needs no token: set FAIRGATE_INTERNAL_TOKEN or --internal-token-file", slog.String("listen", iln.Addr().String()))
 	}
 	d.log.Info("internal listener", slog.String("listen", iln.Addr().String()))
-	d.goCheck("internal listener", func() error { return isrv.Serve(iln) })
+	d.goCheck("internal listener", func() error { return serveOn(isrv, iln, d.tls.internal) })
 	return nil
 }
 
@@ -382,7 +389,7 @@ func (d *daemon) listenAdmin(readTimeout time.Duration) error {
 	asrv := &http.Server{Handler: ah, ReadHeaderTimeout: d.srv.ReadHeaderTimeout, ReadTimeout: min(10*time.Second, readTimeout), WriteTimeout: 10 * time.Second, ErrorLog: d.srv.ErrorLog}
 	d.servers = append(d.servers, asrv)
 	d.log.Info("admin API", slog.String("listen", aln.Addr().String()))
-	d.goCheck("admin listener", func() error { return asrv.Serve(aln) })
+	d.goCheck("admin listener", func() error { return serveOn(asrv, aln, d.tls.admin) })
 	return nil
 }
 
@@ -395,7 +402,11 @@ func (d *daemon) listenGRPC(time.Duration) error {
 	if err != nil {
 		return fmt.Errorf("serve: grpc listen on %s: %w", d.c.GRPCListen, err)
 	}
-	d.grpc = rls.NewServer(d.rlsSvc)
+	var opts []grpc.ServerOption
+	if d.tls.grpc != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(d.tls.grpc)))
+	}
+	d.grpc = rls.NewServer(d.rlsSvc, opts...)
 	d.log.Info("envoy rate limit service", slog.String("grpc_listen", gln.Addr().String()), slog.Int("domains", len(d.cfg.RLS.Domains)))
 	d.goCheck("grpc listener", func() error { return d.grpc.Serve(gln) })
 	if len(d.cfg.RLS.Domains) == 0 {
@@ -443,4 +454,40 @@ func (d *daemon) wait(ctx context.Context) error {
 		return err
 	}
 	return nil
+}
+
+// listenerTLS is each listener's TLS configuration; nil for plain.
+type listenerTLS struct{ main, internal, admin, grpc *tls.Config }
+
+// loadTLS reads every listener's TLS files, so that a bad one stops the
+// start.
+func loadTLS(c ServeConfig) (listenerTLS, error) {
+	var out listenerTLS
+	for _, l := range []struct {
+		name string
+		f    TLSFiles
+		to   **tls.Config
+	}{{"", c.TLS, &out.main}, {"internal ", c.InternalTLS, &out.internal}, {"admin ", c.AdminTLS, &out.admin}, {"grpc ", c.GRPCTLS, &out.grpc}} {
+		if !l.f.on() {
+			if l.f.ClientCA != "" {
+				return out, fmt.Errorf("serve: the %slistener's client CA needs a certificate and key of its own or --tls-cert-file/--tls-key-file", l.name)
+			}
+			continue
+		}
+		files, err := tlsfiles.Load(l.f.Cert, l.f.Key, l.f.ClientCA)
+		if err != nil {
+			return out, fmt.Errorf("serve: %slistener: %w", l.name, err)
+		}
+		*l.to = files.Config()
+	}
+	return out, nil
+}
+
+// serveOn serves srv on ln, over TLS when cfg is not nil.
+func serveOn(srv *http.Server, ln net.Listener, cfg *tls.Config) error {
+	if cfg == nil {
+		return srv.Serve(ln)
+	}
+	srv.TLSConfig = cfg
+	return srv.ServeTLS(ln, "", "")
 }

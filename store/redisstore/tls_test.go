@@ -2,14 +2,7 @@ package redisstore
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
 	"net/url"
 	"os"
@@ -17,57 +10,19 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/fairgate/fairgate/algo"
 	"github.com/fairgate/fairgate/internal/redistest"
+	"github.com/fairgate/fairgate/internal/testcerts"
 	"github.com/fairgate/fairgate/store"
 )
 
 // testCA writes a CA, a server certificate for 127.0.0.1 and redis.test,
-// and a client certificate, all made now, to dir as PEM files.
+// and a client certificate to dir.
 func testCA(t *testing.T, dir string) {
 	t.Helper()
-	write := func(name, typ string, der []byte) {
-		if err := os.WriteFile(filepath.Join(dir, name), pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	key := func(name string) *ecdsa.PrivateKey {
-		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		der, _ := x509.MarshalECPrivateKey(k)
-		write(name, "EC PRIVATE KEY", der)
-		return k
-	}
-	now := time.Now()
-	caKey := key("ca.key")
-	ca := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "fairgate test CA"}, NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
-	if err != nil {
+	if err := testcerts.Write(dir, "redis"); err != nil {
 		t.Fatal(err)
-	}
-	write("ca.crt", "CERTIFICATE", caDER)
-	ca, _ = x509.ParseCertificate(caDER)
-	for i, leaf := range []struct {
-		name string
-		tmpl x509.Certificate
-	}{
-		{"server", x509.Certificate{DNSNames: []string{"redis.test"}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}},
-		{"client", x509.Certificate{ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}},
-	} {
-		k := key(leaf.name + ".key")
-		tmpl := leaf.tmpl
-		tmpl.SerialNumber, tmpl.Subject = big.NewInt(int64(2+i)), pkix.Name{CommonName: leaf.name}
-		tmpl.NotBefore, tmpl.NotAfter, tmpl.KeyUsage = now.Add(-time.Hour), now.Add(time.Hour), x509.KeyUsageDigitalSignature
-		der, err := x509.CreateCertificate(rand.Reader, &tmpl, ca, &k.PublicKey, caKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		write(leaf.name+".crt", "CERTIFICATE", der)
 	}
 }
 

@@ -1,0 +1,127 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/fairgate/fairgate/internal/testcerts"
+)
+
+// TestTLSListeners: with --tls-cert-file and --tls-key-file the decision
+// API speaks only TLS, and serves a renewed certificate without a restart;
+// the gRPC listener with --grpc-client-ca-file refuses a caller without a
+// client certificate of that CA and serves one with it.
+func TestTLSListeners(t *testing.T) {
+	a, b, dir := t.TempDir(), t.TempDir(), t.TempDir()
+	if err := testcerts.Write(a, "first"); err != nil {
+		t.Fatal(err)
+	}
+	if err := testcerts.Write(b, "second"); err != nil {
+		t.Fatal(err)
+	}
+	install := func(from string) {
+		for _, n := range []string{"server.crt", "server.key", "ca.crt"} {
+			data, _ := os.ReadFile(filepath.Join(from, n))
+			os.WriteFile(filepath.Join(dir, n), data, 0o600)
+		}
+	}
+	install(a)
+	grpcAddr, internalAddr := freeAddr(t), freeAddr(t)
+	sv := startServe(t, "--listen", "127.0.0.1:0", "--tls-cert-file", dir+"/server.crt", "--tls-key-file", dir+"/server.key",
+		"--grpc-listen", grpcAddr, "--grpc-client-ca-file", dir+"/ca.crt",
+		"--upstream", "http://127.0.0.1:1", "--internal-listen", internalAddr, "--internal-client-ca-file", dir+"/ca.crt")
+	defer sv.stop()
+	roots := func(d string) *x509.CertPool {
+		p := x509.NewCertPool()
+		pem, _ := os.ReadFile(filepath.Join(d, "ca.crt"))
+		p.AppendCertsFromPEM(pem)
+		return p
+	}
+	get := func(d string) (string, error) {
+		c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots(d)}, DisableKeepAlives: true}}
+		resp, err := c.Get("https://" + sv.addr + "/healthz")
+		if err != nil {
+			return "", err
+		}
+		resp.Body.Close()
+		return resp.TLS.PeerCertificates[0].Subject.CommonName, nil
+	}
+	if cn, err := get(a); err != nil || cn != "first server" {
+		t.Fatalf("https: %q %v", cn, err)
+	}
+	if resp, err := http.Get("http://" + sv.addr + "/healthz"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Fatalf("plain HTTP on the TLS listener: %d, want 400", resp.StatusCode)
+		}
+	}
+	// gRPC: no client certificate, refused; with one, served.
+	health := func(withCert bool) error {
+		cfg := &tls.Config{RootCAs: roots(a), ServerName: "localhost"}
+		if withCert {
+			cert, err := tls.LoadX509KeyPair(filepath.Join(a, "client.crt"), filepath.Join(a, "client.key"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.Certificates = []tls.Certificate{cert}
+		}
+		conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		_, err = healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+		return err
+	}
+	// The internal listener asks for a client certificate too.
+	internal := func(withCert bool) error {
+		cfg := &tls.Config{RootCAs: roots(a)}
+		if withCert {
+			cert, _ := tls.LoadX509KeyPair(filepath.Join(a, "client.crt"), filepath.Join(a, "client.key"))
+			cfg.Certificates = []tls.Certificate{cert}
+		}
+		c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg, DisableKeepAlives: true}}
+		resp, err := c.Get("https://" + internalAddr + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err
+	}
+	if err := internal(false); err == nil {
+		t.Fatal("the internal listener served a caller without a client certificate")
+	}
+	if err := internal(true); err != nil {
+		t.Fatalf("the internal listener with a client certificate: %v", err)
+	}
+	if err := health(false); err == nil {
+		t.Fatal("a gRPC caller without a client certificate was served")
+	}
+	if err := health(true); err != nil {
+		t.Fatalf("a gRPC caller with a client certificate: %v", err)
+	}
+	// A renewed certificate is served from a second on, no restart.
+	install(b)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		cn, err := get(b)
+		if err == nil && cn == "second server" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the renewed certificate was not served: %q %v", cn, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
