@@ -101,8 +101,8 @@ func (s *Server) start(bin string) error {
 			return fmt.Errorf("redistest: redis-server on port %d exited at start: %s", s.Port, strings.TrimSpace(string(log)))
 		default:
 		}
-		if r, err := Do(s.Addr, "PING"); err == nil && r == "PONG" {
-			return nil
+		if r, err := Do(s.Addr, "PING"); err == nil && r == "PONG" || err != nil && strings.HasPrefix(err.Error(), "NOAUTH") {
+			return nil // up (NOAUTH: up, and asking for a password)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -278,13 +278,27 @@ func ScriptStats(addrs ...string) (calls int, usec int64, err error) {
 // Do sends one command to addr over a fresh connection and returns a simple
 // reply as a string: a status, an integer, or a bulk string. An error reply
 // is returned as an error. For test set-up and inspection only.
-func Do(addr string, args ...string) (string, error) {
+func Do(addr string, args ...string) (string, error) { return DoAuth(addr, "", args...) }
+
+// DoAuth is Do on a server that asks for password (none when "").
+func DoAuth(addr, password string, args ...string) (string, error) {
 	conn, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
 		return "", err
 	}
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	r := bufio.NewReader(conn)
+	if password != "" {
+		if _, err := send(conn, r, "AUTH", password); err != nil {
+			return "", err
+		}
+	}
+	return send(conn, r, args...)
+}
+
+// send writes one command on conn and reads its reply from r.
+func send(conn net.Conn, r *bufio.Reader, args ...string) (string, error) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "*%d\r\n", len(args))
 	for _, a := range args {
@@ -293,7 +307,6 @@ func Do(addr string, args ...string) (string, error) {
 	if _, err := conn.Write([]byte(b.String())); err != nil {
 		return "", err
 	}
-	r := bufio.NewReader(conn)
 	line, err := r.ReadString('\n')
 	if err != nil {
 		return "", err
@@ -363,12 +376,20 @@ const MasterName = "mymaster"
 type Sentinels struct {
 	Master, Replica *Server
 	Sentinels       []*Server
+	// Password is what the sentinels ask for; "" for none.
+	Password string
 }
 
 // StartSentinels starts the set and waits until every sentinel knows the
 // replica. downAfter is the sentinels' down-after-milliseconds.
 func StartSentinels(downAfter time.Duration) (*Sentinels, error) {
-	s := &Sentinels{}
+	return StartSentinelsWith(downAfter, "")
+}
+
+// StartSentinelsWith is StartSentinels with sentinels that ask their
+// clients (and each other) for password ("" for none).
+func StartSentinelsWith(downAfter time.Duration, password string) (*Sentinels, error) {
+	s := &Sentinels{Password: password}
 	var err error
 	if s.Master, err = Start(); err != nil {
 		return nil, err
@@ -383,7 +404,7 @@ func StartSentinels(downAfter time.Duration) (*Sentinels, error) {
 		return nil, err
 	}
 	for range 3 {
-		sn, err := startSentinel(bin, s.Master.Port, downAfter)
+		sn, err := startSentinel(bin, s.Master.Port, downAfter, password)
 		if err != nil {
 			s.Close()
 			return nil, err
@@ -393,9 +414,9 @@ func StartSentinels(downAfter time.Duration) (*Sentinels, error) {
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		ready := true
 		for _, sn := range s.Sentinels {
-			n, err := Do(sn.Addr, "SENTINEL", "CKQUORUM", MasterName)
+			n, err := DoAuth(sn.Addr, password, "SENTINEL", "CKQUORUM", MasterName)
 			ready = ready && err == nil && strings.HasPrefix(n, "OK")
-			if r, err := sentinelInfo(sn.Addr); err != nil || !strings.Contains(r, "slaves=1") || !strings.Contains(r, "sentinels=3") {
+			if r, err := DoAuth(sn.Addr, password, "INFO", "sentinel"); err != nil || !strings.Contains(r, "slaves=1") || !strings.Contains(r, "sentinels=3") {
 				ready = false
 			}
 		}
@@ -409,11 +430,8 @@ func StartSentinels(downAfter time.Duration) (*Sentinels, error) {
 	}
 }
 
-// sentinelInfo returns a sentinel's INFO sentinel section.
-func sentinelInfo(addr string) (string, error) { return Do(addr, "INFO", "sentinel") }
-
 // startSentinel starts one sentinel watching the master on masterPort.
-func startSentinel(bin string, masterPort int, downAfter time.Duration) (*Server, error) {
+func startSentinel(bin string, masterPort int, downAfter time.Duration, password string) (*Server, error) {
 	dir, err := os.MkdirTemp("", "fairgate-sentinel-")
 	if err != nil {
 		return nil, err
@@ -427,6 +445,9 @@ func startSentinel(bin string, masterPort int, downAfter time.Duration) (*Server
 		conf := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nlogfile %s/redis.log\nprotected-mode no\n"+
 			"sentinel monitor %s 127.0.0.1 %d 2\nsentinel down-after-milliseconds %s %d\nsentinel failover-timeout %s 10000\nsentinel parallel-syncs %s 1\n",
 			port, dir, dir, MasterName, masterPort, MasterName, downAfter.Milliseconds(), MasterName, MasterName)
+		if password != "" {
+			conf += fmt.Sprintf("requirepass %s\nsentinel sentinel-pass %s\n", password, password)
+		}
 		if err := os.WriteFile(dir+"/sentinel.conf", []byte(conf), 0o600); err != nil {
 			return nil, err
 		}
@@ -452,7 +473,7 @@ func (s *Sentinels) Addrs() []string {
 // (from the first sentinel that answers).
 func (s *Sentinels) MasterPort() (int, error) {
 	for _, sn := range s.Sentinels {
-		info, err := sentinelInfo(sn.Addr)
+		info, err := DoAuth(sn.Addr, s.Password, "INFO", "sentinel")
 		if err != nil {
 			continue
 		}

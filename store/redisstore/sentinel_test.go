@@ -2,6 +2,8 @@ package redisstore
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -116,5 +118,34 @@ func TestSentinel(t *testing.T) {
 	t.Logf("master killed: %d calls failed over %v (down-after 2 s), then none in 2 s; %d calls in all", n, last.Sub(t1).Round(time.Millisecond), calls.Load()-before)
 	if last.Sub(t1) > 10*time.Second {
 		t.Errorf("calls failed for %v after the master was killed, want under 10 s with down-after 2 s", last.Sub(t1))
+	}
+}
+
+// TestSentinelPassword: sentinels that ask for a password are reached with
+// sentinel_password (or sentinel_password_file); without it, New says
+// NOAUTH instead of starting and failing every call.
+func TestSentinelPassword(t *testing.T) {
+	t.Parallel()
+	ss, err := redistest.StartSentinelsWith(2*time.Second, "sentinel-secret")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ss.Close()
+	base := "redis-sentinel://" + strings.Join(ss.Addrs(), ",") + "/" + redistest.MasterName
+	if _, err := New(Config{URL: base}); err == nil || !strings.Contains(err.Error(), "NOAUTH") {
+		t.Fatalf("without the sentinel password: %v, want NOAUTH", err)
+	}
+	pf := filepath.Join(t.TempDir(), "pass")
+	os.WriteFile(pf, []byte("sentinel-secret\n"), 0o600)
+	for _, u := range []string{base + "?sentinel_password=sentinel-secret", base + "?sentinel_password_file=" + pf} {
+		st, err := New(Config{URL: u})
+		if err != nil {
+			t.Fatalf("%s: %v", RedactURL(u), err)
+		}
+		var res store.Result
+		if err := st.Take(context.Background(), []store.Check{{Key: "pw", Limit: algo.PerSecond(10), Cost: 1}}, &res); err != nil || !res.Allowed {
+			t.Fatalf("%s: %v %+v", RedactURL(u), err, res)
+		}
+		st.Close()
 	}
 }
