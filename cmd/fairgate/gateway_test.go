@@ -148,8 +148,12 @@ func gwDo(t *testing.T, c *http.Client, method, url, key string) gwAnswer {
 func testThroughGateway(t *testing.T, base string, api *upstreamAPI, toClient bool) {
 	a, b := fromIP("127.0.0.2"), fromIP("127.0.0.3")
 	// The search class allows newco a burst of 8, by any spelling.
-	for i, p := range []string{"/v1/search", "/v1/%73earch", "/V1/Search", "/v1//search", "/v1/search?q=1", "/v1/x/../search", "/v1/search/", "/v1/search"} {
-		r := gwDo(t, a, "GET", base+p, "key-newco")
+	for i, p := range []string{"/v1/search", "/v1/%73earch", "/V1/Search", "/v1//search", "/v1/search?q=1", "/v1/x/../search", "/v1/search/", "HEAD /v1/search"} {
+		method := "GET"
+		if m, path, ok := strings.Cut(p, " "); ok {
+			method, p = m, path
+		}
+		r := gwDo(t, a, method, base+p, "key-newco")
 		if r.code != 200 || toClient && r.header.Get("RateLimit-Limit") == "" {
 			t.Fatalf("search %d (%s): %d %v", i, p, r.code, r.header)
 		}
@@ -200,6 +204,26 @@ func TestNginxAuthRequest(t *testing.T) {
 	dir := filepath.Dir(conf)
 	startProcess(t, gw, "nginx", []string{"-p", dir, "-c", conf, "-g", "daemon off; pid " + dir + "/nginx.pid; error_log stderr;"})
 	testThroughGateway(t, "http://"+gw, api, true)
+}
+
+// TestNginxFailClosed: with the store out, a route that fails closed is a
+// true 503 with Retry-After through nginx (fairgate's 403 and
+// X-Fairgate-Status rebuilt by the example's error_page).
+func TestNginxFailClosed(t *testing.T) {
+	api := newUpstreamAPI(t)
+	sv := startServe(t, "--listen", "127.0.0.1:0", "--store", "redis://"+freeAddr(t), "--config", gatewayConfig(t, "forward_auth: {deny_status: 403}\n"))
+	defer sv.stop()
+	gw := freeAddr(t)
+	conf := gatewayFile(t, "nginx.conf", "127.0.0.1:8000", gw, sv.addr, api.Listener.Addr().String())
+	dir := filepath.Dir(conf)
+	startProcess(t, gw, "nginx", []string{"-p", dir, "-c", conf, "-g", "daemon off; pid " + dir + "/nginx.pid; error_log stderr;"})
+	r := gwDo(t, fromIP("127.0.0.2"), "POST", "http://"+gw+"/v1/users", "key-newco")
+	if r.code != 503 || r.header.Get("Retry-After") != "5" || r.problem["status"] != float64(503) {
+		t.Fatalf("fail-closed route with the store out: %d %v %v, want 503 with Retry-After 5", r.code, r.header, r.problem)
+	}
+	if r := gwDo(t, fromIP("127.0.0.2"), "GET", "http://"+gw+"/v1/search", "key-newco"); r.code != 200 {
+		t.Fatalf("fail-open route with the store out: %d, want 200 (the fallback decides)", r.code)
+	}
 }
 
 // TestCaddyForwardAuth drives the real Caddy with examples/gateways/Caddyfile.
