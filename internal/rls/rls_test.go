@@ -424,3 +424,21 @@ func TestReflection(t *testing.T) {
 		}
 	}
 }
+
+// TestSameDescriptorTwice: a descriptor given twice in one request counts
+// twice (envoyproxy/ratelimit's answer), instead of failing the request.
+func TestSameDescriptorTwice(t *testing.T) {
+	cfg := rls.Config{Domains: []rls.Domain{{Name: "api", Descriptors: []*rls.Descriptor{
+		{Key: "k", Limit: &rls.RateLimit{RequestsPerUnit: 10, Unit: rlspb.RateLimitResponse_RateLimit_HOUR}},
+	}}}}
+	c, _ := serve(t, cfg, memstore.New(memstore.Config{}))
+	for i := range 5 {
+		r := ask(t, c, "api", 1, desc("k=v"), desc("k=v"))
+		if r.OverallCode != ok || len(r.Statuses) != 2 || r.Statuses[0].LimitRemaining != uint32(8-2*i) || r.Statuses[1].LimitRemaining != uint32(8-2*i) {
+			t.Fatalf("pair %d: %s %v", i, codesOf(r), r.Statuses)
+		}
+	}
+	if r := ask(t, c, "api", 1, desc("k=v"), desc("k=v")); r.OverallCode != over {
+		t.Fatalf("the 6th pair (12 of 10): %s, want OVER_LIMIT", codesOf(r))
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -64,6 +65,7 @@ type check struct {
 	i      int // the descriptor's index
 	rl     *rlspb.RateLimitResponse_RateLimit
 	shadow bool
+	k      int // the store check's index: descriptors that name one counter share it
 }
 
 // ShouldRateLimit implements the service.
@@ -181,6 +183,17 @@ func (s *Service) batch(cfg *compiled, req *rlspb.RateLimitRequest, resp *rlspb.
 		} else if cost == 0 {
 			cost = 1
 		}
+		key := storeKey(req.Domain, entries[i], cfg.cfg.TenantKey, override)
+		checks := &b.enforced
+		if sh {
+			checks = &b.shadow
+		}
+		// The same descriptor twice in one request counts twice, as
+		// envoyproxy/ratelimit counts it: one check of the summed cost.
+		k := slices.IndexFunc(*checks, func(c store.Check) bool { return c.Key == key })
+		if k >= 0 {
+			cost += (*checks)[k].Cost
+		}
 		if period == 0 || rl.RequestsPerUnit == 0 || cost > int64(rl.RequestsPerUnit) {
 			// No valid period, a limit of 0 (a blocked value), or more hits
 			// than the limit allows at once: over the limit without a store
@@ -195,11 +208,15 @@ func (s *Service) batch(cfg *compiled, req *rlspb.RateLimitRequest, resp *rlspb.
 			}
 			continue
 		}
-		c := store.Check{Key: storeKey(req.Domain, entries[i], cfg.cfg.TenantKey, override), Limit: algo.Limit{Limit: int64(rl.RequestsPerUnit), Period: period, Algorithm: cfg.cfg.Algorithm}, Cost: cost}
+		if k < 0 {
+			k = len(*checks)
+			*checks = append(*checks, store.Check{Key: key, Limit: algo.Limit{Limit: int64(rl.RequestsPerUnit), Period: period, Algorithm: cfg.cfg.Algorithm}})
+		}
+		(*checks)[k].Cost = cost
 		if sh {
-			b.shadow, b.shadowAt = append(b.shadow, c), append(b.shadowAt, check{i, st.CurrentLimit, true})
+			b.shadowAt = append(b.shadowAt, check{i, st.CurrentLimit, true, k})
 		} else {
-			b.enforced, b.enforcedAt = append(b.enforced, c), append(b.enforcedAt, check{i, st.CurrentLimit, false})
+			b.enforcedAt = append(b.enforcedAt, check{i, st.CurrentLimit, false, k})
 		}
 	}
 	return b, nil
@@ -227,11 +244,12 @@ func (s *Service) enforce(ctx context.Context, cfg *compiled, domain, label stri
 		resp.ResponseHeadersToAdd = []*corepb.HeaderValue{{Key: "Retry-After", Value: strconv.Itoa(int(limiter.UnavailableRetryAfter / time.Second))}}
 		return true, nil
 	}
-	for k, c := range b.enforcedAt {
-		fill(resp.Statuses[c.i], res.Decisions[k])
-		if !res.Decisions[k].Allowed {
+	for _, c := range b.enforcedAt {
+		d := res.Decisions[c.k]
+		fill(resp.Statuses[c.i], d)
+		if !d.Allowed {
 			resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
-			b.retry = max(b.retry, res.Decisions[k].RetryAfter)
+			b.retry = max(b.retry, d.RetryAfter)
 		}
 	}
 	return false, nil
@@ -245,8 +263,8 @@ func (s *Service) shadowed(ctx context.Context, label string, b *batch, resp *rl
 	if _, err := s.lim.TakeChecks(ctx, b.shadow, policy.FailOpen, &res); err != nil || len(res.Decisions) != len(b.shadow) {
 		return
 	}
-	for k, c := range b.shadowAt {
-		d := res.Decisions[k]
+	for _, c := range b.shadowAt {
+		d := res.Decisions[c.k]
 		if !d.Allowed {
 			s.m.shadow.WithLabelValues(label).Inc()
 			d.Allowed = true
