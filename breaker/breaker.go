@@ -76,6 +76,7 @@ type OpenError struct {
 	RetryAfter time.Duration
 }
 
+// Error says which dependency is open and when it is tried again.
 func (e *OpenError) Error() string {
 	return fmt.Sprintf("breaker: dependency %q is failing and its breaker is open: retry in %v", e.Dependency, e.RetryAfter)
 }
@@ -241,6 +242,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 // slow): the caller's fault, never counted as the dependency's failure.
 type CallerError struct{ Err error }
 
+// Error says the caller's own body failed, and how.
 func (e *CallerError) Error() string { return "reading the request body: " + e.Err.Error() }
 
 // Unwrap returns the body's read error.

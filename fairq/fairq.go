@@ -138,6 +138,7 @@ type FullError struct {
 	RetryAfter time.Duration
 }
 
+// Error says which queue is full and for whom.
 func (e *FullError) Error() string {
 	if e.Bytes > 0 {
 		return fmt.Sprintf("fairq: the in-memory queue holds its bound of %d bytes of unfinished jobs' payloads: try again in %v", e.Bytes, e.RetryAfter)

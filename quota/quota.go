@@ -100,6 +100,7 @@ type DeadlineError struct {
 	Share bool
 }
 
+// Error says which call gave up and what delay to re-queue it with.
 func (e *DeadlineError) Error() string {
 	what := "budget"
 	if e.Share {
