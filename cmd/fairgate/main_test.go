@@ -327,3 +327,44 @@ func exampleCopy(t *testing.T) ([]byte, string) {
 	}
 	return example, path
 }
+
+// TestRLSOnlyConfig: a config with only the rls section serves the Envoy
+// service; the HTTP decision API says it has no policy; the proxy refuses
+// to start without one.
+func TestRLSOnlyConfig(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "rls.yaml")
+	cfg := "rls:\n  config:\n    - domain: edge\n      descriptors:\n        - key: remote_address\n          rate_limit: {unit: second, requests_per_unit: 10}\n"
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr := freeAddr(t)
+	sv := startServe(t, "--listen", "127.0.0.1:0", "--grpc-listen", addr, "--config", path)
+	defer sv.stop()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	req := &rlspb.RateLimitRequest{Domain: "edge", HitsAddend: 10, Descriptors: []*commonpb.RateLimitDescriptor{
+		{Entries: []*commonpb.RateLimitDescriptor_Entry{{Key: "remote_address", Value: "192.0.2.1"}}},
+	}}
+	c := rlspb.NewRateLimitServiceClient(conn)
+	for _, want := range []rlspb.RateLimitResponse_Code{rlspb.RateLimitResponse_OK, rlspb.RateLimitResponse_OVER_LIMIT} {
+		if r, err := c.ShouldRateLimit(context.Background(), req); err != nil || r.OverallCode != want {
+			t.Fatalf("rls-only config: %v %v, want %v", r, err, want)
+		}
+	}
+	resp, err := http.Post("http://"+sv.addr+"/v1/check", "application/json", strings.NewReader(`{"tenant":"acme","method":"GET","path":"/"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 404 || !strings.Contains(string(body), "no policy") {
+		t.Fatalf("/v1/check without a policy: %d %s, want 404 saying so", resp.StatusCode, body)
+	}
+	var stderr bytes.Buffer
+	if code := run(context.Background(), []string{"serve", "--listen", "127.0.0.1:0", "--config", path, "--upstream", "http://127.0.0.1:1", "--internal-listen", "127.0.0.1:0"}, io.Discard, &stderr); code == 0 || !strings.Contains(stderr.String(), "--upstream needs a policy") {
+		t.Fatalf("--upstream without a policy: exit %d, %s", code, stderr.String())
+	}
+}

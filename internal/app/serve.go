@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/fairgate/fairgate/algo"
 	"github.com/fairgate/fairgate/breaker"
 	"github.com/fairgate/fairgate/fairq"
 	"github.com/fairgate/fairgate/httplimit"
@@ -37,6 +38,7 @@ import (
 	"github.com/fairgate/fairgate/internal/server"
 	"github.com/fairgate/fairgate/internal/tlsfiles"
 	"github.com/fairgate/fairgate/limiter"
+	"github.com/fairgate/fairgate/policy"
 	"github.com/fairgate/fairgate/quota"
 	"github.com/fairgate/fairgate/store/memstore"
 	"github.com/fairgate/fairgate/store/redisstore"
@@ -154,6 +156,9 @@ func (d *daemon) build() error {
 	if d.cfg.Dashboard {
 		d.board = dash.New(d.reg, d.c.AdminToken)
 	}
+	if d.cfg.NoPolicy && d.c.Upstream != "" {
+		return fmt.Errorf("serve: --upstream needs a policy to decide the proxied requests by: %s has no plans, classes or routes, only the rls section", d.cfg.File)
+	}
 	if err := d.buildDeciders(); err != nil {
 		return err
 	}
@@ -167,7 +172,7 @@ func (d *daemon) buildDeciders() error {
 	d.lim, err = limiter.New(limiter.Config{
 		Limited:    limitedHook(d.board),
 		Store:      d.be.Store,
-		Policy:     d.cfg.Policy,
+		Policy:     policyOf(d.cfg),
 		Control:    d.be.Control,
 		Timeout:    d.be.Timeout,
 		Fallback:   memstore.New(memstore.Config{MaxKeys: 100_000, MaxBytes: 32 << 20}),
@@ -207,7 +212,7 @@ func (d *daemon) buildServer() error {
 	sc := server.Config{
 		Limiter: d.lim, Headers: httplimit.Form(cfg.Headers), Auth: d.authn, ClientIP: auth.ClientIP{Trusted: cfg.TrustedProxies, Header: cfg.ClientIPHeader},
 		UpstreamHeaders: server.UpstreamHeaders(cfg.UpstreamHeaders), ForwardAuth: server.ForwardAuth(cfg.ForwardAuth),
-		UpstreamTimeout: c.UpstreamTimeout, Logger: log, Metrics: promhttp.HandlerFor(d.reg, promhttp.HandlerOpts{}),
+		UpstreamTimeout: c.UpstreamTimeout, Logger: log, NoPolicy: cfg.NoPolicy, Metrics: promhttp.HandlerFor(d.reg, promhttp.HandlerOpts{}),
 		Quotas: d.quotas, WorkerToken: c.WorkerToken, InternalToken: c.InternalToken, ControlTimeout: c.ControlTimeout,
 		Jobs: d.jobs, JobKinds: cfg.Queues, Breakers: d.breakers,
 	}
@@ -297,8 +302,11 @@ func (d *daemon) apply(nc *config.Config) error {
 	if err == nil {
 		err = d.quotas.CheckProviders(nc.Providers)
 	}
+	if err == nil && nc.NoPolicy && d.c.Upstream != "" {
+		err = errors.New("the proxy needs a policy: the new file has no plans, classes or routes")
+	}
 	if err == nil {
-		err = d.lim.SetPolicy(nc.Policy)
+		err = d.lim.SetPolicy(policyOf(nc))
 	}
 	if err != nil {
 		return err
@@ -314,6 +322,7 @@ func (d *daemon) apply(nc *config.Config) error {
 	if !maps.Equal(nc.Queues, d.cfg.Queues) || !reflect.DeepEqual(nc.Dependencies, d.cfg.Dependencies) {
 		d.log.Warn("queue kinds and dependencies take effect at the next restart")
 	}
+	d.h.SetNoPolicy(nc.NoPolicy)
 	d.h.SetIdentity(na, auth.ClientIP{Trusted: nc.TrustedProxies, Header: nc.ClientIPHeader}, server.UpstreamHeaders(nc.UpstreamHeaders), server.ForwardAuth(nc.ForwardAuth))
 	d.authn = na
 	d.reloads.WithLabelValues("applied").Inc()
@@ -490,4 +499,18 @@ func serveOn(srv *http.Server, ln net.Listener, cfg *tls.Config) error {
 	}
 	srv.TLSConfig = cfg
 	return srv.ServeTLS(ln, "", "")
+}
+
+// policyOf is the config's policy, or for a config without one (only the
+// Envoy service) a stand-in the limiter compiles and nothing decides by:
+// the HTTP decision API answers 404 then (server.Config.NoPolicy).
+func policyOf(c *config.Config) policy.Policy {
+	if !c.NoPolicy {
+		return c.Policy
+	}
+	return policy.Policy{
+		DefaultPlan: "none", DefaultClass: "none",
+		Plans:   map[string]policy.Plan{"none": {Rules: []policy.Rule{{Name: "none", Limit: algo.PerSecond(1)}}}},
+		Classes: map[string]policy.Class{"none": {}},
+	}
 }

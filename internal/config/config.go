@@ -29,6 +29,10 @@ type Config struct {
 	File string
 	// Policy is the limiting policy.
 	Policy policy.Policy
+	// NoPolicy reports a file without one (no plans, classes or routes):
+	// only the Envoy rate limit service (rls) is configured, and the HTTP
+	// decision API has nothing to decide by.
+	NoPolicy bool
 	// Headers is the response header form: "draft" (RateLimit-Limit,
 	// RateLimit-Remaining, RateLimit-Reset), "structured" (the IETF draft's
 	// RateLimit and RateLimit-Policy structured fields) or "x"
@@ -117,11 +121,13 @@ func Parse(file string, data []byte) (*Config, error) {
 	c := &Config{File: file, Headers: "draft", Providers: map[string]quota.Provider{}, Queues: fairq.Kinds{}, QueueWeights: map[string]int{}, Dependencies: map[string]breaker.Settings{}, Instances: 1, Dashboard: true,
 		ClientIPHeader: "x-forwarded-for", ForwardAuth: ForwardAuth{DenyStatus: 429}, UpstreamHeaders: UpstreamHeaders{Tenant: "X-Fairgate-Tenant", Plan: "X-Fairgate-Plan"}}
 	d := &decoder{}
-	p, err := configfile.ParseWith(file, data, d.sections(c), d.checkWeights)
+	// A file with only the Envoy service's settings needs no policy.
+	rlsOnly := func() bool { return len(c.RLS.Domains) > 0 }
+	p, err := configfile.ParseWith(file, data, d.sections(c), d.checkWeights, rlsOnly)
 	if err != nil {
 		return nil, err
 	}
-	c.Policy = p
+	c.Policy, c.NoPolicy = p, p.Plans == nil
 	return c, nil
 }
 

@@ -63,3 +63,19 @@ func TestRLSSection(t *testing.T) {
 		}
 	}
 }
+
+// TestRLSOnlyFile: a file with only the rls section parses without a
+// policy; a file with neither a policy nor rls domains still names what is
+// missing.
+func TestRLSOnlyFile(t *testing.T) {
+	c, err := Parse("rls.yaml", []byte("rls:\n  config:\n    - domain: a\n      descriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: 1}}]\n"))
+	if err != nil || !c.NoPolicy || len(c.RLS.Domains) != 1 {
+		t.Fatalf("rls only: %v %+v", err, c)
+	}
+	if _, err := Parse("none.yaml", []byte("headers: x\n")); err == nil || !strings.Contains(err.Error(), "no plans") {
+		t.Fatalf("neither a policy nor rls: %v, want the policy's problems", err)
+	}
+	if c, err := Parse("both.yaml", []byte(strings.Join(base, "\n"))); err != nil || c.NoPolicy {
+		t.Fatalf("a policy: %v, NoPolicy %v", err, c != nil && c.NoPolicy)
+	}
+}

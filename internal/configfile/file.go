@@ -75,7 +75,7 @@ func ParsePolicy(file string, data []byte) (policy.Policy, error) {
 	for _, name := range DaemonSections {
 		skip[name] = func(*Decoder, *yaml.Node, string) {}
 	}
-	return ParseWith(file, data, skip, nil)
+	return ParseWith(file, data, skip, nil, nil)
 }
 
 // DaemonSections are the top-level fields of the config file that
@@ -89,8 +89,10 @@ type Sections map[string]func(d *Decoder, v *yaml.Node, path string)
 // instead of skipped (the daemon's own settings). check, if not nil, runs
 // once everything is decoded, to report problems that need the policy.
 // The policy is then compiled, so that the error names every problem of
-// the file at once.
-func ParseWith(file string, data []byte, sections Sections, check func(d *Decoder, p policy.Policy)) (policy.Policy, error) {
+// the file at once; unless the file gives none of PolicySections and
+// optional, asked then, says the policy may be left out (the zero Policy
+// is returned).
+func ParseWith(file string, data []byte, sections Sections, check func(d *Decoder, p policy.Policy), optional func() bool) (policy.Policy, error) {
 	if len(data) > MaxFileBytes {
 		return policy.Policy{}, fmt.Errorf("config: %s is over %d bytes (4 MiB), the most a config file may be", file, MaxFileBytes)
 	}
@@ -103,11 +105,28 @@ func ParseWith(file string, data []byte, sections Sections, check func(d *Decode
 	if check != nil {
 		check(d, p)
 	}
-	d.compile(p)
+	if d.givesPolicy() || optional == nil || !optional() {
+		d.compile(p)
+	} else {
+		p = policy.Policy{}
+	}
 	if err := d.Err(); err != nil {
 		return policy.Policy{}, err
 	}
 	return p, nil
+}
+
+// PolicySections are the top-level fields of the policy.
+var PolicySections = []string{"plans", "classes", "routes", "anonymous", "tenants", "default_plan", "default_class", "timezone", "route_match"}
+
+// givesPolicy reports whether the file gave any of PolicySections.
+func (d *Decoder) givesPolicy() bool {
+	for _, s := range PolicySections {
+		if _, ok := d.lines[s]; ok {
+			return true
+		}
+	}
+	return false
 }
 
 // Root parses data, a YAML file named file, and returns its top-level

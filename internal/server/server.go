@@ -93,6 +93,10 @@ type Config struct {
 	// settings (such as an eviction policy that resets limits), for
 	// /readyz's details; "" when nothing is.
 	StoreWarning func() string
+	// NoPolicy says the config has no policy (only the Envoy service's
+	// settings): /v1/check, /v1/authz and /v1/me/limits answer 404 saying
+	// so. SetNoPolicy changes it on a reload.
+	NoPolicy bool
 	// StoreConnected, if not nil, reports whether the store has been
 	// reached at all (a Redis down at start is connected in the
 	// background); /readyz reports the store down until it has.
@@ -122,6 +126,7 @@ type Server struct {
 	itoken   *[sha256.Size]byte // the internal token's hash; nil: none required
 	ctlWait  time.Duration      // ControlTimeout
 	draining atomic.Bool
+	noPolicy atomic.Bool
 	warning  func() string // StoreWarning
 	conn     func() bool   // StoreConnected
 	jobs     fairq.Queue
@@ -152,6 +157,7 @@ func New(c Config) (*Server, error) {
 		return nil, err
 	}
 	s.SetIdentity(c.Auth, c.ClientIP, c.UpstreamHeaders, c.ForwardAuth)
+	s.noPolicy.Store(c.NoPolicy)
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -166,9 +172,9 @@ func New(c Config) (*Server, error) {
 		w.Write([]byte("ok\n"))
 	})
 	pub.HandleFunc("/healthz", healthz)
-	pub.HandleFunc("/v1/me/limits", only("GET", s.handleMyLimits))
+	pub.HandleFunc("/v1/me/limits", only("GET", s.needsPolicy(s.handleMyLimits)))
 	if c.Jobs != nil {
-		pub.HandleFunc("POST /v1/jobs/{kind}", s.handleEnqueue)
+		pub.HandleFunc("POST /v1/jobs/{kind}", s.needsPolicy(s.handleEnqueue))
 		pub.HandleFunc("GET /v1/jobs/{id}", s.handleJob)
 	}
 	if in != pub {
@@ -176,11 +182,11 @@ func New(c Config) (*Server, error) {
 	}
 	in.HandleFunc("/readyz", only("GET", s.handleReady))
 	in.HandleFunc("/v1/take", only("POST", s.forInternal(s.handleTake)))
-	in.HandleFunc("/v1/check", only("POST", s.forInternal(s.handleCheck)))
+	in.HandleFunc("/v1/check", only("POST", s.forInternal(s.needsPolicy(s.handleCheck))))
 	// Forward auth: the gateway forwards the client's own credential in
 	// Authorization, so the internal token cannot guard it; what a caller
 	// can charge is its own credential's tenant, or its own address.
-	in.HandleFunc("/v1/authz", s.handleAuthz)
+	in.HandleFunc("/v1/authz", s.needsPolicy(s.handleAuthz))
 	if c.Metrics != nil {
 		in.Handle("/metrics", only("GET", s.forInternal(c.Metrics.ServeHTTP)))
 	}
@@ -321,6 +327,21 @@ func bearer(sum *[sha256.Size]byte, realm, detail string, h http.HandlerFunc) ht
 // control returns r's context bounded by the control timeout.
 func (s *Server) control(r *http.Request) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(r.Context(), s.ctlWait)
+}
+
+// SetNoPolicy says whether the config in force has a policy (see
+// Config.NoPolicy), as a reload does.
+func (s *Server) SetNoPolicy(none bool) { s.noPolicy.Store(none) }
+
+// needsPolicy answers 404 while the config has no policy, else runs h.
+func (s *Server) needsPolicy(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if s.noPolicy.Load() {
+			problem.Write(w, problem.Details{Status: http.StatusNotFound, Detail: "no policy: the config has no plans, classes or routes, only the Envoy rate limit service's settings (rls); add a policy to decide HTTP requests"})
+			return
+		}
+		h(w, r)
+	}
 }
 
 // Drain makes /readyz answer 503 from now on, so that load balancers stop
