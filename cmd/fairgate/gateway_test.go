@@ -194,15 +194,23 @@ func testThroughGateway(t *testing.T, base string, api *upstreamAPI, toClient bo
 	}
 }
 
+// startNginx runs the real nginx with examples/gateways/nginx.conf in front
+// of fairgate and api, and returns its address.
+func startNginx(t *testing.T, fairgate, api string) string {
+	t.Helper()
+	gw := freeAddr(t)
+	conf := gatewayFile(t, "nginx.conf", "127.0.0.1:8000", gw, fairgate, api)
+	dir := filepath.Dir(conf)
+	startProcess(t, gw, "nginx", []string{"-p", dir, "-c", conf, "-g", "daemon off; pid " + dir + "/nginx.pid; error_log stderr;"})
+	return gw
+}
+
 // TestNginxAuthRequest drives the real nginx with examples/gateways/nginx.conf.
 func TestNginxAuthRequest(t *testing.T) {
 	api := newUpstreamAPI(t)
 	sv := startServe(t, "--listen", "127.0.0.1:0", "--config", gatewayConfig(t, "forward_auth: {deny_status: 403}\n"))
 	defer sv.stop()
-	gw := freeAddr(t)
-	conf := gatewayFile(t, "nginx.conf", "127.0.0.1:8000", gw, sv.addr, api.Listener.Addr().String())
-	dir := filepath.Dir(conf)
-	startProcess(t, gw, "nginx", []string{"-p", dir, "-c", conf, "-g", "daemon off; pid " + dir + "/nginx.pid; error_log stderr;"})
+	gw := startNginx(t, sv.addr, api.Listener.Addr().String())
 	testThroughGateway(t, "http://"+gw, api, true)
 }
 
@@ -213,10 +221,7 @@ func TestNginxFailClosed(t *testing.T) {
 	api := newUpstreamAPI(t)
 	sv := startServe(t, "--listen", "127.0.0.1:0", "--store", "redis://"+freeAddr(t), "--config", gatewayConfig(t, "forward_auth: {deny_status: 403}\n"))
 	defer sv.stop()
-	gw := freeAddr(t)
-	conf := gatewayFile(t, "nginx.conf", "127.0.0.1:8000", gw, sv.addr, api.Listener.Addr().String())
-	dir := filepath.Dir(conf)
-	startProcess(t, gw, "nginx", []string{"-p", dir, "-c", conf, "-g", "daemon off; pid " + dir + "/nginx.pid; error_log stderr;"})
+	gw := startNginx(t, sv.addr, api.Listener.Addr().String())
 	r := gwDo(t, fromIP("127.0.0.2"), "POST", "http://"+gw+"/v1/users", "key-newco")
 	if r.code != 503 || r.header.Get("Retry-After") != "5" || r.problem["status"] != float64(503) {
 		t.Fatalf("fail-closed route with the store out: %d %v %v, want 503 with Retry-After 5", r.code, r.header, r.problem)

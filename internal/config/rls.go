@@ -159,7 +159,7 @@ func (d *decoder) rlsDomain(n *yaml.Node, path string) rls.Domain {
 		"descriptors": func(v *yaml.Node, path string) { dom.Descriptors = d.rlsDescriptors(v, path) },
 	})
 	if dom.Name == "" {
-		d.Add(n, join(path, "domain"), "a config needs a non-empty domain")
+		d.Add(n, configfile.Join(path, "domain"), "a config needs a non-empty domain")
 	}
 	return dom
 }
@@ -225,26 +225,19 @@ func (d *decoder) rlsRateLimit(n *yaml.Node, path string) *rls.RateLimit {
 	u, ok := rls.ParseUnit(unit)
 	switch {
 	case rl.Unlimited && unit != "":
-		d.Add(unitNode, join(path, "unit"), "an unlimited rate_limit takes no unit")
+		d.Add(unitNode, configfile.Join(path, "unit"), "an unlimited rate_limit takes no unit")
 	case !rl.Unlimited && !ok:
 		at := unitNode
 		if at == nil {
 			at = n
 		}
-		d.Add(at, join(path, "unit"), "unit %q: want second, minute, hour, day, week, month or year", unit)
+		d.Add(at, configfile.Join(path, "unit"), "unit %q: want second, minute, hour, day, week, month or year", unit)
 	case !rl.Unlimited && !hasRPU:
-		d.Add(n, join(path, "requests_per_unit"), "requests_per_unit is required (0 blocks every request)")
+		d.Add(n, configfile.Join(path, "requests_per_unit"), "requests_per_unit is required (0 blocks every request)")
 	}
 	rl.Unit = u
 	if rl.Name != "" && slices.Contains(rl.Replaces, rl.Name) {
-		d.Add(n, join(path, "replaces"), "a rate_limit cannot replace itself (%q)", rl.Name)
+		d.Add(n, configfile.Join(path, "replaces"), "a rate_limit cannot replace itself (%q)", rl.Name)
 	}
 	return rl
-}
-
-func join(path, name string) string {
-	if path == "" {
-		return name
-	}
-	return path + "." + name
 }

@@ -46,7 +46,7 @@ func (d *Decoder) Fields(n *yaml.Node, path string, h Handlers) {
 	seen := map[string]bool{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
-		p := join(path, k.Value)
+		p := Join(path, k.Value)
 		f, ok := h[k.Value]
 		switch {
 		case !ok:
@@ -70,7 +70,7 @@ func (d *Decoder) Entries(n *yaml.Node, path string, each func(name string, k, v
 	seen := map[string]bool{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
-		p := join(path, k.Value)
+		p := Join(path, k.Value)
 		if seen[k.Value] {
 			d.Add(k, p, "%q given twice", k.Value)
 			continue
@@ -110,7 +110,8 @@ func (d *Decoder) line(path string) (int, bool) {
 	return 0, false
 }
 
-func join(path, name string) string {
+// Join is the path of field name under path ("" for the top level).
+func Join(path, name string) string {
 	if path == "" {
 		return name
 	}

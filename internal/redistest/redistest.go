@@ -61,7 +61,20 @@ func Start(extra ...string) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "fairgate-redis-")
+	return startOnFreePort(bin, "fairgate-redis-", func(port int, dir string) ([]string, error) {
+		return append([]string{
+			"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
+			"--save", "", "--appendonly", "no", "--daemonize", "no",
+			"--protected-mode", "no", "--loglevel", "warning", "--logfile", dir + "/redis.log",
+		}, extra...), nil
+	})
+}
+
+// startOnFreePort starts bin with the arguments args gives for a free
+// port and a directory of its own, trying another port up to five times
+// (a port free a moment ago may be taken by the time the server binds it).
+func startOnFreePort(bin, dirPattern string, args func(port int, dir string) ([]string, error)) (*Server, error) {
+	dir, err := os.MkdirTemp("", dirPattern)
 	if err != nil {
 		return nil, err
 	}
@@ -71,12 +84,11 @@ func Start(extra ...string) (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
-		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Port: port, dir: dir}
-		s.args = append([]string{
-			"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
-			"--save", "", "--appendonly", "no", "--daemonize", "no",
-			"--protected-mode", "no", "--loglevel", "warning", "--logfile", dir + "/redis.log",
-		}, extra...)
+		a, err := args(port, dir)
+		if err != nil {
+			return nil, err
+		}
+		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Port: port, dir: dir, args: a}
 		if lastErr = s.start(bin); lastErr == nil {
 			return s, nil
 		}
@@ -432,32 +444,15 @@ func StartSentinelsWith(downAfter time.Duration, password string) (*Sentinels, e
 
 // startSentinel starts one sentinel watching the master on masterPort.
 func startSentinel(bin string, masterPort int, downAfter time.Duration, password string) (*Server, error) {
-	dir, err := os.MkdirTemp("", "fairgate-sentinel-")
-	if err != nil {
-		return nil, err
-	}
-	var lastErr error
-	for range 5 {
-		port, err := freePort()
-		if err != nil {
-			return nil, err
-		}
+	return startOnFreePort(bin, "fairgate-sentinel-", func(port int, dir string) ([]string, error) {
 		conf := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nlogfile %s/redis.log\nprotected-mode no\n"+
 			"sentinel monitor %s 127.0.0.1 %d 2\nsentinel down-after-milliseconds %s %d\nsentinel failover-timeout %s 10000\nsentinel parallel-syncs %s 1\n",
 			port, dir, dir, MasterName, masterPort, MasterName, downAfter.Milliseconds(), MasterName, MasterName)
 		if password != "" {
 			conf += fmt.Sprintf("requirepass %s\nsentinel sentinel-pass %s\n", password, password)
 		}
-		if err := os.WriteFile(dir+"/sentinel.conf", []byte(conf), 0o600); err != nil {
-			return nil, err
-		}
-		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Port: port, dir: dir, args: []string{dir + "/sentinel.conf", "--sentinel"}}
-		if lastErr = s.start(bin); lastErr == nil {
-			return s, nil
-		}
-	}
-	os.RemoveAll(dir)
-	return nil, lastErr
+		return []string{dir + "/sentinel.conf", "--sentinel"}, os.WriteFile(dir+"/sentinel.conf", []byte(conf), 0o600)
+	})
 }
 
 // Addrs returns the sentinels' addresses.
