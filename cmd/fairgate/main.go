@@ -74,7 +74,7 @@ func runReady(ctx context.Context, args []string, stdout, stderr io.Writer, read
 		if len(args) == 2 {
 			path = args[1]
 		}
-		c, _, err := app.LoadConfig(path)
+		c, _, err := app.LoadConfig(path, nil)
 		if err != nil {
 			fmt.Fprintln(stderr, err)
 			return 1

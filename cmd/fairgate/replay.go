@@ -35,7 +35,7 @@ func replayCommand(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "fairgate replay: format %q: want table, csv or json\n", *format)
 		return 2
 	}
-	cfg, _, err := app.LoadConfig(*cfgPath)
+	cfg, _, err := app.LoadConfig(*cfgPath, nil)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1

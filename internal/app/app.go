@@ -3,6 +3,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -27,6 +28,7 @@ import (
 	"github.com/fairgate/fairgate/fairq"
 	"github.com/fairgate/fairgate/internal/config"
 	"github.com/fairgate/fairgate/internal/dash"
+	"github.com/fairgate/fairgate/internal/envoyenv"
 	"github.com/fairgate/fairgate/internal/server"
 	"github.com/fairgate/fairgate/limiter"
 	"github.com/fairgate/fairgate/store"
@@ -183,8 +185,14 @@ type ServeConfig struct {
 	Listen       string
 	Store        string
 	StoreTimeout time.Duration
-	// Config is the config file; empty means the embedded example.
+	// Config is the config file; empty means the embedded example, or
+	// ConfigData.
 	Config string
+	// ConfigData, when Config is empty, is a config made from
+	// envoyproxy/ratelimit's environment (package envoyenv).
+	ConfigData []byte
+	// Env is what envoyproxy/ratelimit's environment asked for.
+	Env envoyenv.Result
 	// ConfigPoll is how often the config file is looked at for changes.
 	ConfigPoll time.Duration
 	// Upstream, if set, is the API to proxy to.
@@ -253,8 +261,19 @@ func ParseServe(args []string, stderr io.Writer) (ServeConfig, error) {
 	fs := flag.NewFlagSet("fairgate serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var c ServeConfig
-	fs.StringVar(&c.Listen, "listen", env("FAIRGATE_LISTEN", "127.0.0.1:8080"), "address of the decision API (FAIRGATE_LISTEN)")
-	fs.StringVar(&c.Store, "store", env("FAIRGATE_STORE", "memory://"), "memory://, redis://HOST:PORT[/DB], rediss://…, redis-cluster://H:P,H:P or redis-sentinel://H:P,H:P/MASTER (FAIRGATE_STORE)")
+	// envoyproxy/ratelimit's environment, where set, gives the defaults
+	// that FAIRGATE_* variables and flags do not.
+	e, err := envoyenv.Read(os.LookupEnv)
+	if err != nil {
+		return c, fmt.Errorf("serve: envoyproxy/ratelimit environment: %w", err)
+	}
+	c.Env, c.ConfigData = e, e.Config
+	defListen := "127.0.0.1:8080"
+	if e.Config != nil {
+		defListen = "0.0.0.0:8080" // in that service's place: its HTTP port
+	}
+	fs.StringVar(&c.Listen, "listen", env("FAIRGATE_LISTEN", cmp.Or(e.Listen, defListen)), "address of the decision API (FAIRGATE_LISTEN)")
+	fs.StringVar(&c.Store, "store", env("FAIRGATE_STORE", cmp.Or(e.Store, "memory://")), "memory://, redis://HOST:PORT[/DB], rediss://…, redis-cluster://H:P,H:P or redis-sentinel://H:P,H:P/MASTER (FAIRGATE_STORE)")
 	fs.StringVar(&c.Config, "config", env("FAIRGATE_CONFIG", ""), "the config file, reloaded when it changes and on SIGHUP (FAIRGATE_CONFIG; default: the embedded examples/fairgate.yaml)")
 	poll := env("FAIRGATE_CONFIG_POLL", "1s")
 	fs.Func("config-poll", "how often the config file is looked at for changes (FAIRGATE_CONFIG_POLL, default 1s)", func(v string) error { poll = v; return nil })
@@ -272,7 +291,7 @@ func ParseServe(args []string, stderr io.Writer) (ServeConfig, error) {
 	fs.Func("shutdown-grace", "then how long requests in flight get to finish (FAIRGATE_SHUTDOWN_GRACE, default 25s)", func(v string) error { grace = v; return nil })
 	readTimeout := env("FAIRGATE_READ_TIMEOUT", "30s")
 	fs.Func("read-timeout", "deadline to read a request's headers and body, on every listener (FAIRGATE_READ_TIMEOUT, default 30s)", func(v string) error { readTimeout = v; return nil })
-	fs.StringVar(&c.GRPCListen, "grpc-listen", env("FAIRGATE_GRPC_LISTEN", ""), "serve Envoy's rate limit service (gRPC) here, such as 127.0.0.1:8082 (FAIRGATE_GRPC_LISTEN; default: not served)")
+	fs.StringVar(&c.GRPCListen, "grpc-listen", env("FAIRGATE_GRPC_LISTEN", e.GRPCListen), "serve Envoy's rate limit service (gRPC) here, such as 127.0.0.1:8082 (FAIRGATE_GRPC_LISTEN; default: not served)")
 	fs.StringVar(&c.AdminListen, "admin-listen", env("FAIRGATE_ADMIN_LISTEN", "127.0.0.1:8081"), "address of the admin API (FAIRGATE_ADMIN_LISTEN)")
 	tokenFile := ""
 	fs.StringVar(&tokenFile, "admin-token-file", "", "file holding the admin API's bearer token (or FAIRGATE_ADMIN_TOKEN); without a token the admin API does not start")
@@ -280,12 +299,19 @@ func ParseServe(args []string, stderr io.Writer) (ServeConfig, error) {
 	fs.StringVar(&workerFile, "worker-token-file", "", "file holding the bearer token /v1/outbound/* require (or FAIRGATE_WORKER_TOKEN); without one they are open to whoever reaches --listen")
 	tlsFlags(fs, &c)
 	timeout := env("FAIRGATE_STORE_TIMEOUT", "50ms")
+	if e.StoreTimeout > 0 {
+		timeout = env("FAIRGATE_STORE_TIMEOUT", e.StoreTimeout.String())
+	}
 	fs.Func("store-timeout", "deadline of each store call (FAIRGATE_STORE_TIMEOUT, default 50ms)", func(v string) error { timeout = v; return nil })
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("serve: unexpected argument %q", fs.Arg(0))
+	}
+	if e.Config != nil && c.GRPCListen == "" {
+		// In that service's place: its gRPC port.
+		c.GRPCListen = "0.0.0.0:8081"
 	}
 	d, err := time.ParseDuration(timeout)
 	if err != nil || d <= 0 {
@@ -367,9 +393,18 @@ func token(what, envName, file string) (string, error) {
 	return strings.TrimSpace(string(b)), nil
 }
 
-// LoadConfig reads the config file at path, or the embedded example when
-// path is empty, and returns it with its raw content.
-func LoadConfig(path string) (*config.Config, []byte, error) {
+// EnvConfigName names a config made from envoyproxy/ratelimit's
+// environment in messages.
+const EnvConfigName = "envoyproxy-ratelimit-environment.yaml"
+
+// LoadConfig reads the config file at path, or else data (a config made
+// from the environment), or else the embedded example, and returns it with
+// its raw content.
+func LoadConfig(path string, data []byte) (*config.Config, []byte, error) {
+	if path == "" && data != nil {
+		c, err := config.Parse(EnvConfigName, data)
+		return c, data, err
+	}
 	if path == "" {
 		data := examples.Config()
 		c, err := config.Parse(examples.ConfigName, data)

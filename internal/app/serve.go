@@ -36,6 +36,7 @@ import (
 	"github.com/fairgate/fairgate/internal/dash"
 	"github.com/fairgate/fairgate/internal/rls"
 	"github.com/fairgate/fairgate/internal/server"
+	"github.com/fairgate/fairgate/internal/statsd"
 	"github.com/fairgate/fairgate/internal/tlsfiles"
 	"github.com/fairgate/fairgate/limiter"
 	"github.com/fairgate/fairgate/policy"
@@ -140,7 +141,13 @@ func (d *daemon) close() {
 // the JWKS fetch of the authenticator.
 func (d *daemon) build() error {
 	var err error
-	if d.cfg, d.raw, err = LoadConfig(d.c.Config); err != nil {
+	if e := d.c.Env; len(e.Used) > 0 {
+		d.log.Info("read envoyproxy/ratelimit's environment", slog.Any("variables", e.Used), slog.String("store", redisstore.RedactURL(d.c.Store)), slog.String("grpc_listen", d.c.GRPCListen))
+		if len(e.Unsupported) > 0 {
+			d.log.Warn("envoyproxy/ratelimit variables fairgate does not support (see docs/rls.md)", slog.Any("variables", e.Unsupported))
+		}
+	}
+	if d.cfg, d.raw, err = LoadConfig(d.c.Config, d.c.ConfigData); err != nil {
 		return err
 	}
 	if d.be, err = OpenBackend(d.c.Store, d.c.StoreTimeout, d.log); err != nil {
@@ -194,8 +201,18 @@ func (d *daemon) buildDeciders() error {
 		return err
 	}
 	d.closers = append(d.closers, d.jobs.Close)
-	d.rlsSvc, err = rls.New(d.cfg.RLS, d.lim, d.log, d.reg)
-	return err
+	if d.rlsSvc, err = rls.New(d.cfg.RLS, d.lim, d.log, d.reg); err != nil {
+		return err
+	}
+	if s := d.cfg.Statsd; s.Address != "" {
+		sink, err := statsd.New(s.Address, s.FlushInterval)
+		if err != nil {
+			return fmt.Errorf("serve: statsd %s: %w", s.Address, err)
+		}
+		d.rlsSvc.SetStatsSink(sink)
+		d.closers = append(d.closers, sink.Close)
+	}
+	return nil
 }
 
 // buildServer builds the authenticator and the HTTP handlers.
@@ -215,6 +232,9 @@ func (d *daemon) buildServer() error {
 		UpstreamTimeout: c.UpstreamTimeout, Logger: log, NoPolicy: cfg.NoPolicy, Metrics: promhttp.HandlerFor(d.reg, promhttp.HandlerOpts{}),
 		Quotas: d.quotas, WorkerToken: c.WorkerToken, InternalToken: c.InternalToken, ControlTimeout: c.ControlTimeout,
 		Jobs: d.jobs, JobKinds: cfg.Queues, Breakers: d.breakers,
+	}
+	if cfg.HasRLS {
+		sc.RLSJSON = d.rlsSvc.ServeJSON
 	}
 	if z := d.be.lazy; z != nil {
 		sc.StoreWarning = z.Warning
@@ -255,7 +275,7 @@ func (d *daemon) start(ready func(addr string)) error {
 	if d.board != nil {
 		d.goCheck("dashboard", func() error { return d.board.Run(d.bg) })
 	}
-	if d.c.Config != "" {
+	if d.c.Config != "" || d.c.ConfigData != nil {
 		d.watch()
 	}
 	d.log.Info("policy loaded", slog.String("config", d.cfg.File), slog.Int("plans", len(d.cfg.Policy.Plans)), slog.Int("routes", len(d.cfg.Policy.Routes)), slog.String("headers", d.cfg.Headers))
@@ -275,7 +295,13 @@ func (d *daemon) start(ready func(addr string)) error {
 // watch follows the config file (changes on disk and SIGHUP), applying a
 // new one only when every part takes it.
 func (d *daemon) watch() {
-	w := config.NewWatcher(d.c.Config, d.c.ConfigPoll, d.raw, d.apply, d.log)
+	w := config.NewWatcher(d.cfg.File, d.c.ConfigPoll, d.raw, d.apply, d.log)
+	if d.c.Config == "" {
+		// A config made from the environment: it stays; its runtime
+		// directory is what changes.
+		w.Read = func() ([]byte, error) { return d.raw, nil }
+	}
+	w.Track(d.cfg)
 	w.Refused = func() { d.reloads.WithLabelValues("refused").Inc() }
 	d.reload = w.Reload
 	d.goCheck("config watcher", func() error { return w.Run(d.bg) })

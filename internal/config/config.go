@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -49,6 +50,16 @@ type Config struct {
 	Dependencies map[string]breaker.Settings
 	// RLS is the Envoy rate limit service's configuration.
 	RLS rls.Config
+	// HasRLS reports an rls section: a file with one needs no policy.
+	HasRLS bool
+	// RLSSources are the directories the rls domains were read from:
+	// the watcher looks at them for changes too.
+	RLSSources []Source
+	// RLSFiles are the files the rls section named (its files globs).
+	RLSFiles []string
+	// Statsd is where the Envoy service's statistics go as statsd
+	// counters; an empty Address means nowhere.
+	Statsd Statsd
 	// Dashboard turns GET /dashboard on (the default) or off.
 	Dashboard bool
 	// Auth are the credentials the proxy accepts.
@@ -70,6 +81,14 @@ type Config struct {
 	// Instances is how many fairgate instances share the store (sizes the
 	// fallback limiter). At least 1.
 	Instances int
+}
+
+// Statsd is a statsd destination.
+type Statsd struct {
+	// Address is host:port (UDP).
+	Address string
+	// FlushInterval is how often counts are sent; zero means 10 s.
+	FlushInterval time.Duration
 }
 
 // Problem is one thing wrong with a file.
@@ -122,7 +141,7 @@ func Parse(file string, data []byte) (*Config, error) {
 		ClientIPHeader: "x-forwarded-for", ForwardAuth: ForwardAuth{DenyStatus: 429}, UpstreamHeaders: UpstreamHeaders{Tenant: "X-Fairgate-Tenant", Plan: "X-Fairgate-Plan"}}
 	d := &decoder{}
 	// A file with only the Envoy service's settings needs no policy.
-	rlsOnly := func() bool { return len(c.RLS.Domains) > 0 }
+	rlsOnly := func() bool { return c.HasRLS }
 	p, err := configfile.ParseWith(file, data, d.sections(c), d.checkWeights, rlsOnly)
 	if err != nil {
 		return nil, err

@@ -3,11 +3,13 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net"
 	"path/filepath"
 	"slices"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/fairgate/fairgate/algo"
 	"github.com/fairgate/fairgate/internal/configfile"
@@ -17,9 +19,10 @@ import (
 
 // rlsFiles reads the envoyproxy/ratelimit files a list of globs names,
 // with the node each domain came from.
-func (d *decoder) rlsFiles(v *yaml.Node, path string) (domains []rls.Domain, where []*yaml.Node) {
+func (d *decoder) rlsFiles(v *yaml.Node, path string, c *Config) (domains []rls.Domain, where []*yaml.Node) {
 	d.List(v, path, func(i int, v *yaml.Node, path string) {
 		pattern := d.rel(d.Str(v, path))
+		c.RLSFiles = append(c.RLSFiles, pattern)
 		matches, err := filepath.Glob(pattern)
 		if err == nil && len(matches) == 0 {
 			err = errors.New("no such file")
@@ -43,25 +46,53 @@ func (d *decoder) rlsFiles(v *yaml.Node, path string) (domains []rls.Domain, whe
 	return domains, where
 }
 
+// rlsDomainSettings are a domain's own settings in the rls section.
+type rlsDomainSettings struct {
+	fail      *policy.FailMode
+	algorithm *algo.Algorithm
+	atomic    *bool
+	key       *yaml.Node
+}
+
 // rlsSection decodes the rls section: envoyproxy/ratelimit config files
 // (as they are), inline domains in the same format, and fairgate's own
 // settings for them.
 func (d *decoder) rlsSection(n *yaml.Node, path string, c *Config) {
 	c.RLS.FailClosed = rls.ClosedUnavailable
-	fail := policy.FailOpen
-	overrides := map[string]policy.FailMode{}
-	overrideKeys := map[string]*yaml.Node{}
+	fail, algorithm, atomic := policy.FailOpen, algo.FixedWindow, false
+	own := map[string]*rlsDomainSettings{}
 	var domains []rls.Domain
 	var where []*yaml.Node // the node each domain came from, for duplicate errors
+	var runtime []*yaml.Node
+	ignoreDot, merge := false, false
+	c.HasRLS = true
 	d.Fields(n, path, configfile.Handlers{
 		"files": func(v *yaml.Node, path string) {
-			ds, ws := d.rlsFiles(v, path)
+			ds, ws := d.rlsFiles(v, path, c)
 			domains, where = append(domains, ds...), append(where, ws...)
 		},
 		"config": func(v *yaml.Node, path string) {
 			d.List(v, path, func(i int, v *yaml.Node, path string) {
 				domains = append(domains, d.rlsDomain(v, path))
 				where = append(where, v)
+			})
+		},
+		"runtime_dir": func(v *yaml.Node, path string) {
+			dir := d.rel(d.Str(v, path))
+			c.RLSSources = append(c.RLSSources, Source{Dir: dir})
+			runtime = append(runtime, v)
+		},
+		"ignore_dot_files": func(v *yaml.Node, path string) { ignoreDot = d.Bool(v, path) },
+		"merge_domains":    func(v *yaml.Node, path string) { merge = d.Bool(v, path) },
+		"statsd": func(v *yaml.Node, path string) {
+			d.Fields(v, path, configfile.Handlers{
+				"address": func(v *yaml.Node, path string) {
+					c.Statsd.Address = d.Str(v, path)
+					if _, _, err := net.SplitHostPort(c.Statsd.Address); err != nil {
+						d.Add(v, path, "statsd address %q: want host:port", c.Statsd.Address)
+					}
+				},
+				"flush_interval": func(v *yaml.Node, path string) { c.Statsd.FlushInterval = d.Duration(v, path) },
 			})
 		},
 		"tenant_key": func(v *yaml.Node, path string) { c.RLS.TenantKey = d.Str(v, path) },
@@ -76,41 +107,123 @@ func (d *decoder) rlsSection(n *yaml.Node, path string, c *Config) {
 				d.Add(v, path, "%q: want unavailable (the gRPC status; Envoy applies its failure_mode_deny) or over_limit", s)
 			}
 		},
-		"algorithm": func(v *yaml.Node, path string) {
-			a, err := algo.ParseAlgorithm(d.Str(v, path))
-			if err != nil {
-				d.Add(v, path, "unknown algorithm %q: want gcra, token_bucket, sliding_log, sliding_window or fixed_window", v.Value)
-			}
-			c.RLS.Algorithm = a
-		},
+		"algorithm": func(v *yaml.Node, path string) { algorithm = d.rlsAlgorithm(v, path) },
+		"atomic":    func(v *yaml.Node, path string) { atomic = d.Bool(v, path) },
 		"domains": func(v *yaml.Node, path string) {
 			d.Entries(v, path, func(name string, k, v *yaml.Node, path string) {
-				overrideKeys[name] = k
+				o := &rlsDomainSettings{key: k}
+				own[name] = o
 				d.Fields(v, path, configfile.Handlers{
-					"fail": func(v *yaml.Node, path string) { overrides[name] = d.Fail(v, path) },
+					"fail":      func(v *yaml.Node, path string) { f := d.Fail(v, path); o.fail = &f },
+					"algorithm": func(v *yaml.Node, path string) { a := d.rlsAlgorithm(v, path); o.algorithm = &a },
+					"atomic":    func(v *yaml.Node, path string) { b := d.Bool(v, path); o.atomic = &b },
 				})
 			})
 		},
+		"stop_increment_when_over_limit": func(v *yaml.Node, path string) {
+			c.RLS.Settings.StopIncrementWhenOverLimit = d.Bool(v, path)
+		},
+		"near_limit_ratio": func(v *yaml.Node, path string) {
+			r := d.Float(v, path)
+			if r <= 0 || r > 1 {
+				d.Add(v, path, "near_limit_ratio %v: want a ratio above 0, at most 1 (default 0.8)", r)
+			}
+			c.RLS.Settings.NearLimitRatio = r
+		},
+		"shadow_mode":      func(v *yaml.Node, path string) { c.RLS.Settings.Shadow = d.Bool(v, path) },
+		"quota_mode":       func(v *yaml.Node, path string) { c.RLS.Settings.Quota = d.Bool(v, path) },
+		"dynamic_metadata": func(v *yaml.Node, path string) { c.RLS.Settings.DynamicMetadata = d.Bool(v, path) },
+		"local_cache_bytes": func(v *yaml.Node, path string) {
+			c.RLS.Settings.LocalCacheEntries = rls.LocalCacheEntries(int(d.Count(v, path)))
+		},
+		"response_headers": func(v *yaml.Node, path string) {
+			h := &c.RLS.Settings.Headers
+			d.Fields(v, path, configfile.Handlers{
+				"enabled":   func(v *yaml.Node, path string) { h.Enabled = d.Bool(v, path) },
+				"limit":     func(v *yaml.Node, path string) { h.Limit = d.headerName(v, path) },
+				"remaining": func(v *yaml.Node, path string) { h.Remaining = d.headerName(v, path) },
+				"reset":     func(v *yaml.Node, path string) { h.Reset = d.headerName(v, path) },
+			})
+		},
 	})
-	seen := map[string]bool{}
-	for i, dom := range domains {
-		if seen[dom.Name] {
-			d.Add(where[i], path, "domain %q is configured twice: merging domains (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG) is not supported", dom.Name)
+	for i := range c.RLSSources {
+		c.RLSSources[i].IgnoreDot = ignoreDot
+		ds, err := c.RLSSources[i].domains()
+		if err != nil {
+			d.Add(runtime[i], path+".runtime_dir", "%v", err)
 		}
-		seen[dom.Name] = true
-		dom.Fail = fail
-		if f, ok := overrides[dom.Name]; ok {
-			dom.Fail = f
+		for range ds {
+			where = append(where, runtime[i])
 		}
-		// The algorithm's own bounds, with the configured algorithm.
-		d.rlsLimits(where[i], path, dom.Name, dom.Descriptors, c.RLS.Algorithm)
+		domains = append(domains, ds...)
+	}
+	seen := map[string]int{}
+	for i := 0; i < len(domains); i++ {
+		dom := domains[i]
+		if j, dup := seen[dom.Name]; dup {
+			if !merge {
+				d.Add(where[i], path, "domain %q is configured twice: set merge_domains (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG) to merge them", dom.Name)
+				continue
+			}
+			d.mergeDomain(where[i], path, &c.RLS.Domains[j], dom)
+			continue
+		}
+		seen[dom.Name] = len(c.RLS.Domains)
+		dom.Fail, dom.Algorithm, dom.Atomic = fail, algorithm, atomic
+		if o := own[dom.Name]; o != nil {
+			dom.Fail = deref(o.fail, dom.Fail)
+			dom.Algorithm = deref(o.algorithm, dom.Algorithm)
+			dom.Atomic = deref(o.atomic, dom.Atomic)
+		}
+		// The algorithm's own bounds, with the domain's algorithm.
+		d.rlsLimits(where[i], path, dom.Name, dom.Descriptors, dom.Algorithm)
 		c.RLS.Domains = append(c.RLS.Domains, dom)
 	}
-	for name, k := range overrideKeys {
-		if !seen[name] {
-			d.Add(k, path+".domains."+name, "no domain %q is configured", name)
+	for name, o := range own {
+		if _, ok := seen[name]; !ok {
+			d.Add(o.key, path+".domains."+name, "no domain %q is configured", name)
 		}
 	}
+}
+
+// mergeDomain adds from's descriptors to into's, as envoyproxy/ratelimit's
+// MERGE_DOMAIN_CONFIG does: a descriptor both have is a problem.
+func (d *decoder) mergeDomain(n *yaml.Node, path string, into *rls.Domain, from rls.Domain) {
+	for _, x := range from.Descriptors {
+		for _, y := range into.Descriptors {
+			if x.Key == y.Key && x.Value == y.Value {
+				d.Add(n, path, "domain %q: merging repeats the descriptor key %q, value %q", from.Name, x.Key, x.Value)
+			}
+		}
+		into.Descriptors = append(into.Descriptors, x)
+	}
+	d.rlsLimits(n, path, into.Name, from.Descriptors, into.Algorithm)
+}
+
+// deref is *p, or def when p is nil.
+func deref[T any](p *T, def T) T {
+	if p == nil {
+		return def
+	}
+	return *p
+}
+
+// rlsAlgorithm decodes an algorithm name.
+func (d *decoder) rlsAlgorithm(v *yaml.Node, path string) algo.Algorithm {
+	a, err := algo.ParseAlgorithm(d.Str(v, path))
+	if err != nil {
+		d.Add(v, path, "unknown algorithm %q: want fixed_window (the default: as envoyproxy/ratelimit counts), gcra, token_bucket, sliding_log or sliding_window", v.Value)
+	}
+	return a
+}
+
+// headerName decodes an HTTP header name.
+func (d *decoder) headerName(v *yaml.Node, path string) string {
+	s := d.Str(v, path)
+	if s == "" || strings.IndexFunc(s, func(r rune) bool { return r <= ' ' || r >= 0x7f || strings.ContainsRune("()<>@,;:\\\"/[]?={}", r) }) >= 0 {
+		d.Add(v, path, "%q is not an HTTP header name", s)
+	}
+	return s
 }
 
 // rlsLimits checks every limit of a domain against the algorithm's bounds.
@@ -153,7 +266,7 @@ func ParseRLS(file string, data []byte) ([]rls.Domain, error) {
 
 // rlsDomain decodes {domain, descriptors}.
 func (d *decoder) rlsDomain(n *yaml.Node, path string) rls.Domain {
-	var dom rls.Domain
+	dom := rls.Domain{Algorithm: algo.FixedWindow} // as envoyproxy/ratelimit counts
 	d.Fields(n, path, configfile.Handlers{
 		"domain":      func(v *yaml.Node, path string) { dom.Name = d.Str(v, path) },
 		"descriptors": func(v *yaml.Node, path string) { dom.Descriptors = d.rlsDescriptors(v, path) },
@@ -176,10 +289,17 @@ func (d *decoder) rlsDescriptors(n *yaml.Node, path string) []*rls.Descriptor {
 			"rate_limit":      func(v *yaml.Node, path string) { x.Limit = d.rlsRateLimit(v, path) },
 			"shadow_mode":     func(v *yaml.Node, path string) { x.Shadow = d.Bool(v, path) },
 			"detailed_metric": func(v *yaml.Node, path string) { x.DetailedMetric = d.Bool(v, path) },
+			"quota_mode":      func(v *yaml.Node, path string) { x.QuotaMode = d.Bool(v, path) },
+			"value_to_metric": func(v *yaml.Node, path string) { x.ValueToMetric = d.Bool(v, path) },
+			"share_threshold": func(v *yaml.Node, path string) { x.ShareThreshold = d.Bool(v, path) },
+			"metadata":        func(v *yaml.Node, path string) { x.Metadata = d.metadata(v, path) },
 			"descriptors":     func(v *yaml.Node, path string) { x.Children = d.rlsDescriptors(v, path) },
 		})
 		if x.Key == "" {
 			d.Add(v, path, "descriptor has an empty key")
+		}
+		if x.ShareThreshold && !strings.Contains(x.Value, "*") {
+			d.Add(v, path, "share_threshold is only for a wildcard value (with '*'): key %q, value %q", x.Key, x.Value)
 		}
 		if seen[[2]string{x.Key, x.Value}] {
 			d.Add(v, path, "duplicate descriptor: key %q, value %q", x.Key, x.Value)
@@ -240,4 +360,20 @@ func (d *decoder) rlsRateLimit(n *yaml.Node, path string) *rls.RateLimit {
 		d.Add(n, configfile.Join(path, "replaces"), "a rate_limit cannot replace itself (%q)", rl.Name)
 	}
 	return rl
+}
+
+// metadata decodes a descriptor's metadata: any map, as the response's
+// dynamic metadata carries it.
+func (d *decoder) metadata(v *yaml.Node, path string) *structpb.Struct {
+	var m map[string]any
+	if err := v.Decode(&m); err != nil {
+		d.Add(v, path, "metadata must be a map: %v", err)
+		return nil
+	}
+	st, err := structpb.NewStruct(m)
+	if err != nil {
+		d.Add(v, path, "metadata: %v", err)
+		return nil
+	}
+	return st
 }

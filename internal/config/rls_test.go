@@ -23,6 +23,8 @@ func TestRLSFileErrors(t *testing.T) {
 		{"no requests", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second}\n", "requests_per_unit is required"},
 		{"replaces itself", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, name: x, replaces: [{name: x}]}\n", "cannot replace itself"},
 		{"replaces without name", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, replaces: [{}]}\n", "a replaces entry needs a name"},
+		{"share without wildcard", "domain: d\ndescriptors:\n  - key: a\n    value: b\n    share_threshold: true\n", ":3: descriptors[0]: share_threshold is only for a wildcard value"},
+		{"metadata not a map", "domain: d\ndescriptors:\n  - key: a\n    metadata: [1, 2]\n", ":4: descriptors[0].metadata: metadata must be a map"},
 		{"nested", "domain: d\ndescriptors:\n  - key: a\n    descriptors:\n      - key: b\n        rate_limit: {unit: hours, requests_per_unit: 1}\n", ":6: descriptors[0].descriptors[0].rate_limit.unit"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -55,9 +57,20 @@ func TestRLSSection(t *testing.T) {
 		{"rls:\n  files: [missing.yaml]\n", "missing.yaml: no such file"},
 		{"rls:\n  domains: {zzz: {fail: open}}\n", `rls.domains.zzz: no domain "zzz" is configured`},
 		{"rls:\n  fail_closed_code: teapot\n", `"teapot": want unavailable`},
+		{"rls:\n  algorithm: leaky\n", `unknown algorithm "leaky": want fixed_window`},
+		{"rls:\n  near_limit_ratio: 1.5\n", "near_limit_ratio 1.5: want a ratio above 0"},
+		{"rls:\n  response_headers: {limit: \"X Limit\"}\n", `"X Limit" is not an HTTP header name`},
+		{"rls:\n  files: [a.yaml]\n  domains: {a: {algorithm: sliding_log}}\n  config:\n    - domain: c\n      descriptors: [{key: x, rate_limit: {unit: hour, requests_per_unit: 20000}}]\n", ""},
+		{"rls:\n  files: [a.yaml]\n  domains: {a: {algorithm: sliding_log}}\n  config:\n    - domain: c\n      descriptors: [{key: x, rate_limit: {unit: second, requests_per_unit: 2000000}}]\n", "2000000 per second"},
 		{"rls:\n  config:\n    - domain: c\n      descriptors: [{key: x, rate_limit: {unit: second, requests_per_unit: 4000000000}}]\n", "4000000000 per second"},
 	} {
 		_, err := Parse(filepath.Join(dir, "f.yaml"), []byte(strings.Join(base, "\n")+"\n"+tc.yaml))
+		if tc.want == "" {
+			if err != nil {
+				t.Errorf("%q: %v", tc.yaml, err)
+			}
+			continue
+		}
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q:\n%v\nwant a problem containing %q", tc.yaml, err, tc.want)
 		}
@@ -77,5 +90,30 @@ func TestRLSOnlyFile(t *testing.T) {
 	}
 	if c, err := Parse("both.yaml", []byte(strings.Join(base, "\n"))); err != nil || c.NoPolicy {
 		t.Fatalf("a policy: %v, NoPolicy %v", err, c != nil && c.NoPolicy)
+	}
+}
+
+// TestRLSSettings: the defaults count as envoyproxy/ratelimit does (fixed
+// window, not atomic); the section's settings, and a domain's own
+// algorithm and atomic, are read; descriptors keep every key of that
+// format.
+func TestRLSSettings(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "a.yaml"), []byte("domain: a\ndescriptors:\n  - key: k\n    value: x*y\n    share_threshold: true\n    quota_mode: true\n    value_to_metric: true\n    metadata: {team: {name: core}, n: 3}\n    rate_limit: {unit: second, requests_per_unit: 5}\n"), 0o600)
+	os.WriteFile(filepath.Join(dir, "b.yaml"), []byte("domain: b\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5}\n"), 0o600)
+	c, err := Parse(filepath.Join(dir, "f.yaml"), []byte("rls:\n  files: [a.yaml, b.yaml]\n  domains: {b: {algorithm: gcra, atomic: true}}\n  stop_increment_when_over_limit: true\n  near_limit_ratio: 0.9\n  shadow_mode: true\n  quota_mode: true\n  dynamic_metadata: true\n  local_cache_bytes: 12800\n  response_headers: {enabled: true, reset: X-Reset}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b, set := c.RLS.Domains[0], c.RLS.Domains[1], c.RLS.Settings
+	if a.Algorithm.String() != "fixed_window" || a.Atomic || b.Algorithm.String() != "gcra" || !b.Atomic {
+		t.Errorf("domains: a %v atomic %v, b %v atomic %v", a.Algorithm, a.Atomic, b.Algorithm, b.Atomic)
+	}
+	d := a.Descriptors[0]
+	if !d.ShareThreshold || !d.QuotaMode || !d.ValueToMetric || d.Metadata.GetFields()["team"].GetStructValue().GetFields()["name"].GetStringValue() != "core" {
+		t.Errorf("descriptor: %+v", d)
+	}
+	if !set.StopIncrementWhenOverLimit || set.NearLimitRatio != 0.9 || !set.Shadow || !set.Quota || !set.DynamicMetadata || set.LocalCacheEntries != 100 || !set.Headers.Enabled || set.Headers.Reset != "X-Reset" {
+		t.Errorf("settings: %+v", set)
 	}
 }

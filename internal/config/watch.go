@@ -24,8 +24,23 @@ type Watcher struct {
 	// apply refused. Set it before Run.
 	Refused func()
 
-	mu   sync.Mutex
-	last [sha256.Size]byte // of the content last applied or refused
+	// Read, if not nil, reads the config in place of the file at path
+	// (a config made from the environment). Set it before Run.
+	Read func() ([]byte, error)
+
+	mu     sync.Mutex
+	last   [sha256.Size]byte // of the content last applied or refused
+	cur    *Config           // the config in force, for its rls sources
+	lastFP [sha256.Size]byte // of its rls sources when last looked at
+}
+
+// Track tells the watcher the config in force, whose rls files and
+// directories it then watches too: a file added, changed or removed there
+// reloads the config.
+func (w *Watcher) Track(c *Config) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.cur, w.lastFP = c, Fingerprint(c)
 }
 
 // NewWatcher returns a watcher of path that passes every valid new content
@@ -67,20 +82,27 @@ func (w *Watcher) Reload() error { return w.check(true) }
 func (w *Watcher) check(force bool) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	data, err := ReadFile(w.path)
+	read := w.Read
+	if read == nil {
+		read = func() ([]byte, error) { return ReadFile(w.path) }
+	}
+	data, err := read()
 	if err != nil {
 		w.log.Error("config reload failed; keeping the running config", slog.String("file", w.path), slog.String("error", err.Error()))
 		w.refused()
 		return err
 	}
-	sum := sha256.Sum256(data)
-	if sum == w.last && !force {
+	sum, fp := sha256.Sum256(data), Fingerprint(w.cur)
+	if sum == w.last && fp == w.lastFP && !force {
 		return nil
 	}
-	w.last = sum
+	w.last, w.lastFP = sum, fp
 	c, err := Parse(w.path, data)
 	if err == nil {
 		err = w.apply(c)
+	}
+	if err == nil {
+		w.cur, w.lastFP = c, Fingerprint(c)
 	}
 	if err != nil {
 		w.log.Error("config reload refused; keeping the running config", slog.String("file", w.path), slog.String("error", err.Error()))

@@ -9,6 +9,8 @@ import (
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"google.golang.org/protobuf/types/known/structpb"
+
 	"github.com/fairgate/fairgate/algo"
 	"github.com/fairgate/fairgate/policy"
 )
@@ -58,13 +60,27 @@ type RateLimit struct {
 	Replaces        []string
 }
 
-// Descriptor is one node of a domain's descriptor tree.
+// Descriptor is one node of a domain's descriptor tree, with every key of
+// envoyproxy/ratelimit's format.
 type Descriptor struct {
-	Key, Value     string
-	Limit          *RateLimit // nil: no limit of its own
-	Shadow         bool
-	DetailedMetric bool // accepted; fairgate's metrics never carry descriptor values
-	Children       []*Descriptor
+	Key, Value string
+	Limit      *RateLimit // nil: no limit of its own
+	Shadow     bool
+	// QuotaMode: over its limit, this descriptor makes the request over
+	// the limit only when every quota descriptor of the request is.
+	QuotaMode bool
+	// DetailedMetric names the descriptor's statistics by the request's
+	// own values (bounded: see MaxStatKeys).
+	DetailedMetric bool
+	// ValueToMetric puts the request's value in the statistics' name where
+	// the rule matched by key alone or by a wildcard.
+	ValueToMetric bool
+	// ShareThreshold: every value a wildcard matches shares one counter.
+	ShareThreshold bool
+	// Metadata is added to the response's dynamic metadata when the
+	// descriptor passes (and the setting is on).
+	Metadata *structpb.Struct
+	Children []*Descriptor
 }
 
 // Domain is one domain's configuration.
@@ -73,7 +89,18 @@ type Domain struct {
 	Descriptors []*Descriptor
 	// Fail is the domain's fail mode when the store does not answer.
 	Fail policy.FailMode
+	// Algorithm and Atomic say how the domain's limits are decided.
+	// FixedWindow without Atomic counts as envoyproxy/ratelimit does (the
+	// default of parsed configs): windows aligned to the unit, every hit
+	// counted, the hits of rejected requests too. Any other algorithm, or
+	// Atomic, is fairgate's way: a rejected hit is not counted, and with
+	// Atomic a request's descriptors are one all-or-nothing batch.
+	Algorithm algo.Algorithm
+	Atomic    bool
 }
+
+// counts reports whether the domain counts as envoyproxy/ratelimit does.
+func (d *Domain) counts() bool { return d.Algorithm == algo.FixedWindow && !d.Atomic }
 
 // FailClosedCode is what a fail-closed domain answers while the store is
 // out.
@@ -89,6 +116,33 @@ const (
 	ClosedOverLimit
 )
 
+// Headers are the response headers of envoyproxy/ratelimit's
+// LIMIT_RESPONSE_HEADERS_ENABLED: off unless Enabled.
+type Headers struct {
+	Enabled                 bool
+	Limit, Remaining, Reset string // header names; empty: the defaults
+}
+
+// Settings are envoyproxy/ratelimit's service-wide settings, each named by
+// the environment variable that sets it there.
+type Settings struct {
+	// StopIncrementWhenOverLimit is STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT.
+	StopIncrementWhenOverLimit bool
+	// NearLimitRatio is NEAR_LIMIT_RATIO (0 means 0.8).
+	NearLimitRatio float64
+	// Shadow is SHADOW_MODE: every answer is OK; statuses tell the truth.
+	Shadow bool
+	// Quota is QUOTA_MODE: every descriptor is in quota mode.
+	Quota bool
+	// DynamicMetadata is RESPONSE_DYNAMIC_METADATA.
+	DynamicMetadata bool
+	// LocalCacheEntries bounds the local cache of keys over their limit
+	// (LOCAL_CACHE_SIZE_IN_BYTES, converted): 0 is off.
+	LocalCacheEntries int
+	// Headers are the response headers.
+	Headers Headers
+}
+
 // Config is the service's configuration.
 type Config struct {
 	Domains []Domain
@@ -96,10 +150,10 @@ type Config struct {
 	// as "tenant"); a request's descriptors with it share the tenant's
 	// Redis Cluster slot. Empty means none.
 	TenantKey string
-	// Algorithm decides every limit. The zero value is GCRA.
-	Algorithm algo.Algorithm
 	// FailClosed is the answer of fail-closed domains during an outage.
 	FailClosed FailClosedCode
+	// Settings are envoyproxy/ratelimit's service-wide settings.
+	Settings Settings
 }
 
 // node is a compiled descriptor.
@@ -107,30 +161,34 @@ type node struct {
 	d        *Descriptor
 	exact    map[[2]string]*node // by key and value
 	byKey    map[string]*node    // descriptors without a value
-	wildcard []wildcard          // values ending in '*', in file order
-	path     string              // for the key: domain.key_value.key…
+	wildcard []wildcard          // values with a '*', in file order
+	path     string              // the statistics' key: domain.key_value.key…
 }
 
+// wildcard is a value with '*' in it, split at the stars.
 type wildcard struct {
-	key, prefix string
-	n           *node
+	key   string
+	parts []string
+	value string
+	n     *node
 }
 
 // compiled is a Config ready to match.
 type compiled struct {
 	cfg     Config
 	domains map[string]*node
-	fail    map[string]policy.FailMode
+	dom     map[string]*Domain
 }
 
 // compile builds the matching trees. The config was validated when parsed.
 func compile(c Config) *compiled {
-	out := &compiled{cfg: c, domains: map[string]*node{}, fail: map[string]policy.FailMode{}}
-	for _, d := range c.Domains {
+	out := &compiled{cfg: c, domains: map[string]*node{}, dom: map[string]*Domain{}}
+	for i := range c.Domains {
+		d := &c.Domains[i]
 		root := &node{path: d.Name}
 		root.add(d.Descriptors)
 		out.domains[d.Name] = root
-		out.fail[d.Name] = d.Fail
+		out.dom[d.Name] = d
 	}
 	return out
 }
@@ -146,8 +204,8 @@ func (n *node) add(ds []*Descriptor) {
 		switch {
 		case d.Value == "":
 			n.byKey[d.Key] = c
-		case strings.HasSuffix(d.Value, "*"):
-			n.wildcard = append(n.wildcard, wildcard{d.Key, strings.TrimSuffix(d.Value, "*"), c})
+		case strings.Contains(d.Value, "*"):
+			n.wildcard = append(n.wildcard, wildcard{d.Key, strings.Split(d.Value, "*"), d.Value, c})
 			n.exact[[2]string{d.Key, d.Value}] = c
 		default:
 			n.exact[[2]string{d.Key, d.Value}] = c
@@ -158,36 +216,114 @@ func (n *node) add(ds []*Descriptor) {
 // Entry is one key and value of a request descriptor.
 type Entry struct{ Key, Value string }
 
-// match returns the node whose limit applies to a request descriptor, or
-// nil: the most specific match at each level, and a limit only when the
-// descriptor's last entry lands on a node that has one.
-func (root *node) match(entries []Entry) *node {
+// hit is what a request descriptor matched.
+type hit struct {
+	n *node
+	// share holds, per entry, the wildcard value whose matches share one
+	// counter (share_threshold), or "".
+	share []string
+	// stat names the descriptor's statistics (after the domain).
+	stat string
+}
+
+// match returns the rule that applies to a request descriptor, with
+// envoyproxy/ratelimit's lookup at each level: key and value, then the
+// wildcards in file order ('*' anywhere in the value matches any run of
+// characters), then the key alone; a rule applies when the descriptor's
+// last entry lands on a node with a rate_limit. n is nil when none does.
+func (root *node) match(entries []Entry) hit {
 	cur := root
+	var share []string
+	var stat strings.Builder
+	stat.WriteString(root.path)
 	for i, e := range entries {
-		next := cur.exact[[2]string{e.Key, e.Value}]
+		next, pattern := cur.exact[[2]string{e.Key, e.Value}], ""
+		used := e.Value
 		if next == nil {
 			for _, w := range cur.wildcard {
-				if w.key == e.Key && strings.HasPrefix(e.Value, w.prefix) {
-					next = w.n
+				if w.key == e.Key && wildcardMatch(w.parts, e.Value) {
+					next, pattern, used = w.n, w.value, w.value
 					break
 				}
 			}
 		}
 		if next == nil {
-			next = cur.byKey[e.Key]
+			if next = cur.byKey[e.Key]; next == nil {
+				return hit{}
+			}
+			used = ""
 		}
-		if next == nil {
-			return nil
+		switch {
+		case pattern != "" && next.d.ShareThreshold:
+			if share == nil {
+				share = make([]string, len(entries))
+			}
+			share[i] = pattern
+		case next.d.ValueToMetric:
+			used = e.Value
+		}
+		stat.WriteByte('.')
+		stat.WriteString(e.Key)
+		if used != "" {
+			stat.WriteByte('_')
+			stat.WriteString(used)
 		}
 		if i == len(entries)-1 {
 			if next.d.Limit == nil {
-				return nil
+				return hit{}
 			}
-			return next
+			h := hit{n: next, share: share, stat: stat.String()}
+			if next.d.DetailedMetric {
+				h.stat = detailedStat(root.path, entries, share)
+			}
+			return h
 		}
 		cur = next
 	}
-	return nil
+	return hit{}
+}
+
+// detailedStat names a detailed_metric descriptor's statistics by the
+// request's own keys and values (a shared wildcard's by its pattern).
+func detailedStat(domain string, entries []Entry, share []string) string {
+	var b strings.Builder
+	b.WriteString(domain)
+	for i, e := range entries {
+		b.WriteByte('.')
+		b.WriteString(e.Key)
+		v := e.Value
+		if i < len(share) && share[i] != "" {
+			v = share[i]
+		}
+		if v != "" || share == nil {
+			b.WriteByte('_')
+			b.WriteString(v)
+		}
+	}
+	return b.String()
+}
+
+// wildcardMatch reports whether value matches a pattern split at its
+// stars: the first part a prefix, the last a suffix, the ones between in
+// order, each star any run of characters (none included).
+func wildcardMatch(parts []string, value string) bool {
+	first, last := parts[0], parts[len(parts)-1]
+	if !strings.HasPrefix(value, first) {
+		return false
+	}
+	rest := value[len(first):]
+	if !strings.HasSuffix(rest, last) {
+		return false
+	}
+	rest = rest[:len(rest)-len(last)]
+	for _, p := range parts[1 : len(parts)-1] {
+		i := strings.Index(rest, p)
+		if i < 0 {
+			return false
+		}
+		rest = rest[i+len(p):]
+	}
+	return true
 }
 
 // key is the store key of a matched descriptor: its full entries (values

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -23,6 +24,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/fairgate/fairgate/algo"
 	"github.com/fairgate/fairgate/examples"
 	"github.com/fairgate/fairgate/internal/config"
 	"github.com/fairgate/fairgate/internal/redistest"
@@ -34,9 +36,14 @@ import (
 	"github.com/fairgate/fairgate/store/redisstore"
 )
 
-var redisSrv *redistest.Server
+var (
+	redisSrv     *redistest.Server
+	redisCluster *redistest.Cluster
+)
 
-func TestMain(m *testing.M) { os.Exit(redistest.Main(m, func(s *redistest.Server) { redisSrv = s })) }
+func TestMain(m *testing.M) {
+	os.Exit(redistest.MainWithCluster(m, func(s *redistest.Server, c *redistest.Cluster) { redisSrv, redisCluster = s, c }))
+}
 
 const (
 	ok   = rlspb.RateLimitResponse_OK
@@ -92,6 +99,17 @@ func serve(t testing.TB, c rls.Config, st store.Store) (rlspb.RateLimitServiceCl
 	if err != nil {
 		t.Fatal(err)
 	}
+	return serveServiceConn(t, svc)
+}
+
+// serveService serves svc and returns a client.
+func serveService(t testing.TB, svc *rls.Service) rlspb.RateLimitServiceClient {
+	c, _ := serveServiceConn(t, svc)
+	return c
+}
+
+func serveServiceConn(t testing.TB, svc *rls.Service) (rlspb.RateLimitServiceClient, *grpc.ClientConn) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -135,11 +153,8 @@ func codesOf(r *rlspb.RateLimitResponse) string {
 }
 
 // TestDocumentedExamples runs envoyproxy/ratelimit's documented examples
-// and expects the overall codes its README describes. fairgate's GCRA
-// refills continuously, where envoyproxy/ratelimit's fixed window refills
-// at the window's end; so the request that must be over its limit right
-// after a burst asks for several units (hits_addend), which take longer to
-// come back than the test takes to ask.
+// (its README's) and expects the answers it gives: fixed windows, and
+// every hit counted, those of refused requests too.
 func TestDocumentedExamples(t *testing.T) {
 	c, _ := serve(t, examplesConfig(t), memstore.New(memstore.Config{}))
 	expect := func(t *testing.T, r *rlspb.RateLimitResponse, want string) {
@@ -149,8 +164,6 @@ func TestDocumentedExamples(t *testing.T) {
 		}
 	}
 	t.Run("1 key and value", func(t *testing.T) {
-		// GCRA refills continuously (one unit per 2 ms here), so the next
-		// request asks for 50 units, which take 100 ms to come back.
 		expect(t, ask(t, c, "mongo_cps", 500, desc("database=users")), "OK: OK")
 		expect(t, ask(t, c, "mongo_cps", 50, desc("database=users")), "OVER_LIMIT: OVER_LIMIT")
 		expect(t, ask(t, c, "mongo_cps", 1, desc("database=default")), "OK: OK") // its own counter
@@ -166,8 +179,8 @@ func TestDocumentedExamples(t *testing.T) {
 		expect(t, ask(t, c, "messaging", 1, desc("message_type=marketing", "to_number=2062222222")), "OK: OK")
 		r := ask(t, c, "messaging", 1, desc("to_number=2061111111"))
 		expect(t, r, "OK: OK")
-		if got := r.Statuses[0].LimitRemaining; got != 94 {
-			t.Fatalf("to_number remaining %d, want 94 (100 less 5 charged with the marketing ones and this one; the refused request charged nothing)", got)
+		if got := r.Statuses[0].LimitRemaining; got != 93 {
+			t.Fatalf("to_number remaining %d, want 93 (100 less the 6 marketing calls, the refused one included, and this one)", got)
 		}
 	})
 	t.Run("3 most specific match", func(t *testing.T) {
@@ -237,40 +250,42 @@ func TestDocumentedExamples(t *testing.T) {
 }
 
 // TestResponseDetails: statuses carry the limit, the remaining count and
-// the time until reset; an over-limit answer adds the headers Envoy sends
-// the client, with an exact Retry-After; hits_addend is the cost, and a
-// descriptor's own hits_addend wins.
+// the time to the end of the window; hits_addend is the cost, and a
+// descriptor's own hits_addend wins; headers only when enabled, under the
+// configured names.
 func TestResponseDetails(t *testing.T) {
-	c, _ := serve(t, examplesConfig(t), memstore.New(memstore.Config{}))
+	cfg := examplesConfig(t)
+	c, _ := serve(t, cfg, memstore.New(memstore.Config{}))
 	r := ask(t, c, "internal", 40, desc("azure=y"))
 	st := r.Statuses[0]
 	if st.CurrentLimit.GetRequestsPerUnit() != 100 || st.CurrentLimit.GetUnit() != rlspb.RateLimitResponse_RateLimit_MINUTE || st.LimitRemaining != 60 {
 		t.Fatalf("status %v", st)
 	}
-	if d := st.DurationUntilReset.AsDuration(); d < 23*time.Second || d > 24*time.Second {
-		t.Fatalf("duration until reset %v, want 24s (40 of 100 per minute to refill)", d)
+	if d := st.DurationUntilReset.AsDuration(); d < time.Second || d > time.Minute || d%time.Second != 0 {
+		t.Fatalf("duration until reset %v, want the whole seconds to the end of the minute", d)
+	}
+	if len(r.ResponseHeadersToAdd) != 0 {
+		t.Fatalf("headers %v, want none unless enabled", r.ResponseHeadersToAdd)
 	}
 	d := desc("azure=y")
 	d.HitsAddend = wrapperspb.UInt64(60)
 	if r := ask(t, c, "internal", 1, d); r.OverallCode != ok || r.Statuses[0].LimitRemaining != 0 {
 		t.Fatalf("descriptor hits_addend 60: %s remaining %d", codesOf(r), r.Statuses[0].LimitRemaining)
 	}
+	cfg.Settings.Headers = rls.Headers{Enabled: true, Remaining: "X-RateLimit-Remaining"}
+	c, _ = serve(t, cfg, memstore.New(memstore.Config{}))
+	ask(t, c, "internal", 100, desc("azure=y"))
 	r = ask(t, c, "internal", 1, desc("azure=y"))
 	if r.OverallCode != over {
 		t.Fatalf("over the limit: %s", codesOf(r))
-	}
-	// As over HTTP: the duration until reset (RateLimit-Reset) is until
-	// the limit is whole again, a minute for 100 used of 100 per minute;
-	// Retry-After is until one more passes, one emission (600 ms).
-	if d := r.Statuses[0].DurationUntilReset.AsDuration(); d < 59*time.Second || d > 60*time.Second {
-		t.Fatalf("over-limit duration until reset %v, want the minute until the limit is whole", d)
 	}
 	h := map[string]string{}
 	for _, hv := range r.ResponseHeadersToAdd {
 		h[hv.Key] = hv.Value
 	}
-	if h["RateLimit-Limit"] != "100" || h["RateLimit-Remaining"] != "0" || h["RateLimit-Reset"] != "60" || h["Retry-After"] != "1" {
-		t.Fatalf("headers %v, want RateLimit-Reset 60 and Retry-After 1 (as the HTTP API answers)", h)
+	reset := strconv.FormatInt(r.Statuses[0].DurationUntilReset.GetSeconds(), 10)
+	if len(h) != 3 || h["RateLimit-Limit"] != "100" || h["X-RateLimit-Remaining"] != "0" || h["RateLimit-Reset"] != reset {
+		t.Fatalf("headers %v, want the limit, the renamed remaining and the reset (%s)", h, reset)
 	}
 	if _, err := c.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "internal"}); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("no descriptors: %v, want InvalidArgument", err)
@@ -280,10 +295,42 @@ func TestResponseDetails(t *testing.T) {
 	}
 }
 
-// TestTenantBatch: a tenant's descriptors are one atomic batch: when one is
-// over its limit, none is charged.
+// fairgateWay is c with every domain decided by GCRA as one atomic batch.
+func fairgateWay(c rls.Config) rls.Config {
+	for i := range c.Domains {
+		c.Domains[i].Algorithm, c.Domains[i].Atomic = algo.GCRA, true
+	}
+	c.Settings.Headers.Enabled = true
+	return c
+}
+
+// TestFairgateWay: a domain that opts into GCRA and atomic batches answers
+// the exact times: duration_until_reset until the limit is whole again,
+// Retry-After until the request could pass, as the HTTP API answers.
+func TestFairgateWay(t *testing.T) {
+	c, _ := serve(t, fairgateWay(examplesConfig(t)), memstore.New(memstore.Config{}))
+	r := ask(t, c, "internal", 40, desc("azure=y"))
+	if d := r.Statuses[0].DurationUntilReset.AsDuration(); d < 23*time.Second || d > 24*time.Second {
+		t.Fatalf("duration until reset %v, want 24s (40 of 100 per minute to refill)", d)
+	}
+	ask(t, c, "internal", 60, desc("azure=y"))
+	r = ask(t, c, "internal", 1, desc("azure=y"))
+	if d := r.Statuses[0].DurationUntilReset.AsDuration(); r.OverallCode != over || d < 59*time.Second || d > 60*time.Second {
+		t.Fatalf("over the limit: %s, duration until reset %v, want the minute until the limit is whole", codesOf(r), d)
+	}
+	h := map[string]string{}
+	for _, hv := range r.ResponseHeadersToAdd {
+		h[hv.Key] = hv.Value
+	}
+	if h["RateLimit-Limit"] != "100" || h["RateLimit-Remaining"] != "0" || h["RateLimit-Reset"] != "60" || h["Retry-After"] != "1" {
+		t.Fatalf("headers %v, want RateLimit-Reset 60 and Retry-After 1 (one emission, 600 ms, rounded up)", h)
+	}
+}
+
+// TestTenantBatch: with atomic, a tenant's descriptors are one batch: when
+// one is over its limit, none is charged.
 func TestTenantBatch(t *testing.T) {
-	cfg := rls.Config{TenantKey: "tenant", Domains: []rls.Domain{{Name: "api", Descriptors: []*rls.Descriptor{
+	cfg := rls.Config{TenantKey: "tenant", Domains: []rls.Domain{{Name: "api", Atomic: true, Descriptors: []*rls.Descriptor{
 		{Key: "tenant", Limit: &rls.RateLimit{RequestsPerUnit: 100, Unit: rlspb.RateLimitResponse_RateLimit_MINUTE}, Children: []*rls.Descriptor{
 			{Key: "route", Limit: &rls.RateLimit{RequestsPerUnit: 2, Unit: rlspb.RateLimitResponse_RateLimit_MINUTE}},
 		}},

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -15,13 +14,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/fairgate/fairgate/algo"
-	"github.com/fairgate/fairgate/internal/promreg"
 	"github.com/fairgate/fairgate/limiter"
-	"github.com/fairgate/fairgate/policy"
-	"github.com/fairgate/fairgate/store"
 )
 
 // Limits of a request, so that nothing a client sends can make a call
@@ -35,10 +32,12 @@ const (
 // safe for concurrent use.
 type Service struct {
 	rlspb.UnimplementedRateLimitServiceServer
-	lim *limiter.Limiter
-	cfg atomic.Pointer[compiled]
-	log *slog.Logger
-	m   *metrics
+	lim   *limiter.Limiter
+	cfg   atomic.Pointer[compiled]
+	log   *slog.Logger
+	m     *metrics
+	local atomic.Pointer[localCache]
+	now   func() time.Time
 }
 
 // New returns the service deciding through lim (its store, deadline,
@@ -51,21 +50,57 @@ func New(c Config, lim *limiter.Limiter, log *slog.Logger, reg prometheus.Regist
 	if err != nil {
 		return nil, err
 	}
-	s := &Service{lim: lim, log: log, m: m}
+	s := &Service{lim: lim, log: log, m: m, now: time.Now}
 	s.SetConfig(c)
 	return s, nil
 }
 
 // SetConfig replaces the configuration, as a reload does. Calls in flight
-// finish with the old one.
-func (s *Service) SetConfig(c Config) { s.cfg.Store(compile(c)) }
+// finish with the old one. The local cache keeps its entries (they name
+// windows, which a new config does not change) unless its size changes.
+func (s *Service) SetConfig(c Config) {
+	if n := c.Settings.LocalCacheEntries; s.local.Load() == nil || s.local.Load().max != n {
+		s.local.Store(newLocalCache(n))
+	}
+	s.cfg.Store(compile(c))
+}
 
-// check is a descriptor that needs the store.
-type check struct {
-	i      int // the descriptor's index
-	rl     *rlspb.RateLimitResponse_RateLimit
-	shadow bool
-	k      int // the store check's index: descriptors that name one counter share it
+// SetStatsSink sends the service's per-rule statistics to sink (statsd)
+// too. Set it before serving.
+func (s *Service) SetStatsSink(sink Sink) { s.m.sink = sink }
+
+// rule is what one request descriptor comes to.
+type rule struct {
+	lim       *RateLimit // nil: no limit applies
+	unlimited bool
+	shadow    bool
+	quota     bool
+	meta      *structpb.Struct
+	key       string // the store key
+	stat      string // the statistics' name: domain.key_value…
+	cost      int64  // hits; 0 only checks
+}
+
+// answer is a request's decided descriptors, as the two ways of deciding
+// leave it for finish.
+type answer struct {
+	outs  []outcome
+	retry time.Duration // the longest wait of the descriptors over their limit (fairgate's algorithms)
+	never bool          // a descriptor can never pass: waiting does not help
+	// anyNear: some descriptor's hits would put it over its limit
+	// (StopIncrementWhenOverLimit's first read).
+	anyNear bool
+	now     time.Time // the store's clock
+}
+
+// outcome is a decided descriptor: its status, and what the statistics
+// and the overall code need.
+type outcome struct {
+	over   bool // over its limit (a shadow rule's status still says OK)
+	before int64
+	after  int64
+	local  bool // answered by the local cache
+	near   bool // its hits would put it over its limit (StopIncrementWhenOverLimit)
 }
 
 // ShouldRateLimit implements the service.
@@ -79,27 +114,37 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 		return nil, status.Errorf(codes.InvalidArgument, "%d descriptors: at most %d", len(req.GetDescriptors()), MaxDescriptors)
 	}
 	cfg := s.cfg.Load()
+	dom := cfg.dom[req.Domain]
 	label := req.Domain
-	if cfg.domains[req.Domain] == nil {
+	if dom == nil {
 		label = "unknown"
 	}
-	resp := &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK, Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, len(req.Descriptors))}
-	b, err := s.batch(cfg, req, resp, label)
+	rules, err := s.rules(cfg, req)
 	if err != nil {
 		return nil, err
 	}
-	if len(b.enforced) > 0 {
-		if unavailable, err := s.enforce(ctx, cfg, req.Domain, label, b, resp); unavailable || err != nil {
-			if err != nil {
-				return nil, err
-			}
-			return resp, nil
+	resp := &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK, Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, len(rules))}
+	a := &answer{outs: make([]outcome, len(rules))}
+	for i := range rules {
+		resp.Statuses[i] = &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK}
+		if rules[i].unlimited {
+			resp.Statuses[i].LimitRemaining = math.MaxUint32
 		}
 	}
-	if len(b.shadow) > 0 {
-		s.shadowed(ctx, label, b, resp)
+	var closed bool
+	if dom == nil || dom.counts() {
+		closed, err = s.count(ctx, cfg, dom, rules, a, resp)
+	} else {
+		closed, err = s.decide(ctx, cfg, dom, rules, a, resp)
 	}
-	resp.ResponseHeadersToAdd = headers(resp, b.never, b.retry)
+	if closed || err != nil {
+		s.m.requests.WithLabelValues(label, "unavailable").Inc()
+		if err != nil {
+			return nil, err
+		}
+		return resp, nil
+	}
+	s.finish(cfg, dom, req, rules, a, resp)
 	code := "ok"
 	if resp.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT {
 		code = "over_limit"
@@ -108,237 +153,230 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 	return resp, nil
 }
 
-// batch is what a request's descriptors come to: the checks of the
-// enforced and of the shadow rules, each with the status it fills.
-type batch struct {
-	enforced, shadow     []store.Check
-	enforcedAt, shadowAt []check
-	never                bool          // an enforced descriptor can never pass
-	retry                time.Duration // the longest wait of the enforced ones over their limit
-}
-
-// matched returns, per descriptor, its entries and the rule it matches,
-// and the names of the rules that matching rules replace.
-func matched(root *node, req *rlspb.RateLimitRequest) ([][]Entry, []*node, map[string]bool, error) {
-	nodes := make([]*node, len(req.Descriptors))
-	entries := make([][]Entry, len(req.Descriptors))
+// rules matches req's descriptors against the domain's rules: the limit
+// each one is decided by, after replaces, with its store key and cost.
+func (s *Service) rules(cfg *compiled, req *rlspb.RateLimitRequest) ([]rule, error) {
+	root := cfg.domains[req.Domain]
+	rules := make([]rule, len(req.Descriptors))
 	replaced := map[string]bool{}
+	entries := make([]Entry, 0, 4)
 	for i, d := range req.Descriptors {
 		if len(d.GetEntries()) == 0 || len(d.GetEntries()) > MaxEntries {
-			return nil, nil, nil, status.Errorf(codes.InvalidArgument, "descriptor %d has %d entries: want 1 to %d", i, len(d.GetEntries()), MaxEntries)
+			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d has %d entries: want 1 to %d", i, len(d.GetEntries()), MaxEntries)
 		}
+		entries = entries[:0]
 		for _, e := range d.Entries {
-			entries[i] = append(entries[i], Entry{e.GetKey(), e.GetValue()})
+			entries = append(entries, Entry{e.GetKey(), e.GetValue()})
 		}
-		if root != nil {
-			nodes[i] = root.match(entries[i])
-		}
-		if n := nodes[i]; n != nil {
-			for _, r := range n.d.Limit.Replaces {
-				replaced[r] = true
-			}
-		}
-	}
-	return entries, nodes, replaced, nil
-}
-
-// batch builds the checks of req's descriptors; those that can never pass
-// (no period, a limit of 0, more hits than the limit) are answered
-// OVER_LIMIT in resp at once.
-func (s *Service) batch(cfg *compiled, req *rlspb.RateLimitRequest, resp *rlspb.RateLimitResponse, label string) (*batch, error) {
-	entries, nodes, replaced, err := matched(cfg.domains[req.Domain], req)
-	if err != nil {
-		return nil, err
-	}
-	b := &batch{}
-	for i, d := range req.Descriptors {
-		st := &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK}
-		resp.Statuses[i] = st
-		var rl *RateLimit
-		sh := false
-		override := ""
-		switch n := nodes[i]; {
-		case d.GetLimit() != nil:
-			// The request's own limit (Envoy's per-route override), as
-			// envoyproxy/ratelimit honours it: never in shadow mode, and
-			// counted apart from the configured limit (storeKey).
-			rl = &RateLimit{RequestsPerUnit: d.Limit.GetRequestsPerUnit(), Unit: Unit(d.Limit.GetUnit())}
-			override = fmt.Sprintf("%d/%d", rl.RequestsPerUnit, rl.Unit)
-		case n == nil:
-			continue
-		case n.d.Limit.Name != "" && replaced[n.d.Limit.Name]:
-			continue // another matching rule replaces this one
-		default:
-			rl, sh = n.d.Limit, n.d.Shadow
-		}
-		if rl.Unlimited {
-			st.LimitRemaining = math.MaxUint32
-			continue
-		}
-		st.CurrentLimit = &rlspb.RateLimitResponse_RateLimit{Name: rl.Name, RequestsPerUnit: rl.RequestsPerUnit, Unit: rl.Unit}
-		period := Period(rl.Unit)
-		cost := int64(req.GetHitsAddend())
+		r := &rules[i]
+		r.cost = int64(max(req.GetHitsAddend(), 1))
 		if h := d.GetHitsAddend(); h != nil {
-			cost = int64(min(h.GetValue(), math.MaxUint32))
-		} else if cost == 0 {
-			cost = 1
+			// A descriptor's own hits_addend may be 0: a check that counts
+			// nothing, as in the token-quota pattern.
+			r.cost = int64(min(h.GetValue(), math.MaxUint32))
 		}
-		key := storeKey(req.Domain, entries[i], cfg.cfg.TenantKey, override)
-		checks := &b.enforced
-		if sh {
-			checks = &b.shadow
+		if root == nil {
+			continue // an unknown domain: no limit applies, not even a request's own
 		}
-		// The same descriptor twice in one request counts twice, as
-		// envoyproxy/ratelimit counts it: one check of the summed cost.
-		k := slices.IndexFunc(*checks, func(c store.Check) bool { return c.Key == key })
-		if k >= 0 {
-			cost += (*checks)[k].Cost
+		if o := d.GetLimit(); o != nil {
+			// The request's own limit (Envoy's per-route override): never in
+			// shadow or quota mode, and counted apart from the configured
+			// limit, so that a caller's override can never change the state
+			// of the configured limit, nor one override another's.
+			r.lim = &RateLimit{RequestsPerUnit: o.GetRequestsPerUnit(), Unit: Unit(o.GetUnit())}
+			r.key = storeKey(req.Domain, entries, cfg.cfg.TenantKey, fmt.Sprintf("%d/%d", o.GetRequestsPerUnit(), o.GetUnit()))
+			r.stat = overrideStat(req.Domain, entries)
+			continue
 		}
-		if period == 0 || rl.RequestsPerUnit == 0 || cost > int64(rl.RequestsPerUnit) {
-			// No valid period, a limit of 0 (a blocked value), or more hits
-			// than the limit allows at once: over the limit without a store
-			// call, and with no time to wait, since waiting never helps.
-			st.Code = rlspb.RateLimitResponse_OVER_LIMIT
-			if sh {
-				st.Code = rlspb.RateLimitResponse_OK
-				s.m.shadow.WithLabelValues(label).Inc()
-			} else {
-				resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
-				b.never = true
+		h := root.match(entries)
+		if h.n == nil {
+			continue
+		}
+		x := h.n.d
+		for _, name := range x.Limit.Replaces {
+			replaced[name] = true
+		}
+		if x.Limit.Unlimited {
+			r.unlimited = true
+			continue
+		}
+		r.lim, r.shadow, r.quota, r.meta, r.stat = x.Limit, x.Shadow, x.QuotaMode || cfg.cfg.Settings.Quota, x.Metadata, h.stat
+		for j, p := range h.share {
+			if p != "" {
+				entries[j].Value = p // every value the wildcard matches: one counter
 			}
+		}
+		r.key = storeKey(req.Domain, entries, cfg.cfg.TenantKey, "")
+	}
+	for i := range rules {
+		if l := rules[i].lim; l != nil && l.Name != "" && replaced[l.Name] {
+			rules[i].lim = nil // another matching rule replaces this one
+		}
+	}
+	return rules, nil
+}
+
+// overrideStat names the statistics of a request's own limit as
+// envoyproxy/ratelimit does: the domain and the descriptor's entries.
+func overrideStat(domain string, entries []Entry) string {
+	b := []byte(domain)
+	for _, e := range entries {
+		b = append(b, '.')
+		b = append(b, e.Key...)
+		if e.Value != "" {
+			b = append(b, '_')
+			b = append(b, e.Value...)
+		}
+	}
+	return string(b)
+}
+
+// finish sets what every domain answers the same way: the overall code
+// (a quota descriptor over its limit makes the request over the limit
+// only when every quota descriptor is), the statistics, the headers, the
+// global shadow mode and the dynamic metadata.
+func (s *Service) finish(cfg *compiled, dom *Domain, req *rlspb.RateLimitRequest, rules []rule, a *answer, resp *rlspb.RateLimitResponse) {
+	set := &cfg.cfg.Settings
+	outs := a.outs
+	failed, quotas, quotaFailed := 0, 0, 0
+	for i := range rules {
+		r, o := &rules[i], &outs[i]
+		if r.lim == nil {
 			continue
 		}
-		if k < 0 {
-			k = len(*checks)
-			*checks = append(*checks, store.Check{Key: key, Limit: algo.Limit{Limit: int64(rl.RequestsPerUnit), Period: period, Algorithm: cfg.cfg.Algorithm}})
+		s.m.record(set, req.Domain, r, o)
+		if r.quota {
+			quotas++
 		}
-		(*checks)[k].Cost = cost
-		if sh {
-			b.shadowAt = append(b.shadowAt, check{i, st.CurrentLimit, true, k})
+		if !o.over || r.shadow {
+			continue
+		}
+		if r.quota {
+			quotaFailed++
 		} else {
-			b.enforcedAt = append(b.enforcedAt, check{i, st.CurrentLimit, false, k})
+			failed++
 		}
 	}
-	return b, nil
-}
-
-// enforce decides the enforced checks as one batch and fills their
-// statuses. unavailable reports a store that did not answer, resp then
-// complete (or, failing closed with UNAVAILABLE, the error).
-func (s *Service) enforce(ctx context.Context, cfg *compiled, domain, label string, b *batch, resp *rlspb.RateLimitResponse) (unavailable bool, err error) {
-	var res store.Result
-	reason, err := s.lim.TakeChecks(ctx, b.enforced, cfg.fail[domain], &res)
-	if err != nil {
-		return false, status.Error(codes.InvalidArgument, err.Error())
-	}
-	if reason == limiter.ReasonUnavailable {
-		s.m.requests.WithLabelValues(label, "unavailable").Inc()
-		if cfg.cfg.FailClosed == ClosedUnavailable {
-			return true, status.Error(codes.Unavailable, "fairgate: the rate limit store does not answer and this domain fails closed")
-		}
-		for _, c := range b.enforcedAt {
-			st := resp.Statuses[c.i]
-			st.Code, st.DurationUntilReset = rlspb.RateLimitResponse_OVER_LIMIT, durationpb.New(limiter.UnavailableRetryAfter)
-		}
+	resp.OverallCode = rlspb.RateLimitResponse_OK
+	if failed > 0 || quotas > 0 && quotas == quotaFailed {
 		resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
-		resp.ResponseHeadersToAdd = []*corepb.HeaderValue{{Key: "Retry-After", Value: strconv.Itoa(int(limiter.UnavailableRetryAfter / time.Second))}}
-		return true, nil
 	}
-	for _, c := range b.enforcedAt {
-		d := res.Decisions[c.k]
-		fill(resp.Statuses[c.i], d)
-		if !d.Allowed {
-			resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
-			b.retry = max(b.retry, d.RetryAfter)
-		}
+	if set.Headers.Enabled {
+		resp.ResponseHeadersToAdd = headers(set.Headers, rules, resp, a, dom != nil && !dom.counts())
 	}
-	return false, nil
-}
-
-// shadowed decides the shadow rules apart, so that one over its limit
-// never holds back the enforced ones in the atomic batch: a rejection is
-// counted and answered OK.
-func (s *Service) shadowed(ctx context.Context, label string, b *batch, resp *rlspb.RateLimitResponse) {
-	var res store.Result
-	if _, err := s.lim.TakeChecks(ctx, b.shadow, policy.FailOpen, &res); err != nil || len(res.Decisions) != len(b.shadow) {
-		return
+	if resp.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT && set.Shadow {
+		resp.OverallCode = rlspb.RateLimitResponse_OK
+		s.m.globalShadow.Inc()
 	}
-	for _, c := range b.shadowAt {
-		d := res.Decisions[c.k]
-		if !d.Allowed {
-			s.m.shadow.WithLabelValues(label).Inc()
-			d.Allowed = true
-		}
-		fill(resp.Statuses[c.i], d)
+	if set.DynamicMetadata {
+		resp.DynamicMetadata = dynamicMetadata(req, rules, resp)
 	}
 }
 
-// fill writes a decision into a status. An over-limit status's
-// duration_until_reset is when the same request would pass (the exact
-// retry-after); an OK status's is when the limit is full again.
-func fill(st *rlspb.RateLimitResponse_DescriptorStatus, d algo.Decision) {
-	st.LimitRemaining = uint32(min(max(d.Remaining, 0), math.MaxUint32))
-	st.Code, st.DurationUntilReset = rlspb.RateLimitResponse_OK, durationpb.New(d.ResetAfter)
-	if !d.Allowed {
-		st.Code = rlspb.RateLimitResponse_OVER_LIMIT
-	}
-}
+// unitSeconds is a unit's length in seconds.
+func unitSeconds(u Unit) int64 { return int64(Period(u) / time.Second) }
 
-// headers are the IETF draft's RateLimit-Limit, -Remaining and -Reset of
-// the tightest limited descriptor, as the HTTP API writes them
-// (RateLimit-Reset: until the limit is whole again, as the descriptor's
-// duration_until_reset), and Retry-After (retry, whole seconds rounded up:
-// until the request could pass) when the request is over its limit and
-// waiting can help (never is false).
-func headers(resp *rlspb.RateLimitResponse, never bool, retry time.Duration) []*corepb.HeaderValue {
-	var tight *rlspb.RateLimitResponse_DescriptorStatus
-	for _, st := range resp.Statuses {
-		if st.CurrentLimit == nil || st.DurationUntilReset == nil {
-			continue
-		}
-		over := st.Code == rlspb.RateLimitResponse_OVER_LIMIT
-		if tight == nil || over && tight.Code != rlspb.RateLimitResponse_OVER_LIMIT ||
-			over == (tight.Code == rlspb.RateLimitResponse_OVER_LIMIT) && st.LimitRemaining < tight.LimitRemaining {
-			tight = st
-		}
-	}
-	if tight == nil {
+// untilReset is envoyproxy/ratelimit's duration_until_reset: whole
+// seconds to the end of the unit's window (windows aligned to the epoch).
+func untilReset(u Unit, now time.Time) *durationpb.Duration {
+	n := unitSeconds(u)
+	if n == 0 {
 		return nil
 	}
-	secs := func(d time.Duration) string { return strconv.FormatInt(int64((d+time.Second-1)/time.Second), 10) }
-	reset := tight.DurationUntilReset.AsDuration()
-	h := []*corepb.HeaderValue{
-		{Key: "RateLimit-Limit", Value: strconv.FormatUint(uint64(tight.CurrentLimit.RequestsPerUnit), 10)},
-		{Key: "RateLimit-Remaining", Value: strconv.FormatUint(uint64(tight.LimitRemaining), 10)},
-		{Key: "RateLimit-Reset", Value: secs(reset)},
-	}
-	if resp.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT && !never {
-		h = append(h, &corepb.HeaderValue{Key: "Retry-After", Value: secs(max(retry, time.Second))})
-	}
-	return h
+	return &durationpb.Duration{Seconds: n - now.Unix()%n}
 }
 
-type metrics struct {
-	requests *prometheus.CounterVec
-	shadow   *prometheus.CounterVec
+// headers are the response headers of LIMIT_RESPONSE_HEADERS_ENABLED: the
+// limit, remaining and reset of the descriptor closest to its limit (the
+// last over its limit, if any, as envoyproxy/ratelimit picks it); for a
+// domain decided by fairgate's algorithms, also Retry-After (whole seconds
+// rounded up: until the request could pass) when the request is over its
+// limit and waiting can help.
+func headers(h Headers, rules []rule, resp *rlspb.RateLimitResponse, a *answer, exact bool) []*corepb.HeaderValue {
+	var pick *rlspb.RateLimitResponse_DescriptorStatus
+	least := uint32(math.MaxUint32)
+	for i, st := range resp.Statuses {
+		if st.CurrentLimit != nil && st.LimitRemaining < least {
+			pick, least = st, st.LimitRemaining
+		}
+		if rules[i].lim != nil && !rules[i].quota && st.Code == rlspb.RateLimitResponse_OVER_LIMIT {
+			pick, least = st, 0
+		}
+	}
+	if pick == nil {
+		return nil
+	}
+	name := func(n, def string) string {
+		if n == "" {
+			return def
+		}
+		return n
+	}
+	reset := "0"
+	if d := untilReset(pick.CurrentLimit.Unit, a.now); d != nil {
+		reset = strconv.FormatInt(d.Seconds, 10)
+	}
+	if exact && pick.DurationUntilReset != nil {
+		reset = strconv.FormatInt(int64((pick.DurationUntilReset.AsDuration()+time.Second-1)/time.Second), 10)
+	}
+	out := []*corepb.HeaderValue{
+		{Key: name(h.Limit, "RateLimit-Limit"), Value: strconv.FormatUint(uint64(pick.CurrentLimit.RequestsPerUnit), 10)},
+		{Key: name(h.Remaining, "RateLimit-Remaining"), Value: strconv.FormatUint(uint64(pick.LimitRemaining), 10)},
+		{Key: name(h.Reset, "RateLimit-Reset"), Value: reset},
+	}
+	if exact && resp.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT && !a.never {
+		out = append(out, &corepb.HeaderValue{Key: "Retry-After", Value: strconv.FormatInt(int64((max(a.retry, time.Second)+time.Second-1)/time.Second), 10)})
+	}
+	return out
 }
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
-	m := &metrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fairgate_rls_requests_total",
-			Help: "ShouldRateLimit calls by domain (configured ones; others are \"unknown\") and overall code.",
-		}, []string{"domain", "code"}),
-		shadow: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fairgate_rls_shadow_over_limit_total",
-			Help: "Descriptors in shadow mode that were over their limit (answered OK), by domain.",
-		}, []string{"domain"}),
+// dynamicMetadata is RESPONSE_DYNAMIC_METADATA's struct: the domain, the
+// request's descriptors and hits_addend, and the metadata of the rules of
+// the descriptors that passed, merged.
+func dynamicMetadata(req *rlspb.RateLimitRequest, rules []rule, resp *rlspb.RateLimitResponse) *structpb.Struct {
+	f := map[string]*structpb.Value{"domain": structpb.NewStringValue(req.Domain)}
+	var ds []*structpb.Value
+	for _, d := range req.Descriptors {
+		df := map[string]*structpb.Value{}
+		var es []*structpb.Value
+		for _, e := range d.Entries {
+			es = append(es, structpb.NewStringValue(e.GetKey()+"="+e.GetValue()))
+		}
+		df["entries"] = structpb.NewListValue(&structpb.ListValue{Values: es})
+		if l := d.GetLimit(); l != nil {
+			df["limit"] = structpb.NewStringValue(fmt.Sprintf("requests_per_unit:%d unit:%s", l.GetRequestsPerUnit(), l.GetUnit()))
+		}
+		if h := d.GetHitsAddend(); h != nil {
+			df["hitsAddend"] = structpb.NewNumberValue(float64(h.GetValue()))
+		}
+		ds = append(ds, structpb.NewStructValue(&structpb.Struct{Fields: df}))
 	}
-	if reg == nil {
-		return m, nil
+	f["descriptors"] = structpb.NewListValue(&structpb.ListValue{Values: ds})
+	if h := req.GetHitsAddend(); h != 0 {
+		f["hitsAddend"] = structpb.NewNumberValue(float64(h))
 	}
-	var err error
-	promreg.Reuse(reg, &m.requests, &err)
-	promreg.Reuse(reg, &m.shadow, &err)
-	return m, err
+	passed := &structpb.Struct{Fields: map[string]*structpb.Value{}}
+	for i := range rules {
+		if rules[i].lim != nil && rules[i].meta != nil && resp.Statuses[i].Code == rlspb.RateLimitResponse_OK {
+			mergeStruct(passed, rules[i].meta)
+		}
+	}
+	if len(passed.Fields) > 0 {
+		f["metadata"] = structpb.NewStructValue(passed)
+	}
+	return &structpb.Struct{Fields: f}
+}
+
+// mergeStruct adds src's fields to dst: a field dst already has is kept,
+// but two structs under one name are merged.
+func mergeStruct(dst, src *structpb.Struct) {
+	for k, v := range src.Fields {
+		old, ok := dst.Fields[k]
+		switch {
+		case !ok:
+			dst.Fields[k] = proto.Clone(v).(*structpb.Value) // the config's own stays as it is
+		case old.GetStructValue() != nil && v.GetStructValue() != nil:
+			mergeStruct(old.GetStructValue(), v.GetStructValue())
+		}
+	}
 }

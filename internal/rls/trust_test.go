@@ -54,11 +54,11 @@ func TestOverrideKeySpace(t *testing.T) {
 	}
 }
 
-// TestNeverPassingHasNoRetryHint: more hits than the limit can ever hold
-// is over the limit with no duration and no Retry-After, since waiting
+// TestNeverPassingHasNoRetryHint: in a domain decided by fairgate's way,
+// more hits than the limit can ever hold is over the limit with no duration and no Retry-After, since waiting
 // never helps (as the HTTP API answers cost > burst).
 func TestNeverPassingHasNoRetryHint(t *testing.T) {
-	c, _ := serve(t, examplesConfig(t), memstore.New(memstore.Config{}))
+	c, _ := serve(t, fairgateWay(examplesConfig(t)), memstore.New(memstore.Config{}))
 	r := ask(t, c, "internal", 101, desc("azure=y"))
 	if r.OverallCode != over {
 		t.Fatalf("101 hits on 100 per minute: %s", codesOf(r))

@@ -38,6 +38,9 @@ type Config struct {
 	// Limiter decides every request: /v1/take, /v1/check and the proxy.
 	// Required.
 	Limiter *limiter.Limiter
+	// RLSJSON, if not nil, serves envoyproxy/ratelimit's /json endpoint
+	// (with /healthcheck) on the internal surface.
+	RLSJSON http.HandlerFunc
 	// Headers is the rate-limit header form. "" means draft.
 	Headers httplimit.Form
 	// Auth verifies the credentials of proxied requests and of
@@ -189,6 +192,14 @@ func New(c Config) (*Server, error) {
 	in.HandleFunc("/v1/authz", s.needsPolicy(s.handleAuthz))
 	if c.Metrics != nil {
 		in.Handle("/metrics", only("GET", s.forInternal(c.Metrics.ServeHTTP)))
+	}
+	if c.RLSJSON != nil {
+		// envoyproxy/ratelimit's HTTP endpoints, for its clients and probes.
+		in.HandleFunc("/json", s.forInternal(c.RLSJSON))
+		in.HandleFunc("/healthcheck", only("GET", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			w.Write([]byte("OK"))
+		}))
 	}
 	if c.Dashboard != nil {
 		// A browser cannot send the internal token; the dashboard's data

@@ -48,8 +48,12 @@ type Config struct {
 	// for TLS), or redis-sentinel://[user:pass@]host:port,host:port/<master
 	// name>[?sentinel_username=…&sentinel_password=…&db=N] for a master the
 	// Redis Sentinels at those addresses watch (rediss-sentinel:// for TLS;
-	// user and password are the master's). A sentinel's address given as a
-	// Redis server's is refused. The store owns the client it opens.
+	// user and password are the master's), or unix:///path/to/redis.sock.
+	// A sentinel's address given as a Redis server's is refused. The store
+	// owns the client it opens. Parameters of every form: tls_ca_file,
+	// tls_cert_file and tls_key_file, tls_server_name, skip_verify (no
+	// verification at all), skip_hostname_verify (the chain is verified,
+	// the name is not), password_file, key_prefix; docs/redis.md has them.
 	URL string
 	// Prefix starts every key the store writes. Zero means the URL's
 	// key_prefix parameter, else "fg:". It must not contain '{' or '}'.

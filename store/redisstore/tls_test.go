@@ -74,6 +74,8 @@ func TestTLS(t *testing.T) {
 		{"skip_verify", "rediss://" + open + q("skip_verify", "true"), ""},
 		{"server name", "rediss://" + open + q("tls_ca_file", ca, "tls_server_name", "redis.test"), ""},
 		{"wrong server name", "rediss://" + open + q("tls_ca_file", ca, "tls_server_name", "other.test"), "certificate is valid for"},
+		{"wrong server name, hostname not verified", "rediss://" + open + q("tls_ca_file", ca, "tls_server_name", "other.test", "skip_hostname_verify", "true"), ""},
+		{"hostname not verified, chain still is", "rediss://" + open + q("skip_hostname_verify", "true"), "certificate signed by unknown authority"},
 		{"client certificate required, none", "rediss://" + mtls + q("tls_ca_file", ca), "connect to"},
 		{"client certificate", "rediss://" + mtls + q("tls_ca_file", ca, "tls_cert_file", cert, "tls_key_file", key), ""},
 	} {
@@ -116,5 +118,26 @@ func TestPasswordFile(t *testing.T) {
 	st.Close()
 	if _, err := New(Config{URL: fmt.Sprintf("redis://%s?password_file=%s", srv.Addr, wrong)}); err == nil || !strings.Contains(err.Error(), "WRONGPASS") {
 		t.Fatalf("a wrong password file: %v, want WRONGPASS", err)
+	}
+}
+
+// TestUnixSocket: unix:///path reaches a Redis on its socket, with the
+// password in the URL (envoyproxy/ratelimit's REDIS_SOCKET_TYPE=unix).
+func TestUnixSocket(t *testing.T) {
+	t.Parallel()
+	sock := filepath.Join(t.TempDir(), "redis.sock")
+	srv, err := redistest.Start("--unixsocket", sock, "--unixsocketperm", "700", "--requirepass", "pw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	st, err := New(Config{URL: "unix://:pw@" + sock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var res store.Result
+	if err := st.Take(context.Background(), []store.Check{{Key: "k", Limit: algo.PerSecond(1), Cost: 1}}, &res); err != nil || !res.Allowed {
+		t.Fatalf("a decision over the socket: %v %+v", err, res)
 	}
 }

@@ -40,7 +40,7 @@ func parseURL(raw string) (rueidis.ClientOption, error) {
 	}
 	var opt rueidis.ClientOption
 	switch scheme {
-	case "redis", "rediss":
+	case "redis", "rediss", "unix":
 		// What is left of the query is rueidis's own (db, timeouts, …).
 		opt, err = rueidis.ParseURL(scheme + "://" + rest + "?" + q.Encode())
 	case "redis-cluster", "rediss-cluster":
@@ -48,7 +48,7 @@ func parseURL(raw string) (rueidis.ClientOption, error) {
 	case "redis-sentinel", "rediss-sentinel":
 		opt, err = parseSentinel(rest, q)
 	default:
-		return bad("unknown scheme " + strconv.Quote(scheme) + ": want redis, rediss, redis-cluster, rediss-cluster, redis-sentinel or rediss-sentinel")
+		return bad("unknown scheme " + strconv.Quote(scheme) + ": want redis, rediss, unix, redis-cluster, rediss-cluster, redis-sentinel or rediss-sentinel")
 	}
 	if err != nil {
 		return bad(strings.TrimPrefix(err.Error(), "redis: "))
@@ -74,7 +74,7 @@ func urlPrefix(raw string) string {
 // options are the URL parameters every scheme takes: TLS and secrets.
 type options struct {
 	caFile, certFile, keyFile, serverName string
-	skipVerify                            bool
+	skipVerify, skipHostname              bool
 	passwordFile, sentinelPasswordFile    string
 }
 
@@ -82,12 +82,13 @@ type options struct {
 // ones (the redis ones are the client library's own).
 var schemeParams = map[string][]string{
 	"redis":          {"db", "dial_timeout", "write_timeout", "client_name", "protocol", "addr", "master_set"},
+	"unix":           {"db", "dial_timeout", "write_timeout", "client_name", "protocol"},
 	"redis-cluster":  nil,
 	"redis-sentinel": {"sentinel_username", "sentinel_password", "sentinel_password_file", "db"},
 }
 
 // commonParams are the parameters every scheme takes.
-var commonParams = []string{"tls_ca_file", "tls_cert_file", "tls_key_file", "tls_server_name", "skip_verify", "password_file", "key_prefix"}
+var commonParams = []string{"tls_ca_file", "tls_cert_file", "tls_key_file", "tls_server_name", "skip_verify", "skip_hostname_verify", "password_file", "key_prefix"}
 
 // takeOptions takes the common parameters out of q, leaving the scheme's
 // own, and refuses any other by name.
@@ -103,12 +104,17 @@ func takeOptions(q url.Values, scheme string) (options, error) {
 	if p := q.Get("key_prefix"); strings.ContainsAny(p, "{}") {
 		return options{}, fmt.Errorf("key_prefix=%q contains a brace: it would change the keys' cluster slots", p)
 	}
-	if q.Has("skip_verify") {
-		v, err := strconv.ParseBool(cmp.Or(q.Get("skip_verify"), "true"))
-		if err != nil {
-			return o, fmt.Errorf("skip_verify=%q: want true or false", q.Get("skip_verify"))
+	for _, b := range []struct {
+		name string
+		v    *bool
+	}{{"skip_verify", &o.skipVerify}, {"skip_hostname_verify", &o.skipHostname}} {
+		if q.Has(b.name) {
+			v, err := strconv.ParseBool(cmp.Or(q.Get(b.name), "true"))
+			if err != nil {
+				return o, fmt.Errorf("%s=%q: want true or false", b.name, q.Get(b.name))
+			}
+			*b.v = v
 		}
-		o.skipVerify = v
 	}
 	for _, k := range commonParams {
 		q.Del(k)
@@ -120,7 +126,7 @@ func takeOptions(q url.Values, scheme string) (options, error) {
 // apply sets the TLS configuration (for a TLS scheme: useTLS) and the
 // passwords read from files.
 func (o options) apply(opt *rueidis.ClientOption, useTLS bool) error {
-	tlsSet := o.caFile != "" || o.certFile != "" || o.keyFile != "" || o.serverName != "" || o.skipVerify
+	tlsSet := o.caFile != "" || o.certFile != "" || o.keyFile != "" || o.serverName != "" || o.skipVerify || o.skipHostname
 	switch {
 	case tlsSet && !useTLS:
 		return errors.New("tls_* and skip_verify need a TLS scheme: rediss://, rediss-cluster:// or rediss-sentinel://")

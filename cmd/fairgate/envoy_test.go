@@ -1,0 +1,161 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	commonpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/fairgate/fairgate/internal/redistest"
+)
+
+// writeDomain writes an envoyproxy/ratelimit config file of one domain
+// with one key limited to n per hour.
+func writeDomain(t *testing.T, dir, file, domain string, n int) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	body := "domain: " + domain + "\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: " + strconv.Itoa(n) + "}\n"
+	if err := os.WriteFile(filepath.Join(dir, file), []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestEnvoyEnvironment swaps envoyproxy/ratelimit for fairgate keeping its
+// environment: the Redis of REDIS_*, the runtime directory of RUNTIME_*
+// (a symbolic link swapped as that service's deployments do), its gRPC and
+// HTTP ports, statsd; files added, changed and removed are picked up
+// without a signal, and a bad file keeps the last good config.
+func TestEnvoyEnvironment(t *testing.T) {
+	srv, err := redistest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	root := t.TempDir()
+	v1 := filepath.Join(root, "v1", "ratelimit", "config")
+	writeDomain(t, v1, "a.yaml", "a", 2)
+	if err := os.Symlink(filepath.Join(root, "v1"), filepath.Join(root, "current")); err != nil {
+		t.Fatal(err)
+	}
+	udp, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer udp.Close()
+	grpcAddr, httpAddr := freeAddr(t), freeAddr(t)
+	_, grpcPort, _ := net.SplitHostPort(grpcAddr)
+	_, httpPort, _ := net.SplitHostPort(httpAddr)
+	_, statsdPort, _ := net.SplitHostPort(udp.LocalAddr().String())
+	for k, v := range map[string]string{
+		"RUNTIME_ROOT": filepath.Join(root, "current"), "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_WATCH_ROOT": "true",
+		"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": srv.Addr, "CACHE_KEY_PREFIX": "envtest_",
+		"GRPC_HOST": "127.0.0.1", "GRPC_PORT": grpcPort, "HOST": "127.0.0.1", "PORT": httpPort,
+		"USE_STATSD": "true", "STATSD_HOST": "127.0.0.1", "STATSD_PORT": statsdPort, "STATS_FLUSH_INTERVAL": "100ms",
+		"LIMIT_RESPONSE_HEADERS_ENABLED": "true", "REDIS_PERSECOND": "true",
+	} {
+		t.Setenv(k, v)
+	}
+	t.Setenv("FAIRGATE_CONFIG_POLL", "100ms")
+	sv := startServe(t)
+	defer sv.stop()
+	if sv.addr != httpAddr {
+		t.Fatalf("HTTP on %s, want HOST:PORT %s", sv.addr, httpAddr)
+	}
+	if logs := sv.logs.String(); !strings.Contains(logs, "REDIS_PERSECOND") || !strings.Contains(logs, "does not support") {
+		t.Errorf("the unsupported variable is not logged: %s", logs)
+	}
+	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := rlspb.NewRateLimitServiceClient(conn)
+	askLimit := func(domain string) (rlspb.RateLimitResponse_Code, uint32) {
+		r, err := c.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: domain, Descriptors: []*commonpb.RateLimitDescriptor{
+			{Entries: []*commonpb.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}},
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.OverallCode, r.Statuses[0].GetCurrentLimit().GetRequestsPerUnit()
+	}
+	ask := func(domain string) rlspb.RateLimitResponse_Code { code, _ := askLimit(domain); return code }
+	for i, want := range []rlspb.RateLimitResponse_Code{rlspb.RateLimitResponse_OK, rlspb.RateLimitResponse_OK, rlspb.RateLimitResponse_OVER_LIMIT} {
+		if got := ask("a"); got != want {
+			t.Fatalf("call %d on a: %v, want %v", i, got, want)
+		}
+	}
+	if key, err := redistest.Do(srv.Addr, "RANDOMKEY"); err != nil || !strings.HasPrefix(key, "envtest_") {
+		t.Errorf("a key in Redis: %q %v, want it under CACHE_KEY_PREFIX", key, err)
+	}
+	// /json, as that service's HTTP port serves it.
+	resp, err := http.Post("http://"+httpAddr+"/json", "application/json", strings.NewReader(`{"domain":"a","descriptors":[{"entries":[{"key":"k","value":"w"}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), `"overallCode":"OK"`) || !strings.Contains(string(body), `"limitRemaining":1`) {
+		t.Fatalf("/json: %d %s", resp.StatusCode, body)
+	}
+	if resp, err := http.Post("http://"+httpAddr+"/json", "application/json", strings.NewReader(`{"domain":`)); err != nil || resp.StatusCode != 400 {
+		t.Fatalf("/json with a bad body: %v %v, want 400", resp, err)
+	}
+	if resp, err := http.Get("http://" + httpAddr + "/healthcheck"); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("/healthcheck: %v %v", resp, err)
+	}
+	eventually := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !ok(); time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not picked up within 10s: %s", what, sv.logs.String())
+			}
+		}
+	}
+	// A file added to the directory.
+	writeDomain(t, v1, "b.yaml", "b", 1)
+	eventually("a file added", func() bool {
+		return ask("b") == rlspb.RateLimitResponse_OK && ask("b") == rlspb.RateLimitResponse_OVER_LIMIT
+	})
+	// A bad file: the last good config stays, and the log says why.
+	os.WriteFile(filepath.Join(v1, "bad.yaml"), []byte("domain: c\ndescriptors:\n  - key: k\n    colour: red\n"), 0o600)
+	eventually("a bad file", func() bool { return strings.Contains(sv.logs.String(), "colour") })
+	if ask("b") != rlspb.RateLimitResponse_OVER_LIMIT {
+		t.Fatal("a bad file changed the running config")
+	}
+	os.Remove(filepath.Join(v1, "bad.yaml"))
+	// The root's link swapped to a new directory where a is 5 per hour
+	// and b is gone.
+	v2 := filepath.Join(root, "v2", "ratelimit", "config")
+	writeDomain(t, v2, "a.yaml", "a", 5)
+	tmp := filepath.Join(root, "next")
+	if err := os.Symlink(filepath.Join(root, "v2"), tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(root, "current")); err != nil {
+		t.Fatal(err)
+	}
+	eventually("the link swapped", func() bool { _, n := askLimit("a"); return n == 5 })
+	if ask("b") != rlspb.RateLimitResponse_OK {
+		t.Fatal("a removed file's domain still limits")
+	}
+	buf := make([]byte, 4096)
+	udp.SetReadDeadline(time.Now().Add(5 * time.Second))
+	n, _, err := udp.ReadFrom(buf)
+	if err != nil || !strings.Contains(string(buf[:n]), "ratelimit.service.rate_limit.a.k.total_hits:") {
+		t.Fatalf("statsd: %q %v", buf[:n], err)
+	}
+}

@@ -1,0 +1,297 @@
+// Package envoyenv reads envoyproxy/ratelimit's environment variables, so
+// that an operator can swap that service's container image for fairgate's
+// and keep the environment: the Redis connection, the listeners, the
+// runtime directory of config files and the service's settings map onto
+// fairgate's store URL, listen addresses and a config file made from
+// them. docs/rls.md has the table.
+package envoyenv
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Lookup is os.LookupEnv's shape.
+type Lookup func(name string) (string, bool)
+
+// Result is what the environment asks for. Empty fields were not set.
+type Result struct {
+	// Store is the store URL made from the REDIS_* variables.
+	Store string
+	// StoreTimeout is REDIS_TIMEOUT.
+	StoreTimeout time.Duration
+	// GRPCListen is GRPC_HOST:GRPC_PORT; Listen is HOST:PORT (the HTTP
+	// listener of /json and /healthcheck).
+	GRPCListen, Listen string
+	// Config is a config file made from the runtime directory and the
+	// service's settings, when the environment names a runtime directory
+	// (RUNTIME_ROOT or RUNTIME_SUBDIRECTORY); nil otherwise.
+	Config []byte
+	// LogLevel (debug, info, warn, error) and LogFormat (text, json).
+	LogLevel, LogFormat string
+	// Used are the variables read; Unsupported those set that fairgate
+	// does not support, each with why.
+	Used, Unsupported []string
+}
+
+// unsupported are the variables fairgate does not act on, with why.
+var unsupported = map[string]string{
+	"MEMCACHE_HOST_PORT":              "memcache is not supported",
+	"MEMCACHE_SRV":                    "memcache is not supported",
+	"REDIS_PERSECOND":                 "one store holds every window",
+	"REDIS_PERSECOND_URL":             "one store holds every window",
+	"REDIS_PIPELINE_WINDOW":           "concurrent calls are merged into shared script calls instead",
+	"REDIS_PIPELINE_LIMIT":            "concurrent calls are merged into shared script calls instead",
+	"EXPIRATION_JITTER_MAX_SECONDS":   "keys expire with their window",
+	"USE_DOG_STATSD":                  "plain statsd and Prometheus only",
+	"USE_PROMETHEUS":                  "Prometheus metrics are always on the internal listener's /metrics",
+	"TRACING_ENABLED":                 "no tracing yet",
+	"GRPC_UDS":                        "the gRPC service listens on TCP",
+	"GRPC_CLIENT_TLS_SAN":             "any certificate of the client CA is accepted",
+	"EXTRA_TAGS":                      "statsd names carry no tags",
+	"DEBUG_PORT":                      "/metrics and the rest are on fairgate's internal listener",
+	"CONFIG_GRPC_XDS_SERVER_USE_TLS":  "the xDS client connects in plain text",
+	"CONFIG_GRPC_XDS_CLIENT_TLS_CERT": "the xDS client connects in plain text",
+}
+
+// Read reads the environment through look.
+func Read(look Lookup) (Result, error) {
+	var r Result
+	get := func(name string) (string, bool) {
+		v, ok := look(name)
+		if ok {
+			r.Used = append(r.Used, name)
+		}
+		return v, ok
+	}
+	if v, ok := get("BACKEND_TYPE"); ok && !strings.EqualFold(v, "redis") {
+		return r, fmt.Errorf("BACKEND_TYPE=%q: fairgate stores its counters in Redis (or in memory); memcache is not supported", v)
+	}
+	for name, why := range unsupported {
+		if v, ok := look(name); ok && v != "" && v != "false" {
+			r.Unsupported = append(r.Unsupported, name+" ("+why+")")
+		}
+	}
+	slices.Sort(r.Unsupported)
+	var err error
+	if r.Store, err = redisURL(get); err != nil {
+		return r, err
+	}
+	if v, ok := get("REDIS_TIMEOUT"); ok {
+		if r.StoreTimeout, err = time.ParseDuration(v); err != nil || r.StoreTimeout <= 0 {
+			return r, fmt.Errorf("REDIS_TIMEOUT=%q: want a positive duration such as 50ms", v)
+		}
+	}
+	if r.GRPCListen, err = hostPort(get, "GRPC_HOST", "GRPC_PORT", "0.0.0.0", "8081"); err != nil {
+		return r, err
+	}
+	if r.Listen, err = hostPort(get, "HOST", "PORT", "0.0.0.0", "8080"); err != nil {
+		return r, err
+	}
+	if v, ok := get("LOG_LEVEL"); ok {
+		r.LogLevel = strings.ToLower(v)
+		if r.LogLevel == "warning" {
+			r.LogLevel = "warn"
+		}
+		if r.LogLevel == "trace" {
+			r.LogLevel = "debug"
+		}
+	}
+	if v, ok := get("LOG_FORMAT"); ok {
+		r.LogFormat = strings.ToLower(v)
+	}
+	r.Config, err = config(get)
+	return r, err
+}
+
+// hostPort joins a host and a port variable; "" when neither is set.
+func hostPort(get Lookup, hostVar, portVar, defHost, defPort string) (string, error) {
+	h, hok := get(hostVar)
+	p, pok := get(portVar)
+	if !hok && !pok {
+		return "", nil
+	}
+	if !hok {
+		h = defHost
+	}
+	if !pok {
+		p = defPort
+	}
+	if n, err := strconv.Atoi(p); err != nil || n < 0 || n > 65535 {
+		return "", fmt.Errorf("%s=%q: want a port number", portVar, p)
+	}
+	return net.JoinHostPort(h, p), nil
+}
+
+// redisURL makes the store URL: REDIS_SOCKET_TYPE (tcp, unix),
+// REDIS_TYPE (single, cluster, sentinel), REDIS_URL, REDIS_AUTH
+// ([user:]password), REDIS_SENTINEL_AUTH, REDIS_TLS and its files,
+// CACHE_KEY_PREFIX.
+func redisURL(get Lookup) (string, error) {
+	addr, ok := get("REDIS_URL")
+	if !ok {
+		return "", nil
+	}
+	socket, _ := get("REDIS_SOCKET_TYPE")
+	typ, _ := get("REDIS_TYPE")
+	auth, _ := get("REDIS_AUTH")
+	useTLS := boolVar(get, "REDIS_TLS")
+	q := url.Values{}
+	if p, ok := get("CACHE_KEY_PREFIX"); ok && p != "" {
+		q.Set("key_prefix", p)
+	}
+	for name, param := range map[string]string{"REDIS_TLS_CACERT": "tls_ca_file", "REDIS_TLS_CLIENT_CERT": "tls_cert_file", "REDIS_TLS_CLIENT_KEY": "tls_key_file"} {
+		if v, ok := get(name); ok && v != "" {
+			q.Set(param, v)
+		}
+	}
+	if boolVar(get, "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION") {
+		q.Set("skip_hostname_verify", "true")
+	}
+	if len(q) > 0 && !useTLS && (q.Has("tls_ca_file") || q.Has("tls_cert_file") || q.Has("skip_hostname_verify")) {
+		return "", fmt.Errorf("REDIS_TLS_* files are set but REDIS_TLS is not true")
+	}
+	user := ""
+	if auth != "" {
+		u, p, found := strings.Cut(auth, ":")
+		if !found {
+			u, p = "", auth
+		}
+		user = url.UserPassword(u, p).String() + "@"
+	}
+	s := "s"
+	if !useTLS {
+		s = ""
+	}
+	var out string
+	switch t := strings.ToLower(typ); {
+	case strings.EqualFold(socket, "unix") || socket == "" && strings.HasPrefix(addr, "/"):
+		if useTLS || t == "cluster" || t == "sentinel" {
+			return "", fmt.Errorf("REDIS_SOCKET_TYPE=unix goes with REDIS_TYPE=single and no REDIS_TLS")
+		}
+		out = "unix://" + user + filepath.Clean(addr)
+	case t == "" || t == "single":
+		out = "redis" + s + "://" + user + addr
+	case t == "cluster":
+		out = "redis" + s + "-cluster://" + user + addr
+	case t == "sentinel":
+		parts := strings.Split(addr, ",")
+		if len(parts) < 2 {
+			return "", fmt.Errorf("REDIS_URL=%q: with REDIS_TYPE=sentinel, want <master name>,<sentinel host:port>,…", addr)
+		}
+		if sa, ok := get("REDIS_SENTINEL_AUTH"); ok && sa != "" {
+			su, sp, found := strings.Cut(sa, ":")
+			if found {
+				q.Set("sentinel_username", su)
+			} else {
+				sp = sa
+			}
+			q.Set("sentinel_password", sp)
+		}
+		out = "redis" + s + "-sentinel://" + user + strings.Join(parts[1:], ",") + "/" + parts[0]
+	default:
+		return "", fmt.Errorf("REDIS_TYPE=%q: want single, cluster or sentinel", typ)
+	}
+	if len(q) > 0 {
+		out += "?" + q.Encode()
+	}
+	return out, nil
+}
+
+func boolVar(get Lookup, name string) bool {
+	v, _ := get(name)
+	b, _ := strconv.ParseBool(v)
+	return b
+}
+
+// config makes the config file of a runtime directory: the directory
+// RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY (defaults
+// /srv/runtime_data/current, "", config) and the service's settings.
+func config(get Lookup) ([]byte, error) {
+	root, rok := get("RUNTIME_ROOT")
+	sub, sok := get("RUNTIME_SUBDIRECTORY")
+	if ct, ok := get("CONFIG_TYPE"); ok && !strings.EqualFold(ct, "FILE") {
+		return nil, fmt.Errorf("CONFIG_TYPE=%q: fairgate reads the runtime directory (FILE); for xDS, configure rls.xds in a fairgate config file", ct)
+	}
+	if !rok && !sok {
+		return nil, nil
+	}
+	if !rok {
+		root = "/srv/runtime_data/current"
+	}
+	app, ok := get("RUNTIME_APPDIRECTORY")
+	if !ok {
+		app = "config"
+	}
+	rls := map[string]any{"runtime_dir": filepath.Join(root, sub, app)}
+	set := func(key, name string, conv func(string) (any, error)) error {
+		v, ok := get(name)
+		if !ok || v == "" {
+			return nil
+		}
+		x, err := conv(v)
+		if err != nil {
+			return fmt.Errorf("%s=%q: %v", name, v, err)
+		}
+		rls[key] = x
+		return nil
+	}
+	toBool := func(v string) (any, error) { return strconv.ParseBool(v) }
+	toFloat := func(v string) (any, error) { return strconv.ParseFloat(v, 64) }
+	toInt := func(v string) (any, error) { return strconv.Atoi(v) }
+	for _, s := range []struct {
+		key, name string
+		conv      func(string) (any, error)
+	}{
+		{"ignore_dot_files", "RUNTIME_IGNOREDOTFILES", toBool},
+		{"merge_domains", "MERGE_DOMAIN_CONFIG", toBool},
+		{"stop_increment_when_over_limit", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", toBool},
+		{"near_limit_ratio", "NEAR_LIMIT_RATIO", toFloat},
+		{"shadow_mode", "SHADOW_MODE", toBool},
+		{"quota_mode", "QUOTA_MODE", toBool},
+		{"dynamic_metadata", "RESPONSE_DYNAMIC_METADATA", toBool},
+		{"local_cache_bytes", "LOCAL_CACHE_SIZE_IN_BYTES", toInt},
+	} {
+		if err := set(s.key, s.name, s.conv); err != nil {
+			return nil, err
+		}
+	}
+	if boolVar(get, "LIMIT_RESPONSE_HEADERS_ENABLED") {
+		h := map[string]any{"enabled": true}
+		for key, name := range map[string]string{"limit": "LIMIT_LIMIT_HEADER", "remaining": "LIMIT_REMAINING_HEADER", "reset": "LIMIT_RESET_HEADER"} {
+			if v, ok := get(name); ok && v != "" {
+				h[key] = v
+			}
+		}
+		rls["response_headers"] = h
+	}
+	if v, ok := get("USE_STATSD"); ok && v != "" {
+		on, err := strconv.ParseBool(v)
+		if err != nil {
+			return nil, fmt.Errorf("USE_STATSD=%q: want true or false", v)
+		}
+		if on && !boolVar(get, "DISABLE_STATS") {
+			addr, err := hostPort(get, "STATSD_HOST", "STATSD_PORT", "localhost", "8125")
+			if err != nil {
+				return nil, err
+			}
+			if addr == "" {
+				addr = "localhost:8125"
+			}
+			st := map[string]any{"address": addr}
+			if f, ok := get("STATS_FLUSH_INTERVAL"); ok && f != "" {
+				st["flush_interval"] = f
+			}
+			rls["statsd"] = st
+		}
+	}
+	return yaml.Marshal(map[string]any{"rls": rls})
+}

@@ -1,0 +1,75 @@
+package envoyenv
+
+import (
+	"strings"
+	"testing"
+)
+
+func lookup(env map[string]string) Lookup {
+	return func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+}
+
+// TestRedisURL: every Redis form of envoyproxy/ratelimit's environment
+// becomes the store URL that connects to the same Redis the same way.
+func TestRedisURL(t *testing.T) {
+	for _, tc := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{}, ""},
+		{map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379"}, "redis://redis:6379"},
+		{map[string]string{"REDIS_SOCKET_TYPE": "unix", "REDIS_URL": "/var/run/redis.sock", "REDIS_AUTH": "pw"}, "unix://:pw@/var/run/redis.sock"},
+		{map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "r:6379", "REDIS_AUTH": "user:p@ss", "CACHE_KEY_PREFIX": "rl_"}, "redis://user:p%40ss@r:6379?key_prefix=rl_"},
+		{map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "CLUSTER", "REDIS_URL": "a:7000,b:7001"}, "redis-cluster://a:7000,b:7001"},
+		{map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "sentinel", "REDIS_URL": "mymaster,s1:26379,s2:26379", "REDIS_SENTINEL_AUTH": "spw"}, "redis-sentinel://s1:26379,s2:26379/mymaster?sentinel_password=spw"},
+		{map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "r:6380", "REDIS_TLS": "true", "REDIS_TLS_CACERT": "/ca.pem", "REDIS_TLS_CLIENT_CERT": "/c.pem", "REDIS_TLS_CLIENT_KEY": "/k.pem", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "true"},
+			"rediss://r:6380?skip_hostname_verify=true&tls_ca_file=%2Fca.pem&tls_cert_file=%2Fc.pem&tls_key_file=%2Fk.pem"},
+	} {
+		r, err := Read(lookup(tc.env))
+		if err != nil || r.Store != tc.want {
+			t.Errorf("%v: %q %v, want %q", tc.env, r.Store, err, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "sentinel", "REDIS_URL": "s1:26379"}, "want <master name>,<sentinel host:port>"},
+		{map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "ring", "REDIS_URL": "a:1"}, `REDIS_TYPE="ring"`},
+		{map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "a:1", "REDIS_TLS_CACERT": "/ca"}, "REDIS_TLS is not true"},
+		{map[string]string{"GRPC_PORT": "eighty"}, `GRPC_PORT="eighty": want a port number`},
+		{map[string]string{"REDIS_TIMEOUT": "soon"}, `REDIS_TIMEOUT="soon"`},
+		{map[string]string{"RUNTIME_ROOT": "/d", "NEAR_LIMIT_RATIO": "most"}, `NEAR_LIMIT_RATIO="most"`},
+		{map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW"}, "rls.xds"},
+		{map[string]string{"BACKEND_TYPE": "memcache"}, "memcache is not supported"},
+	} {
+		if _, err := Read(lookup(tc.env)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want an error containing %q", tc.env, err, tc.want)
+		}
+	}
+}
+
+// TestConfig: the runtime directory and the settings make an rls config;
+// listeners, log settings and unsupported variables are reported.
+func TestConfig(t *testing.T) {
+	r, err := Read(lookup(map[string]string{
+		"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_IGNOREDOTFILES": "true",
+		"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "true", "NEAR_LIMIT_RATIO": "0.9", "SHADOW_MODE": "false", "LOCAL_CACHE_SIZE_IN_BYTES": "1024",
+		"LIMIT_RESPONSE_HEADERS_ENABLED": "true", "LIMIT_REMAINING_HEADER": "X-Left", "USE_STATSD": "true", "STATSD_HOST": "statsd", "STATSD_PORT": "9125",
+		"GRPC_PORT": "8081", "PORT": "8080", "LOG_LEVEL": "WARNING", "LOG_FORMAT": "json", "BACKEND_TYPE": "redis", "REDIS_PERSECOND": "true", "TRACING_ENABLED": "true",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"runtime_dir: /data/ratelimit/config", "ignore_dot_files: true", "stop_increment_when_over_limit: true", "near_limit_ratio: 0.9", "shadow_mode: false", "local_cache_bytes: 1024", "remaining: X-Left", "address: statsd:9125"} {
+		if !strings.Contains(string(r.Config), want) {
+			t.Errorf("config:\n%s\nwant %q in it", r.Config, want)
+		}
+	}
+	if r.GRPCListen != "0.0.0.0:8081" || r.Listen != "0.0.0.0:8080" || r.LogLevel != "warn" || r.LogFormat != "json" {
+		t.Errorf("%+v", r)
+	}
+	if len(r.Unsupported) != 2 || !strings.HasPrefix(r.Unsupported[0], "REDIS_PERSECOND") || !strings.HasPrefix(r.Unsupported[1], "TRACING_ENABLED") {
+		t.Errorf("unsupported %v", r.Unsupported)
+	}
+}

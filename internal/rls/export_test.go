@@ -1,0 +1,9 @@
+package rls
+
+// LocalCacheLen is the local cache's size, for tests.
+func LocalCacheLen(s *Service) int {
+	c := s.local.Load()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.m)
+}

@@ -1,0 +1,302 @@
+package rls_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	commonpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/fairgate/fairgate/internal/config"
+	"github.com/fairgate/fairgate/internal/redistest"
+	"github.com/fairgate/fairgate/internal/rls"
+	"github.com/fairgate/fairgate/store"
+	"github.com/fairgate/fairgate/store/memstore"
+	"github.com/fairgate/fairgate/store/redisstore"
+)
+
+// call is one ShouldRateLimit call of a reference case and the answer
+// envoyproxy/ratelimit (commit f2fb157) gives it.
+type call struct {
+	domain string
+	// ds are the descriptors, each "k=v,k2=v2"; a suffix "#N" sets the
+	// descriptor's own hits_addend to N (0 included).
+	ds   []string
+	hits uint32
+	// want is the overall code and each descriptor's, as codesOf writes
+	// them; left is each descriptor's limit_remaining (-1: no limit, so 0
+	// and no current_limit).
+	want string
+	left []int
+}
+
+// reference is a case of envoyproxy/ratelimit's own tests, re-expressed as
+// data: its config files (testdata/reference), its settings, and calls
+// with the answers it gives, with its default settings unless said.
+type reference struct {
+	name  string
+	files []string
+	set   rls.Settings
+	calls []call
+}
+
+// repeat is n calls of c whose answer changes with i (0-based).
+func repeat(n int, c func(i int) call) []call {
+	var out []call
+	for i := range n {
+		out = append(out, c(i))
+	}
+	return out
+}
+
+// basicCase is test/integration's testBasicBaseConfig: one descriptor on
+// a minute limit past its limit, then two descriptors of two limits in one
+// call (the minute limit keeps counting while the hour limit is over),
+// under the settings given.
+func basicCase(name string, set rls.Settings) reference {
+	calls := []call{
+		{domain: "foo", ds: []string{"hello=world"}, hits: 1, want: "OK: OK", left: []int{-1}},
+		{domain: "basic", ds: []string{"key1=foo"}, hits: 1, want: "OK: OK", left: []int{49}},
+	}
+	calls = append(calls, repeat(25, func(i int) call {
+		c := call{domain: "another", ds: []string{"key2=R1"}, hits: 1, want: "OK: OK", left: []int{20 - (i + 1)}}
+		if i >= 20 {
+			c.want, c.left = "OVER_LIMIT: OVER_LIMIT", []int{0}
+		}
+		return c
+	})...)
+	calls = append(calls, repeat(15, func(i int) call {
+		c := call{domain: "another", ds: []string{"key2=R2", "key3=R2"}, hits: 1, want: "OK: OK OK", left: []int{20 - (i + 1), 10 - (i + 1)}}
+		if i >= 10 {
+			c.want, c.left = "OVER_LIMIT: OK OVER_LIMIT", []int{20 - (i + 1), 0}
+			if set.StopIncrementWhenOverLimit {
+				// The minute limit stops counting when the call is over.
+				c.left[0] = 10
+			}
+		}
+		return c
+	})...)
+	return reference{name: name, files: []string{"basic.yaml", "another.yaml"}, set: set, calls: calls}
+}
+
+// references are the cases: the integration test under each setting it
+// runs with, and the Envoy end-to-end scripts as the descriptors Envoy
+// sends for them (integration-test/scripts/*.sh with
+// examples/envoy/proxy.yaml).
+func references() []reference {
+	e2e := []string{"e2e.yaml"}
+	fourheader := func(foo, bar, dst string) []string {
+		return []string{"foo=" + foo + ",bar=" + bar, "source_cluster=proxy,destination_cluster=" + dst}
+	}
+	return []reference{
+		basicCase("basic", rls.Settings{}),
+		basicCase("basic with local cache", rls.Settings{LocalCacheEntries: rls.LocalCacheEntries(1000)}),
+		basicCase("basic, stop increment when over limit", rls.Settings{StopIncrementWhenOverLimit: true}),
+		basicCase("basic, local cache and stop increment", rls.Settings{StopIncrementWhenOverLimit: true, LocalCacheEntries: rls.LocalCacheEntries(1000)}),
+		{name: "trigger-ratelimit.sh", files: e2e, calls: append(repeat(3, func(i int) call {
+			return call{domain: "rl", ds: []string{"foo=pelle,baz=not-so-shady"}, want: "OK: OK", left: []int{2 - i}}
+		}), repeat(2, func(int) call {
+			return call{domain: "rl", ds: []string{"foo=pelle,baz=not-so-shady"}, want: "OVER_LIMIT: OVER_LIMIT", left: []int{0}}
+		})...)},
+		{name: "trigger-shadow-mode-key.sh", files: e2e, calls: append(repeat(3, func(i int) call {
+			return call{domain: "rl", ds: []string{"foo=pelle,baz=shady"}, want: "OK: OK", left: []int{2 - i}}
+		}), repeat(3, func(int) call {
+			return call{domain: "rl", ds: []string{"foo=pelle,baz=shady"}, want: "OK: OK", left: []int{0}}
+		})...)},
+		{name: "replaces.sh", files: e2e, calls: []call{
+			{domain: "rl", ds: []string{"foo=bkthomps,bar=banned"}, want: "OVER_LIMIT: OVER_LIMIT", left: []int{0}},
+			{domain: "rl", ds: fourheader("bkthomps", "banned", "mock"), want: "OVER_LIMIT: OVER_LIMIT OK", left: []int{0, 0}},
+			{domain: "rl", ds: fourheader("bkthomps", "banned", "override"), want: "OK: OK OK", left: []int{-1, 1}},
+			{domain: "rl", ds: fourheader("bkthomps", "banned", "override"), want: "OK: OK OK", left: []int{-1, 0}},
+			{domain: "rl", ds: fourheader("bkthomps", "banned", "override"), want: "OVER_LIMIT: OK OVER_LIMIT", left: []int{-1, 0}},
+			{domain: "rl", ds: fourheader("my_foo", "bkthomps", "bkthomps"), want: "OK: OK OK", left: []int{-1, 1}},
+			{domain: "rl", ds: fourheader("my_foo", "bkthomps", "bkthomps"), want: "OK: OK OK", left: []int{-1, 0}},
+			{domain: "rl", ds: fourheader("my_foo", "bkthomps", "bkthomps"), want: "OVER_LIMIT: OK OVER_LIMIT", left: []int{-1, 0}},
+			{domain: "rl", ds: fourheader("my_foo", "bkthomps", "not_bkthomps"), want: "OK: OK OK", left: []int{0, -1}},
+			{domain: "rl", ds: fourheader("my_foo", "bkthomps", "not_bkthomps"), want: "OVER_LIMIT: OVER_LIMIT OK", left: []int{0, -1}},
+			{domain: "rl", ds: fourheader("my_foo", "bkthomps", "bkthomps"), want: "OVER_LIMIT: OK OVER_LIMIT", left: []int{-1, 0}},
+			{domain: "rl", ds: append(fourheader("my_foo", "bkthomps", "fake"), "category=account"), want: "OK: OK OK OK", left: []int{-1, -1, 3}},
+			{domain: "rl", ds: append(fourheader("my_foo", "bkthomps", "fake"), "category=account"), want: "OK: OK OK OK", left: []int{-1, -1, 2}},
+			{domain: "rl", ds: append(fourheader("my_foo", "bkthomps", "fake"), "category=account"), want: "OK: OK OK OK", left: []int{-1, -1, 1}},
+		}},
+		{name: "value-included-in-stats-key-when-unspecified.sh", files: e2e, calls: []call{
+			{domain: "rl", ds: []string{"unspec=unspecified_value"}, want: "OK: OK", left: []int{1}},
+			{domain: "rl", ds: []string{"unspec=unspecified_value"}, want: "OK: OK", left: []int{0}},
+			{domain: "rl", ds: []string{"unspec=unspecified_value"}, want: "OVER_LIMIT: OVER_LIMIT", left: []int{0}},
+		}},
+		{name: "quota.sh", files: e2e, calls: []call{
+			{domain: "rl", ds: []string{"service=service_1", "service=service_2"}, want: "OK: OK OK", left: []int{0, 1}},
+			{domain: "rl", ds: []string{"service=service_1", "service=service_2"}, want: "OK: OVER_LIMIT OK", left: []int{0, 0}},
+			{domain: "rl", ds: []string{"service=service_1", "service=service_2"}, want: "OVER_LIMIT: OVER_LIMIT OVER_LIMIT", left: []int{0, 0}},
+		}},
+		{name: "share threshold", files: []string{"share.yaml"}, calls: append(repeat(10, func(i int) call {
+			return call{domain: "share-threshold-test", ds: []string{fmt.Sprintf("files=files/R1-%d.csv", i)}, want: "OK: OK", left: []int{9 - i}}
+		}), call{domain: "share-threshold-test", ds: []string{"files=files/R1-b.csv"}, want: "OVER_LIMIT: OVER_LIMIT", left: []int{0}},
+			call{domain: "share-threshold-test", ds: []string{"files_no_share=files_no_share/R1-1"}, want: "OK: OK", left: []int{9}},
+			call{domain: "share-threshold-test", ds: []string{"files_no_share=files_no_share/R1-2"}, want: "OK: OK", left: []int{9}},
+		)},
+		{name: "wildcard in the middle", files: []string{"wildcard.yaml"}, calls: append(repeat(20, func(i int) call {
+			return call{domain: "test-domain", ds: []string{"midWild=barR1b"}, want: "OK: OK", left: []int{19 - i}}
+		}), call{domain: "test-domain", ds: []string{"midWild=barR1b"}, want: "OVER_LIMIT: OVER_LIMIT", left: []int{0}},
+			call{domain: "test-domain", ds: []string{"midWild=barR1"}, want: "OK: OK", left: []int{-1}},
+		)},
+		{name: "token-quota.sh", files: e2e, calls: []call{
+			// On the request, a check that counts nothing; when the stream
+			// ends, the charge.
+			{domain: "rl", ds: []string{"service=service_2#0"}, want: "OK: OK", left: []int{2}},
+			{domain: "rl", ds: []string{"service=service_2#1"}, want: "OK: OK", left: []int{1}},
+			{domain: "rl", ds: []string{"service=service_2#0"}, want: "OK: OK", left: []int{1}},
+			{domain: "rl", ds: []string{"service=service_2#1"}, want: "OK: OK", left: []int{0}},
+			{domain: "rl", ds: []string{"service=service_2#0"}, want: "OK: OK", left: []int{0}},
+			{domain: "rl", ds: []string{"service=service_2#1"}, want: "OVER_LIMIT: OVER_LIMIT", left: []int{0}},
+			{domain: "rl", ds: []string{"service=service_2#0"}, want: "OVER_LIMIT: OVER_LIMIT", left: []int{0}},
+		}},
+	}
+}
+
+// request builds a call's request; R1, R2 in values become a token of
+// this run, so that each run has counters of its own.
+func (c call) request(run string) *rlspb.RateLimitRequest {
+	req := &rlspb.RateLimitRequest{Domain: c.domain, HitsAddend: c.hits}
+	for _, d := range c.ds {
+		d, own, hasOwn := strings.Cut(d, "#")
+		x := desc(strings.Split(strings.NewReplacer("R1", run+"a", "R2", run+"b").Replace(d), ",")...)
+		if hasOwn {
+			n, _ := strconv.ParseUint(own, 10, 64)
+			x.HitsAddend = wrapperspb.UInt64(n)
+		}
+		req.Descriptors = append(req.Descriptors, x)
+	}
+	return req
+}
+
+// backends are the stores the reference cases run on: memory, Redis,
+// Redis Cluster and Redis behind Sentinel.
+func backends(t *testing.T) map[string]func(t *testing.T) store.Store {
+	redis := func(url string) func(t *testing.T) store.Store {
+		return func(t *testing.T) store.Store {
+			st, err := redisstore.New(redisstore.Config{URL: url, Prefix: fmt.Sprintf("ref%d:", time.Now().UnixNano())})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { st.Close() })
+			return st
+		}
+	}
+	ss, err := redistest.StartSentinels(5 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ss.Close)
+	return map[string]func(t *testing.T) store.Store{
+		"memory":   func(*testing.T) store.Store { return memstore.New(memstore.Config{}) },
+		"redis":    redis("redis://" + redisSrv.Addr),
+		"cluster":  redis("redis-cluster://" + strings.Join(redisCluster.Addrs(), ",")),
+		"sentinel": redis("redis-sentinel://" + strings.Join(ss.Addrs(), ",") + "/" + redistest.MasterName),
+	}
+}
+
+// TestReference runs every reference case on every backend and expects
+// envoyproxy/ratelimit's answer, field by field: the overall code, and
+// per descriptor the code, current_limit (the matched rule's, or none),
+// limit_remaining and duration_until_reset (whole seconds to the end of
+// the unit's window).
+func TestReference(t *testing.T) {
+	for name, open := range backends(t) {
+		t.Run(name, func(t *testing.T) {
+			for _, rc := range references() {
+				t.Run(rc.name, func(t *testing.T) {
+					var c rls.Config
+					for _, f := range rc.files {
+						ds, err := config.ParseRLSFile(filepath.Join("testdata/reference", f))
+						if err != nil {
+							t.Fatal(err)
+						}
+						c.Domains = append(c.Domains, ds...)
+					}
+					c.Settings = rc.set
+					client, _ := serve(t, c, open(t))
+					run := strconv.FormatInt(time.Now().UnixNano(), 36)
+					for i, cl := range rc.calls {
+						before := time.Now()
+						r, err := client.ShouldRateLimit(context.Background(), cl.request(run))
+						after := time.Now()
+						if err != nil {
+							t.Fatalf("call %d: %v", i, err)
+						}
+						checkReference(t, i, cl, r, before, after)
+					}
+				})
+			}
+		})
+	}
+}
+
+// checkReference compares one answer with the reference's.
+func checkReference(t *testing.T, i int, cl call, r *rlspb.RateLimitResponse, before, after time.Time) {
+	t.Helper()
+	if got := codesOf(r); got != cl.want {
+		t.Fatalf("call %d %v: %s, want %s", i, cl.ds, got, cl.want)
+	}
+	for j, st := range r.Statuses {
+		left := cl.left[j]
+		if left < 0 {
+			if st.CurrentLimit != nil || st.LimitRemaining != 0 || st.DurationUntilReset != nil {
+				t.Fatalf("call %d descriptor %d: %v, want no limit", i, j, st)
+			}
+			continue
+		}
+		if st.CurrentLimit == nil || st.LimitRemaining != uint32(left) {
+			t.Fatalf("call %d descriptor %d: %v, want %d remaining", i, j, st, left)
+		}
+		n := int64(rls.Period(st.CurrentLimit.Unit) / time.Second)
+		d := st.GetDurationUntilReset()
+		if d.GetNanos() != 0 || d.GetSeconds() != n-before.Unix()%n && d.GetSeconds() != n-after.Unix()%n {
+			t.Fatalf("call %d descriptor %d: duration until reset %v, want %ds (to the end of the %v window)", i, j, d.AsDuration(), n-before.Unix()%n, st.CurrentLimit.Unit)
+		}
+	}
+}
+
+// TestMultiServiceTokenQuota is multiservice-tokenquota.sh: Envoy checks
+// both services' quotas without counting, routes to the service the
+// response's dynamic metadata names (the first whose quota passed), and
+// charges that one when the stream ends. Two requests go to service 1,
+// three to service 2, and the sixth is refused.
+func TestMultiServiceTokenQuota(t *testing.T) {
+	ds, err := config.ParseRLSFile("testdata/reference/e2e.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := serve(t, rls.Config{Domains: ds, Settings: rls.Settings{DynamicMetadata: true}}, memstore.New(memstore.Config{}))
+	var got []string
+	for range 6 {
+		check := &rlspb.RateLimitRequest{Domain: "rl", Descriptors: []*commonpb.RateLimitDescriptor{desc("service=service_1"), desc("service=service_2")}}
+		for _, d := range check.Descriptors {
+			d.HitsAddend = wrapperspb.UInt64(0)
+		}
+		r, err := c.ShouldRateLimit(context.Background(), check)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.OverallCode != ok {
+			got = append(got, "429")
+			continue
+		}
+		svc := r.GetDynamicMetadata().GetFields()["metadata"].GetStructValue().GetFields()["service_with_quota"].GetStructValue().GetFields()["name"].GetStringValue()
+		got = append(got, svc)
+		charge := desc("service=" + svc)
+		charge.HitsAddend = wrapperspb.UInt64(1)
+		if _, err := c.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "rl", Descriptors: []*commonpb.RateLimitDescriptor{charge}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if want := "service_1 service_1 service_2 service_2 service_2 429"; strings.Join(got, " ") != want {
+		t.Fatalf("routed %v, want %s", got, want)
+	}
+}
