@@ -3,6 +3,8 @@ package rls_test
 import (
 	"context"
 	"fmt"
+	"math"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -11,6 +13,8 @@ import (
 
 	commonpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/fairgate/fairgate/internal/config"
@@ -31,9 +35,14 @@ type call struct {
 	hits uint32
 	// want is the overall code and each descriptor's, as codesOf writes
 	// them; left is each descriptor's limit_remaining (-1: no limit, so 0
-	// and no current_limit).
+	// and no current_limit; -2: unlimited, so the most a uint32 holds and
+	// no current_limit).
 	want string
 	left []int
+	// headers, when set, are the response headers' limit and remaining
+	// ("20 19"), with RateLimit-Reset to the end of the window; "-" is
+	// none.
+	headers string
 }
 
 // reference is a case of envoyproxy/ratelimit's own tests, re-expressed as
@@ -146,6 +155,14 @@ func references() []reference {
 		}), call{domain: "test-domain", ds: []string{"midWild=barR1b"}, want: "OVER_LIMIT: OVER_LIMIT", left: []int{0}},
 			call{domain: "test-domain", ds: []string{"midWild=barR1"}, want: "OK: OK", left: []int{-1}},
 		)},
+		{name: "response headers", files: []string{"another.yaml", "e2e.yaml"}, set: rls.Settings{Headers: rls.Headers{Enabled: true}}, calls: []call{
+			{domain: "another", ds: []string{"key2=R1"}, want: "OK: OK", left: []int{19}, headers: "20 19"},
+			{domain: "another", ds: []string{"key2=R1", "key3=R1"}, want: "OK: OK OK", left: []int{18, 9}, headers: "10 9"},
+			{domain: "rl", ds: []string{"foo=x,bay=y"}, want: "OK: OK", left: []int{-2}, headers: "-"},
+			{domain: "rl", ds: []string{"unspec=R1"}, want: "OK: OK", left: []int{1}, headers: "2 1"},
+			{domain: "rl", ds: []string{"unspec=R1"}, want: "OK: OK", left: []int{0}, headers: "2 0"},
+			{domain: "rl", ds: []string{"unspec=R1", "key9=x"}, want: "OVER_LIMIT: OVER_LIMIT OK", left: []int{0, -1}, headers: "2 0"},
+		}},
 		{name: "token-quota.sh", files: e2e, calls: []call{
 			// On the request, a check that counts nothing; when the stream
 			// ends, the charge.
@@ -207,7 +224,49 @@ func backends(t *testing.T) map[string]func(t *testing.T) store.Store {
 // per descriptor the code, current_limit (the matched rule's, or none),
 // limit_remaining and duration_until_reset (whole seconds to the end of
 // the unit's window).
+//
+// With FAIRGATE_REFERENCE_RLS=host:port, the cases of default settings
+// also run against the envoyproxy/ratelimit at that address, the control
+// (serving testdata/reference as its runtime directory), on the Redis at
+// FAIRGATE_REFERENCE_REDIS, flushed before each case as the end-to-end
+// scripts wait out their windows; docs/rls.md says how to build and start
+// it. Its answers must be the data's too.
 func TestReference(t *testing.T) {
+	if addr := os.Getenv("FAIRGATE_REFERENCE_RLS"); addr != "" {
+		t.Run("control", func(t *testing.T) {
+			conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			// FAIRGATE_REFERENCE_SETTINGS names the control's own settings:
+			// "stop_increment" (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT),
+			// "local_cache" (LOCAL_CACHE_SIZE_IN_BYTES=1000), "headers"
+			// (LIMIT_RESPONSE_HEADERS_ENABLED), several or none.
+			var set rls.Settings
+			for _, f := range strings.Split(os.Getenv("FAIRGATE_REFERENCE_SETTINGS"), ",") {
+				switch f {
+				case "stop_increment":
+					set.StopIncrementWhenOverLimit = true
+				case "headers":
+					set.Headers.Enabled = true
+				case "local_cache":
+					set.LocalCacheEntries = rls.LocalCacheEntries(1000)
+				}
+			}
+			for _, rc := range references() {
+				if rc.set != set {
+					continue
+				}
+				t.Run(rc.name, func(t *testing.T) {
+					if _, err := redistest.Do(os.Getenv("FAIRGATE_REFERENCE_REDIS"), "FLUSHALL"); err != nil {
+						t.Fatal(err)
+					}
+					runReference(t, rlspb.NewRateLimitServiceClient(conn), rc)
+				})
+			}
+		})
+	}
 	for name, open := range backends(t) {
 		t.Run(name, func(t *testing.T) {
 			for _, rc := range references() {
@@ -222,19 +281,25 @@ func TestReference(t *testing.T) {
 					}
 					c.Settings = rc.set
 					client, _ := serve(t, c, open(t))
-					run := strconv.FormatInt(time.Now().UnixNano(), 36)
-					for i, cl := range rc.calls {
-						before := time.Now()
-						r, err := client.ShouldRateLimit(context.Background(), cl.request(run))
-						after := time.Now()
-						if err != nil {
-							t.Fatalf("call %d: %v", i, err)
-						}
-						checkReference(t, i, cl, r, before, after)
-					}
+					runReference(t, client, rc)
 				})
 			}
 		})
+	}
+}
+
+// runReference makes a case's calls on client and checks each answer.
+func runReference(t *testing.T, client rlspb.RateLimitServiceClient, rc reference) {
+	t.Helper()
+	run := strconv.FormatInt(time.Now().UnixNano(), 36)
+	for i, cl := range rc.calls {
+		before := time.Now()
+		r, err := client.ShouldRateLimit(context.Background(), cl.request(run))
+		after := time.Now()
+		if err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		checkReference(t, i, cl, r, before, after)
 	}
 }
 
@@ -244,8 +309,39 @@ func checkReference(t *testing.T, i int, cl call, r *rlspb.RateLimitResponse, be
 	if got := codesOf(r); got != cl.want {
 		t.Fatalf("call %d %v: %s, want %s", i, cl.ds, got, cl.want)
 	}
+	if cl.headers != "" {
+		var got []string
+		for _, h := range r.ResponseHeadersToAdd {
+			got = append(got, h.Key+"="+h.Value)
+		}
+		want := []string{}
+		if cl.headers != "-" {
+			lim, left, _ := strings.Cut(cl.headers, " ")
+			n, _ := strconv.ParseInt(lim, 10, 64)
+			var unit int64
+			for _, st := range r.Statuses {
+				if st.CurrentLimit != nil && int64(st.CurrentLimit.RequestsPerUnit) == n {
+					unit = int64(rls.Period(st.CurrentLimit.Unit) / time.Second)
+				}
+			}
+			reset := strconv.FormatInt(unit-before.Unix()%unit, 10)
+			if unit-after.Unix()%unit != unit-before.Unix()%unit && len(got) == 3 && got[2] == "RateLimit-Reset="+strconv.FormatInt(unit-after.Unix()%unit, 10) {
+				reset = strconv.FormatInt(unit-after.Unix()%unit, 10)
+			}
+			want = []string{"RateLimit-Limit=" + lim, "RateLimit-Remaining=" + left, "RateLimit-Reset=" + reset}
+		}
+		if strings.Join(got, " ") != strings.Join(want, " ") {
+			t.Fatalf("call %d %v: headers %v, want %v", i, cl.ds, got, want)
+		}
+	}
 	for j, st := range r.Statuses {
 		left := cl.left[j]
+		if left == -2 {
+			if st.CurrentLimit != nil || st.LimitRemaining != math.MaxUint32 || st.DurationUntilReset != nil {
+				t.Fatalf("call %d descriptor %d: %v, want unlimited", i, j, st)
+			}
+			continue
+		}
 		if left < 0 {
 			if st.CurrentLimit != nil || st.LimitRemaining != 0 || st.DurationUntilReset != nil {
 				t.Fatalf("call %d descriptor %d: %v, want no limit", i, j, st)
