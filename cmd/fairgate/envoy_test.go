@@ -14,10 +14,12 @@ import (
 
 	commonpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	confpb "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/fairgate/fairgate/internal/redistest"
+	"github.com/fairgate/fairgate/internal/rlsxds/xdstest"
 )
 
 // writeDomain writes an envoyproxy/ratelimit config file of one domain
@@ -157,5 +159,56 @@ func TestEnvoyEnvironment(t *testing.T) {
 	n, _, err := udp.ReadFrom(buf)
 	if err != nil || !strings.Contains(string(buf[:n]), "ratelimit.service.rate_limit.a.k.total_hits:") {
 		t.Fatalf("statsd: %q %v", buf[:n], err)
+	}
+}
+
+// TestEnvoyEnvironmentXDS: with CONFIG_TYPE=GRPC_XDS_SOTW the domains come
+// from the go-control-plane management server CONFIG_GRPC_XDS_* name, and
+// follow its updates.
+func TestEnvoyEnvironmentXDS(t *testing.T) {
+	m, err := xdstest.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Stop()
+	if err := m.Set("rl-node", "1", xdstest.Domain("x", 1, confpb.RateLimitUnit_HOUR)); err != nil {
+		t.Fatal(err)
+	}
+	grpcAddr := freeAddr(t)
+	_, grpcPort, _ := net.SplitHostPort(grpcAddr)
+	for k, v := range map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": m.Addr, "CONFIG_GRPC_XDS_NODE_ID": "rl-node", "GRPC_HOST": "127.0.0.1", "GRPC_PORT": grpcPort, "HOST": "127.0.0.1", "PORT": "0"} {
+		t.Setenv(k, v)
+	}
+	sv := startServe(t)
+	defer sv.stop()
+	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := rlspb.NewRateLimitServiceClient(conn)
+	limitOf := func(domain string) uint32 {
+		r, err := c.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: domain, Descriptors: []*commonpb.RateLimitDescriptor{
+			{Entries: []*commonpb.RateLimitDescriptor_Entry{{Key: "k", Value: strconv.FormatInt(time.Now().UnixNano(), 10)}}},
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Statuses[0].GetCurrentLimit().GetRequestsPerUnit()
+	}
+	for _, step := range []struct {
+		version string
+		n       uint32
+	}{{"1", 1}, {"2", 9}} {
+		if step.version != "1" {
+			if err := m.Set("rl-node", step.version, xdstest.Domain("x", step.n, confpb.RateLimitUnit_HOUR)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for deadline := time.Now().Add(10 * time.Second); limitOf("x") != step.n; time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("version %s: the limit is not %d within 10s: %s", step.version, step.n, sv.logs.String())
+			}
+		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"os/signal"
 	"reflect"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -35,6 +36,7 @@ import (
 	"github.com/fairgate/fairgate/internal/config"
 	"github.com/fairgate/fairgate/internal/dash"
 	"github.com/fairgate/fairgate/internal/rls"
+	"github.com/fairgate/fairgate/internal/rlsxds"
 	"github.com/fairgate/fairgate/internal/server"
 	"github.com/fairgate/fairgate/internal/statsd"
 	"github.com/fairgate/fairgate/internal/tlsfiles"
@@ -94,9 +96,14 @@ type daemon struct {
 	jobs     fairq.Queue
 	weights  *atomic.Pointer[map[string]int]
 	rlsSvc   *rls.Service
-	authn    *auth.Authenticator
-	h        *server.Server
-	reload   func() error
+	// rlsMu guards the two sources of the Envoy service's domains: the
+	// config file's and xDS's.
+	rlsMu   sync.Mutex
+	rlsFile rls.Config
+	rlsXDS  []rls.Domain
+	authn   *auth.Authenticator
+	h       *server.Server
+	reload  func() error
 
 	tls     listenerTLS    // each listener's TLS; nil: plain
 	srv     *http.Server   // the main listener's
@@ -204,6 +211,7 @@ func (d *daemon) buildDeciders() error {
 	if d.rlsSvc, err = rls.New(d.cfg.RLS, d.lim, d.log, d.reg); err != nil {
 		return err
 	}
+	d.rlsFile = d.cfg.RLS
 	if s := d.cfg.Statsd; s.Address != "" {
 		sink, err := statsd.New(s.Address, s.FlushInterval)
 		if err != nil {
@@ -275,6 +283,9 @@ func (d *daemon) start(ready func(addr string)) error {
 	if d.board != nil {
 		d.goCheck("dashboard", func() error { return d.board.Run(d.bg) })
 	}
+	if d.cfg.RLSXDS.Address != "" {
+		d.followXDS()
+	}
 	if d.c.Config != "" || d.c.ConfigData != nil {
 		d.watch()
 	}
@@ -328,6 +339,9 @@ func (d *daemon) apply(nc *config.Config) error {
 	if err == nil {
 		err = d.quotas.CheckProviders(nc.Providers)
 	}
+	if err == nil {
+		err = d.checkRLS(nc.RLS.Domains, nil)
+	}
 	if err == nil && nc.NoPolicy && d.c.Upstream != "" {
 		err = errors.New("the proxy needs a policy: the new file has no plans, classes or routes")
 	}
@@ -341,8 +355,8 @@ func (d *daemon) apply(nc *config.Config) error {
 	if err := d.quotas.SetProviders(nc.Providers); err != nil {
 		return err
 	}
-	if d.rlsSvc != nil {
-		d.rlsSvc.SetConfig(nc.RLS)
+	if err := d.setRLS(&nc.RLS, nil); err != nil {
+		return err
 	}
 	d.weights.Store(&nc.QueueWeights)
 	if !maps.Equal(nc.Queues, d.cfg.Queues) || !reflect.DeepEqual(nc.Dependencies, d.cfg.Dependencies) {
@@ -353,6 +367,74 @@ func (d *daemon) apply(nc *config.Config) error {
 	d.authn = na
 	d.reloads.WithLabelValues("applied").Inc()
 	return nil
+}
+
+// checkRLS reports a domain both the file and xDS configure. Nil
+// arguments are the ones in force.
+func (d *daemon) checkRLS(file, xds []rls.Domain) error {
+	d.rlsMu.Lock()
+	defer d.rlsMu.Unlock()
+	if file == nil {
+		file = d.rlsFile.Domains
+	}
+	if xds == nil {
+		xds = d.rlsXDS
+	}
+	for _, x := range xds {
+		for _, f := range file {
+			if x.Name == f.Name {
+				return fmt.Errorf("rls domain %q comes both from the config file and from xDS", x.Name)
+			}
+		}
+	}
+	return nil
+}
+
+// setRLS puts the Envoy service's domains in force: the file's (nil: the
+// ones in force) and xDS's (nil: the ones in force).
+func (d *daemon) setRLS(file *rls.Config, xds []rls.Domain) error {
+	if err := d.checkRLS(domainsOf(file), xds); err != nil {
+		return err
+	}
+	d.rlsMu.Lock()
+	defer d.rlsMu.Unlock()
+	if file != nil {
+		d.rlsFile = *file
+	}
+	if xds != nil {
+		d.rlsXDS = xds
+	}
+	c := d.rlsFile
+	c.Domains = append(slices.Clip(c.Domains), d.rlsXDS...)
+	d.rlsSvc.SetConfig(c)
+	return nil
+}
+
+// domainsOf is c's domains, nil for a nil c.
+func domainsOf(c *rls.Config) []rls.Domain {
+	if c == nil {
+		return nil
+	}
+	return c.Domains
+}
+
+// followXDS receives the Envoy service's domains from the xDS management
+// server of the config, with the rls section's defaults.
+func (d *daemon) followXDS() {
+	x := d.cfg.RLSXDS
+	def := d.cfg.RLSDefault
+	c := &rlsxds.Client{Address: x.Address, NodeID: x.NodeID, Metadata: x.Metadata, Retry: x.Retry, Log: d.log,
+		Apply: func(ds []rls.Domain) error {
+			for i := range ds {
+				ds[i].Fail, ds[i].Algorithm, ds[i].Atomic = def.Fail, def.Algorithm, def.Atomic
+			}
+			if ds == nil {
+				ds = []rls.Domain{}
+			}
+			return d.setRLS(nil, ds)
+		}}
+	d.log.Info("following the xDS management server for rls domains", slog.String("server", x.Address), slog.String("node_id", x.NodeID))
+	d.goCheck("xDS client", func() error { return c.Run(d.bg) })
 }
 
 // listen opens the main listener and starts the internal, admin and gRPC

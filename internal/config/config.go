@@ -57,6 +57,12 @@ type Config struct {
 	RLSSources []Source
 	// RLSFiles are the files the rls section named (its files globs).
 	RLSFiles []string
+	// RLSDefault holds the rls section's fail mode, algorithm and atomic,
+	// for the domains that come from xDS.
+	RLSDefault rls.Domain
+	// RLSXDS, when its Address is set, is the xDS management server the
+	// Envoy service's domains also come from.
+	RLSXDS XDS
 	// Statsd is where the Envoy service's statistics go as statsd
 	// counters; an empty Address means nowhere.
 	Statsd Statsd
@@ -81,6 +87,18 @@ type Config struct {
 	// Instances is how many fairgate instances share the store (sizes the
 	// fallback limiter). At least 1.
 	Instances int
+}
+
+// XDS is an xDS management server of rate limit configs
+// (envoyproxy/ratelimit's CONFIG_TYPE=GRPC_XDS_SOTW).
+type XDS struct {
+	// Address is its host:port.
+	Address string
+	// NodeID and Metadata identify this instance to it.
+	NodeID   string
+	Metadata map[string]string
+	// Retry is the wait before reconnecting; zero means 3 s.
+	Retry time.Duration
 }
 
 // Statsd is a statsd destination.

@@ -83,7 +83,28 @@ func (d *decoder) rlsSection(n *yaml.Node, path string, c *Config) {
 			runtime = append(runtime, v)
 		},
 		"ignore_dot_files": func(v *yaml.Node, path string) { ignoreDot = d.Bool(v, path) },
-		"merge_domains":    func(v *yaml.Node, path string) { merge = d.Bool(v, path) },
+		"xds": func(v *yaml.Node, path string) {
+			x := &c.RLSXDS
+			x.NodeID = "default"
+			d.Fields(v, path, configfile.Handlers{
+				"address": func(v *yaml.Node, path string) {
+					x.Address = d.Str(v, path)
+					if _, _, err := net.SplitHostPort(x.Address); err != nil {
+						d.Add(v, path, "xds address %q: want the management server's host:port", x.Address)
+					}
+				},
+				"node_id": func(v *yaml.Node, path string) { x.NodeID = d.Str(v, path) },
+				"node_metadata": func(v *yaml.Node, path string) {
+					x.Metadata = map[string]string{}
+					d.Entries(v, path, func(name string, k, v *yaml.Node, path string) { x.Metadata[name] = d.Str(v, path) })
+				},
+				"retry": func(v *yaml.Node, path string) { x.Retry = d.Duration(v, path) },
+			})
+			if x.Address == "" {
+				d.Add(v, configfile.Join(path, "address"), "xds needs the management server's address")
+			}
+		},
+		"merge_domains": func(v *yaml.Node, path string) { merge = d.Bool(v, path) },
 		"statsd": func(v *yaml.Node, path string) {
 			d.Fields(v, path, configfile.Handlers{
 				"address": func(v *yaml.Node, path string) {
@@ -146,6 +167,7 @@ func (d *decoder) rlsSection(n *yaml.Node, path string, c *Config) {
 			})
 		},
 	})
+	c.RLSDefault = rls.Domain{Fail: fail, Algorithm: algorithm, Atomic: atomic}
 	for i := range c.RLSSources {
 		c.RLSSources[i].IgnoreDot = ignoreDot
 		ds, err := c.RLSSources[i].domains()

@@ -206,6 +206,33 @@ func redisURL(get Lookup) (string, error) {
 	return out, nil
 }
 
+// xds is the rls.xds section of CONFIG_GRPC_XDS_*.
+func xds(get Lookup) (map[string]any, error) {
+	x := map[string]any{"address": "localhost:18000"}
+	if v, ok := get("CONFIG_GRPC_XDS_SERVER_URL"); ok && v != "" {
+		x["address"] = v
+	}
+	if v, ok := get("CONFIG_GRPC_XDS_NODE_ID"); ok && v != "" {
+		x["node_id"] = v
+	}
+	if v, ok := get("CONFIG_GRPC_XDS_NODE_METADATA"); ok && v != "" {
+		md := map[string]string{}
+		for _, kv := range strings.Split(v, ",") {
+			if k, val, ok := strings.Cut(kv, "="); ok {
+				md[k] = val
+			}
+		}
+		x["node_metadata"] = md
+	}
+	if v, ok := get("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL"); ok && v != "" {
+		if _, err := time.ParseDuration(v); err != nil {
+			return nil, fmt.Errorf("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL=%q: want a duration such as 3s", v)
+		}
+		x["retry"] = v
+	}
+	return x, nil
+}
+
 func boolVar(get Lookup, name string) bool {
 	v, _ := get(name)
 	b, _ := strconv.ParseBool(v)
@@ -218,20 +245,29 @@ func boolVar(get Lookup, name string) bool {
 func config(get Lookup) ([]byte, error) {
 	root, rok := get("RUNTIME_ROOT")
 	sub, sok := get("RUNTIME_SUBDIRECTORY")
-	if ct, ok := get("CONFIG_TYPE"); ok && !strings.EqualFold(ct, "FILE") {
-		return nil, fmt.Errorf("CONFIG_TYPE=%q: fairgate reads the runtime directory (FILE); for xDS, configure rls.xds in a fairgate config file", ct)
+	rls := map[string]any{}
+	switch ct, _ := get("CONFIG_TYPE"); strings.ToUpper(ct) {
+	case "", "FILE":
+		if !rok && !sok {
+			return nil, nil
+		}
+		if !rok {
+			root = "/srv/runtime_data/current"
+		}
+		app, ok := get("RUNTIME_APPDIRECTORY")
+		if !ok {
+			app = "config"
+		}
+		rls["runtime_dir"] = filepath.Join(root, sub, app)
+	case "GRPC_XDS_SOTW":
+		x, err := xds(get)
+		if err != nil {
+			return nil, err
+		}
+		rls["xds"] = x
+	default:
+		return nil, fmt.Errorf("CONFIG_TYPE=%q: want FILE or GRPC_XDS_SOTW", ct)
 	}
-	if !rok && !sok {
-		return nil, nil
-	}
-	if !rok {
-		root = "/srv/runtime_data/current"
-	}
-	app, ok := get("RUNTIME_APPDIRECTORY")
-	if !ok {
-		app = "config"
-	}
-	rls := map[string]any{"runtime_dir": filepath.Join(root, sub, app)}
 	set := func(key, name string, conv func(string) (any, error)) error {
 		v, ok := get(name)
 		if !ok || v == "" {

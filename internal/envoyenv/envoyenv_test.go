@@ -40,7 +40,7 @@ func TestRedisURL(t *testing.T) {
 		{map[string]string{"GRPC_PORT": "eighty"}, `GRPC_PORT="eighty": want a port number`},
 		{map[string]string{"REDIS_TIMEOUT": "soon"}, `REDIS_TIMEOUT="soon"`},
 		{map[string]string{"RUNTIME_ROOT": "/d", "NEAR_LIMIT_RATIO": "most"}, `NEAR_LIMIT_RATIO="most"`},
-		{map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW"}, "rls.xds"},
+		{map[string]string{"CONFIG_TYPE": "CONSUL"}, "want FILE or GRPC_XDS_SOTW"},
 		{map[string]string{"BACKEND_TYPE": "memcache"}, "memcache is not supported"},
 	} {
 		if _, err := Read(lookup(tc.env)); err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -71,5 +71,19 @@ func TestConfig(t *testing.T) {
 	}
 	if len(r.Unsupported) != 2 || !strings.HasPrefix(r.Unsupported[0], "REDIS_PERSECOND") || !strings.HasPrefix(r.Unsupported[1], "TRACING_ENABLED") {
 		t.Errorf("unsupported %v", r.Unsupported)
+	}
+}
+
+// TestXDSConfig: CONFIG_TYPE=GRPC_XDS_SOTW follows the management server
+// the CONFIG_GRPC_XDS_* variables name.
+func TestXDSConfig(t *testing.T) {
+	r, err := Read(lookup(map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": "xds:18000", "CONFIG_GRPC_XDS_NODE_ID": "rl-1", "CONFIG_GRPC_XDS_NODE_METADATA": "zone=a,team=edge"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"address: xds:18000", "node_id: rl-1", "zone: a", "team: edge"} {
+		if !strings.Contains(string(r.Config), want) {
+			t.Errorf("config:\n%s\nwant %q in it", r.Config, want)
+		}
 	}
 }

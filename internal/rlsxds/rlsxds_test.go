@@ -1,0 +1,103 @@
+package rlsxds_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	confpb "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+
+	"github.com/fairgate/fairgate/internal/rls"
+	"github.com/fairgate/fairgate/internal/rlsxds"
+	"github.com/fairgate/fairgate/internal/rlsxds/xdstest"
+)
+
+func startMgmt(t *testing.T) *xdstest.Server {
+	t.Helper()
+	m, err := xdstest.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Stop)
+	return m
+}
+
+func set(t *testing.T, m *xdstest.Server, version string, cfgs ...*confpb.RateLimitConfig) {
+	t.Helper()
+	if err := m.Set("node-1", version, cfgs...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitNACK waits for a refusal whose reason contains want.
+func waitNACK(t *testing.T, m *xdstest.Server, want string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(m.NACKs(), want); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no NACK containing %q: %q", want, m.NACKs())
+		}
+	}
+}
+
+// TestFollow: updates from a go-control-plane management server are
+// applied and acknowledged; an invalid one is refused with its reason
+// (NACK) and nothing changes; after the server restarts, the client comes
+// back and receives again.
+func TestFollow(t *testing.T) {
+	m := startMgmt(t)
+	quota := xdstest.Domain("a", 5, confpb.RateLimitUnit_MINUTE)
+	quota.Descriptors[0].QuotaMode = true
+	set(t, m, "1", quota)
+	got := make(chan []rls.Domain, 10)
+	c := &rlsxds.Client{Address: m.Addr, NodeID: "node-1", Retry: 100 * time.Millisecond, Apply: func(ds []rls.Domain) error { got <- ds; return nil }}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go c.Run(ctx)
+	next := func(what string) []rls.Domain {
+		t.Helper()
+		select {
+		case ds := <-got:
+			return ds
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: no update within 10s", what)
+			return nil
+		}
+	}
+	ds := next("the first snapshot")
+	if len(ds) != 1 || ds[0].Name != "a" || ds[0].Descriptors[0].Limit.RequestsPerUnit != 5 || !ds[0].Descriptors[0].QuotaMode {
+		t.Fatalf("first: %+v", ds)
+	}
+	set(t, m, "2", xdstest.Domain("a", 7, confpb.RateLimitUnit_MINUTE), xdstest.Domain("b", 1, confpb.RateLimitUnit_HOUR))
+	if ds := next("an update"); len(ds) != 2 || ds[0].Descriptors[0].Limit.RequestsPerUnit != 7 {
+		t.Fatalf("update: %+v", ds)
+	}
+	set(t, m, "3", xdstest.Domain("a", 7, confpb.RateLimitUnit_UNKNOWN))
+	waitNACK(t, m, `unit "UNKNOWN"`)
+	select {
+	case ds := <-got:
+		t.Fatalf("an invalid update was applied: %+v", ds)
+	default:
+	}
+	// The server goes away and comes back on the same address.
+	addr := m.Addr
+	m.Stop()
+	set(t, m, "4", xdstest.Domain("c", 2, confpb.RateLimitUnit_SECOND))
+	if err := m.Restart(addr); err != nil {
+		t.Fatal(err)
+	}
+	if ds := next("after the server's restart"); len(ds) != 1 || ds[0].Name != "c" {
+		t.Fatalf("after restart: %+v", ds)
+	}
+}
+
+// TestDomainsChecked: the same domain in two resources is refused.
+func TestDomainsChecked(t *testing.T) {
+	m := startMgmt(t)
+	set(t, m, "1", xdstest.Domain("a", 5, confpb.RateLimitUnit_MINUTE), &confpb.RateLimitConfig{Name: "again", Domain: "a"})
+	c := &rlsxds.Client{Address: m.Addr, NodeID: "node-1", Apply: func([]rls.Domain) error { t.Error("applied"); return nil }}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go c.Run(ctx)
+	waitNACK(t, m, `domain "a" is also in xds:a-config`)
+}
