@@ -4,6 +4,7 @@ import (
 	"math"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -40,8 +41,27 @@ type metrics struct {
 	sink         Sink
 
 	mu   sync.Mutex
-	keys map[string]bool // the stat keys named so far
+	keys map[string]*ruleStats // the stat keys named so far
 }
+
+// ruleStats are one rule key's counters, by stat, made when first used.
+type ruleStats struct {
+	domain, rest, key string // the labels, and the statsd name's key
+	c                 [numStats]atomic.Pointer[prometheus.Counter]
+}
+
+// The stats' indexes in ruleStats.
+const (
+	iTotal = iota
+	iOver
+	iNear
+	iWithin
+	iShadow
+	iOverLocal
+	numStats
+)
+
+var statNames = [numStats]string{statTotal, statOver, statNear, statWithin, statShadow, statOverLocal}
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
@@ -61,7 +81,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "fairgate_rls_global_shadow_mode_total",
 			Help: "Requests over their limit answered OK because of the global shadow mode (SHADOW_MODE).",
 		}),
-		keys: map[string]bool{},
+		keys: map[string]*ruleStats{},
 	}
 	if reg == nil {
 		return m, nil
@@ -74,24 +94,40 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, err
 }
 
-// add counts n hits of stat for a rule's key.
-func (m *metrics) add(domain, key, stat string, n int64) {
+// stats returns the counters of a rule key (domain.key_value…), or past
+// MaxStatKeys keys, the domain's overflow ones.
+func (m *metrics) stats(domain, key string) *ruleStats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if rs := m.keys[key]; rs != nil {
+		return rs
+	}
+	if len(m.keys) >= MaxStatKeys {
+		key = domain + "." + overflowStatKey
+		if rs := m.keys[key]; rs != nil {
+			return rs
+		}
+	}
+	rs := &ruleStats{domain: domain, rest: strings.TrimPrefix(key, domain+"."), key: key}
+	m.keys[key] = rs
+	return rs
+}
+
+// add counts n hits of stat i.
+func (m *metrics) add(rs *ruleStats, i int, n int64) {
 	if n <= 0 {
 		return
 	}
-	rest := strings.TrimPrefix(key, domain+".")
-	m.mu.Lock()
-	if !m.keys[key] {
-		if len(m.keys) >= MaxStatKeys {
-			rest, key = overflowStatKey, domain+"."+overflowStatKey
-		} else {
-			m.keys[key] = true
-		}
+	c := rs.c[i].Load()
+	if c == nil {
+		// Two racing first uses get the same child counter of the vector.
+		ctr := m.hits.WithLabelValues(rs.domain, rs.rest, statNames[i])
+		c = &ctr
+		rs.c[i].Store(c)
 	}
-	m.mu.Unlock()
-	m.hits.WithLabelValues(domain, rest, stat).Add(float64(n))
+	(*c).Add(float64(n))
 	if m.sink != nil {
-		m.sink.Add("ratelimit.service.rate_limit."+key+"."+stat, uint64(n))
+		m.sink.Add("ratelimit.service.rate_limit."+rs.key+"."+statNames[i], uint64(n))
 	}
 }
 
@@ -102,17 +138,18 @@ func (m *metrics) add(domain, key, stat string, n int64) {
 // all in within_limit and those past the threshold in near_limit; in
 // shadow mode, the over-limit hits in shadow_mode too.
 func (m *metrics) record(set *Settings, domain string, r *rule, o *outcome) {
-	add := func(stat string, n int64) { m.add(domain, r.stat, stat, n) }
+	rs := m.stats(domain, r.stat)
+	add := func(i int, n int64) { m.add(rs, i, n) }
 	if o.over && r.shadow {
 		m.shadow.WithLabelValues(domain).Inc()
 	}
 	hits := r.cost
-	add(statTotal, hits)
+	add(iTotal, hits)
 	if o.local {
-		add(statOver, hits)
-		add(statOverLocal, hits)
+		add(iOver, hits)
+		add(iOverLocal, hits)
 		if r.shadow {
-			add(statShadow, hits)
+			add(iShadow, hits)
 		}
 		return
 	}
@@ -123,19 +160,19 @@ func (m *metrics) record(set *Settings, domain string, r *rule, o *outcome) {
 	}
 	near := int64(math.Floor(float64(float32(limit) * float32(ratio))))
 	if !o.over {
-		add(statWithin, hits)
+		add(iWithin, hits)
 		if o.after > near {
-			add(statNear, min(hits, o.after-near))
+			add(iNear, min(hits, o.after-near))
 		}
 		return
 	}
 	overHits := hits
 	if o.before < limit {
 		overHits = o.after - limit
-		add(statNear, limit-max(near, o.before))
+		add(iNear, limit-max(near, o.before))
 	}
-	add(statOver, overHits)
+	add(iOver, overHits)
 	if r.shadow {
-		add(statShadow, overHits)
+		add(iShadow, overHits)
 	}
 }

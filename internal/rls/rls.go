@@ -3,7 +3,7 @@ package rls
 import (
 	"crypto/sha256"
 	"encoding/base64"
-	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -337,21 +337,31 @@ func wildcardMatch(parts []string, value string) bool {
 // counted in a key space of its own, so that a caller's override can never
 // change the state of the configured limit, nor one override another's.
 func storeKey(domain string, entries []Entry, tenantKey, override string) string {
-	h := sha256.New()
-	fmt.Fprintf(h, "%d:%s", len(domain), domain)
+	// The bytes hashed: "<len>:<domain>", "|override:<numbers>" for an
+	// override, then "|<len>:<key>=<len>:<value>" per entry.
+	var stack [256]byte
+	b := lenPrefixed(stack[:0], domain)
 	if override != "" {
-		fmt.Fprintf(h, "|override:%s", override)
+		b = append(append(b, "|override:"...), override...)
 	}
 	tenant, hasTenant := "", false
 	for _, e := range entries {
-		fmt.Fprintf(h, "|%d:%s=%d:%s", len(e.Key), e.Key, len(e.Value), e.Value)
+		b = lenPrefixed(append(b, '|'), e.Key)
+		b = lenPrefixed(append(b, '='), e.Value)
 		if tenantKey != "" && e.Key == tenantKey && !hasTenant {
 			tenant, hasTenant = e.Value, true
 		}
 	}
-	sum := base64.RawURLEncoding.EncodeToString(h.Sum(nil)[:18])
+	h := sha256.Sum256(b)
+	var out [24]byte
+	base64.RawURLEncoding.Encode(out[:], h[:18])
 	if hasTenant && tenant != "" {
-		return "rls:{" + policy.TenantTag(tenant) + "}:" + sum
+		return "rls:{" + policy.TenantTag(tenant) + "}:" + string(out[:])
 	}
-	return "rls:{d:" + sum + "}"
+	return "rls:{d:" + string(out[:]) + "}"
+}
+
+// lenPrefixed appends "<len(s)>:<s>".
+func lenPrefixed(b []byte, s string) []byte {
+	return append(append(strconv.AppendInt(b, int64(len(s)), 10), ':'), s...)
 }

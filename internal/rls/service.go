@@ -158,7 +158,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 func (s *Service) rules(cfg *compiled, req *rlspb.RateLimitRequest) ([]rule, error) {
 	root := cfg.domains[req.Domain]
 	rules := make([]rule, len(req.Descriptors))
-	replaced := map[string]bool{}
+	var replaced map[string]bool // made when a rule replaces another
 	entries := make([]Entry, 0, 4)
 	for i, d := range req.Descriptors {
 		if len(d.GetEntries()) == 0 || len(d.GetEntries()) > MaxEntries {
@@ -194,6 +194,9 @@ func (s *Service) rules(cfg *compiled, req *rlspb.RateLimitRequest) ([]rule, err
 		}
 		x := h.n.d
 		for _, name := range x.Limit.Replaces {
+			if replaced == nil {
+				replaced = map[string]bool{}
+			}
 			replaced[name] = true
 		}
 		if x.Limit.Unlimited {
