@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
@@ -92,7 +91,7 @@ func runReady(ctx context.Context, args []string, stdout, stderr io.Writer, read
 			fmt.Fprintln(stderr, "fairgate:", err)
 			return 2
 		}
-		log := slog.New(slog.NewJSONHandler(stderr, nil))
+		log := app.Logger(stderr, c.Env.LogLevel, c.Env.LogFormat)
 		if err := app.Serve(ctx, c, log, ready); err != nil {
 			fmt.Fprintln(stderr, "fairgate:", err)
 			return 1

@@ -298,6 +298,9 @@ func ParseServe(args []string, stderr io.Writer) (ServeConfig, error) {
 	workerFile := ""
 	fs.StringVar(&workerFile, "worker-token-file", "", "file holding the bearer token /v1/outbound/* require (or FAIRGATE_WORKER_TOKEN); without one they are open to whoever reaches --listen")
 	tlsFlags(fs, &c)
+	if e.GRPCCert != "" && c.GRPCTLS.Cert == "" {
+		c.GRPCTLS = TLSFiles{Cert: e.GRPCCert, Key: e.GRPCKey, ClientCA: cmp.Or(c.GRPCTLS.ClientCA, e.GRPCClientCA)}
+	}
 	timeout := env("FAIRGATE_STORE_TIMEOUT", "50ms")
 	if e.StoreTimeout > 0 {
 		timeout = env("FAIRGATE_STORE_TIMEOUT", e.StoreTimeout.String())
@@ -391,6 +394,21 @@ func token(what, envName, file string) (string, error) {
 		return "", fmt.Errorf("serve: %s token file: %w", what, err)
 	}
 	return strings.TrimSpace(string(b)), nil
+}
+
+// Logger returns the daemon's logger on w: JSON lines, or text for format
+// "text"; at level (debug, info, warn, error; "" is info), as
+// envoyproxy/ratelimit's LOG_LEVEL and LOG_FORMAT ask.
+func Logger(w io.Writer, level, format string) *slog.Logger {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil || level == "" {
+		l = slog.LevelInfo
+	}
+	opts := &slog.HandlerOptions{Level: l}
+	if format == "text" {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
 }
 
 // EnvConfigName names a config made from envoyproxy/ratelimit's

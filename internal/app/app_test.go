@@ -67,3 +67,27 @@ func TestStoreURLRedacted(t *testing.T) {
 		}
 	}
 }
+
+// TestEnvoyEnvironmentFlags: envoyproxy/ratelimit's environment gives the
+// defaults of serve's flags (store, listeners, gRPC TLS, store timeout, log
+// level); a flag or FAIRGATE_* variable wins.
+func TestEnvoyEnvironmentFlags(t *testing.T) {
+	for k, v := range map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "r:6379", "REDIS_TIMEOUT": "80ms", "RUNTIME_ROOT": t.TempDir(),
+		"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "/c.pem", "GRPC_SERVER_TLS_KEY": "/k.pem", "GRPC_CLIENT_TLS_CACERT": "/ca.pem", "LOG_LEVEL": "debug"} {
+		t.Setenv(k, v)
+	}
+	c, err := ParseServe(nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Store != "redis://r:6379" || c.StoreTimeout != 80*time.Millisecond || c.GRPCListen != "0.0.0.0:8081" || c.Listen != "0.0.0.0:8080" || c.ConfigData == nil {
+		t.Errorf("%+v", c)
+	}
+	if c.GRPCTLS != (TLSFiles{Cert: "/c.pem", Key: "/k.pem", ClientCA: "/ca.pem"}) || c.Env.LogLevel != "debug" {
+		t.Errorf("gRPC TLS %+v, log level %q", c.GRPCTLS, c.Env.LogLevel)
+	}
+	c, err = ParseServe([]string{"--store", "memory://", "--grpc-listen", "127.0.0.1:9"}, io.Discard)
+	if err != nil || c.Store != "memory://" || c.GRPCListen != "127.0.0.1:9" {
+		t.Errorf("flags do not win: %+v %v", c, err)
+	}
+}

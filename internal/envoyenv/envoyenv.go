@@ -37,6 +37,10 @@ type Result struct {
 	Config []byte
 	// LogLevel (debug, info, warn, error) and LogFormat (text, json).
 	LogLevel, LogFormat string
+	// GRPCCert, GRPCKey and GRPCClientCA are the gRPC listener's TLS
+	// (GRPC_SERVER_USE_TLS, GRPC_SERVER_TLS_CERT, _KEY,
+	// GRPC_CLIENT_TLS_CACERT).
+	GRPCCert, GRPCKey, GRPCClientCA string
 	// Used are the variables read; Unsupported those set that fairgate
 	// does not support, each with why.
 	Used, Unsupported []string
@@ -96,13 +100,24 @@ func Read(look Lookup) (Result, error) {
 	if r.Listen, err = hostPort(get, "HOST", "PORT", "0.0.0.0", "8080"); err != nil {
 		return r, err
 	}
+	if boolVar(get, "GRPC_SERVER_USE_TLS") {
+		r.GRPCCert, _ = get("GRPC_SERVER_TLS_CERT")
+		r.GRPCKey, _ = get("GRPC_SERVER_TLS_KEY")
+		r.GRPCClientCA, _ = get("GRPC_CLIENT_TLS_CACERT")
+		if r.GRPCCert == "" || r.GRPCKey == "" {
+			return r, fmt.Errorf("GRPC_SERVER_USE_TLS=true needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY")
+		}
+	}
 	if v, ok := get("LOG_LEVEL"); ok {
 		r.LogLevel = strings.ToLower(v)
 		if r.LogLevel == "warning" {
 			r.LogLevel = "warn"
 		}
-		if r.LogLevel == "trace" {
+		switch r.LogLevel {
+		case "trace":
 			r.LogLevel = "debug"
+		case "fatal", "panic":
+			r.LogLevel = "error"
 		}
 	}
 	if v, ok := get("LOG_FORMAT"); ok {

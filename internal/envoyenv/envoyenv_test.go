@@ -42,6 +42,7 @@ func TestRedisURL(t *testing.T) {
 		{map[string]string{"RUNTIME_ROOT": "/d", "NEAR_LIMIT_RATIO": "most"}, `NEAR_LIMIT_RATIO="most"`},
 		{map[string]string{"CONFIG_TYPE": "CONSUL"}, "want FILE or GRPC_XDS_SOTW"},
 		{map[string]string{"BACKEND_TYPE": "memcache"}, "memcache is not supported"},
+		{map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "/c"}, "needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY"},
 	} {
 		if _, err := Read(lookup(tc.env)); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: %v, want an error containing %q", tc.env, err, tc.want)
