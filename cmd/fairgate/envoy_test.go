@@ -38,10 +38,10 @@ func writeDomain(t *testing.T, dir, file, domain string, n int) {
 // TestEnvoyEnvironment swaps envoyproxy/ratelimit for fairgate keeping its
 // environment: the Redis of REDIS_*, the runtime directory of RUNTIME_*
 // (a symbolic link swapped as that service's deployments do), its gRPC and
-// HTTP ports, statsd; files added, changed and removed are picked up
+// HTTP ports, statsd, REDIS_AUTH on a Redis that asks for a password; files added, changed and removed are picked up
 // without a signal, and a bad file keeps the last good config.
 func TestEnvoyEnvironment(t *testing.T) {
-	srv, err := redistest.Start()
+	srv, err := redistest.Start("--requirepass", "s3cret")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +63,7 @@ func TestEnvoyEnvironment(t *testing.T) {
 	_, statsdPort, _ := net.SplitHostPort(udp.LocalAddr().String())
 	for k, v := range map[string]string{
 		"RUNTIME_ROOT": filepath.Join(root, "current"), "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_WATCH_ROOT": "true",
-		"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": srv.Addr, "CACHE_KEY_PREFIX": "envtest_",
+		"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": srv.Addr, "REDIS_AUTH": "s3cret", "CACHE_KEY_PREFIX": "envtest_",
 		"GRPC_HOST": "127.0.0.1", "GRPC_PORT": grpcPort, "HOST": "127.0.0.1", "PORT": httpPort,
 		"USE_STATSD": "true", "STATSD_HOST": "127.0.0.1", "STATSD_PORT": statsdPort, "STATS_FLUSH_INTERVAL": "100ms",
 		"LIMIT_RESPONSE_HEADERS_ENABLED": "true", "REDIS_PERSECOND": "true",
@@ -78,6 +78,8 @@ func TestEnvoyEnvironment(t *testing.T) {
 	}
 	if logs := sv.logs.String(); !strings.Contains(logs, "REDIS_PERSECOND") || !strings.Contains(logs, "does not support") {
 		t.Errorf("the unsupported variable is not logged: %s", logs)
+	} else if strings.Contains(logs, "s3cret") {
+		t.Errorf("the Redis password is in the log: %s", logs)
 	}
 	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -100,7 +102,7 @@ func TestEnvoyEnvironment(t *testing.T) {
 			t.Fatalf("call %d on a: %v, want %v", i, got, want)
 		}
 	}
-	if key, err := redistest.Do(srv.Addr, "RANDOMKEY"); err != nil || !strings.HasPrefix(key, "envtest_") {
+	if key, err := redistest.DoAuth(srv.Addr, "s3cret", "RANDOMKEY"); err != nil || !strings.HasPrefix(key, "envtest_") {
 		t.Errorf("a key in Redis: %q %v, want it under CACHE_KEY_PREFIX", key, err)
 	}
 	// /json, as that service's HTTP port serves it.

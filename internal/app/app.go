@@ -298,9 +298,6 @@ func ParseServe(args []string, stderr io.Writer) (ServeConfig, error) {
 	workerFile := ""
 	fs.StringVar(&workerFile, "worker-token-file", "", "file holding the bearer token /v1/outbound/* require (or FAIRGATE_WORKER_TOKEN); without one they are open to whoever reaches --listen")
 	tlsFlags(fs, &c)
-	if e.GRPCCert != "" && c.GRPCTLS.Cert == "" {
-		c.GRPCTLS = TLSFiles{Cert: e.GRPCCert, Key: e.GRPCKey, ClientCA: cmp.Or(c.GRPCTLS.ClientCA, e.GRPCClientCA)}
-	}
 	timeout := env("FAIRGATE_STORE_TIMEOUT", "50ms")
 	if e.StoreTimeout > 0 {
 		timeout = env("FAIRGATE_STORE_TIMEOUT", e.StoreTimeout.String())
@@ -312,32 +309,9 @@ func ParseServe(args []string, stderr io.Writer) (ServeConfig, error) {
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("serve: unexpected argument %q", fs.Arg(0))
 	}
-	if e.Config != nil && c.GRPCListen == "" {
-		// In that service's place: its gRPC port.
-		c.GRPCListen = "0.0.0.0:8081"
-	}
-	d, err := time.ParseDuration(timeout)
-	if err != nil || d <= 0 {
-		return c, fmt.Errorf("serve: store timeout %q: want a positive duration such as 50ms", timeout)
-	}
-	c.StoreTimeout = d
-	if c.ConfigPoll, err = time.ParseDuration(poll); err != nil || c.ConfigPoll <= 0 {
-		return c, fmt.Errorf("serve: config poll %q: want a positive duration such as 1s", poll)
-	}
-	if c.UpstreamTimeout, err = time.ParseDuration(upTimeout); err != nil || c.UpstreamTimeout <= 0 {
-		return c, fmt.Errorf("serve: upstream timeout %q: want a positive duration such as 30s", upTimeout)
-	}
-	if c.ControlTimeout, err = time.ParseDuration(controlTimeout); err != nil || c.ControlTimeout <= 0 {
-		return c, fmt.Errorf("serve: control timeout %q: want a positive duration such as 2s", controlTimeout)
-	}
-	if c.Drain, err = time.ParseDuration(drain); err != nil || c.Drain < 0 {
-		return c, fmt.Errorf("serve: drain %q: want a duration such as 5s, or 0", drain)
-	}
-	if c.ShutdownGrace, err = time.ParseDuration(grace); err != nil || c.ShutdownGrace <= 0 {
-		return c, fmt.Errorf("serve: shutdown grace %q: want a positive duration such as 25s", grace)
-	}
-	if c.ReadTimeout, err = time.ParseDuration(readTimeout); err != nil || c.ReadTimeout <= 0 {
-		return c, fmt.Errorf("serve: read timeout %q: want a positive duration such as 30s", readTimeout)
+	c.envoyDefaults(e)
+	if err := c.durations(timeout, poll, upTimeout, controlTimeout, drain, grace, readTimeout); err != nil {
+		return c, err
 	}
 	// A listener without a certificate of its own takes the main one's.
 	for _, l := range []*TLSFiles{&c.InternalTLS, &c.AdminTLS, &c.GRPCTLS} {
@@ -358,6 +332,47 @@ func ParseServe(args []string, stderr io.Writer) (ServeConfig, error) {
 		return c, err
 	}
 	return c, nil
+}
+
+// envoyDefaults completes c, once its flags are parsed, with what
+// envoyproxy/ratelimit's environment asks and neither a flag nor a
+// FAIRGATE_* variable set: in that service's place, its gRPC port; its
+// gRPC TLS files.
+func (c *ServeConfig) envoyDefaults(e envoyenv.Result) {
+	if e.Config != nil && c.GRPCListen == "" {
+		c.GRPCListen = "0.0.0.0:8081"
+	}
+	if e.GRPCCert != "" && c.GRPCTLS.Cert == "" {
+		c.GRPCTLS = TLSFiles{Cert: e.GRPCCert, Key: e.GRPCKey, ClientCA: cmp.Or(c.GRPCTLS.ClientCA, e.GRPCClientCA)}
+	}
+}
+
+// durations parses serve's duration flags into c.
+func (c *ServeConfig) durations(timeout, poll, upTimeout, controlTimeout, drain, grace, readTimeout string) error {
+	for _, f := range []struct {
+		what, v, example string
+		dst              *time.Duration
+		zeroOK           bool
+	}{
+		{"store timeout", timeout, "50ms", &c.StoreTimeout, false},
+		{"config poll", poll, "1s", &c.ConfigPoll, false},
+		{"upstream timeout", upTimeout, "30s", &c.UpstreamTimeout, false},
+		{"control timeout", controlTimeout, "2s", &c.ControlTimeout, false},
+		{"drain", drain, "5s", &c.Drain, true},
+		{"shutdown grace", grace, "25s", &c.ShutdownGrace, false},
+		{"read timeout", readTimeout, "30s", &c.ReadTimeout, false},
+	} {
+		d, err := time.ParseDuration(f.v)
+		switch {
+		case err != nil || d < 0 || d == 0 && !f.zeroOK:
+			if f.zeroOK {
+				return fmt.Errorf("serve: %s %q: want a duration such as %s, or 0", f.what, f.v, f.example)
+			}
+			return fmt.Errorf("serve: %s %q: want a positive duration such as %s", f.what, f.v, f.example)
+		}
+		*f.dst = d
+	}
+	return nil
 }
 
 // tlsFlags defines each listener's TLS flags, with FAIRGATE_* environment

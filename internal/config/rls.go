@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"path/filepath"
 	"slices"
@@ -54,70 +55,76 @@ type rlsDomainSettings struct {
 	key       *yaml.Node
 }
 
+// rlsState is what the rls section gathers before its domains are put
+// together.
+type rlsState struct {
+	fail      policy.FailMode
+	algorithm algo.Algorithm
+	atomic    bool
+	own       map[string]*rlsDomainSettings
+	domains   []rls.Domain
+	where     []*yaml.Node // the node each domain came from, for duplicate errors
+	runtime   []*yaml.Node // each runtime_dir's node
+	ignoreDot bool
+	merge     bool
+}
+
 // rlsSection decodes the rls section: envoyproxy/ratelimit config files
-// (as they are), inline domains in the same format, and fairgate's own
-// settings for them.
+// (as they are), its runtime directory, inline domains in the same
+// format, xDS, and the service's settings.
 func (d *decoder) rlsSection(n *yaml.Node, path string, c *Config) {
 	c.RLS.FailClosed = rls.ClosedUnavailable
-	fail, algorithm, atomic := policy.FailOpen, algo.FixedWindow, false
-	own := map[string]*rlsDomainSettings{}
-	var domains []rls.Domain
-	var where []*yaml.Node // the node each domain came from, for duplicate errors
-	var runtime []*yaml.Node
-	ignoreDot, merge := false, false
 	c.HasRLS = true
-	d.Fields(n, path, configfile.Handlers{
+	st := &rlsState{fail: policy.FailOpen, algorithm: algo.FixedWindow, own: map[string]*rlsDomainSettings{}}
+	h := d.rlsSources(st, c)
+	maps.Copy(h, d.rlsDecisions(st, c))
+	maps.Copy(h, d.rlsSettings(&c.RLS.Settings))
+	h["xds"] = func(v *yaml.Node, path string) { d.rlsXDS(v, path, &c.RLSXDS) }
+	h["statsd"] = func(v *yaml.Node, path string) { d.rlsStatsd(v, path, &c.Statsd) }
+	d.Fields(n, path, h)
+	c.RLSDefault = rls.Domain{Fail: st.fail, Algorithm: st.algorithm, Atomic: st.atomic}
+	for i := range c.RLSSources {
+		c.RLSSources[i].IgnoreDot = st.ignoreDot
+		ds, err := c.RLSSources[i].domains()
+		if err != nil {
+			d.Add(st.runtime[i], path+".runtime_dir", "%v", err)
+		}
+		for range ds {
+			st.where = append(st.where, st.runtime[i])
+		}
+		st.domains = append(st.domains, ds...)
+	}
+	d.rlsDomains(path, st, c)
+}
+
+// rlsSources are the handlers of where the domains come from.
+func (d *decoder) rlsSources(st *rlsState, c *Config) configfile.Handlers {
+	return configfile.Handlers{
 		"files": func(v *yaml.Node, path string) {
 			ds, ws := d.rlsFiles(v, path, c)
-			domains, where = append(domains, ds...), append(where, ws...)
+			st.domains, st.where = append(st.domains, ds...), append(st.where, ws...)
 		},
 		"config": func(v *yaml.Node, path string) {
 			d.List(v, path, func(i int, v *yaml.Node, path string) {
-				domains = append(domains, d.rlsDomain(v, path))
-				where = append(where, v)
+				st.domains = append(st.domains, d.rlsDomain(v, path))
+				st.where = append(st.where, v)
 			})
 		},
 		"runtime_dir": func(v *yaml.Node, path string) {
-			dir := d.rel(d.Str(v, path))
-			c.RLSSources = append(c.RLSSources, Source{Dir: dir})
-			runtime = append(runtime, v)
+			c.RLSSources = append(c.RLSSources, Source{Dir: d.rel(d.Str(v, path))})
+			st.runtime = append(st.runtime, v)
 		},
-		"ignore_dot_files": func(v *yaml.Node, path string) { ignoreDot = d.Bool(v, path) },
-		"xds": func(v *yaml.Node, path string) {
-			x := &c.RLSXDS
-			x.NodeID = "default"
-			d.Fields(v, path, configfile.Handlers{
-				"address": func(v *yaml.Node, path string) {
-					x.Address = d.Str(v, path)
-					if _, _, err := net.SplitHostPort(x.Address); err != nil {
-						d.Add(v, path, "xds address %q: want the management server's host:port", x.Address)
-					}
-				},
-				"node_id": func(v *yaml.Node, path string) { x.NodeID = d.Str(v, path) },
-				"node_metadata": func(v *yaml.Node, path string) {
-					x.Metadata = map[string]string{}
-					d.Entries(v, path, func(name string, k, v *yaml.Node, path string) { x.Metadata[name] = d.Str(v, path) })
-				},
-				"retry": func(v *yaml.Node, path string) { x.Retry = d.Duration(v, path) },
-			})
-			if x.Address == "" {
-				d.Add(v, configfile.Join(path, "address"), "xds needs the management server's address")
-			}
-		},
-		"merge_domains": func(v *yaml.Node, path string) { merge = d.Bool(v, path) },
-		"statsd": func(v *yaml.Node, path string) {
-			d.Fields(v, path, configfile.Handlers{
-				"address": func(v *yaml.Node, path string) {
-					c.Statsd.Address = d.Str(v, path)
-					if _, _, err := net.SplitHostPort(c.Statsd.Address); err != nil {
-						d.Add(v, path, "statsd address %q: want host:port", c.Statsd.Address)
-					}
-				},
-				"flush_interval": func(v *yaml.Node, path string) { c.Statsd.FlushInterval = d.Duration(v, path) },
-			})
-		},
+		"ignore_dot_files": func(v *yaml.Node, path string) { st.ignoreDot = d.Bool(v, path) },
+		"merge_domains":    func(v *yaml.Node, path string) { st.merge = d.Bool(v, path) },
+	}
+}
+
+// rlsDecisions are the handlers of how the domains are decided: the
+// section's defaults and each domain's own.
+func (d *decoder) rlsDecisions(st *rlsState, c *Config) configfile.Handlers {
+	return configfile.Handlers{
 		"tenant_key": func(v *yaml.Node, path string) { c.RLS.TenantKey = d.Str(v, path) },
-		"fail":       func(v *yaml.Node, path string) { fail = d.Fail(v, path) },
+		"fail":       func(v *yaml.Node, path string) { st.fail = d.Fail(v, path) },
 		"fail_closed_code": func(v *yaml.Node, path string) {
 			switch s := d.Str(v, path); s {
 			case "unavailable":
@@ -128,12 +135,12 @@ func (d *decoder) rlsSection(n *yaml.Node, path string, c *Config) {
 				d.Add(v, path, "%q: want unavailable (the gRPC status; Envoy applies its failure_mode_deny) or over_limit", s)
 			}
 		},
-		"algorithm": func(v *yaml.Node, path string) { algorithm = d.rlsAlgorithm(v, path) },
-		"atomic":    func(v *yaml.Node, path string) { atomic = d.Bool(v, path) },
+		"algorithm": func(v *yaml.Node, path string) { st.algorithm = d.rlsAlgorithm(v, path) },
+		"atomic":    func(v *yaml.Node, path string) { st.atomic = d.Bool(v, path) },
 		"domains": func(v *yaml.Node, path string) {
 			d.Entries(v, path, func(name string, k, v *yaml.Node, path string) {
 				o := &rlsDomainSettings{key: k}
-				own[name] = o
+				st.own[name] = o
 				d.Fields(v, path, configfile.Handlers{
 					"fail":      func(v *yaml.Node, path string) { f := d.Fail(v, path); o.fail = &f },
 					"algorithm": func(v *yaml.Node, path string) { a := d.rlsAlgorithm(v, path); o.algorithm = &a },
@@ -141,24 +148,27 @@ func (d *decoder) rlsSection(n *yaml.Node, path string, c *Config) {
 				})
 			})
 		},
-		"stop_increment_when_over_limit": func(v *yaml.Node, path string) {
-			c.RLS.Settings.StopIncrementWhenOverLimit = d.Bool(v, path)
-		},
+	}
+}
+
+// rlsSettings are the handlers of envoyproxy/ratelimit's service-wide
+// settings.
+func (d *decoder) rlsSettings(set *rls.Settings) configfile.Handlers {
+	return configfile.Handlers{
+		"stop_increment_when_over_limit": func(v *yaml.Node, path string) { set.StopIncrementWhenOverLimit = d.Bool(v, path) },
 		"near_limit_ratio": func(v *yaml.Node, path string) {
 			r := d.Float(v, path)
 			if r <= 0 || r > 1 {
 				d.Add(v, path, "near_limit_ratio %v: want a ratio above 0, at most 1 (default 0.8)", r)
 			}
-			c.RLS.Settings.NearLimitRatio = r
+			set.NearLimitRatio = r
 		},
-		"shadow_mode":      func(v *yaml.Node, path string) { c.RLS.Settings.Shadow = d.Bool(v, path) },
-		"quota_mode":       func(v *yaml.Node, path string) { c.RLS.Settings.Quota = d.Bool(v, path) },
-		"dynamic_metadata": func(v *yaml.Node, path string) { c.RLS.Settings.DynamicMetadata = d.Bool(v, path) },
-		"local_cache_bytes": func(v *yaml.Node, path string) {
-			c.RLS.Settings.LocalCacheEntries = rls.LocalCacheEntries(int(d.Count(v, path)))
-		},
+		"shadow_mode":       func(v *yaml.Node, path string) { set.Shadow = d.Bool(v, path) },
+		"quota_mode":        func(v *yaml.Node, path string) { set.Quota = d.Bool(v, path) },
+		"dynamic_metadata":  func(v *yaml.Node, path string) { set.DynamicMetadata = d.Bool(v, path) },
+		"local_cache_bytes": func(v *yaml.Node, path string) { set.LocalCacheEntries = rls.LocalCacheEntries(int(d.Count(v, path))) },
 		"response_headers": func(v *yaml.Node, path string) {
-			h := &c.RLS.Settings.Headers
+			h := &set.Headers
 			d.Fields(v, path, configfile.Handlers{
 				"enabled":   func(v *yaml.Node, path string) { h.Enabled = d.Bool(v, path) },
 				"limit":     func(v *yaml.Node, path string) { h.Limit = d.headerName(v, path) },
@@ -166,42 +176,69 @@ func (d *decoder) rlsSection(n *yaml.Node, path string, c *Config) {
 				"reset":     func(v *yaml.Node, path string) { h.Reset = d.headerName(v, path) },
 			})
 		},
-	})
-	c.RLSDefault = rls.Domain{Fail: fail, Algorithm: algorithm, Atomic: atomic}
-	for i := range c.RLSSources {
-		c.RLSSources[i].IgnoreDot = ignoreDot
-		ds, err := c.RLSSources[i].domains()
-		if err != nil {
-			d.Add(runtime[i], path+".runtime_dir", "%v", err)
-		}
-		for range ds {
-			where = append(where, runtime[i])
-		}
-		domains = append(domains, ds...)
 	}
+}
+
+// rlsXDS decodes the xds block.
+func (d *decoder) rlsXDS(v *yaml.Node, path string, x *XDS) {
+	x.NodeID = "default"
+	d.Fields(v, path, configfile.Handlers{
+		"address": func(v *yaml.Node, path string) {
+			x.Address = d.Str(v, path)
+			if _, _, err := net.SplitHostPort(x.Address); err != nil {
+				d.Add(v, path, "xds address %q: want the management server's host:port", x.Address)
+			}
+		},
+		"node_id": func(v *yaml.Node, path string) { x.NodeID = d.Str(v, path) },
+		"node_metadata": func(v *yaml.Node, path string) {
+			x.Metadata = map[string]string{}
+			d.Entries(v, path, func(name string, k, v *yaml.Node, path string) { x.Metadata[name] = d.Str(v, path) })
+		},
+		"retry": func(v *yaml.Node, path string) { x.Retry = d.Duration(v, path) },
+	})
+	if x.Address == "" {
+		d.Add(v, configfile.Join(path, "address"), "xds needs the management server's address")
+	}
+}
+
+// rlsStatsd decodes the statsd block.
+func (d *decoder) rlsStatsd(v *yaml.Node, path string, s *Statsd) {
+	d.Fields(v, path, configfile.Handlers{
+		"address": func(v *yaml.Node, path string) {
+			s.Address = d.Str(v, path)
+			if _, _, err := net.SplitHostPort(s.Address); err != nil {
+				d.Add(v, path, "statsd address %q: want host:port", s.Address)
+			}
+		},
+		"flush_interval": func(v *yaml.Node, path string) { s.FlushInterval = d.Duration(v, path) },
+	})
+}
+
+// rlsDomains puts the gathered domains together: duplicates merged or
+// refused, each with its fail mode, algorithm and atomic, its limits
+// checked against its algorithm's bounds.
+func (d *decoder) rlsDomains(path string, st *rlsState, c *Config) {
 	seen := map[string]int{}
-	for i := 0; i < len(domains); i++ {
-		dom := domains[i]
+	for i, dom := range st.domains {
 		if j, dup := seen[dom.Name]; dup {
-			if !merge {
-				d.Add(where[i], path, "domain %q is configured twice: set merge_domains (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG) to merge them", dom.Name)
+			if !st.merge {
+				d.Add(st.where[i], path, "domain %q is configured twice: set merge_domains (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG) to merge them", dom.Name)
 				continue
 			}
-			d.mergeDomain(where[i], path, &c.RLS.Domains[j], dom)
+			d.mergeDomain(st.where[i], path, &c.RLS.Domains[j], dom)
 			continue
 		}
 		seen[dom.Name] = len(c.RLS.Domains)
-		dom.Fail, dom.Algorithm, dom.Atomic = fail, algorithm, atomic
-		if o := own[dom.Name]; o != nil {
+		dom.Fail, dom.Algorithm, dom.Atomic = st.fail, st.algorithm, st.atomic
+		if o := st.own[dom.Name]; o != nil {
 			dom.Fail = deref(o.fail, dom.Fail)
 			dom.Algorithm = deref(o.algorithm, dom.Algorithm)
 			dom.Atomic = deref(o.atomic, dom.Atomic)
 		}
-		// The algorithm's own bounds, with the domain's algorithm.
-		d.rlsLimits(where[i], path, dom.Name, dom.Descriptors, dom.Algorithm)
+		d.rlsLimits(st.where[i], path, dom.Name, dom.Descriptors, dom.Algorithm)
 		c.RLS.Domains = append(c.RLS.Domains, dom)
 	}
-	for name, o := range own {
+	for name, o := range st.own {
 		if _, ok := seen[name]; !ok {
 			d.Add(o.key, path+".domains."+name, "no domain %q is configured", name)
 		}

@@ -221,6 +221,73 @@ func redisURL(get Lookup) (string, error) {
 	return out, nil
 }
 
+// settings adds the service's settings to the rls section: the switches,
+// the response headers and statsd.
+func settings(get Lookup, rls map[string]any) error {
+	set := func(key, name string, conv func(string) (any, error)) error {
+		v, ok := get(name)
+		if !ok || v == "" {
+			return nil
+		}
+		x, err := conv(v)
+		if err != nil {
+			return fmt.Errorf("%s=%q: %v", name, v, err)
+		}
+		rls[key] = x
+		return nil
+	}
+	toBool := func(v string) (any, error) { return strconv.ParseBool(v) }
+	toFloat := func(v string) (any, error) { return strconv.ParseFloat(v, 64) }
+	toInt := func(v string) (any, error) { return strconv.Atoi(v) }
+	for _, s := range []struct {
+		key, name string
+		conv      func(string) (any, error)
+	}{
+		{"ignore_dot_files", "RUNTIME_IGNOREDOTFILES", toBool},
+		{"merge_domains", "MERGE_DOMAIN_CONFIG", toBool},
+		{"stop_increment_when_over_limit", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", toBool},
+		{"near_limit_ratio", "NEAR_LIMIT_RATIO", toFloat},
+		{"shadow_mode", "SHADOW_MODE", toBool},
+		{"quota_mode", "QUOTA_MODE", toBool},
+		{"dynamic_metadata", "RESPONSE_DYNAMIC_METADATA", toBool},
+		{"local_cache_bytes", "LOCAL_CACHE_SIZE_IN_BYTES", toInt},
+	} {
+		if err := set(s.key, s.name, s.conv); err != nil {
+			return err
+		}
+	}
+	if boolVar(get, "LIMIT_RESPONSE_HEADERS_ENABLED") {
+		h := map[string]any{"enabled": true}
+		for key, name := range map[string]string{"limit": "LIMIT_LIMIT_HEADER", "remaining": "LIMIT_REMAINING_HEADER", "reset": "LIMIT_RESET_HEADER"} {
+			if v, ok := get(name); ok && v != "" {
+				h[key] = v
+			}
+		}
+		rls["response_headers"] = h
+	}
+	if v, ok := get("USE_STATSD"); ok && v != "" {
+		on, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("USE_STATSD=%q: want true or false", v)
+		}
+		if on && !boolVar(get, "DISABLE_STATS") {
+			addr, err := hostPort(get, "STATSD_HOST", "STATSD_PORT", "localhost", "8125")
+			if err != nil {
+				return err
+			}
+			if addr == "" {
+				addr = "localhost:8125"
+			}
+			st := map[string]any{"address": addr}
+			if f, ok := get("STATS_FLUSH_INTERVAL"); ok && f != "" {
+				st["flush_interval"] = f
+			}
+			rls["statsd"] = st
+		}
+	}
+	return nil
+}
+
 // xds is the rls.xds section of CONFIG_GRPC_XDS_*.
 func xds(get Lookup) (map[string]any, error) {
 	x := map[string]any{"address": "localhost:18000"}
@@ -283,66 +350,8 @@ func config(get Lookup) ([]byte, error) {
 	default:
 		return nil, fmt.Errorf("CONFIG_TYPE=%q: want FILE or GRPC_XDS_SOTW", ct)
 	}
-	set := func(key, name string, conv func(string) (any, error)) error {
-		v, ok := get(name)
-		if !ok || v == "" {
-			return nil
-		}
-		x, err := conv(v)
-		if err != nil {
-			return fmt.Errorf("%s=%q: %v", name, v, err)
-		}
-		rls[key] = x
-		return nil
-	}
-	toBool := func(v string) (any, error) { return strconv.ParseBool(v) }
-	toFloat := func(v string) (any, error) { return strconv.ParseFloat(v, 64) }
-	toInt := func(v string) (any, error) { return strconv.Atoi(v) }
-	for _, s := range []struct {
-		key, name string
-		conv      func(string) (any, error)
-	}{
-		{"ignore_dot_files", "RUNTIME_IGNOREDOTFILES", toBool},
-		{"merge_domains", "MERGE_DOMAIN_CONFIG", toBool},
-		{"stop_increment_when_over_limit", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", toBool},
-		{"near_limit_ratio", "NEAR_LIMIT_RATIO", toFloat},
-		{"shadow_mode", "SHADOW_MODE", toBool},
-		{"quota_mode", "QUOTA_MODE", toBool},
-		{"dynamic_metadata", "RESPONSE_DYNAMIC_METADATA", toBool},
-		{"local_cache_bytes", "LOCAL_CACHE_SIZE_IN_BYTES", toInt},
-	} {
-		if err := set(s.key, s.name, s.conv); err != nil {
-			return nil, err
-		}
-	}
-	if boolVar(get, "LIMIT_RESPONSE_HEADERS_ENABLED") {
-		h := map[string]any{"enabled": true}
-		for key, name := range map[string]string{"limit": "LIMIT_LIMIT_HEADER", "remaining": "LIMIT_REMAINING_HEADER", "reset": "LIMIT_RESET_HEADER"} {
-			if v, ok := get(name); ok && v != "" {
-				h[key] = v
-			}
-		}
-		rls["response_headers"] = h
-	}
-	if v, ok := get("USE_STATSD"); ok && v != "" {
-		on, err := strconv.ParseBool(v)
-		if err != nil {
-			return nil, fmt.Errorf("USE_STATSD=%q: want true or false", v)
-		}
-		if on && !boolVar(get, "DISABLE_STATS") {
-			addr, err := hostPort(get, "STATSD_HOST", "STATSD_PORT", "localhost", "8125")
-			if err != nil {
-				return nil, err
-			}
-			if addr == "" {
-				addr = "localhost:8125"
-			}
-			st := map[string]any{"address": addr}
-			if f, ok := get("STATS_FLUSH_INTERVAL"); ok && f != "" {
-				st["flush_interval"] = f
-			}
-			rls["statsd"] = st
-		}
+	if err := settings(get, rls); err != nil {
+		return nil, err
 	}
 	return yaml.Marshal(map[string]any{"rls": rls})
 }

@@ -2,6 +2,7 @@ package rls
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -42,13 +43,51 @@ func ceiling(period time.Duration) int64 { return min(algo.MaxCount, int64(perio
 // reports a fail-closed domain whose store did not answer: resp is then
 // complete, or err is the UNAVAILABLE status.
 func (s *Service) count(ctx context.Context, cfg *compiled, dom *Domain, rules []rule, a *answer, resp *rlspb.RateLimitResponse) (closed bool, err error) {
-	set := &cfg.cfg.Settings
-	now := s.now()
-	a.now = now
-	var counters []counter
-	checks := make([]store.Check, 0, len(rules))
-	anyLocal := false
+	a.now = s.now()
 	local := s.local.Load()
+	t := windows(rules, a, resp, local)
+	if len(t.checks) > 0 {
+		fail := policy.FailOpen
+		if dom != nil {
+			fail = dom.Fail
+		}
+		if closed, err := s.countWindows(ctx, cfg, fail, rules, t, a, resp); closed || err != nil {
+			return closed, err
+		}
+	}
+	for i := range rules {
+		r, o := &rules[i], &a.outs[i]
+		if r.lim == nil || Period(r.lim.Unit) == 0 {
+			continue
+		}
+		st := resp.Statuses[i]
+		st.CurrentLimit, st.DurationUntilReset = current(r.lim), untilReset(r.lim.Unit, a.now)
+		if !o.over {
+			st.LimitRemaining = uint32(int64(r.lim.RequestsPerUnit) - o.after)
+			continue
+		}
+		if !o.local {
+			local.add(r.key, a.now.Add(st.DurationUntilReset.AsDuration()))
+		}
+		if !r.shadow {
+			st.Code = rlspb.RateLimitResponse_OVER_LIMIT
+		}
+	}
+	return false, nil
+}
+
+// tally is the store windows a request's descriptors count in.
+type tally struct {
+	checks   []store.Check
+	counters []counter // one per check
+	anyLocal bool      // a descriptor was answered by the local cache
+}
+
+// windows gathers the windows of the descriptors that have a limit: one
+// check per store key. A descriptor over its limit in the local cache, or
+// with a limit in a unit of no length, is answered at once.
+func windows(rules []rule, a *answer, resp *rlspb.RateLimitResponse, local *localCache) *tally {
+	t := &tally{checks: make([]store.Check, 0, len(rules))}
 	for i := range rules {
 		r := &rules[i]
 		if r.lim == nil {
@@ -62,80 +101,58 @@ func (s *Service) count(ctx context.Context, cfg *compiled, dom *Domain, rules [
 			resp.Statuses[i].CurrentLimit = current(r.lim)
 			continue
 		}
-		if local.over(r.key, now) {
-			a.outs[i].over, a.outs[i].local, anyLocal = true, true, true
+		if local.over(r.key, a.now) {
+			a.outs[i].over, a.outs[i].local, t.anyLocal = true, true, true
 			continue
 		}
-		k := -1
-		for j := range checks {
-			if checks[j].Key == r.key {
-				k = j
-			}
-		}
+		k := slices.IndexFunc(t.checks, func(c store.Check) bool { return c.Key == r.key })
 		if k < 0 {
-			k = len(checks)
+			k = len(t.checks)
 			big := ceiling(period)
-			checks = append(checks, store.Check{Key: r.key, Limit: algo.Limit{Limit: big, Period: period, Algorithm: algo.FixedWindow}})
-			counters = append(counters, counter{big: big})
+			t.checks = append(t.checks, store.Check{Key: r.key, Limit: algo.Limit{Limit: big, Period: period, Algorithm: algo.FixedWindow}})
+			t.counters = append(t.counters, counter{big: big})
 		}
-		counters[k].rules = append(counters[k].rules, i)
+		t.counters[k].rules = append(t.counters[k].rules, i)
 	}
-	if len(checks) > 0 {
-		fail := policy.FailOpen
-		if dom != nil {
-			fail = dom.Fail
-		}
-		if set.StopIncrementWhenOverLimit && !anyLocal {
-			if closed, err := s.peek(ctx, cfg, fail, rules, checks, counters, a, resp); closed || err != nil {
-				return closed, err
-			}
-		}
-		for k := range checks {
-			c := &counters[k]
-			c.cost = 0
-			for _, i := range c.rules {
-				c.cost += charged(set, rules, i, anyLocal, a)
-			}
-			checks[k].Cost = min(c.cost, c.big)
-		}
-		var res store.Result
-		if closed, err := s.takeOrClose(ctx, cfg, fail, checks, &res, rules, a, resp); closed || err != nil {
+	return t
+}
+
+// countWindows adds the hits to the windows (after reading them, for
+// StopIncrementWhenOverLimit) and sets each descriptor's counts before
+// and after its hits, in request order, and whether it is over its limit.
+func (s *Service) countWindows(ctx context.Context, cfg *compiled, fail policy.FailMode, rules []rule, t *tally, a *answer, resp *rlspb.RateLimitResponse) (closed bool, err error) {
+	set := &cfg.cfg.Settings
+	if set.StopIncrementWhenOverLimit && !t.anyLocal {
+		if closed, err := s.peek(ctx, cfg, fail, rules, t.checks, t.counters, a, resp); closed || err != nil {
 			return closed, err
 		}
-		if !res.Now.IsZero() {
-			now = res.Now
-			a.now = now
-		}
-		for k, c := range counters {
-			d := res.Decisions[k]
-			n := c.big - d.Remaining // the count before the batch's hits…
-			if d.Allowed {
-				n -= checks[k].Cost // …unless they were added
-			}
-			for _, i := range c.rules {
-				n += charged(set, rules, i, anyLocal, a)
-				o := &a.outs[i]
-				o.after, o.before = n, n-rules[i].cost
-				o.over = n > int64(rules[i].lim.RequestsPerUnit)
-			}
-		}
 	}
-	for i := range rules {
-		r, o := &rules[i], &a.outs[i]
-		if r.lim == nil || Period(r.lim.Unit) == 0 {
-			continue
+	for k := range t.checks {
+		c := &t.counters[k]
+		c.cost = 0
+		for _, i := range c.rules {
+			c.cost += charged(set, rules, i, t.anyLocal, a)
 		}
-		st := resp.Statuses[i]
-		st.CurrentLimit, st.DurationUntilReset = current(r.lim), untilReset(r.lim.Unit, now)
-		if !o.over {
-			st.LimitRemaining = uint32(int64(r.lim.RequestsPerUnit) - o.after)
-			continue
+		t.checks[k].Cost = min(c.cost, c.big)
+	}
+	var res store.Result
+	if closed, err := s.takeOrClose(ctx, cfg, fail, t.checks, &res, rules, a, resp); closed || err != nil {
+		return closed, err
+	}
+	if !res.Now.IsZero() {
+		a.now = res.Now
+	}
+	for k, c := range t.counters {
+		d := res.Decisions[k]
+		n := c.big - d.Remaining // the count before the batch's hits…
+		if d.Allowed {
+			n -= t.checks[k].Cost // …unless they were added
 		}
-		if !o.local {
-			local.add(r.key, now.Add(st.DurationUntilReset.AsDuration()))
-		}
-		if !r.shadow {
-			st.Code = rlspb.RateLimitResponse_OVER_LIMIT
+		for _, i := range c.rules {
+			n += charged(set, rules, i, t.anyLocal, a)
+			o := &a.outs[i]
+			o.after, o.before = n, n-rules[i].cost
+			o.over = n > int64(rules[i].lim.RequestsPerUnit)
 		}
 	}
 	return false, nil

@@ -190,33 +190,7 @@ func New(c Config) (*Server, error) {
 	// Authorization, so the internal token cannot guard it; what a caller
 	// can charge is its own credential's tenant, or its own address.
 	in.HandleFunc("/v1/authz", s.needsPolicy(s.handleAuthz))
-	if c.Metrics != nil {
-		in.Handle("/metrics", only("GET", s.forInternal(c.Metrics.ServeHTTP)))
-	}
-	if c.RLSJSON != nil {
-		// envoyproxy/ratelimit's HTTP endpoints, for its clients and probes.
-		in.HandleFunc("/json", s.forInternal(c.RLSJSON))
-		in.HandleFunc("/healthcheck", only("GET", func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-			w.Write([]byte("OK"))
-		}))
-	}
-	if c.Dashboard != nil {
-		// A browser cannot send the internal token; the dashboard's data
-		// needs the admin token instead (package dash).
-		in.Handle("/dashboard", c.Dashboard)
-		in.Handle("/dashboard/", c.Dashboard)
-	}
-	if c.Quotas != nil {
-		o := &outbound{q: c.Quotas}
-		in.HandleFunc("/v1/outbound/acquire", only("POST", s.forInternal(s.forWorkers(o.handleAcquire))))
-		in.HandleFunc("/v1/outbound/pause", only("POST", s.forInternal(s.forWorkers(o.handlePause))))
-	}
-	if c.Jobs != nil {
-		in.HandleFunc("POST /v1/jobs/{kind}/lease", s.forInternal(s.forWorkers(s.handleLease)))
-		in.HandleFunc("POST /v1/jobs/{id}/ack", s.forInternal(s.forWorkers(s.handleAck)))
-		in.HandleFunc("POST /v1/jobs/{id}/nack", s.forInternal(s.forWorkers(s.handleNack)))
-	}
+	s.operatorRoutes(in, c)
 	notFound := func(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, problem.Details{Status: http.StatusNotFound, Detail: "no such endpoint: " + r.Method + " " + r.URL.Path})
 	}
@@ -359,6 +333,39 @@ func (s *Server) needsPolicy(h http.HandlerFunc) http.HandlerFunc {
 // sending new requests while the ones they send meanwhile are still
 // served: the first step of a graceful shutdown.
 func (s *Server) Drain() { s.draining.Store(true) }
+
+// operatorRoutes adds the internal surface's endpoints for operators and
+// workers: metrics, envoyproxy/ratelimit's /json, the dashboard, outbound
+// quotas and the worker job endpoints.
+func (s *Server) operatorRoutes(in *http.ServeMux, c Config) {
+	if c.Metrics != nil {
+		in.Handle("/metrics", only("GET", s.forInternal(c.Metrics.ServeHTTP)))
+	}
+	if c.RLSJSON != nil {
+		// envoyproxy/ratelimit's HTTP endpoints, for its clients and probes.
+		in.HandleFunc("/json", s.forInternal(c.RLSJSON))
+		in.HandleFunc("/healthcheck", only("GET", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			w.Write([]byte("OK"))
+		}))
+	}
+	if c.Dashboard != nil {
+		// A browser cannot send the internal token; the dashboard's data
+		// needs the admin token instead (package dash).
+		in.Handle("/dashboard", c.Dashboard)
+		in.Handle("/dashboard/", c.Dashboard)
+	}
+	if c.Quotas != nil {
+		o := &outbound{q: c.Quotas}
+		in.HandleFunc("/v1/outbound/acquire", only("POST", s.forInternal(s.forWorkers(o.handleAcquire))))
+		in.HandleFunc("/v1/outbound/pause", only("POST", s.forInternal(s.forWorkers(o.handlePause))))
+	}
+	if c.Jobs != nil {
+		in.HandleFunc("POST /v1/jobs/{kind}/lease", s.forInternal(s.forWorkers(s.handleLease)))
+		in.HandleFunc("POST /v1/jobs/{id}/ack", s.forInternal(s.forWorkers(s.handleAck)))
+		in.HandleFunc("POST /v1/jobs/{id}/nack", s.forInternal(s.forWorkers(s.handleNack)))
+	}
+}
 
 // Internal is the handler of the internal listener in proxy mode, or nil
 // without an upstream (then the Server itself serves everything).

@@ -123,7 +123,7 @@ func TestPublicListenerCannotCharge(t *testing.T) {
 func TestInternalToken(t *testing.T) {
 	const tok = "internal-token-for-tests"
 	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})
-	s, err := New(Config{Limiter: testLimiter(t, memstore.New(memstore.Config{}), 0), Upstream: upstreamEcho(t), InternalToken: tok, Metrics: ok, Dashboard: ok})
+	s, err := New(Config{Limiter: testLimiter(t, memstore.New(memstore.Config{}), 0), Upstream: upstreamEcho(t), InternalToken: tok, Metrics: ok, Dashboard: ok, RLSJSON: ok})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,6 +132,7 @@ func TestInternalToken(t *testing.T) {
 		{method: "POST", path: "/v1/take", body: `{"key":"k","limit":1,"period_ms":1000}`},
 		{method: "POST", path: "/v1/check", body: `{"tenant":"acme","class":"read"}`},
 		{method: "GET", path: "/metrics"},
+		{method: "POST", path: "/json", body: `{"domain":"d"}`},
 	} {
 		if rec := c.do(in); rec.Code != 401 {
 			t.Errorf("%s without the token: %d", c.path, rec.Code)
@@ -141,7 +142,7 @@ func TestInternalToken(t *testing.T) {
 			t.Errorf("%s with the token: %d %s", c.path, rec.Code, rec.Body)
 		}
 	}
-	for _, p := range []string{"/healthz", "/readyz"} {
+	for _, p := range []string{"/healthz", "/readyz", "/healthcheck"} {
 		if rec := (call{method: "GET", path: p}).do(in); rec.Code != 200 {
 			t.Errorf("probe %s without the token: %d", p, rec.Code)
 		}
