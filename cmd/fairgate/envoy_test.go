@@ -16,6 +16,7 @@ import (
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	confpb "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/fairgate/fairgate/internal/redistest"
@@ -166,7 +167,8 @@ func TestEnvoyEnvironment(t *testing.T) {
 
 // TestEnvoyEnvironmentXDS: with CONFIG_TYPE=GRPC_XDS_SOTW the domains come
 // from the go-control-plane management server CONFIG_GRPC_XDS_* name, and
-// follow its updates.
+// follow its updates; GRPC_MAX_CONNECTION_AGE sends clients away to
+// reconnect.
 func TestEnvoyEnvironmentXDS(t *testing.T) {
 	m, err := xdstest.Start("127.0.0.1:0")
 	if err != nil {
@@ -178,7 +180,8 @@ func TestEnvoyEnvironmentXDS(t *testing.T) {
 	}
 	grpcAddr := freeAddr(t)
 	_, grpcPort, _ := net.SplitHostPort(grpcAddr)
-	for k, v := range map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": m.Addr, "CONFIG_GRPC_XDS_NODE_ID": "rl-node", "GRPC_HOST": "127.0.0.1", "GRPC_PORT": grpcPort, "HOST": "127.0.0.1", "PORT": "0"} {
+	for k, v := range map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": m.Addr, "CONFIG_GRPC_XDS_NODE_ID": "rl-node", "GRPC_HOST": "127.0.0.1", "GRPC_PORT": grpcPort, "HOST": "127.0.0.1", "PORT": "0",
+		"GRPC_MAX_CONNECTION_AGE": "1s", "GRPC_MAX_CONNECTION_AGE_GRACE": "100ms"} {
 		t.Setenv(k, v)
 	}
 	sv := startServe(t)
@@ -213,4 +216,14 @@ func TestEnvoyEnvironmentXDS(t *testing.T) {
 			}
 		}
 	}
+	// The connection is at most a second old: the server's GOAWAY puts it
+	// back to idle, and the next call connects again.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for s := conn.GetState(); s != connectivity.Idle; s = conn.GetState() {
+		if !conn.WaitForStateChange(ctx, s) {
+			t.Fatalf("the connection stayed %v: no GOAWAY after GRPC_MAX_CONNECTION_AGE", s)
+		}
+	}
+	limitOf("x")
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/fairgate/fairgate/algo"
 	"github.com/fairgate/fairgate/breaker"
@@ -419,15 +420,14 @@ func domainsOf(c *rls.Config) []rls.Domain {
 }
 
 // followXDS receives the Envoy service's domains from the xDS management
-// server of the config, with the rls section's defaults.
+// server of the config, with the rls section's defaults and domains'
+// own settings (those of the config at start: the xDS address and these
+// take effect at the next restart).
 func (d *daemon) followXDS() {
-	x := d.cfg.RLSXDS
-	def := d.cfg.RLSDefault
+	x, cfg := d.cfg.RLSXDS, d.cfg
 	c := &rlsxds.Client{Address: x.Address, NodeID: x.NodeID, Metadata: x.Metadata, Retry: x.Retry, Log: d.log,
 		Apply: func(ds []rls.Domain) error {
-			for i := range ds {
-				ds[i].Fail, ds[i].Algorithm, ds[i].Atomic = def.Fail, def.Algorithm, def.Atomic
-			}
+			cfg.RLSDomainDefaults(ds)
 			if ds == nil {
 				ds = []rls.Domain{}
 			}
@@ -522,6 +522,11 @@ func (d *daemon) listenGRPC(time.Duration) error {
 	var opts []grpc.ServerOption
 	if d.tls.grpc != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(d.tls.grpc)))
+	}
+	if e := d.c.Env; e.GRPCMaxConnAge > 0 {
+		// envoyproxy/ratelimit's GRPC_MAX_CONNECTION_AGE(_GRACE): clients
+		// reconnect now and then, so that a new instance gets its share.
+		opts = append(opts, grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: e.GRPCMaxConnAge, MaxConnectionAgeGrace: e.GRPCMaxConnAgeGrace}))
 	}
 	d.grpc = rls.NewServer(d.rlsSvc, opts...)
 	d.log.Info("envoy rate limit service", slog.String("grpc_listen", gln.Addr().String()), slog.Int("domains", len(d.cfg.RLS.Domains)))

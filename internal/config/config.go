@@ -57,9 +57,11 @@ type Config struct {
 	RLSSources []Source
 	// RLSFiles are the files the rls section named (its files globs).
 	RLSFiles []string
-	// RLSDefault holds the rls section's fail mode, algorithm and atomic,
-	// for the domains that come from xDS.
-	RLSDefault rls.Domain
+	// rlsDefault and rlsOwn are the rls section's fail mode, algorithm and
+	// atomic, and each domain's own, for the domains that come from xDS
+	// (RLSDomainDefaults).
+	rlsDefault rls.Domain
+	rlsOwn     map[string]*rlsDomainSettings
 	// RLSXDS, when its Address is set, is the xDS management server the
 	// Envoy service's domains also come from.
 	RLSXDS XDS

@@ -55,6 +55,13 @@ type rlsDomainSettings struct {
 	key       *yaml.Node
 }
 
+// apply sets a domain's own settings on dom.
+func (o *rlsDomainSettings) apply(dom *rls.Domain) {
+	dom.Fail = deref(o.fail, dom.Fail)
+	dom.Algorithm = deref(o.algorithm, dom.Algorithm)
+	dom.Atomic = deref(o.atomic, dom.Atomic)
+}
+
 // rlsState is what the rls section gathers before its domains are put
 // together.
 type rlsState struct {
@@ -82,7 +89,7 @@ func (d *decoder) rlsSection(n *yaml.Node, path string, c *Config) {
 	h["xds"] = func(v *yaml.Node, path string) { d.rlsXDS(v, path, &c.RLSXDS) }
 	h["statsd"] = func(v *yaml.Node, path string) { d.rlsStatsd(v, path, &c.Statsd) }
 	d.Fields(n, path, h)
-	c.RLSDefault = rls.Domain{Fail: st.fail, Algorithm: st.algorithm, Atomic: st.atomic}
+	c.rlsDefault = rls.Domain{Fail: st.fail, Algorithm: st.algorithm, Atomic: st.atomic}
 	for i := range c.RLSSources {
 		c.RLSSources[i].IgnoreDot = st.ignoreDot
 		ds, err := c.RLSSources[i].domains()
@@ -231,18 +238,17 @@ func (d *decoder) rlsDomains(path string, st *rlsState, c *Config) {
 		seen[dom.Name] = len(c.RLS.Domains)
 		dom.Fail, dom.Algorithm, dom.Atomic = st.fail, st.algorithm, st.atomic
 		if o := st.own[dom.Name]; o != nil {
-			dom.Fail = deref(o.fail, dom.Fail)
-			dom.Algorithm = deref(o.algorithm, dom.Algorithm)
-			dom.Atomic = deref(o.atomic, dom.Atomic)
+			o.apply(&dom)
 		}
 		d.rlsLimits(st.where[i], path, dom.Name, dom.Descriptors, dom.Algorithm)
 		c.RLS.Domains = append(c.RLS.Domains, dom)
 	}
 	for name, o := range st.own {
-		if _, ok := seen[name]; !ok {
+		if _, ok := seen[name]; !ok && c.RLSXDS.Address == "" {
 			d.Add(o.key, path+".domains."+name, "no domain %q is configured", name)
 		}
 	}
+	c.rlsOwn = st.own
 }
 
 // mergeDomain adds from's descriptors to into's, as envoyproxy/ratelimit's
@@ -435,4 +441,16 @@ func (d *decoder) metadata(v *yaml.Node, path string) *structpb.Struct {
 		return nil
 	}
 	return st
+}
+
+// RLSDomainDefaults sets on each of ds (domains from xDS) the rls
+// section's fail mode, algorithm and atomic, and a domain's own where the
+// section's domains name it.
+func (c *Config) RLSDomainDefaults(ds []rls.Domain) {
+	for i := range ds {
+		ds[i].Fail, ds[i].Algorithm, ds[i].Atomic = c.rlsDefault.Fail, c.rlsDefault.Algorithm, c.rlsDefault.Atomic
+		if o := c.rlsOwn[ds[i].Name]; o != nil {
+			o.apply(&ds[i])
+		}
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fairgate/fairgate/internal/rls"
 	"github.com/fairgate/fairgate/policy"
 )
 
@@ -115,5 +116,25 @@ func TestRLSSettings(t *testing.T) {
 	}
 	if !set.StopIncrementWhenOverLimit || set.NearLimitRatio != 0.9 || !set.Shadow || !set.Quota || !set.DynamicMetadata || set.LocalCacheEntries != 100 || !set.Headers.Enabled || set.Headers.Reset != "X-Reset" {
 		t.Errorf("settings: %+v", set)
+	}
+}
+
+// TestRLSXDSDefaults: with xds, the section's domains may name domains
+// that only xDS brings; those take the section's defaults and their own.
+func TestRLSXDSDefaults(t *testing.T) {
+	c, err := Parse("x.yaml", []byte("rls:\n  xds: {address: \"127.0.0.1:18000\"}\n  fail: closed\n  domains: {x: {algorithm: gcra, atomic: true}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds := []rls.Domain{{Name: "x"}, {Name: "y"}}
+	c.RLSDomainDefaults(ds)
+	if ds[0].Algorithm.String() != "gcra" || !ds[0].Atomic || ds[0].Fail != policy.FailClosed || ds[1].Algorithm.String() != "fixed_window" || ds[1].Atomic || ds[1].Fail != policy.FailClosed {
+		t.Fatalf("%+v", ds)
+	}
+	if c.RLSXDS.NodeID != "default" {
+		t.Errorf("node id %q, want default", c.RLSXDS.NodeID)
+	}
+	if _, err := Parse("x.yaml", []byte("rls:\n  xds: {node_id: n}\n")); err == nil || !strings.Contains(err.Error(), "xds needs the management server's address") {
+		t.Errorf("xds without an address: %v", err)
 	}
 }

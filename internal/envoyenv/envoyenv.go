@@ -41,6 +41,9 @@ type Result struct {
 	// (GRPC_SERVER_USE_TLS, GRPC_SERVER_TLS_CERT, _KEY,
 	// GRPC_CLIENT_TLS_CACERT).
 	GRPCCert, GRPCKey, GRPCClientCA string
+	// GRPCMaxConnAge and GRPCMaxConnAgeGrace are GRPC_MAX_CONNECTION_AGE
+	// and _GRACE: zero when not set.
+	GRPCMaxConnAge, GRPCMaxConnAgeGrace time.Duration
 	// Used are the variables read; Unsupported those set that fairgate
 	// does not support, each with why.
 	Used, Unsupported []string
@@ -48,22 +51,35 @@ type Result struct {
 
 // unsupported are the variables fairgate does not act on, with why.
 var unsupported = map[string]string{
-	"MEMCACHE_HOST_PORT":              "memcache is not supported",
-	"MEMCACHE_SRV":                    "memcache is not supported",
-	"REDIS_PERSECOND":                 "one store holds every window",
-	"REDIS_PERSECOND_URL":             "one store holds every window",
-	"REDIS_PIPELINE_WINDOW":           "concurrent calls are merged into shared script calls instead",
-	"REDIS_PIPELINE_LIMIT":            "concurrent calls are merged into shared script calls instead",
-	"EXPIRATION_JITTER_MAX_SECONDS":   "keys expire with their window",
-	"USE_DOG_STATSD":                  "plain statsd and Prometheus only",
-	"USE_PROMETHEUS":                  "Prometheus metrics are always on the internal listener's /metrics",
-	"TRACING_ENABLED":                 "no tracing yet",
-	"GRPC_UDS":                        "the gRPC service listens on TCP",
-	"GRPC_CLIENT_TLS_SAN":             "any certificate of the client CA is accepted",
-	"EXTRA_TAGS":                      "statsd names carry no tags",
-	"DEBUG_PORT":                      "/metrics and the rest are on fairgate's internal listener",
-	"CONFIG_GRPC_XDS_SERVER_USE_TLS":  "the xDS client connects in plain text",
-	"CONFIG_GRPC_XDS_CLIENT_TLS_CERT": "the xDS client connects in plain text",
+	"MEMCACHE_HOST_PORT":                        "memcache is not supported",
+	"MEMCACHE_SRV":                              "memcache is not supported",
+	"REDIS_PERSECOND":                           "one store holds every window",
+	"REDIS_PERSECOND_URL":                       "one store holds every window",
+	"REDIS_PIPELINE_WINDOW":                     "concurrent calls are merged into shared script calls instead",
+	"REDIS_PIPELINE_LIMIT":                      "concurrent calls are merged into shared script calls instead",
+	"EXPIRATION_JITTER_MAX_SECONDS":             "keys expire with their window",
+	"USE_DOG_STATSD":                            "plain statsd and Prometheus only",
+	"USE_PROMETHEUS":                            "Prometheus metrics are always on the internal listener's /metrics",
+	"TRACING_ENABLED":                           "no tracing yet",
+	"GRPC_UDS":                                  "the gRPC service listens on TCP",
+	"GRPC_CLIENT_TLS_SAN":                       "any certificate of the client CA is accepted",
+	"EXTRA_TAGS":                                "statsd names carry no tags",
+	"DEBUG_PORT":                                "/metrics and the rest are on fairgate's internal listener",
+	"CONFIG_GRPC_XDS_SERVER_USE_TLS":            "the xDS client connects in plain text",
+	"CONFIG_GRPC_XDS_CLIENT_TLS_CERT":           "the xDS client connects in plain text",
+	"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": "the xDS client sends no extra headers",
+	"XDS_CLIENT_BACKOFF_MAX_INTERVAL":           "the xDS client reconnects after CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
+	"FORCE_START_WITHOUT_INITIAL_CONFIG":        "fairgate serves before the first xDS update, and refuses to start without a valid runtime directory",
+	"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED":   "/readyz and gRPC health do not wait for a first config",
+	"USE_DOG_STATSD_MOGRIFIERS":                 "plain statsd and Prometheus only",
+	"PROMETHEUS_ADDR":                           "Prometheus metrics are always on the internal listener's /metrics",
+	"PROMETHEUS_MAPPER_YAML":                    "fairgate's Prometheus metrics have their own names (docs/rls.md)",
+	"DEBUG_HOST":                                "/metrics and the rest are on fairgate's internal listener",
+	"REDIS_CLUSTER_PIPELINE_PARALLELISM":        "concurrent calls are merged into shared script calls instead",
+	"REDIS_POOL_ON_EMPTY_BEHAVIOR":              "the client multiplexes one connection per node",
+	"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION":      "the store has its own deadline and circuit breaker",
+	"REDIS_STARTUP_MAX_ELAPSED_TIME":            "fairgate starts with Redis down and keeps trying",
+	"MEMCACHE_TLS":                              "memcache is not supported",
 }
 
 // Read reads the environment through look.
@@ -106,6 +122,16 @@ func Read(look Lookup) (Result, error) {
 		r.GRPCClientCA, _ = get("GRPC_CLIENT_TLS_CACERT")
 		if r.GRPCCert == "" || r.GRPCKey == "" {
 			return r, fmt.Errorf("GRPC_SERVER_USE_TLS=true needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY")
+		}
+	}
+	for _, d := range []struct {
+		name string
+		dst  *time.Duration
+	}{{"GRPC_MAX_CONNECTION_AGE", &r.GRPCMaxConnAge}, {"GRPC_MAX_CONNECTION_AGE_GRACE", &r.GRPCMaxConnAgeGrace}} {
+		if v, ok := get(d.name); ok && v != "" {
+			if *d.dst, err = time.ParseDuration(v); err != nil || *d.dst <= 0 {
+				return r, fmt.Errorf("%s=%q: want a positive duration such as 24h", d.name, v)
+			}
 		}
 	}
 	if v, ok := get("LOG_LEVEL"); ok {

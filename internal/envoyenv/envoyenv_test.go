@@ -3,6 +3,7 @@ package envoyenv
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func lookup(env map[string]string) Lookup {
@@ -42,6 +43,7 @@ func TestRedisURL(t *testing.T) {
 		{map[string]string{"RUNTIME_ROOT": "/d", "NEAR_LIMIT_RATIO": "most"}, `NEAR_LIMIT_RATIO="most"`},
 		{map[string]string{"CONFIG_TYPE": "CONSUL"}, "want FILE or GRPC_XDS_SOTW"},
 		{map[string]string{"BACKEND_TYPE": "memcache"}, "memcache is not supported"},
+		{map[string]string{"GRPC_MAX_CONNECTION_AGE": "forever"}, `GRPC_MAX_CONNECTION_AGE="forever"`},
 		{map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "/c"}, "needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY"},
 	} {
 		if _, err := Read(lookup(tc.env)); err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -57,7 +59,7 @@ func TestConfig(t *testing.T) {
 		"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_IGNOREDOTFILES": "true",
 		"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "true", "NEAR_LIMIT_RATIO": "0.9", "SHADOW_MODE": "false", "LOCAL_CACHE_SIZE_IN_BYTES": "1024",
 		"LIMIT_RESPONSE_HEADERS_ENABLED": "true", "LIMIT_REMAINING_HEADER": "X-Left", "USE_STATSD": "true", "STATSD_HOST": "statsd", "STATSD_PORT": "9125",
-		"GRPC_PORT": "8081", "PORT": "8080", "LOG_LEVEL": "WARNING", "LOG_FORMAT": "json", "BACKEND_TYPE": "redis", "REDIS_PERSECOND": "true", "TRACING_ENABLED": "true",
+		"GRPC_PORT": "8081", "PORT": "8080", "GRPC_MAX_CONNECTION_AGE": "1h", "GRPC_MAX_CONNECTION_AGE_GRACE": "10m", "LOG_LEVEL": "WARNING", "LOG_FORMAT": "json", "BACKEND_TYPE": "redis", "REDIS_PERSECOND": "true", "TRACING_ENABLED": "true",
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -67,7 +69,7 @@ func TestConfig(t *testing.T) {
 			t.Errorf("config:\n%s\nwant %q in it", r.Config, want)
 		}
 	}
-	if r.GRPCListen != "0.0.0.0:8081" || r.Listen != "0.0.0.0:8080" || r.LogLevel != "warn" || r.LogFormat != "json" {
+	if r.GRPCListen != "0.0.0.0:8081" || r.Listen != "0.0.0.0:8080" || r.LogLevel != "warn" || r.LogFormat != "json" || r.GRPCMaxConnAge != time.Hour || r.GRPCMaxConnAgeGrace != 10*time.Minute {
 		t.Errorf("%+v", r)
 	}
 	if len(r.Unsupported) != 2 || !strings.HasPrefix(r.Unsupported[0], "REDIS_PERSECOND") || !strings.HasPrefix(r.Unsupported[1], "TRACING_ENABLED") {
