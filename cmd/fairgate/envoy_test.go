@@ -67,7 +67,7 @@ func TestEnvoyEnvironment(t *testing.T) {
 		"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": srv.Addr, "REDIS_AUTH": "s3cret", "CACHE_KEY_PREFIX": "envtest_",
 		"GRPC_HOST": "127.0.0.1", "GRPC_PORT": grpcPort, "HOST": "127.0.0.1", "PORT": httpPort,
 		"USE_STATSD": "true", "STATSD_HOST": "127.0.0.1", "STATSD_PORT": statsdPort, "STATS_FLUSH_INTERVAL": "100ms",
-		"LIMIT_RESPONSE_HEADERS_ENABLED": "true", "REDIS_PERSECOND": "true",
+		"LIMIT_RESPONSE_HEADERS_ENABLED": "true", "TRACING_ENABLED": "true",
 	} {
 		t.Setenv(k, v)
 	}
@@ -77,7 +77,7 @@ func TestEnvoyEnvironment(t *testing.T) {
 	if sv.addr != httpAddr {
 		t.Fatalf("HTTP on %s, want HOST:PORT %s", sv.addr, httpAddr)
 	}
-	if logs := sv.logs.String(); !strings.Contains(logs, "REDIS_PERSECOND") || !strings.Contains(logs, "does not support") {
+	if logs := sv.logs.String(); !strings.Contains(logs, "TRACING_ENABLED") || !strings.Contains(logs, "does not support") {
 		t.Errorf("the unsupported variable is not logged: %s", logs)
 	} else if strings.Contains(logs, "s3cret") {
 		t.Errorf("the Redis password is in the log: %s", logs)
@@ -226,4 +226,62 @@ func TestEnvoyEnvironmentXDS(t *testing.T) {
 		}
 	}
 	limitOf("x")
+}
+
+// TestEnvoyEnvironmentPerSecond: with REDIS_PERSECOND, the windows of one
+// second are counted on the per-second Redis and the others on the main
+// one, as envoyproxy/ratelimit splits them; the answers are the same.
+func TestEnvoyEnvironmentPerSecond(t *testing.T) {
+	main, err := redistest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer main.Close()
+	perSecond, err := redistest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer perSecond.Close()
+	root := t.TempDir()
+	dir := filepath.Join(root, "rl", "config")
+	os.MkdirAll(dir, 0o755)
+	os.WriteFile(filepath.Join(dir, "d.yaml"), []byte("domain: d\ndescriptors:\n  - key: s\n    rate_limit: {unit: second, requests_per_unit: 1000}\n  - key: m\n    rate_limit: {unit: minute, requests_per_unit: 2}\n"), 0o600)
+	grpcAddr := freeAddr(t)
+	_, grpcPort, _ := net.SplitHostPort(grpcAddr)
+	for k, v := range map[string]string{"RUNTIME_ROOT": root, "RUNTIME_SUBDIRECTORY": "rl", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": main.Addr,
+		"REDIS_PERSECOND": "true", "REDIS_PERSECOND_SOCKET_TYPE": "tcp", "REDIS_PERSECOND_URL": perSecond.Addr,
+		"GRPC_HOST": "127.0.0.1", "GRPC_PORT": grpcPort, "HOST": "127.0.0.1", "PORT": "0"} {
+		t.Setenv(k, v)
+	}
+	sv := startServe(t)
+	defer sv.stop()
+	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := rlspb.NewRateLimitServiceClient(conn)
+	for i, want := range []string{"OK OK OK", "OK OK OK", "OVER_LIMIT OK OVER_LIMIT"} {
+		r, err := c.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "d", Descriptors: []*commonpb.RateLimitDescriptor{
+			{Entries: []*commonpb.RateLimitDescriptor_Entry{{Key: "s", Value: "x"}}},
+			{Entries: []*commonpb.RateLimitDescriptor_Entry{{Key: "m", Value: "x"}}},
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := r.OverallCode.String() + " " + r.Statuses[0].Code.String() + " " + r.Statuses[1].Code.String(); got != want {
+			t.Fatalf("call %d: %s, want %s", i, got, want)
+		}
+	}
+	for _, x := range []struct {
+		name string
+		srv  *redistest.Server
+	}{{"main", main}, {"per-second", perSecond}} {
+		if n, err := redistest.Do(x.srv.Addr, "DBSIZE"); err != nil || n != "1" {
+			t.Errorf("%s Redis holds %s keys (%v), want 1", x.name, n, err)
+		}
+	}
+	if ttl, _ := redistest.Do(perSecond.Addr, "EVAL", "return redis.call('PTTL', redis.call('RANDOMKEY'))", "0"); ttl == "" || len(ttl) > 4 {
+		t.Errorf("the per-second Redis's key lives %s ms, want at most a second", ttl)
+	}
 }

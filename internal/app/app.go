@@ -185,6 +185,9 @@ type ServeConfig struct {
 	Listen       string
 	Store        string
 	StoreTimeout time.Duration
+	// PerSecondStore, if set, is the store of the Envoy service's counted
+	// windows of one second (envoyproxy/ratelimit's REDIS_PERSECOND).
+	PerSecondStore string
 	// Config is the config file; empty means the embedded example, or
 	// ConfigData.
 	Config string
@@ -274,6 +277,7 @@ func ParseServe(args []string, stderr io.Writer) (ServeConfig, error) {
 	}
 	fs.StringVar(&c.Listen, "listen", env("FAIRGATE_LISTEN", cmp.Or(e.Listen, defListen)), "address of the decision API (FAIRGATE_LISTEN)")
 	fs.StringVar(&c.Store, "store", env("FAIRGATE_STORE", cmp.Or(e.Store, "memory://")), "memory://, redis://HOST:PORT[/DB], rediss://…, redis-cluster://H:P,H:P or redis-sentinel://H:P,H:P/MASTER (FAIRGATE_STORE)")
+	fs.StringVar(&c.PerSecondStore, "per-second-store", env("FAIRGATE_PER_SECOND_STORE", e.PerSecondStore), "a second Redis for the Envoy service's counted windows of one second (FAIRGATE_PER_SECOND_STORE; envoyproxy/ratelimit's REDIS_PERSECOND; default: the store)")
 	fs.StringVar(&c.Config, "config", env("FAIRGATE_CONFIG", ""), "the config file, reloaded when it changes and on SIGHUP (FAIRGATE_CONFIG; default: the embedded examples/fairgate.yaml)")
 	poll := env("FAIRGATE_CONFIG_POLL", "1s")
 	fs.Func("config-poll", "how often the config file is looked at for changes (FAIRGATE_CONFIG_POLL, default 1s)", func(v string) error { poll = v; return nil })

@@ -85,18 +85,21 @@ type daemon struct {
 	wg    sync.WaitGroup
 	fatal chan error
 
-	cfg      *config.Config
-	raw      []byte
-	be       Backend
-	reg      *prometheus.Registry
-	reloads  *prometheus.CounterVec
-	board    *dash.Dashboard
-	lim      *limiter.Limiter
-	quotas   *quota.Quotas
-	breakers *breaker.Set
-	jobs     fairq.Queue
-	weights  *atomic.Pointer[map[string]int]
-	rlsSvc   *rls.Service
+	cfg *config.Config
+	raw []byte
+	be  Backend
+	// perSecond is the per-second store and its limiter, when configured.
+	perSecond    Backend
+	perSecondLim *limiter.Limiter
+	reg          *prometheus.Registry
+	reloads      *prometheus.CounterVec
+	board        *dash.Dashboard
+	lim          *limiter.Limiter
+	quotas       *quota.Quotas
+	breakers     *breaker.Set
+	jobs         fairq.Queue
+	weights      *atomic.Pointer[map[string]int]
+	rlsSvc       *rls.Service
 	// rlsMu guards the two sources of the Envoy service's domains: the
 	// config file's and xDS's.
 	rlsMu   sync.Mutex
@@ -150,7 +153,7 @@ func (d *daemon) close() {
 func (d *daemon) build() error {
 	var err error
 	if e := d.c.Env; len(e.Used) > 0 {
-		d.log.Info("read envoyproxy/ratelimit's environment", slog.Any("variables", e.Used), slog.String("store", redisstore.RedactURL(d.c.Store)), slog.String("grpc_listen", d.c.GRPCListen))
+		d.log.Info("read envoyproxy/ratelimit's environment", slog.Any("variables", e.Used), slog.String("store", redisstore.RedactURL(d.c.Store)), slog.String("per_second_store", redisstore.RedactURL(d.c.PerSecondStore)), slog.String("grpc_listen", d.c.GRPCListen))
 		if len(e.Unsupported) > 0 {
 			d.log.Warn("envoyproxy/ratelimit variables fairgate does not support (see docs/rls.md)", slog.Any("variables", e.Unsupported))
 		}
@@ -213,6 +216,9 @@ func (d *daemon) buildDeciders() error {
 		return err
 	}
 	d.rlsFile = d.cfg.RLS
+	if err := d.buildPerSecond(); err != nil {
+		return err
+	}
 	if s := d.cfg.Statsd; s.Address != "" {
 		sink, err := statsd.New(s.Address, s.FlushInterval)
 		if err != nil {
@@ -221,6 +227,30 @@ func (d *daemon) buildDeciders() error {
 		d.rlsSvc.SetStatsSink(sink)
 		d.closers = append(d.closers, sink.Close)
 	}
+	return nil
+}
+
+// buildPerSecond opens the per-second store, when configured, with a
+// limiter of its own (its metrics prefixed per_second_), for the Envoy
+// service's counted windows of one second.
+func (d *daemon) buildPerSecond() error {
+	if d.c.PerSecondStore == "" {
+		return nil
+	}
+	var err error
+	if d.perSecond, err = OpenBackend(d.c.PerSecondStore, d.c.StoreTimeout, d.log); err != nil {
+		return fmt.Errorf("serve: per-second store: %w", err)
+	}
+	d.closers = append(d.closers, d.perSecond.Store.Close)
+	d.perSecondLim, err = limiter.New(limiter.Config{
+		Store: d.perSecond.Store, Policy: policyOf(d.cfg), Timeout: d.perSecond.Timeout,
+		Fallback: memstore.New(memstore.Config{MaxKeys: 100_000, MaxBytes: 32 << 20}), Instances: d.cfg.Instances,
+		Logger: d.log, Registerer: prometheus.WrapRegistererWithPrefix("per_second_", d.reg),
+	})
+	if err != nil {
+		return err
+	}
+	d.rlsSvc.SetPerSecond(d.perSecondLim)
 	return nil
 }
 
@@ -270,17 +300,16 @@ func (d *daemon) buildServer() error {
 // start connects the store, starts the loops (limiter, dashboard, config
 // watcher) and every listener, and reports the main one to ready.
 func (d *daemon) start(ready func(addr string)) error {
-	if z := d.be.lazy; z != nil {
-		// One try now; if Redis is down, start anyway and keep trying.
-		if err := z.connect(); err != nil {
-			if !errors.Is(err, redisstore.ErrConnect) {
-				return err
-			}
-			d.log.Warn("store not reachable at start: serving by each policy's fail mode while connecting in the background", slog.String("store", redisstore.RedactURL(d.c.Store)), slog.String("error", err.Error()))
-		}
-		d.goCheck("store connection", func() error { z.Run(d.bg); return nil })
+	if err := d.connect(d.be.lazy, d.c.Store); err != nil {
+		return err
 	}
 	d.goCheck("limiter", func() error { return d.lim.Run(d.bg) })
+	if d.perSecondLim != nil {
+		if err := d.connect(d.perSecond.lazy, d.c.PerSecondStore); err != nil {
+			return err
+		}
+		d.goCheck("per-second limiter", func() error { return d.perSecondLim.Run(d.bg) })
+	}
 	if d.board != nil {
 		d.goCheck("dashboard", func() error { return d.board.Run(d.bg) })
 	}
@@ -301,6 +330,23 @@ func (d *daemon) start(ready func(addr string)) error {
 	}
 	d.errc = make(chan error, 1)
 	go func() { d.errc <- serveOn(d.srv, ln, d.tls.main) }()
+	return nil
+}
+
+// connect makes one try now to connect a Redis store (z nil: an
+// in-process one); if Redis is down, the daemon starts anyway and keeps
+// trying in the background.
+func (d *daemon) connect(z *lazyRedis, url string) error {
+	if z == nil {
+		return nil
+	}
+	if err := z.connect(); err != nil {
+		if !errors.Is(err, redisstore.ErrConnect) {
+			return err
+		}
+		d.log.Warn("store not reachable at start: serving by each policy's fail mode while connecting in the background", slog.String("store", redisstore.RedactURL(url)), slog.String("error", err.Error()))
+	}
+	d.goCheck("store connection", func() error { z.Run(d.bg); return nil })
 	return nil
 }
 

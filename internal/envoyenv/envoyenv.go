@@ -26,6 +26,9 @@ type Lookup func(name string) (string, bool)
 type Result struct {
 	// Store is the store URL made from the REDIS_* variables.
 	Store string
+	// PerSecondStore is the store URL of the per-second limits
+	// (REDIS_PERSECOND and its REDIS_PERSECOND_* variables), or "".
+	PerSecondStore string
 	// StoreTimeout is REDIS_TIMEOUT.
 	StoreTimeout time.Duration
 	// GRPCListen is GRPC_HOST:GRPC_PORT; Listen is HOST:PORT (the HTTP
@@ -53,8 +56,6 @@ type Result struct {
 var unsupported = map[string]string{
 	"MEMCACHE_HOST_PORT":                        "memcache is not supported",
 	"MEMCACHE_SRV":                              "memcache is not supported",
-	"REDIS_PERSECOND":                           "one store holds every window",
-	"REDIS_PERSECOND_URL":                       "one store holds every window",
 	"REDIS_PIPELINE_WINDOW":                     "concurrent calls are merged into shared script calls instead",
 	"REDIS_PIPELINE_LIMIT":                      "concurrent calls are merged into shared script calls instead",
 	"EXPIRATION_JITTER_MAX_SECONDS":             "keys expire with their window",
@@ -102,8 +103,16 @@ func Read(look Lookup) (Result, error) {
 	}
 	slices.Sort(r.Unsupported)
 	var err error
-	if r.Store, err = redisURL(get); err != nil {
+	if r.Store, err = redisURL(get, "REDIS_"); err != nil {
 		return r, err
+	}
+	if boolVar(get, "REDIS_PERSECOND") {
+		if r.PerSecondStore, err = redisURL(get, "REDIS_PERSECOND_"); err != nil {
+			return r, err
+		}
+		if r.PerSecondStore == "" {
+			return r, fmt.Errorf("REDIS_PERSECOND=true needs REDIS_PERSECOND_URL")
+		}
 	}
 	if v, ok := get("REDIS_TIMEOUT"); ok {
 		if r.StoreTimeout, err = time.ParseDuration(v); err != nil || r.StoreTimeout <= 0 {
@@ -172,32 +181,40 @@ func hostPort(get Lookup, hostVar, portVar, defHost, defPort string) (string, er
 	return net.JoinHostPort(h, p), nil
 }
 
-// redisURL makes the store URL: REDIS_SOCKET_TYPE (tcp, unix),
-// REDIS_TYPE (single, cluster, sentinel), REDIS_URL, REDIS_AUTH
-// ([user:]password), REDIS_SENTINEL_AUTH, REDIS_TLS and its files,
-// CACHE_KEY_PREFIX.
-func redisURL(get Lookup) (string, error) {
-	addr, ok := get("REDIS_URL")
+// redisURL makes a store URL from the variables starting with p
+// ("REDIS_", or "REDIS_PERSECOND_" for the per-second Redis): SOCKET_TYPE
+// (tcp, unix), TYPE (single, cluster, sentinel), URL, AUTH
+// ([user:]password), SENTINEL_AUTH, TLS; and the shared REDIS_TLS_* files
+// and CACHE_KEY_PREFIX.
+func redisURL(get Lookup, p string) (string, error) {
+	addr, ok := get(p + "URL")
 	if !ok {
 		return "", nil
 	}
-	socket, _ := get("REDIS_SOCKET_TYPE")
-	typ, _ := get("REDIS_TYPE")
-	auth, _ := get("REDIS_AUTH")
-	useTLS := boolVar(get, "REDIS_TLS")
+	socket, _ := get(p + "SOCKET_TYPE")
+	typ, _ := get(p + "TYPE")
+	auth, _ := get(p + "AUTH")
+	useTLS := boolVar(get, p+"TLS")
 	q := url.Values{}
-	if p, ok := get("CACHE_KEY_PREFIX"); ok && p != "" {
-		q.Set("key_prefix", p)
+	if kp, ok := get("CACHE_KEY_PREFIX"); ok && kp != "" {
+		q.Set("key_prefix", kp)
 	}
+	// The TLS files are the two Redis's alike, as there.
+	tlsFiles := url.Values{}
 	for name, param := range map[string]string{"REDIS_TLS_CACERT": "tls_ca_file", "REDIS_TLS_CLIENT_CERT": "tls_cert_file", "REDIS_TLS_CLIENT_KEY": "tls_key_file"} {
 		if v, ok := get(name); ok && v != "" {
-			q.Set(param, v)
+			tlsFiles.Set(param, v)
 		}
 	}
 	if boolVar(get, "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION") {
-		q.Set("skip_hostname_verify", "true")
+		tlsFiles.Set("skip_hostname_verify", "true")
 	}
-	if len(q) > 0 && !useTLS && (q.Has("tls_ca_file") || q.Has("tls_cert_file") || q.Has("skip_hostname_verify")) {
+	switch {
+	case useTLS:
+		for k, v := range tlsFiles {
+			q[k] = v
+		}
+	case len(tlsFiles) > 0 && p == "REDIS_":
 		return "", fmt.Errorf("REDIS_TLS_* files are set but REDIS_TLS is not true")
 	}
 	user := ""
@@ -216,7 +233,7 @@ func redisURL(get Lookup) (string, error) {
 	switch t := strings.ToLower(typ); {
 	case strings.EqualFold(socket, "unix") || socket == "" && strings.HasPrefix(addr, "/"):
 		if useTLS || t == "cluster" || t == "sentinel" {
-			return "", fmt.Errorf("REDIS_SOCKET_TYPE=unix goes with REDIS_TYPE=single and no REDIS_TLS")
+			return "", fmt.Errorf("%sSOCKET_TYPE=unix goes with %sTYPE=single and no %sTLS", p, p, p)
 		}
 		out = "unix://" + user + filepath.Clean(addr)
 	case t == "" || t == "single":
@@ -226,9 +243,9 @@ func redisURL(get Lookup) (string, error) {
 	case t == "sentinel":
 		parts := strings.Split(addr, ",")
 		if len(parts) < 2 {
-			return "", fmt.Errorf("REDIS_URL=%q: with REDIS_TYPE=sentinel, want <master name>,<sentinel host:port>,…", addr)
+			return "", fmt.Errorf("%sURL=%q: with REDIS_TYPE=sentinel, want <master name>,<sentinel host:port>,…", p, addr)
 		}
-		if sa, ok := get("REDIS_SENTINEL_AUTH"); ok && sa != "" {
+		if sa, ok := get(p + "SENTINEL_AUTH"); ok && sa != "" {
 			su, sp, found := strings.Cut(sa, ":")
 			if found {
 				q.Set("sentinel_username", su)
@@ -239,7 +256,7 @@ func redisURL(get Lookup) (string, error) {
 		}
 		out = "redis" + s + "-sentinel://" + user + strings.Join(parts[1:], ",") + "/" + parts[0]
 	default:
-		return "", fmt.Errorf("REDIS_TYPE=%q: want single, cluster or sentinel", typ)
+		return "", fmt.Errorf("%sTYPE=%q: want single, cluster or sentinel", p, typ)
 	}
 	if len(q) > 0 {
 		out += "?" + q.Encode()

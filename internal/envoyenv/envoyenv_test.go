@@ -31,10 +31,16 @@ func TestRedisURL(t *testing.T) {
 			t.Errorf("%v: %q %v, want %q", tc.env, r.Store, err, tc.want)
 		}
 	}
+	r, err := Read(lookup(map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "a:1", "REDIS_TLS": "true", "REDIS_TLS_CACERT": "/ca",
+		"REDIS_PERSECOND": "true", "REDIS_PERSECOND_SOCKET_TYPE": "tcp", "REDIS_PERSECOND_TYPE": "cluster", "REDIS_PERSECOND_URL": "b:1,b:2", "REDIS_PERSECOND_AUTH": "pw"}))
+	if err != nil || r.Store != "rediss://a:1?tls_ca_file=%2Fca" || r.PerSecondStore != "redis-cluster://:pw@b:1,b:2" {
+		t.Errorf("the per-second Redis: %q %q %v", r.Store, r.PerSecondStore, err)
+	}
 	for _, tc := range []struct {
 		env  map[string]string
 		want string
 	}{
+		{map[string]string{"REDIS_PERSECOND": "true"}, "REDIS_PERSECOND=true needs REDIS_PERSECOND_URL"},
 		{map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "sentinel", "REDIS_URL": "s1:26379"}, "want <master name>,<sentinel host:port>"},
 		{map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "ring", "REDIS_URL": "a:1"}, `REDIS_TYPE="ring"`},
 		{map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "a:1", "REDIS_TLS_CACERT": "/ca"}, "REDIS_TLS is not true"},
@@ -59,7 +65,7 @@ func TestConfig(t *testing.T) {
 		"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_IGNOREDOTFILES": "true",
 		"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "true", "NEAR_LIMIT_RATIO": "0.9", "SHADOW_MODE": "false", "LOCAL_CACHE_SIZE_IN_BYTES": "1024",
 		"LIMIT_RESPONSE_HEADERS_ENABLED": "true", "LIMIT_REMAINING_HEADER": "X-Left", "USE_STATSD": "true", "STATSD_HOST": "statsd", "STATSD_PORT": "9125",
-		"GRPC_PORT": "8081", "PORT": "8080", "GRPC_MAX_CONNECTION_AGE": "1h", "GRPC_MAX_CONNECTION_AGE_GRACE": "10m", "LOG_LEVEL": "WARNING", "LOG_FORMAT": "json", "BACKEND_TYPE": "redis", "REDIS_PERSECOND": "true", "TRACING_ENABLED": "true",
+		"GRPC_PORT": "8081", "PORT": "8080", "GRPC_MAX_CONNECTION_AGE": "1h", "GRPC_MAX_CONNECTION_AGE_GRACE": "10m", "LOG_LEVEL": "WARNING", "LOG_FORMAT": "json", "BACKEND_TYPE": "redis", "TRACING_ENABLED": "true",
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -72,7 +78,7 @@ func TestConfig(t *testing.T) {
 	if r.GRPCListen != "0.0.0.0:8081" || r.Listen != "0.0.0.0:8080" || r.LogLevel != "warn" || r.LogFormat != "json" || r.GRPCMaxConnAge != time.Hour || r.GRPCMaxConnAgeGrace != 10*time.Minute {
 		t.Errorf("%+v", r)
 	}
-	if len(r.Unsupported) != 2 || !strings.HasPrefix(r.Unsupported[0], "REDIS_PERSECOND") || !strings.HasPrefix(r.Unsupported[1], "TRACING_ENABLED") {
+	if len(r.Unsupported) != 1 || !strings.HasPrefix(r.Unsupported[0], "TRACING_ENABLED") {
 		t.Errorf("unsupported %v", r.Unsupported)
 	}
 }

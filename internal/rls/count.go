@@ -136,7 +136,7 @@ func (s *Service) countWindows(ctx context.Context, cfg *compiled, fail policy.F
 		t.checks[k].Cost = min(c.cost, c.big)
 	}
 	var res store.Result
-	if closed, err := s.takeOrClose(ctx, cfg, fail, t.checks, &res, rules, a, resp); closed || err != nil {
+	if closed, err := s.takeCounted(ctx, cfg, fail, t.checks, &res, rules, a, resp); closed || err != nil {
 		return closed, err
 	}
 	if !res.Now.IsZero() {
@@ -183,7 +183,7 @@ func (s *Service) peek(ctx context.Context, cfg *compiled, fail policy.FailMode,
 		checks[k].Cost = 0
 	}
 	var res store.Result
-	if closed, err := s.takeOrClose(ctx, cfg, fail, checks, &res, rules, a, resp); closed || err != nil {
+	if closed, err := s.takeCounted(ctx, cfg, fail, checks, &res, rules, a, resp); closed || err != nil {
 		return closed, err
 	}
 	for k, c := range counters {
@@ -197,12 +197,48 @@ func (s *Service) peek(ctx context.Context, cfg *compiled, fail policy.FailMode,
 	return false, nil
 }
 
+// takeCounted decides counted windows: those of one second on the
+// per-second store when there is one, the others on the main store; res
+// then holds the decisions in the order of checks, and the later clock.
+func (s *Service) takeCounted(ctx context.Context, cfg *compiled, fail policy.FailMode, checks []store.Check, res *store.Result, rules []rule, a *answer, resp *rlspb.RateLimitResponse) (closed bool, err error) {
+	if s.perSecond == nil {
+		return s.takeOrClose(ctx, s.lim, cfg, fail, checks, res, rules, a, resp)
+	}
+	var parts [2][]store.Check // main, per second
+	var at [2][]int
+	for i, c := range checks {
+		j := 0
+		if c.Limit.Period == time.Second {
+			j = 1
+		}
+		parts[j], at[j] = append(parts[j], c), append(at[j], i)
+	}
+	res.Allowed, res.Decisions = true, make([]algo.Decision, len(checks))
+	for j, lim := range []*limiter.Limiter{s.lim, s.perSecond} {
+		if len(parts[j]) == 0 {
+			continue
+		}
+		var r store.Result
+		if closed, err := s.takeOrClose(ctx, lim, cfg, fail, parts[j], &r, rules, a, resp); closed || err != nil {
+			return closed, err
+		}
+		for k, i := range at[j] {
+			res.Decisions[i] = r.Decisions[k]
+		}
+		res.Allowed = res.Allowed && r.Allowed
+		if r.Now.After(res.Now) {
+			res.Now = r.Now
+		}
+	}
+	return false, nil
+}
+
 // takeOrClose decides checks through the limiter (its deadline, breaker,
 // fail mode and fallback). closed reports a fail-closed domain whose store
 // did not answer: resp then says OVER_LIMIT, or err is UNAVAILABLE, as
 // configured.
-func (s *Service) takeOrClose(ctx context.Context, cfg *compiled, fail policy.FailMode, checks []store.Check, res *store.Result, rules []rule, a *answer, resp *rlspb.RateLimitResponse) (closed bool, err error) {
-	reason, err := s.lim.TakeChecks(ctx, checks, fail, res)
+func (s *Service) takeOrClose(ctx context.Context, lim *limiter.Limiter, cfg *compiled, fail policy.FailMode, checks []store.Check, res *store.Result, rules []rule, a *answer, resp *rlspb.RateLimitResponse) (closed bool, err error) {
+	reason, err := lim.TakeChecks(ctx, checks, fail, res)
 	if err != nil {
 		return false, status.Error(codes.InvalidArgument, err.Error())
 	}

@@ -75,7 +75,7 @@ func (s *Service) decide(ctx context.Context, cfg *compiled, dom *Domain, rules 
 	}
 	if len(enforced.checks) > 0 {
 		var res store.Result
-		if closed, err := s.takeOrClose(ctx, cfg, dom.Fail, enforced.checks, &res, rules, a, resp); closed || err != nil {
+		if closed, err := s.takeOrClose(ctx, s.lim, cfg, dom.Fail, enforced.checks, &res, rules, a, resp); closed || err != nil {
 			return closed, err
 		}
 		a.now = res.Now

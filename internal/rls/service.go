@@ -32,12 +32,15 @@ const (
 // safe for concurrent use.
 type Service struct {
 	rlspb.UnimplementedRateLimitServiceServer
-	lim   *limiter.Limiter
-	cfg   atomic.Pointer[compiled]
-	log   *slog.Logger
-	m     *metrics
-	local atomic.Pointer[localCache]
-	now   func() time.Time
+	lim *limiter.Limiter
+	// perSecond, if not nil, decides the counted windows of a second
+	// (envoyproxy/ratelimit's REDIS_PERSECOND).
+	perSecond *limiter.Limiter
+	cfg       atomic.Pointer[compiled]
+	log       *slog.Logger
+	m         *metrics
+	local     atomic.Pointer[localCache]
+	now       func() time.Time
 }
 
 // New returns the service deciding through lim (its store, deadline,
@@ -64,6 +67,13 @@ func (s *Service) SetConfig(c Config) {
 	}
 	s.cfg.Store(compile(c))
 }
+
+// SetPerSecond makes lim, on a store of its own, decide the counted
+// windows of one second (envoyproxy/ratelimit's REDIS_PERSECOND: the
+// busiest keys on a Redis of their own). Domains decided by fairgate's
+// algorithms keep every limit on the main store, so that a batch stays
+// atomic. Set it before serving.
+func (s *Service) SetPerSecond(lim *limiter.Limiter) { s.perSecond = lim }
 
 // SetStatsSink sends the service's per-rule statistics to sink (statsd)
 // too. Set it before serving.
