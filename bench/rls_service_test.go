@@ -44,7 +44,8 @@ type rlsService struct {
 }
 
 // startRLS starts bin with envoyproxy/ratelimit's environment (the same
-// for both services: fairgate reads it in that service's place).
+// for both services: fairgate reads it in that service's place); the
+// floors (name floor-*) take their address and Redis as flags.
 func startRLS(b *testing.B, name, bin, runtime string) *rlsService {
 	b.Helper()
 	r, err := redistest.Start()
@@ -61,8 +62,15 @@ func startRLS(b *testing.B, name, bin, runtime string) *rlsService {
 	ln, _ = net.Listen("tcp", "127.0.0.1:0")
 	_, debugPort, _ := net.SplitHostPort(ln.Addr().String())
 	ln.Close()
-	cmd := exec.Command(bin, "serve")
-	if name != "fairgate" {
+	var cmd *exec.Cmd
+	switch name {
+	case "fairgate":
+		cmd = exec.Command(bin, "serve")
+	case "floor-grpc":
+		cmd = exec.Command(bin, "-listen", grpcAddr)
+	case "floor-grpc+redis":
+		cmd = exec.Command(bin, "-listen", grpcAddr, "-redis", r.Addr)
+	default:
 		cmd = exec.Command(bin)
 	}
 	cmd.Env = append(os.Environ(), "RUNTIME_ROOT="+runtime, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
@@ -184,7 +192,10 @@ func (s *rlsService) drive(b *testing.B, streams, descriptors int, d time.Durati
 // interleaved. It reports per service the calls/s, p99, and the CPU per
 // decision of the service and of its Redis, read from /proc; and the
 // ratio of decisions per CPU-second (service + Redis), fairgate over the
-// peer. The peer is optional: FAIRGATE_BENCH_ENVOY_RLS names its binary
+// peer. Beside them run two floors (cmd/rlsfloor): grpc-go answering
+// without work, and grpc-go with one Redis script call of INCRBY and
+// EXPIRE per descriptor: what no service built on them can go below. The
+// peer is optional: FAIRGATE_BENCH_ENVOY_RLS names its binary
 // (docs/rls.md says how to build it from a snapshot outside this repo).
 //
 //	cd bench && FAIRGATE_BENCH_ENVOY_RLS=/tmp/rl/ratelimit go test -run '^$' -bench RLSService -benchtime 1x -timeout 30m
@@ -201,10 +212,15 @@ func BenchmarkRLSService(b *testing.B) {
 	if err := os.WriteFile(filepath.Join(runtime, "ratelimit", "config", "bench.yaml"), []byte(rlsDomain), 0o600); err != nil {
 		b.Fatal(err)
 	}
+	floor := filepath.Join(dir, "rlsfloor")
+	if out, err := exec.Command("go", "build", "-o", floor, "./cmd/rlsfloor").CombinedOutput(); err != nil {
+		b.Fatalf("go build rlsfloor: %v\n%s", err, out)
+	}
 	svcs := []*rlsService{startRLS(b, "fairgate", bin, runtime)}
 	if peer := os.Getenv("FAIRGATE_BENCH_ENVOY_RLS"); peer != "" {
 		svcs = append(svcs, startRLS(b, "envoyproxy-ratelimit", peer, runtime))
 	}
+	svcs = append(svcs, startRLS(b, "floor-grpc", floor, runtime), startRLS(b, "floor-grpc+redis", floor, runtime))
 	defer func() {
 		for _, s := range svcs {
 			s.close()
@@ -235,7 +251,7 @@ func BenchmarkRLSService(b *testing.B) {
 					b.ReportMetric(med(func(r round) float64 { return float64(r.svcCPU.Microseconds()) / dec(r) }), s.name+"-svc-µs/decision")
 					b.ReportMetric(med(func(r round) float64 { return float64(r.redisCPU.Microseconds()) / dec(r) }), s.name+"-redis-µs/decision")
 				}
-				if len(svcs) == 2 {
+				if svcs[1].name == "envoyproxy-ratelimit" {
 					ratios := make([]float64, rounds)
 					for j := range rounds {
 						ratios[j] = res[0][j].decisionsPerCPUSec / res[1][j].decisionsPerCPUSec
