@@ -1,8 +1,10 @@
 package rls
 
 import (
+	"regexp"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 )
@@ -56,4 +58,29 @@ func same(a, b []Entry) bool {
 		}
 	}
 	return true
+}
+
+// FuzzWildcard: a value with '*' anywhere matches exactly what the same
+// pattern as a regular expression (each star any run of characters, the
+// rest literal, anchored at both ends) matches.
+func FuzzWildcard(f *testing.F) {
+	f.Add("bar*b", "barab")
+	f.Add("foo*bar*baz", "foobarbaz")
+	f.Add("a*a", "a")
+	f.Add("*", "")
+	f.Add("x**y", "xy")
+	f.Fuzz(func(t *testing.T, pattern, value string) {
+		if !strings.Contains(pattern, "*") || !utf8.ValidString(pattern) || !utf8.ValidString(value) {
+			return
+		}
+		parts := strings.Split(pattern, "*")
+		quoted := make([]string, len(parts))
+		for i, p := range parts {
+			quoted[i] = regexp.QuoteMeta(p)
+		}
+		re := regexp.MustCompile(`(?s)\A` + strings.Join(quoted, ".*") + `\z`)
+		if got, want := wildcardMatch(parts, value), re.MatchString(value); got != want {
+			t.Fatalf("%q against %q: %v, want %v", pattern, value, got, want)
+		}
+	})
 }
