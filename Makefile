@@ -4,13 +4,21 @@ FUZZTIME  ?= 10s
 BENCHTIME ?= 1s
 PKGS      := ./...
 
-.PHONY: help build run test bench fuzz vet staticcheck fmt-check tidy-check deps-check lint ci ensure-redis ensure-chromium ensure-gateways
+.PHONY: help build run test bench fuzz vet staticcheck fmt-check tidy-check deps-check lint ci ensure-redis ensure-chromium ensure-gateways ensure-packaging image
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 18
 
-build: ## build bin/fairgate
-	$(GO) build -o bin/fairgate ./cmd/fairgate
+build: ## build bin/fairgate (with its commit: fairgate version)
+	$(GO) build -buildvcs=true -o bin/fairgate ./cmd/fairgate
+
+IMAGE ?= fairgate:$(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+
+image: ## the container image (podman): the static binary built here, in an empty image (Containerfile)
+	mkdir -p build
+	CGO_ENABLED=0 $(GO) build -buildvcs=true -trimpath -o build/fairgate ./cmd/fairgate
+	cp /etc/ssl/certs/ca-certificates.crt build/ca-certificates.crt
+	podman build --build-arg VERSION=$(lastword $(subst :, ,$(IMAGE))) -t $(IMAGE) -f Containerfile .
 
 run: ## run the service on the embedded memory store
 	$(GO) run ./cmd/fairgate serve
@@ -21,10 +29,13 @@ ensure-redis: ## install redis-server for the tests if missing (apt-get, as root
 ensure-gateways: ## install nginx and Caddy for the gateway tests if missing (apt-get, as root)
 	@bash scripts/ensure-gateways.sh
 
+ensure-packaging: ## install podman and systemd-analyze for the packaging tests if missing (apt-get, as root)
+	@bash scripts/ensure-packaging.sh
+
 ensure-chromium: ## install Chromium for the dashboard's browser test if missing (apt-get, as root)
 	@bash scripts/ensure-chromium.sh
 
-test: ensure-redis ensure-chromium ensure-gateways ## the whole suite, race detector on, against real redis-server processes, nginx, Caddy and a headless Chromium
+test: ensure-redis ensure-chromium ensure-gateways ensure-packaging ## the whole suite, race detector on, against real redis-server processes, nginx, Caddy and a headless Chromium
 	$(GO) test -race -shuffle=on -timeout 9m $(PKGS)
 	$(GO) test -count=1 -run 'TestResetsNeverOverAdmit' ./store/redisstore  # left out of -race: see store/redisstore/reset_test.go
 

@@ -28,6 +28,7 @@ Usage:
   fairgate check-config [FILE]
   fairgate simulate --policy 'limit=60,period=1m,burst=60,algorithm=token_bucket' [--policy …] --traffic 'burst 60 at 1s; steady 0.5/s from 40s to 90s' [--out chart.svg]
   fairgate replay --config proposed.yaml [--format table|csv|json] [--log-format json|common] [--tenant-field user] ACCESS_LOG…
+  fairgate version
   fairgate help
 
 serve runs the decision API until SIGTERM or Ctrl-C, with the policy of the
@@ -44,6 +45,8 @@ what each admitted; with --out it draws the remaining capacity as an SVG.
 
 replay runs recorded traffic through a proposed config on a virtual clock and
 reports, per tenant and per policy, how many requests would have been limited.
+
+version prints the version, the commit it was built from and the Go version.
 `
 
 // run is main without the process: it returns the exit code.
@@ -59,6 +62,9 @@ func runReady(ctx context.Context, args []string, stdout, stderr io.Writer, read
 	switch args[0] {
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
+		return 0
+	case "version", "--version", "-version":
+		fmt.Fprintln(stdout, versionLine())
 		return 0
 	case "check-config":
 		if len(args) == 2 && (args[1] == "-h" || args[1] == "--help" || args[1] == "help") {

@@ -1,0 +1,188 @@
+package main
+
+import (
+	"debug/elf"
+	"encoding/json"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+var (
+	staticOnce sync.Once
+	staticBin  string
+	staticErr  error
+)
+
+// staticBinary builds the fairgate binary as `make image` does: static
+// (CGO_ENABLED=0), with its commit, once per test run.
+func staticBinary(t *testing.T) string {
+	t.Helper()
+	staticOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "fairgate-static-")
+		if err != nil {
+			staticErr = err
+			return
+		}
+		staticBin = filepath.Join(dir, "fairgate")
+		cmd := exec.Command("go", "build", "-buildvcs=true", "-trimpath", "-o", staticBin, ".")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			staticErr = err
+			staticBin = string(out)
+		}
+	})
+	if staticErr != nil {
+		t.Fatalf("go build: %v\n%s", staticErr, staticBin)
+	}
+	return staticBin
+}
+
+// need skips the test, saying how to install tool, when it is missing
+// (make test installs it: scripts/ensure-packaging.sh).
+func need(t *testing.T, tool string) {
+	t.Helper()
+	if _, err := exec.LookPath(tool); err != nil {
+		t.Skipf("%s is not installed: make test installs it (scripts/ensure-packaging.sh), or apt-get install podman systemd", tool)
+	}
+}
+
+func run1(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// TestContainerImage builds the image from the Containerfile as `make
+// image` does (the static binary built here, copied into an empty image;
+// nothing fetched), checks its configuration, and runs the very binary it
+// copied (podman run is refused in this sandbox, so the binary is copied
+// back out of a created container).
+func TestContainerImage(t *testing.T) {
+	need(t, "podman")
+	bin := staticBinary(t)
+	ctx := t.TempDir()
+	os.MkdirAll(filepath.Join(ctx, "build"), 0o755)
+	os.MkdirAll(filepath.Join(ctx, "examples"), 0o755)
+	for src, dst := range map[string]string{bin: "build/fairgate", "../../examples/fairgate.yaml": "examples/fairgate.yaml", "../../Containerfile": "Containerfile"} {
+		b, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(filepath.Join(ctx, dst), b, 0o755)
+	}
+	ca, _ := os.ReadFile("/etc/ssl/certs/ca-certificates.crt")
+	os.WriteFile(filepath.Join(ctx, "build/ca-certificates.crt"), ca, 0o644)
+	tag := "localhost/fairgate-test:" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	run1(t, "podman", "build", "-q", "--build-arg", "VERSION=v9.9.9-test", "-t", tag, "-f", filepath.Join(ctx, "Containerfile"), ctx)
+	t.Cleanup(func() { exec.Command("podman", "rmi", "-f", tag).Run() })
+
+	var img []struct {
+		Config struct {
+			User         string
+			Entrypoint   []string
+			Cmd          []string
+			Env          []string
+			ExposedPorts map[string]struct{}
+			Labels       map[string]string
+			Healthcheck  any
+		}
+	}
+	if err := json.Unmarshal([]byte(run1(t, "podman", "image", "inspect", tag)), &img); err != nil || len(img) != 1 {
+		t.Fatalf("podman image inspect: %v", err)
+	}
+	c := img[0].Config
+	if c.User != "65532:65532" || !slices.Equal(c.Entrypoint, []string{"/fairgate"}) || !slices.Equal(c.Cmd, []string{"serve"}) || c.Healthcheck != nil {
+		t.Errorf("user %q, entrypoint %v, cmd %v, healthcheck %v: want a non-root user, /fairgate serve, no HEALTHCHECK", c.User, c.Entrypoint, c.Cmd, c.Healthcheck)
+	}
+	for _, p := range []string{"8080/tcp", "8081/tcp", "8082/tcp", "8090/tcp"} {
+		if _, ok := c.ExposedPorts[p]; !ok {
+			t.Errorf("port %s not exposed: %v", p, c.ExposedPorts)
+		}
+	}
+	if c.Labels["org.opencontainers.image.title"] != "fairgate" || c.Labels["org.opencontainers.image.version"] != "v9.9.9-test" || c.Labels["org.opencontainers.image.source"] == "" {
+		t.Errorf("labels %v", c.Labels)
+	}
+	if !slices.Contains(c.Env, "FAIRGATE_CONFIG=/etc/fairgate/fairgate.yaml") || !slices.Contains(c.Env, "FAIRGATE_LISTEN=0.0.0.0:8080") {
+		t.Errorf("env %v", c.Env)
+	}
+
+	// The binary and config it holds, copied back out.
+	id := run1(t, "podman", "create", tag)
+	t.Cleanup(func() { exec.Command("podman", "rm", "-f", id).Run() })
+	out := t.TempDir()
+	run1(t, "podman", "cp", id+":/fairgate", filepath.Join(out, "fairgate"))
+	run1(t, "podman", "cp", id+":/etc/fairgate/fairgate.yaml", filepath.Join(out, "fairgate.yaml"))
+	f, err := elf.Open(filepath.Join(out, "fairgate"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			t.Error("the image's binary is dynamically linked: it cannot run in an empty image")
+		}
+	}
+	f.Close()
+	v := run1(t, filepath.Join(out, "fairgate"), "version")
+	if head, err := exec.Command("git", "rev-parse", "HEAD").Output(); err == nil && !strings.Contains(v, strings.TrimSpace(string(head))) {
+		t.Errorf("fairgate version: %q, want the commit %s", v, head)
+	}
+	if !strings.Contains(v, "go1.") {
+		t.Errorf("fairgate version: %q, want the Go version", v)
+	}
+	run1(t, filepath.Join(out, "fairgate"), "check-config", filepath.Join(out, "fairgate.yaml"))
+	addr := freeAddr(t)
+	sv := exec.Command(filepath.Join(out, "fairgate"), "serve")
+	sv.Env = append(os.Environ(), "FAIRGATE_CONFIG="+filepath.Join(out, "fairgate.yaml"), "FAIRGATE_LISTEN="+addr, "FAIRGATE_ADMIN_LISTEN=127.0.0.1:0", "FAIRGATE_DRAIN=0")
+	if err := sv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { sv.Process.Kill(); sv.Wait() }()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if resp, err := http.Get("http://" + addr + "/healthz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the image's binary does not serve /healthz with the image's config")
+		}
+	}
+}
+
+// TestSystemdUnit checks deploy/fairgate.service with systemd-analyze
+// verify (the binary in its place) and that it keeps its hardening.
+func TestSystemdUnit(t *testing.T) {
+	need(t, "systemd-analyze")
+	unit, err := os.ReadFile("../../deploy/fairgate.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"DynamicUser=yes", "ProtectSystem=strict", "NoNewPrivileges=yes", "EnvironmentFile=/etc/fairgate/fairgate.env",
+		"Restart=on-failure", "ExecReload=/bin/kill -HUP $MAINPID", "ExecStart=/usr/local/bin/fairgate serve", "CapabilityBoundingSet=\n", "PrivateTmp=yes"} {
+		if !strings.Contains(string(unit), want) {
+			t.Errorf("the unit lacks %q", want)
+		}
+	}
+	dir := t.TempDir()
+	env, _ := os.ReadFile("../../deploy/fairgate.env")
+	os.WriteFile(filepath.Join(dir, "fairgate.env"), env, 0o600)
+	u := strings.NewReplacer("/usr/local/bin/fairgate", staticBinary(t), "/etc/fairgate/fairgate.env", filepath.Join(dir, "fairgate.env")).Replace(string(unit))
+	path := filepath.Join(dir, "fairgate.service")
+	os.WriteFile(path, []byte(u), 0o644)
+	out, err := exec.Command("systemd-analyze", "verify", path).CombinedOutput()
+	if err != nil || len(out) > 0 {
+		t.Fatalf("systemd-analyze verify: %v\n%s", err, out)
+	}
+}
