@@ -1,12 +1,15 @@
 package main
 
 import (
+	"context"
 	"debug/elf"
 	"encoding/json"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -184,5 +187,16 @@ func TestSystemdUnit(t *testing.T) {
 	out, err := exec.Command("systemd-analyze", "verify", path).CombinedOutput()
 	if err != nil || len(out) > 0 {
 		t.Fatalf("systemd-analyze verify: %v\n%s", err, out)
+	}
+}
+
+// TestVersion: fairgate version and --version name the build and the Go
+// version.
+func TestVersion(t *testing.T) {
+	for _, arg := range []string{"version", "--version"} {
+		var out strings.Builder
+		if code := run(context.Background(), []string{arg}, &out, io.Discard); code != 0 || !strings.HasPrefix(out.String(), "fairgate ") || !strings.Contains(out.String(), runtime.Version()) {
+			t.Errorf("fairgate %s: exit %d, %q", arg, code, out.String())
+		}
 	}
 }
