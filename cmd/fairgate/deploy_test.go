@@ -16,6 +16,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"go.yaml.in/yaml/v3"
 )
 
 var (
@@ -198,5 +200,132 @@ func TestVersion(t *testing.T) {
 		if code := run(context.Background(), []string{arg}, &out, io.Discard); code != 0 || !strings.HasPrefix(out.String(), "fairgate ") || !strings.Contains(out.String(), runtime.Version()) {
 			t.Errorf("fairgate %s: exit %d, %q", arg, code, out.String())
 		}
+	}
+}
+
+// helmBinary is helm on PATH, or where scripts/ensure-helm.sh builds it;
+// the test skips when there is none.
+func helmBinary(t *testing.T) string {
+	t.Helper()
+	if p, err := exec.LookPath("helm"); err == nil {
+		return p
+	}
+	if gp, err := exec.Command("go", "env", "GOPATH").Output(); err == nil {
+		p := filepath.Join(strings.TrimSpace(string(gp)), "bin", "helm")
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	t.Skip("helm is not installed: make test builds it (scripts/ensure-helm.sh)")
+	return ""
+}
+
+// render runs helm template on the chart with --set values and returns
+// the objects by kind.
+func render(t *testing.T, helm string, set ...string) map[string]map[string]any {
+	t.Helper()
+	args := []string{"template", "t", "../../deploy/helm/fairgate"}
+	for _, s := range set {
+		args = append(args, "--set", s)
+	}
+	out := run1(t, helm, args...)
+	objs := map[string]map[string]any{}
+	dec := yaml.NewDecoder(strings.NewReader(out))
+	for {
+		var o map[string]any
+		if err := dec.Decode(&o); err != nil {
+			break
+		}
+		if o != nil {
+			objs[o["kind"].(string)] = o
+		}
+	}
+	return objs
+}
+
+// dig follows a path of map keys and list indexes through a decoded object.
+func dig(v any, path ...any) any {
+	for _, p := range path {
+		switch k := p.(type) {
+		case string:
+			m, _ := v.(map[string]any)
+			v = m[k]
+		case int:
+			l, _ := v.([]any)
+			if k >= len(l) {
+				return nil
+			}
+			v = l[k]
+		}
+	}
+	return v
+}
+
+// TestHelmChart lints the chart and checks what it renders: probes on
+// /healthz and /readyz, the drain wired to the grace period and a preStop,
+// the config in a ConfigMap whose checksum rolls the pods, the secrets in
+// a Secret (never in the Deployment), a PodDisruptionBudget, the
+// ServiceMonitor toggle, and a locked-down security context.
+func TestHelmChart(t *testing.T) {
+	helm := helmBinary(t)
+	run1(t, helm, "lint", "--strict", "../../deploy/helm/fairgate")
+	chartCfg, _ := os.ReadFile("../../deploy/helm/fairgate/files/fairgate.yaml")
+	example, _ := os.ReadFile("../../examples/fairgate.yaml")
+	if string(chartCfg) != string(example) {
+		t.Error("deploy/helm/fairgate/files/fairgate.yaml differs from examples/fairgate.yaml: copy it again")
+	}
+
+	def := render(t, helm)
+	for _, k := range []string{"Deployment", "Service", "ConfigMap", "PodDisruptionBudget"} {
+		if def[k] == nil {
+			t.Errorf("no %s rendered", k)
+		}
+	}
+	if def["ServiceMonitor"] != nil || def["Secret"] != nil {
+		t.Error("a ServiceMonitor or Secret rendered without being asked for")
+	}
+	// The rendered config is the example, and it validates.
+	cfg := dig(def["ConfigMap"], "data", "fairgate.yaml").(string)
+	path := filepath.Join(t.TempDir(), "fairgate.yaml")
+	os.WriteFile(path, []byte(cfg), 0o600)
+	run1(t, staticBinary(t), "check-config", path)
+
+	pod := dig(def["Deployment"], "spec", "template")
+	c := dig(pod, "spec", "containers", 0)
+	if dig(c, "livenessProbe", "httpGet", "path") != "/healthz" || dig(c, "readinessProbe", "httpGet", "path") != "/readyz" {
+		t.Errorf("probes: %v %v", dig(c, "livenessProbe"), dig(c, "readinessProbe"))
+	}
+	if g, stop := dig(pod, "spec", "terminationGracePeriodSeconds"), dig(c, "lifecycle", "preStop", "sleep", "seconds"); g != 37 || stop != 2 {
+		t.Errorf("grace %v, preStop %v: want 2 + 5 s drain + 25 s grace + 5 = 37, and a 2 s preStop", g, stop)
+	}
+	if dig(pod, "spec", "securityContext", "runAsNonRoot") != true || dig(c, "securityContext", "readOnlyRootFilesystem") != true ||
+		dig(c, "securityContext", "allowPrivilegeEscalation") != false || dig(c, "securityContext", "capabilities", "drop", 0) != "ALL" {
+		t.Errorf("security context: %v %v", dig(pod, "spec", "securityContext"), dig(c, "securityContext"))
+	}
+	if dig(c, "resources", "limits", "memory") == nil {
+		t.Error("no memory limit")
+	}
+	sum := dig(pod, "metadata", "annotations", "checksum/config")
+	if other := render(t, helm, "config=headers: x"); dig(other["Deployment"], "spec", "template", "metadata", "annotations", "checksum/config") == sum {
+		t.Error("a config change does not change the checksum annotation: the pods would not roll")
+	}
+
+	all := render(t, helm, "store.url=redis://redis:6379", "store.password=s3cret-store", "adminToken=s3cret-admin", "serviceMonitor.enabled=true", "upstream=http://api:9000")
+	if all["ServiceMonitor"] == nil || all["Secret"] == nil {
+		t.Fatal("the ServiceMonitor or the Secret is missing")
+	}
+	sec := dig(all["Secret"], "stringData")
+	if dig(sec, "admin-token") != "s3cret-admin" || dig(sec, "store-password") != "s3cret-store" {
+		t.Errorf("secret %v", sec)
+	}
+	dep, _ := json.Marshal(all["Deployment"])
+	if strings.Contains(string(dep), "s3cret") {
+		t.Error("a secret's value is in the Deployment")
+	}
+	if !strings.Contains(string(dep), "password_file=/etc/fairgate/secrets/store-password") || !strings.Contains(string(dep), `"secretKeyRef":{"key":"admin-token"`) {
+		t.Errorf("the Deployment does not take the password as a file and the token from the Secret: %s", dep)
+	}
+	if dig(all["ServiceMonitor"], "spec", "endpoints", 0, "port") != "internal" {
+		t.Error("in proxy mode the ServiceMonitor must scrape the internal port")
 	}
 }
