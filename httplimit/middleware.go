@@ -91,6 +91,9 @@ type Config struct {
 	SlowDown bool
 	// Logger receives decision errors. Nil means silent.
 	Logger *slog.Logger
+	// Observe, if not nil, is called with each request's decision, allowed
+	// or not, before the response is written: for metrics by class, say.
+	Observe func(r *http.Request, d limiter.Decision)
 }
 
 type decidedKey struct{}
@@ -169,6 +172,9 @@ func Middleware(c Config) (func(http.Handler) http.Handler, error) {
 				req.Credential = c.Credential(r)
 			}
 			d, err := c.Limiter.Decide(r.Context(), req)
+			if err == nil && c.Observe != nil {
+				c.Observe(r, d)
+			}
 			switch {
 			case errors.Is(err, policy.ErrNoTenant):
 				WriteUnauthorized(w, "this route needs a credential")

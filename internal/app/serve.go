@@ -270,7 +270,7 @@ func (d *daemon) buildServer() error {
 		UpstreamHeaders: server.UpstreamHeaders(cfg.UpstreamHeaders), ForwardAuth: server.ForwardAuth(cfg.ForwardAuth),
 		UpstreamTimeout: c.UpstreamTimeout, Logger: log, NoPolicy: cfg.NoPolicy, Metrics: promhttp.HandlerFor(d.reg, promhttp.HandlerOpts{}),
 		Quotas: d.quotas, WorkerToken: c.WorkerToken, InternalToken: c.InternalToken, ControlTimeout: c.ControlTimeout,
-		Jobs: d.jobs, JobKinds: cfg.Queues, Breakers: d.breakers,
+		Jobs: d.jobs, JobKinds: cfg.Queues, Breakers: d.breakers, Registerer: d.reg,
 	}
 	if cfg.HasRLS {
 		sc.RLSJSON = d.rlsSvc.ServeJSON

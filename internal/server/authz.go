@@ -48,11 +48,13 @@ func (s *Server) handleAuthz(w http.ResponseWriter, r *http.Request) {
 	id := s.id.Load()
 	method, path, err := original(r)
 	if err != nil {
+		s.metrics.authz.WithLabelValues("bad_request").Inc()
 		problem.BadRequest(w, err.Error())
 		return
 	}
 	who, err := s.identify(r)
 	if err != nil {
+		s.metrics.authz.WithLabelValues("unauthorized").Inc()
 		httplimit.WriteUnauthorized(w, err.Error())
 		return
 	}
@@ -63,15 +65,19 @@ func (s *Server) handleAuthz(w http.ResponseWriter, r *http.Request) {
 	d, err := s.lim.Decide(r.Context(), req)
 	switch {
 	case errors.Is(err, policy.ErrNoTenant):
+		s.metrics.authz.WithLabelValues("unauthorized").Inc()
 		httplimit.WriteUnauthorized(w, "this route needs a credential")
 		return
 	case err != nil:
+		s.metrics.authz.WithLabelValues("bad_request").Inc()
 		problem.BadRequest(w, checkError(err, req))
 		return
 	case !d.Allowed:
+		s.metrics.authz.WithLabelValues("limited").Inc()
 		s.deny(w, id, d)
 		return
 	}
+	s.metrics.authz.WithLabelValues("allowed").Inc()
 	httplimit.SetHeaders(w.Header(), s.form, d)
 	if who.Tenant != "" {
 		w.Header().Set(id.tenantHdr, who.Tenant)

@@ -44,9 +44,9 @@ func (s *Server) newProxy(upstream *url.URL, timeout time.Duration) (http.Handle
 		ExpectContinueTimeout: time.Second,
 		ForceAttemptHTTP2:     true,
 	}
-	var rt http.RoundTripper = tr
+	var rt http.RoundTripper = upstreamTimed{base: tr, m: s.metrics}
 	if s.breakers != nil && s.breakers.Has(UpstreamDependency) {
-		rt = &breaker.Transport{Set: s.breakers, Name: UpstreamDependency, Base: tr}
+		rt = &breaker.Transport{Set: s.breakers, Name: UpstreamDependency, Base: rt}
 	}
 	rp := &httputil.ReverseProxy{
 		Rewrite:       func(pr *httputil.ProxyRequest) { s.rewrite(pr, upstream) },
@@ -81,13 +81,14 @@ func (s *Server) newProxy(upstream *url.URL, timeout time.Duration) (http.Handle
 		Headers:  s.form,
 		Logger:   s.log,
 		SlowDown: true, // the connection is the client's own: pace a client that does not wait
+		Observe:  observeClass,
 	})
 	if err != nil {
 		return nil, err
 	}
 	direct := liftDeadlines(rp)
 	limited := mw(direct)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return s.metrics.timed(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if isPreflight(r) {
 			// Browsers send CORS preflights without credentials; the
 			// upstream answers them. They are not charged to anyone.
@@ -95,7 +96,7 @@ func (s *Server) newProxy(upstream *url.URL, timeout time.Duration) (http.Handle
 			return
 		}
 		limited.ServeHTTP(w, r)
-	}), nil
+	})), nil
 }
 
 // rewrite makes the upstream's request from the client's: its URL, the

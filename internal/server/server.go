@@ -24,6 +24,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/fairgate/fairgate/breaker"
 	"github.com/fairgate/fairgate/fairq"
 	"github.com/fairgate/fairgate/httplimit"
@@ -38,6 +40,9 @@ type Config struct {
 	// Limiter decides every request: /v1/take, /v1/check and the proxy.
 	// Required.
 	Limiter *limiter.Limiter
+	// Registerer, if not nil, receives the proxy's and the forward-auth
+	// endpoint's metrics.
+	Registerer prometheus.Registerer
 	// RLSJSON, if not nil, serves envoyproxy/ratelimit's /json endpoint
 	// (with /healthcheck) on the internal surface.
 	RLSJSON http.HandlerFunc
@@ -119,6 +124,7 @@ type Config struct {
 // services reach.
 type Server struct {
 	lim      *limiter.Limiter
+	metrics  *serverMetrics
 	internal http.Handler // nil without an upstream: one surface
 	form     httplimit.Form
 	id       atomic.Pointer[identity]
@@ -157,6 +163,9 @@ func New(c Config) (*Server, error) {
 		return nil, err
 	}
 	if s.itoken, err = tokenHash("internal", c.InternalToken); err != nil {
+		return nil, err
+	}
+	if s.metrics, err = newServerMetrics(c.Registerer); err != nil {
 		return nil, err
 	}
 	s.SetIdentity(c.Auth, c.ClientIP, c.UpstreamHeaders, c.ForwardAuth)

@@ -1,0 +1,137 @@
+package server
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fairgate/fairgate/httplimit"
+	"github.com/fairgate/fairgate/internal/promreg"
+	"github.com/fairgate/fairgate/limiter"
+)
+
+// serverMetrics are the proxy's and the forward-auth endpoint's metrics.
+// Labels are bounded: the route class (from the config, "none" when the
+// request matched no class), the status class (2xx … 5xx) and outcomes.
+type serverMetrics struct {
+	proxy    *prometheus.HistogramVec
+	upstream *prometheus.HistogramVec
+	authz    *prometheus.CounterVec
+}
+
+// latencyBuckets span a fast API call to the upstream timeout, in seconds.
+var latencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
+
+func newServerMetrics(reg prometheus.Registerer) (*serverMetrics, error) {
+	m := &serverMetrics{
+		proxy: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "fairgate_proxy_request_duration_seconds",
+			Help:    "Proxied requests, from arrival to the end of the response (limited ones included), by route class and status class.",
+			Buckets: latencyBuckets,
+		}, []string{"class", "status"}),
+		upstream: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "fairgate_proxy_upstream_duration_seconds",
+			Help:    "The upstream's part of proxied requests, from sending the request to its response headers, by route class and status class (error: no response).",
+			Buckets: latencyBuckets,
+		}, []string{"class", "status"}),
+		authz: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fairgate_forward_auth_decisions_total",
+			Help: "/v1/authz answers by outcome: allowed, limited, unauthorized, bad_request.",
+		}, []string{"outcome"}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	var err error
+	promreg.Reuse(reg, &m.proxy, &err)
+	promreg.Reuse(reg, &m.upstream, &err)
+	promreg.Reuse(reg, &m.authz, &err)
+	return m, err
+}
+
+// statusClass is "2xx" for 204, and so on.
+func statusClass(code int) string {
+	if code < 100 || code > 599 {
+		return "other"
+	}
+	return strconv.Itoa(code/100) + "xx"
+}
+
+// classOf is the route class of a request the middleware decided, or
+// "none".
+func classOf(r *http.Request) string {
+	if d, ok := httplimit.DecisionFrom(r.Context()); ok && d.Resolution.Class != "" {
+		return d.Resolution.Class
+	}
+	return "none"
+}
+
+// statusRecorder remembers a response's status. It unwraps to the
+// writer it wraps, so that http.ResponseController (flushes, deadlines,
+// hijacking) reaches the connection's.
+type statusRecorder struct {
+	http.ResponseWriter
+	code int
+}
+
+func (w *statusRecorder) WriteHeader(code int) {
+	if w.code == 0 {
+		w.code = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusRecorder) Write(b []byte) (int, error) {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusRecorder) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// timed observes each proxied request's duration by class and status.
+func (m *serverMetrics) timed(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec := &statusRecorder{ResponseWriter: w}
+		var class string
+		// The class is known once the middleware has decided: its Observe
+		// hook writes it here, through the request's context.
+		h.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), classSinkKey{}, &class)))
+		if class == "" {
+			class = "none"
+		}
+		m.proxy.WithLabelValues(class, statusClass(rec.code)).Observe(time.Since(start).Seconds())
+	})
+}
+
+type classSinkKey struct{}
+
+// observeClass is the middleware's Observe hook: it gives timed the
+// request's route class.
+func observeClass(r *http.Request, d limiter.Decision) {
+	if p, ok := r.Context().Value(classSinkKey{}).(*string); ok && d.Resolution.Class != "" {
+		*p = d.Resolution.Class
+	}
+}
+
+// upstreamTimed is a RoundTripper that observes the upstream's part.
+type upstreamTimed struct {
+	base http.RoundTripper
+	m    *serverMetrics
+}
+
+func (t upstreamTimed) RoundTrip(r *http.Request) (*http.Response, error) {
+	start := time.Now()
+	resp, err := t.base.RoundTrip(r)
+	status := "error"
+	if err == nil {
+		status = statusClass(resp.StatusCode)
+	}
+	t.m.upstream.WithLabelValues(classOf(r), status).Observe(time.Since(start).Seconds())
+	return resp, err
+}
