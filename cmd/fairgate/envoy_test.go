@@ -36,6 +36,27 @@ func writeDomain(t *testing.T, dir, file, domain string, n int) {
 	}
 }
 
+// serveEnvoyEnv runs serve with env set, its gRPC service on a free
+// loopback port (GRPC_HOST and GRPC_PORT added), and returns it, stopped
+// at the test's end, with a client of that service (its connection too).
+func serveEnvoyEnv(t *testing.T, env map[string]string) (*serving, *grpc.ClientConn, rlspb.RateLimitServiceClient) {
+	t.Helper()
+	grpcAddr := freeAddr(t)
+	_, grpcPort, _ := net.SplitHostPort(grpcAddr)
+	env["GRPC_HOST"], env["GRPC_PORT"] = "127.0.0.1", grpcPort
+	for k, v := range env {
+		t.Setenv(k, v)
+	}
+	sv := startServe(t)
+	t.Cleanup(sv.stop)
+	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return sv, conn, rlspb.NewRateLimitServiceClient(conn)
+}
+
 // TestEnvoyEnvironment swaps envoyproxy/ratelimit for fairgate keeping its
 // environment: the Redis of REDIS_*, the runtime directory of RUNTIME_*
 // (a symbolic link swapped as that service's deployments do), its gRPC and
@@ -58,22 +79,16 @@ func TestEnvoyEnvironment(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer udp.Close()
-	grpcAddr, httpAddr := freeAddr(t), freeAddr(t)
-	_, grpcPort, _ := net.SplitHostPort(grpcAddr)
+	httpAddr := freeAddr(t)
 	_, httpPort, _ := net.SplitHostPort(httpAddr)
 	_, statsdPort, _ := net.SplitHostPort(udp.LocalAddr().String())
-	for k, v := range map[string]string{
+	sv, _, c := serveEnvoyEnv(t, map[string]string{
 		"RUNTIME_ROOT": filepath.Join(root, "current"), "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_WATCH_ROOT": "true",
 		"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": srv.Addr, "REDIS_AUTH": "s3cret", "CACHE_KEY_PREFIX": "envtest_",
-		"GRPC_HOST": "127.0.0.1", "GRPC_PORT": grpcPort, "HOST": "127.0.0.1", "PORT": httpPort,
+		"HOST": "127.0.0.1", "PORT": httpPort,
 		"USE_STATSD": "true", "STATSD_HOST": "127.0.0.1", "STATSD_PORT": statsdPort, "STATS_FLUSH_INTERVAL": "100ms",
-		"LIMIT_RESPONSE_HEADERS_ENABLED": "true", "TRACING_ENABLED": "true",
-	} {
-		t.Setenv(k, v)
-	}
-	t.Setenv("FAIRGATE_CONFIG_POLL", "100ms")
-	sv := startServe(t)
-	defer sv.stop()
+		"LIMIT_RESPONSE_HEADERS_ENABLED": "true", "TRACING_ENABLED": "true", "FAIRGATE_CONFIG_POLL": "100ms",
+	})
 	if sv.addr != httpAddr {
 		t.Fatalf("HTTP on %s, want HOST:PORT %s", sv.addr, httpAddr)
 	}
@@ -82,12 +97,6 @@ func TestEnvoyEnvironment(t *testing.T) {
 	} else if strings.Contains(logs, "s3cret") {
 		t.Errorf("the Redis password is in the log: %s", logs)
 	}
-	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	c := rlspb.NewRateLimitServiceClient(conn)
 	askLimit := func(domain string) (rlspb.RateLimitResponse_Code, uint32) {
 		r, err := c.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: domain, Descriptors: []*commonpb.RateLimitDescriptor{
 			{Entries: []*commonpb.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}},
@@ -178,20 +187,8 @@ func TestEnvoyEnvironmentXDS(t *testing.T) {
 	if err := m.Set("rl-node", "1", xdstest.Domain("x", 1, confpb.RateLimitUnit_HOUR)); err != nil {
 		t.Fatal(err)
 	}
-	grpcAddr := freeAddr(t)
-	_, grpcPort, _ := net.SplitHostPort(grpcAddr)
-	for k, v := range map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": m.Addr, "CONFIG_GRPC_XDS_NODE_ID": "rl-node", "GRPC_HOST": "127.0.0.1", "GRPC_PORT": grpcPort, "HOST": "127.0.0.1", "PORT": "0",
-		"GRPC_MAX_CONNECTION_AGE": "1s", "GRPC_MAX_CONNECTION_AGE_GRACE": "100ms"} {
-		t.Setenv(k, v)
-	}
-	sv := startServe(t)
-	defer sv.stop()
-	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	c := rlspb.NewRateLimitServiceClient(conn)
+	sv, conn, c := serveEnvoyEnv(t, map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": m.Addr, "CONFIG_GRPC_XDS_NODE_ID": "rl-node",
+		"HOST": "127.0.0.1", "PORT": "0", "GRPC_MAX_CONNECTION_AGE": "1s", "GRPC_MAX_CONNECTION_AGE_GRACE": "100ms"})
 	limitOf := func(domain string) uint32 {
 		r, err := c.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: domain, Descriptors: []*commonpb.RateLimitDescriptor{
 			{Entries: []*commonpb.RateLimitDescriptor_Entry{{Key: "k", Value: strconv.FormatInt(time.Now().UnixNano(), 10)}}},
@@ -246,21 +243,8 @@ func TestEnvoyEnvironmentPerSecond(t *testing.T) {
 	dir := filepath.Join(root, "rl", "config")
 	os.MkdirAll(dir, 0o755)
 	os.WriteFile(filepath.Join(dir, "d.yaml"), []byte("domain: d\ndescriptors:\n  - key: s\n    rate_limit: {unit: second, requests_per_unit: 1000}\n  - key: m\n    rate_limit: {unit: minute, requests_per_unit: 2}\n"), 0o600)
-	grpcAddr := freeAddr(t)
-	_, grpcPort, _ := net.SplitHostPort(grpcAddr)
-	for k, v := range map[string]string{"RUNTIME_ROOT": root, "RUNTIME_SUBDIRECTORY": "rl", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": main.Addr,
-		"REDIS_PERSECOND": "true", "REDIS_PERSECOND_SOCKET_TYPE": "tcp", "REDIS_PERSECOND_URL": perSecond.Addr,
-		"GRPC_HOST": "127.0.0.1", "GRPC_PORT": grpcPort, "HOST": "127.0.0.1", "PORT": "0"} {
-		t.Setenv(k, v)
-	}
-	sv := startServe(t)
-	defer sv.stop()
-	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	c := rlspb.NewRateLimitServiceClient(conn)
+	_, _, c := serveEnvoyEnv(t, map[string]string{"RUNTIME_ROOT": root, "RUNTIME_SUBDIRECTORY": "rl", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": main.Addr,
+		"REDIS_PERSECOND": "true", "REDIS_PERSECOND_SOCKET_TYPE": "tcp", "REDIS_PERSECOND_URL": perSecond.Addr, "HOST": "127.0.0.1", "PORT": "0"})
 	for i, want := range []string{"OK OK OK", "OK OK OK", "OVER_LIMIT OK OVER_LIMIT"} {
 		r, err := c.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "d", Descriptors: []*commonpb.RateLimitDescriptor{
 			{Entries: []*commonpb.RateLimitDescriptor_Entry{{Key: "s", Value: "x"}}},

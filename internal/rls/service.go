@@ -1,6 +1,7 @@
 package rls
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -319,12 +320,6 @@ func headers(h Headers, rules []rule, resp *rlspb.RateLimitResponse, a *answer, 
 	if pick == nil {
 		return nil
 	}
-	name := func(n, def string) string {
-		if n == "" {
-			return def
-		}
-		return n
-	}
 	reset := "0"
 	if d := untilReset(pick.CurrentLimit.Unit, a.now); d != nil {
 		reset = strconv.FormatInt(d.Seconds, 10)
@@ -333,12 +328,12 @@ func headers(h Headers, rules []rule, resp *rlspb.RateLimitResponse, a *answer, 
 		reset = strconv.FormatInt(int64((pick.DurationUntilReset.AsDuration()+time.Second-1)/time.Second), 10)
 	}
 	out := []*corepb.HeaderValue{
-		{Key: name(h.Limit, "RateLimit-Limit"), Value: strconv.FormatUint(uint64(pick.CurrentLimit.RequestsPerUnit), 10)},
-		{Key: name(h.Remaining, "RateLimit-Remaining"), Value: strconv.FormatUint(uint64(pick.LimitRemaining), 10)},
-		{Key: name(h.Reset, "RateLimit-Reset"), Value: reset},
+		{Key: cmp.Or(h.Limit, "RateLimit-Limit"), Value: strconv.FormatUint(uint64(pick.CurrentLimit.RequestsPerUnit), 10)},
+		{Key: cmp.Or(h.Remaining, "RateLimit-Remaining"), Value: strconv.FormatUint(uint64(pick.LimitRemaining), 10)},
+		{Key: cmp.Or(h.Reset, "RateLimit-Reset"), Value: reset},
 	}
 	if exact && resp.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT && !a.never {
-		out = append(out, &corepb.HeaderValue{Key: "Retry-After", Value: strconv.FormatInt(int64((max(a.retry, time.Second)+time.Second-1)/time.Second), 10)})
+		out = append(out, retryAfter(max(a.retry, time.Second))...)
 	}
 	return out
 }
