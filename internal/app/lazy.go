@@ -12,6 +12,8 @@ import (
 	"github.com/fairgate/fairgate/algo"
 	"github.com/fairgate/fairgate/fairq"
 	"github.com/fairgate/fairgate/fairq/redisq"
+	"github.com/fairgate/fairgate/internal/apikeys"
+	"github.com/fairgate/fairgate/internal/apikeys/rediskeys"
 	"github.com/fairgate/fairgate/limiter"
 	"github.com/fairgate/fairgate/limiter/redisctl"
 	"github.com/fairgate/fairgate/policy"
@@ -30,6 +32,7 @@ type lazyRedis struct {
 	conn  atomic.Pointer[redisstore.Store]
 	queue atomic.Pointer[redisq.Queue]
 	ctl   atomic.Pointer[redisctl.Store]
+	keys  atomic.Pointer[rediskeys.Store]
 	kinds fairq.Kinds
 	weigh fairq.Weigher
 	share fairq.Sharer
@@ -57,6 +60,7 @@ func (z *lazyRedis) connect() error {
 		z.queue.Store(q)
 	}
 	z.ctl.Store(redisctl.New(rs.Client(), rs.Prefix()))
+	z.keys.Store(rediskeys.New(rs.Client(), rs.Prefix()))
 	z.conn.Store(rs)
 	z.checkEviction(context.Background())
 	return nil
@@ -179,6 +183,15 @@ func (s lazyStore) Close() error {
 		return rs.Close()
 	}
 	return nil
+}
+
+// keyBackend is the stored API keys' backend on this Redis, once
+// connected.
+func (z *lazyRedis) keyBackend() (apikeys.Backend, error) {
+	if s := z.keys.Load(); s != nil {
+		return s, nil
+	}
+	return nil, errNotConnected
 }
 
 // lazyControl is the limiter.ControlStore face of a lazyRedis.

@@ -33,6 +33,7 @@ import (
 	"github.com/fairgate/fairgate/breaker"
 	"github.com/fairgate/fairgate/fairq"
 	"github.com/fairgate/fairgate/httplimit"
+	"github.com/fairgate/fairgate/internal/apikeys"
 	"github.com/fairgate/fairgate/internal/auth"
 	"github.com/fairgate/fairgate/internal/config"
 	"github.com/fairgate/fairgate/internal/dash"
@@ -106,6 +107,7 @@ type daemon struct {
 	rlsFile rls.Config
 	rlsXDS  []rls.Domain
 	authn   *auth.Authenticator
+	keys    *apikeys.Set // the stored API keys
 	h       *server.Server
 	reload  func() error
 
@@ -261,7 +263,15 @@ func (d *daemon) buildServer() error {
 	if cfg.Auth.JWT != nil && cfg.Auth.JWT.JWKSURL != "" {
 		log.Info("fetching the JWT key set", slog.String("jwks_url", cfg.Auth.JWT.JWKSURL), slog.Int64("timeout_ms", auth.DefaultJWKSTimeout.Milliseconds()))
 	}
+	backend := apikeys.NewMemory()
+	if z := d.be.lazy; z != nil {
+		backend = apikeys.Deferred(z.keyBackend)
+	}
 	var err error
+	if d.keys, err = apikeys.New(apikeys.Config{Backend: backend, Logger: log}); err != nil {
+		return err
+	}
+	cfg.Auth.Stored = d.keys
 	if d.authn, err = auth.New(d.bg, cfg.Auth); err != nil {
 		return err
 	}
@@ -304,6 +314,7 @@ func (d *daemon) start(ready func(addr string)) error {
 		return err
 	}
 	d.goCheck("limiter", func() error { return d.lim.Run(d.bg) })
+	d.goCheck("API keys", func() error { d.keys.Run(d.bg); return nil })
 	if d.perSecondLim != nil {
 		if err := d.connect(d.perSecond.lazy, d.c.PerSecondStore); err != nil {
 			return err
@@ -381,7 +392,7 @@ func (d *daemon) watch() {
 // apply puts a reloaded config in force, or changes nothing and returns
 // why (the watcher counts it refused).
 func (d *daemon) apply(nc *config.Config) error {
-	nc.Auth.Logger, nc.Auth.Previous = d.log, d.authn
+	nc.Auth.Logger, nc.Auth.Previous, nc.Auth.Stored = d.log, d.authn, d.keys
 	na, err := auth.New(d.bg, nc.Auth)
 	if err == nil {
 		err = d.quotas.CheckProviders(nc.Providers)
@@ -541,7 +552,7 @@ func (d *daemon) listenAdmin(readTimeout time.Duration) error {
 		d.log.Warn("admin API not started: set FAIRGATE_ADMIN_TOKEN or --admin-token-file to enable it")
 		return nil
 	}
-	ah, err := server.NewAdmin(server.AdminConfig{Limiter: d.lim, Token: d.c.AdminToken, Reload: d.reload, Logger: d.log, Timeout: d.c.ControlTimeout})
+	ah, err := server.NewAdmin(server.AdminConfig{Limiter: d.lim, Token: d.c.AdminToken, Reload: d.reload, Logger: d.log, Timeout: d.c.ControlTimeout, Keys: d.keys})
 	if err != nil {
 		return err
 	}

@@ -18,6 +18,8 @@ import (
 
 	"github.com/MicahParks/keyfunc/v3"
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/fairgate/fairgate/internal/apikeys"
 )
 
 // APIKey is one configured API key: the SHA-256 of the key (never the key
@@ -65,6 +67,9 @@ type Config struct {
 	Previous *Authenticator
 	// Logger receives the key set's refresh failures. Nil means silent.
 	Logger *slog.Logger
+	// Stored, if not nil, holds the API keys made through the admin API
+	// (package apikeys); they are checked after APIKeys.
+	Stored *apikeys.Set
 }
 
 // DefaultJWKSTimeout is how long a JWKS fetch may take: 5 s.
@@ -87,7 +92,8 @@ var (
 
 // Authenticator verifies credentials. It is safe for concurrent use.
 type Authenticator struct {
-	keys    []apiKey
+	keys    map[[sha256.Size]byte]apiKey
+	stored  *apikeys.Set
 	parser  *jwt.Parser
 	keyfunc jwt.Keyfunc
 	tenant  string
@@ -97,7 +103,6 @@ type Authenticator struct {
 }
 
 type apiKey struct {
-	sum    [sha256.Size]byte
 	tenant string
 	plan   string
 }
@@ -105,7 +110,8 @@ type apiKey struct {
 // New returns an Authenticator for c. With a JWKS URL it fetches the set
 // once under ctx and refreshes it in the background until ctx ends.
 func New(ctx context.Context, c Config) (*Authenticator, error) {
-	a := &Authenticator{}
+	a := &Authenticator{keys: make(map[[sha256.Size]byte]apiKey, len(c.APIKeys)), stored: c.Stored}
+	first := map[[sha256.Size]byte]int{}
 	for i, k := range c.APIKeys {
 		b, err := hex.DecodeString(k.SHA256)
 		if err != nil || len(b) != sha256.Size {
@@ -114,10 +120,12 @@ func New(ctx context.Context, c Config) (*Authenticator, error) {
 		if k.Tenant == "" {
 			return nil, fmt.Errorf("auth: api_keys[%d].tenant: required", i)
 		}
-		var ak apiKey
-		copy(ak.sum[:], b)
-		ak.tenant, ak.plan = k.Tenant, k.Plan
-		a.keys = append(a.keys, ak)
+		sum := [sha256.Size]byte(b)
+		if j, dup := first[sum]; dup {
+			return nil, fmt.Errorf("auth: api_keys[%d].sha256: the same key as api_keys[%d]; a key belongs to one tenant, so remove one", i, j)
+		}
+		first[sum] = i
+		a.keys[sum] = apiKey{tenant: k.Tenant, plan: k.Plan}
 	}
 	if c.JWT != nil {
 		if err := a.setJWT(ctx, c, c.JWT); err != nil {
@@ -229,7 +237,10 @@ func fetchJWKS(ctx context.Context, url string, c Config) (keyfunc.Keyfunc, erro
 }
 
 // Enabled reports whether any credential is configured.
-func (a *Authenticator) Enabled() bool { return len(a.keys) > 0 || a.parser != nil }
+// Stored keys count once the first is made.
+func (a *Authenticator) Enabled() bool {
+	return len(a.keys) > 0 || a.parser != nil || a.stored != nil && a.stored.Len() > 0
+}
 
 // credential is the bearer token or X-API-Key of r.
 func credential(r *http.Request) string {
@@ -259,19 +270,22 @@ func (a *Authenticator) Authenticate(r *http.Request) (Identity, error) {
 	if a.parser != nil && strings.Count(tok, ".") == 2 {
 		return a.verifyJWT(tok)
 	}
-	// Every key is compared, in constant time, whether or not an earlier
-	// one matched: the time taken says nothing about the keys.
+	// The maps are probed with the key's SHA-256, never the key: what the
+	// probe's time depends on is the digest, and learning that a guess's
+	// digest shares leading bytes with a held one is no step towards a key
+	// (it would take a SHA-256 preimage). One probe, however many keys.
 	sum := sha256.Sum256([]byte(tok))
-	found := -1
-	for i := range a.keys {
-		if subtle.ConstantTimeCompare(sum[:], a.keys[i].sum[:]) == 1 {
-			found = i
+	if k, ok := a.keys[sum]; ok {
+		return Identity{Tenant: k.tenant, Plan: k.plan}, nil
+	}
+	if a.stored != nil {
+		r, err := a.stored.Lookup(sum)
+		if err != nil {
+			return Identity{}, fmt.Errorf("%w: %w", ErrBadCredential, err)
 		}
+		return Identity{Tenant: r.Tenant, Plan: r.Plan}, nil
 	}
-	if found < 0 {
-		return Identity{}, fmt.Errorf("%w: unknown API key", ErrBadCredential)
-	}
-	return Identity{Tenant: a.keys[found].tenant, Plan: a.keys[found].plan}, nil
+	return Identity{}, fmt.Errorf("%w: %w", ErrBadCredential, apikeys.ErrUnknown)
 }
 
 func (a *Authenticator) verifyJWT(tok string) (Identity, error) {

@@ -265,3 +265,13 @@ func TestJWTMissingIssuerIsNamed(t *testing.T) {
 		t.Fatalf("token without iss: %v, want it named", err)
 	}
 }
+
+// TestDuplicateKey: the same key listed for two tenants is refused, since
+// which tenant it names would be a guess.
+func TestDuplicateKey(t *testing.T) {
+	sum := fmt.Sprintf("%x", sha256.Sum256([]byte("k")))
+	_, err := New(context.Background(), Config{APIKeys: []APIKey{{SHA256: sum, Tenant: "a"}, {SHA256: sum, Tenant: "b"}}})
+	if err == nil || !strings.Contains(err.Error(), "api_keys[1].sha256: the same key as api_keys[0]") {
+		t.Fatalf("duplicate keys: %v", err)
+	}
+}

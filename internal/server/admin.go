@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fairgate/fairgate/httplimit/problem"
+	"github.com/fairgate/fairgate/internal/apikeys"
 	"github.com/fairgate/fairgate/internal/auth"
 	"github.com/fairgate/fairgate/limiter"
 	"github.com/fairgate/fairgate/policy"
@@ -31,6 +32,8 @@ type AdminConfig struct {
 	// Timeout bounds each store call a request makes. Zero means
 	// DefaultControlTimeout.
 	Timeout time.Duration
+	// Keys, if not nil, are the stored API keys /admin/keys manages.
+	Keys *apikeys.Set
 }
 
 // DefaultControlTimeout bounds the store calls that are not decisions:
@@ -43,6 +46,7 @@ type admin struct {
 	reload  func() error
 	log     *slog.Logger
 	timeout time.Duration
+	keys    *apikeys.Set
 }
 
 // NewAdmin returns the admin API handler:
@@ -52,6 +56,7 @@ type admin struct {
 //	DELETE /admin/tenants/{id}   clear its run-time entry
 //	POST   /admin/reload         reload the config file
 //	GET    /admin/config         the policy in force: the file's and the run-time overlay
+//	...    /admin/keys           the stored API keys (see keyRoutes)
 //
 // Every request needs Authorization: Bearer <token>.
 func NewAdmin(c AdminConfig) (http.Handler, error) {
@@ -61,7 +66,7 @@ func NewAdmin(c AdminConfig) (http.Handler, error) {
 	if len(c.Token) < 16 {
 		return nil, errors.New("server: the admin token must be at least 16 characters")
 	}
-	a := &admin{lim: c.Limiter, token: sha256.Sum256([]byte(c.Token)), reload: c.Reload, log: c.Logger, timeout: cmp.Or(c.Timeout, DefaultControlTimeout)}
+	a := &admin{lim: c.Limiter, token: sha256.Sum256([]byte(c.Token)), reload: c.Reload, log: c.Logger, timeout: cmp.Or(c.Timeout, DefaultControlTimeout), keys: c.Keys}
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
 	}
@@ -74,6 +79,9 @@ func NewAdmin(c AdminConfig) (http.Handler, error) {
 	mux.HandleFunc("DELETE /admin/tenants/{id}", a.deleteTenant)
 	mux.HandleFunc("POST /admin/reload", a.doReload)
 	mux.HandleFunc("GET /admin/config", a.getConfig)
+	if a.keys != nil {
+		a.keyRoutes(mux)
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !a.authorized(r) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="fairgate-admin"`)
@@ -214,6 +222,27 @@ type tenantBody struct {
 	TTLSeconds *int64                         `json:"ttl_seconds"`
 }
 
+// expiry is the time an expires_at or ttl_seconds field names (at most
+// maxTTL seconds ahead), zero for neither, or an error naming the field.
+func expiry(at *string, ttl *int64, maxTTL int64) (time.Time, error) {
+	switch {
+	case at != nil && ttl != nil:
+		return time.Time{}, errors.New("expires_at, ttl_seconds: give one, not both")
+	case at != nil:
+		t, err := time.Parse(time.RFC3339Nano, *at)
+		if err != nil {
+			return time.Time{}, fmt.Errorf("expires_at: %q is not an RFC 3339 time such as 2026-12-31T23:00:00Z", *at)
+		}
+		return t, nil
+	case ttl != nil:
+		if *ttl < 1 || *ttl > maxTTL {
+			return time.Time{}, fmt.Errorf("ttl_seconds: %d is outside 1..%d (%d days)", *ttl, maxTTL, maxTTL/86400)
+		}
+		return time.Now().Add(time.Duration(*ttl) * time.Second), nil
+	}
+	return time.Time{}, nil
+}
+
 func (a *admin) putTenant(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	var b tenantBody
@@ -221,23 +250,10 @@ func (a *admin) putTenant(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	t := policy.Tenant{Plan: b.Plan, Limit: b.Limit, Burst: b.Burst, Rules: b.Limits, Shares: b.Shares}
-	switch {
-	case b.ExpiresAt != nil && b.TTLSeconds != nil:
-		problem.BadRequest(w, "expires_at, ttl_seconds: give one, not both")
+	var err error
+	if t.Expires, err = expiry(b.ExpiresAt, b.TTLSeconds, maxTTLSeconds); err != nil {
+		problem.BadRequest(w, err.Error())
 		return
-	case b.ExpiresAt != nil:
-		at, err := time.Parse(time.RFC3339Nano, *b.ExpiresAt)
-		if err != nil {
-			problem.BadRequest(w, fmt.Sprintf("expires_at: %q is not an RFC 3339 time such as 2026-12-31T23:00:00Z", *b.ExpiresAt))
-			return
-		}
-		t.Expires = at
-	case b.TTLSeconds != nil:
-		if *b.TTLSeconds < 1 || *b.TTLSeconds > maxTTLSeconds {
-			problem.BadRequest(w, fmt.Sprintf("ttl_seconds: %d is outside 1..%d (366 days)", *b.TTLSeconds, maxTTLSeconds))
-			return
-		}
-		t.Expires = time.Now().Add(time.Duration(*b.TTLSeconds) * time.Second)
 	}
 	before, had := a.lim.Overlay().Tenants[id]
 	ctx, cancel := context.WithTimeout(r.Context(), a.timeout)

@@ -1,0 +1,181 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fairgate/fairgate/internal/apikeys"
+	"github.com/fairgate/fairgate/internal/apikeys/rediskeys"
+	"github.com/fairgate/fairgate/internal/auth"
+	"github.com/fairgate/fairgate/store/redisstore"
+)
+
+// keyInstance is one fairgate instance with stored API keys on the
+// shared test Redis: its server (credentials checked) and admin API.
+func keyInstance(t *testing.T, prefix string, maxKeys int) (pub, adm *adminClient) {
+	t.Helper()
+	l, _ := redisInstance(t, prefix)
+	rs, err := redisstore.New(redisstore.Config{URL: "redis://" + redisSrv.Addr, Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rs.Close() })
+	set, err := apikeys.New(apikeys.Config{Backend: rediskeys.New(rs.Client(), prefix), Poll: 200 * time.Millisecond, MaxKeys: maxKeys})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { set.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	a, err := auth.New(ctx, auth.Config{Stored: set})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Config{Limiter: l, Auth: a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ah, err := NewAdmin(AdminConfig{Limiter: l, Token: adminToken, Keys: set})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &adminClient{t: t, h: s}, &adminClient{t: t, h: ah, token: adminToken}
+}
+
+type adminClient struct {
+	t     *testing.T
+	h     http.Handler
+	token string
+}
+
+// do sends a request with the client's token (or, for the public
+// listener, as a tenant with key).
+func (c *adminClient) do(method, path, body, token string) *httptest.ResponseRecorder {
+	cl := call{method: method, path: path, body: body}
+	if token == "" {
+		token = c.token
+	}
+	if token != "" {
+		cl.headers = map[string]string{"Authorization": "Bearer " + token}
+	}
+	return cl.do(c.h)
+}
+
+func TestAdminKeys(t *testing.T) {
+	prefix := fmt.Sprintf("keys%d:", time.Now().UnixNano())
+	pubA, admA := keyInstance(t, prefix, 3)
+	pubB, _ := keyInstance(t, prefix, 3)
+	me := func(pub *adminClient, key string) int { return pub.do("GET", "/v1/me/limits", "", key).Code }
+
+	rec := admA.do("POST", "/admin/keys", `{"tenant":"acme","plan":"team","label":"ci runner","ttl_seconds":3600}`, "")
+	if rec.Code != 201 || rec.Header().Get("Cache-Control") != "no-store" {
+		t.Fatalf("create: %d %s", rec.Code, rec.Body.String())
+	}
+	var made struct {
+		Key, ID, Tenant, Plan, Label string
+		Expires                      time.Time
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &made); err != nil || !strings.HasPrefix(made.Key, apikeys.Prefix) || len(made.ID) != apikeys.IDLen || made.Tenant != "acme" || made.Plan != "team" || made.Expires.IsZero() {
+		t.Fatalf("create answered %s (%v)", rec.Body.String(), err)
+	}
+	if got := me(pubA, made.Key); got != 200 {
+		t.Errorf("the new key on the creating instance: %d, want 200", got)
+	}
+	// Instance B accepts it within 2 s.
+	waitFor(t, "instance B accepts the new key", func() bool { return me(pubB, made.Key) == 200 })
+
+	// The key is never shown again: not in the list, not in one record.
+	for _, path := range []string{"/admin/keys", "/admin/keys?tenant=acme", "/admin/keys/" + made.ID} {
+		rec := admA.do("GET", path, "", "")
+		if rec.Code != 200 || strings.Contains(rec.Body.String(), made.Key) || !strings.Contains(rec.Body.String(), made.ID) || !strings.Contains(rec.Body.String(), `"label":"ci runner"`) {
+			t.Errorf("GET %s: %d %s", path, rec.Code, rec.Body.String())
+		}
+	}
+	if rec := admA.do("GET", "/admin/keys?tenant=other", "", ""); !strings.Contains(rec.Body.String(), `"keys":[]`) {
+		t.Errorf("another tenant's list: %s", rec.Body.String())
+	}
+	// Expired now: refused at once here, within 2 s on B, and listed as expired.
+	if rec := admA.do("PATCH", "/admin/keys/"+made.ID, `{"expire_now":true}`, ""); rec.Code != 200 || !strings.Contains(rec.Body.String(), `"expired":true`) {
+		t.Fatalf("expire: %d %s", rec.Code, rec.Body.String())
+	}
+	if rec := pubA.do("GET", "/v1/me/limits", "", made.Key); rec.Code != 401 || !strings.Contains(rec.Body.String(), "expired") {
+		t.Errorf("an expired key: %d %s", rec.Code, rec.Body.String())
+	}
+	waitFor(t, "instance B refuses the expired key", func() bool { return me(pubB, made.Key) == 401 })
+	if rec := admA.do("PATCH", "/admin/keys/"+made.ID, `{"no_expiry":true}`, ""); rec.Code != 200 || me(pubA, made.Key) != 200 {
+		t.Fatalf("unexpire: %d %s", rec.Code, rec.Body.String())
+	}
+	waitFor(t, "instance B accepts the key again", func() bool { return me(pubB, made.Key) == 200 })
+	// Revoked: gone here at once, and on B within 2 s.
+	if rec := admA.do("DELETE", "/admin/keys/"+made.ID, "", ""); rec.Code != 200 {
+		t.Fatalf("revoke: %d %s", rec.Code, rec.Body.String())
+	}
+	if got := me(pubA, made.Key); got != 401 {
+		t.Errorf("a revoked key on the revoking instance: %d, want 401", got)
+	}
+	waitFor(t, "instance B refuses the revoked key", func() bool { return me(pubB, made.Key) == 401 })
+}
+
+// waitFor polls cond every 20 ms for up to 2 s: the propagation bound.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > 2*time.Second {
+			t.Fatalf("%s: not within 2 s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("%s after %v", what, time.Since(start).Round(time.Millisecond))
+}
+
+// TestAdminKeysRefuse: each bad request is answered with what is wrong,
+// and changes nothing.
+func TestAdminKeysRefuse(t *testing.T) {
+	prefix := fmt.Sprintf("keysbad%d:", time.Now().UnixNano())
+	_, adm := keyInstance(t, prefix, 2)
+	long := strings.Repeat("x", 300)
+	cases := []struct {
+		name, method, path, body, token string
+		status                          int
+		detail                          string
+	}{
+		{"no token", "POST", "/admin/keys", `{"tenant":"a"}`, "wrong-token-wrong-token", 401, "admin token"},
+		{"no tenant", "POST", "/admin/keys", `{}`, "", 400, "tenant: required"},
+		{"long tenant", "POST", "/admin/keys", `{"tenant":"` + long + `"}`, "", 400, "tenant: 300 bytes"},
+		{"long label", "POST", "/admin/keys", `{"tenant":"a","label":"` + long + `"}`, "", 400, "label: 300 bytes"},
+		{"unknown plan", "POST", "/admin/keys", `{"tenant":"a","plan":"gold"}`, "", 400, `plan: \"gold\"`},
+		{"past expiry", "POST", "/admin/keys", `{"tenant":"a","expires_at":"2020-01-01T00:00:00Z"}`, "", 400, "already past"},
+		{"two expiries", "POST", "/admin/keys", `{"tenant":"a","expires_at":"2030-01-01T00:00:00Z","ttl_seconds":5}`, "", 400, "give one"},
+		{"unknown field", "POST", "/admin/keys", `{"tenant":"a","key":"mine"}`, "", 400, "key"},
+		{"bad limit", "GET", "/admin/keys?limit=5000", "", "", 400, "limit"},
+		{"long ID", "GET", "/admin/keys/0123456789abcdef0", "", "", 404, "hex digits"},
+		{"malformed ID", "DELETE", "/admin/keys/XYZ", "", "", 404, "hex digits"},
+		{"unknown ID", "DELETE", "/admin/keys/0123456789abcdef", "", "", 404, "no API key"},
+		{"patch unknown", "PATCH", "/admin/keys/0123456789abcdef", `{"label":"x"}`, "", 404, "no API key"},
+		{"wrong method", "PUT", "/admin/keys", `{}`, "", 405, ""},
+	}
+	for _, c := range cases {
+		rec := adm.do(c.method, c.path, c.body, c.token)
+		if rec.Code != c.status || !strings.Contains(rec.Body.String(), c.detail) || rec.Header().Get("Content-Type") != "application/problem+json" {
+			t.Errorf("%s: %d %s %s, want %d naming %q", c.name, rec.Code, rec.Header().Get("Content-Type"), rec.Body.String(), c.status, c.detail)
+		}
+	}
+	if rec := adm.do("GET", "/admin/keys", "", ""); !strings.Contains(rec.Body.String(), `"total":0`) {
+		t.Errorf("refused requests made keys: %s", rec.Body.String())
+	}
+	// The store is bounded: the third key of a store of two is refused.
+	for i := range 3 {
+		rec := adm.do("POST", "/admin/keys", `{"tenant":"a"}`, "")
+		if want := map[bool]int{true: 201, false: 400}[i < 2]; rec.Code != want {
+			t.Errorf("key %d of a store of 2: %d %s", i+1, rec.Code, rec.Body.String())
+		}
+	}
+}
