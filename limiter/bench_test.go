@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
 	"github.com/fairgate/fairgate/policy"
 	"github.com/fairgate/fairgate/store/memstore"
 )
@@ -26,6 +28,27 @@ func BenchmarkDecide(b *testing.B) {
 		i := 0
 		for pb.Next() {
 			_, _ = l.Decide(context.Background(), policy.Request{Tenant: tenants[i%len(tenants)], Method: "GET", Path: "/v1/search"})
+			i += 7919
+		}
+	})
+}
+
+// BenchmarkDecideTraced is BenchmarkDecide with every decision traced and
+// sampled (spans made and dropped: no exporter), for the cost of tracing
+// on; BenchmarkDecide is the cost with it off.
+//
+//	go test -run '^$' -bench 'Decide(Traced)?$' -benchmem ./limiter/
+func BenchmarkDecideTraced(b *testing.B) {
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))
+	l, err := New(Config{Store: memstore.New(memstore.Config{}), Policy: testPolicy(), Timeout: -1, Tracer: tp.Tracer("bench")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			_, _ = l.Decide(context.Background(), policy.Request{Tenant: fmt.Sprintf("tenant-%d", i%10_000), Method: "GET", Path: "/v1/search"})
 			i += 7919
 		}
 	})

@@ -280,6 +280,8 @@ type call struct {
 	// reply, one decision per check; no layers are built, and the
 	// decision is not counted as a policy's.
 	direct bool
+	// storeTime is how long the store call took, when traced.
+	storeTime time.Duration
 }
 
 // decide is the pipeline: near cache (and hold), lease, one store call
@@ -288,6 +290,17 @@ type call struct {
 // means a new one if the store is called. c.checks nil means the checks
 // of c.res, built once the near cache and the lease have not answered.
 func (l *Limiter) decide(ctx context.Context, c *call, sr *store.Result) (Decision, error) {
+	if l.tracer == nil {
+		return l.decideIn(ctx, c, sr, false)
+	}
+	ctx, span := l.tracer.Start(ctx, "fairgate.decide")
+	d, err := l.decideIn(ctx, c, sr, true)
+	l.endDecision(span, c, &d)
+	return d, err
+}
+
+// decideIn is decide's pipeline; traced says to time the store call.
+func (l *Limiter) decideIn(ctx context.Context, c *call, sr *store.Result, traced bool) (Decision, error) {
 	if ld, ok := l.nearAnswer(ctx, c); ok {
 		d := Decision{Reason: ReasonLimited, RetryAfter: ld.RetryAfter, Policy: ld.Policy, Resolution: c.res, Now: c.now, Layers: []LayerDecision{ld}}
 		if c.direct {
@@ -312,7 +325,14 @@ func (l *Limiter) decide(ctx context.Context, c *call, sr *store.Result) (Decisi
 		sr = new(store.Result)
 	}
 	d := Decision{Resolution: c.res, Tightest: -1, Now: c.now}
+	var took time.Time
+	if traced {
+		took = time.Now()
+	}
 	err := l.take(ctx, c.now, c.checks, sr)
+	if traced {
+		c.storeTime = time.Since(took)
+	}
 	switch {
 	case err == nil && !c.direct && !sr.Allowed && anyShadowRejects(c.res.Layers, sr.Decisions):
 		err = l.retryEnforced(ctx, c, &d, sr)

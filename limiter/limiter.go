@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fairgate/fairgate/algo"
 	"github.com/fairgate/fairgate/policy"
@@ -65,6 +66,14 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer receives the limiter's metrics. Nil means none.
 	Registerer prometheus.Registerer
+	// Tracer, if not nil, traces each decision: a span with the policy,
+	// outcome and store latency, a child span per store call, and the
+	// trace ID as the exemplar of the decision histogram. Nil means no
+	// tracing, at no cost.
+	Tracer trace.Tracer
+	// TraceTenants adds the tenant ID to decision spans. Off by default:
+	// a trace backend is often less guarded than the limiter.
+	TraceTenants bool
 }
 
 // Limiter decides requests by policy. It is safe for concurrent use.
@@ -84,6 +93,9 @@ type Limiter struct {
 	cb       *breakers
 	share    float64 // the fallback's share of each limit
 	logged   sampler
+	tracer   trace.Tracer // nil: off
+	// traceTenants puts tenant IDs on spans.
+	traceTenants bool
 
 	mu      sync.Mutex // serializes recompiles
 	base    policy.Policy
@@ -100,7 +112,7 @@ func New(c Config) (*Limiter, error) {
 	if c.Store == nil {
 		return nil, errors.New("limiter: Config.Store is required")
 	}
-	l := &Limiter{store: c.Store, fallback: c.Fallback, control: c.Control, poll: c.PollEvery, timeout: c.Timeout, now: c.Now, log: c.Logger, limited: c.Limited}
+	l := &Limiter{store: c.Store, fallback: c.Fallback, control: c.Control, poll: c.PollEvery, timeout: c.Timeout, now: c.Now, log: c.Logger, limited: c.Limited, tracer: c.Tracer, traceTenants: c.TraceTenants}
 	if l.control == nil {
 		l.control = newMemoryControl()
 	}

@@ -41,7 +41,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		storeSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "fairgate_store_call_seconds",
-			Help:    "Duration of store calls.",
+			Help:    "Duration of store calls (the part of a decision that waits); with tracing on, a sampled call's trace ID is its bucket's exemplar.",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1},
 		}),
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{

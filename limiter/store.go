@@ -63,12 +63,19 @@ func (l *Limiter) take(ctx context.Context, now time.Time, checks []store.Check,
 		ctx, cancel = context.WithTimeout(ctx, l.timeout)
 		defer cancel()
 	}
+	var end func(*store.Result, error)
+	if l.tracer != nil {
+		ctx, end = l.storeSpan(ctx, checks)
+	}
 	start := time.Now()
 	err := l.cb.call(checks, func() error { return l.store.Take(ctx, checks, res) })
+	if end != nil {
+		end(res, err)
+	}
 	if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
 		return fmt.Errorf("%w: breaker open: %w", store.ErrUnavailable, err)
 	}
-	l.m.storeSeconds.Observe(time.Since(start).Seconds())
+	l.observeStore(ctx, time.Since(start).Seconds())
 	if err != nil {
 		l.m.storeErrors.Inc()
 		if errors.Is(err, store.ErrProtocol) {

@@ -229,6 +229,9 @@ type ServeConfig struct {
 	// ReadTimeout bounds the reading of a request's headers and body on
 	// every listener, the proxy's included. Zero means 30 s.
 	ReadTimeout time.Duration
+	// TraceTenants puts tenant IDs on decision spans (tracing is set up by
+	// the OTEL_* environment; see package tracing).
+	TraceTenants bool
 	// GRPCListen, if set, is the address of the Envoy rate limit service
 	// (gRPC, with the standard health service).
 	GRPCListen string
@@ -302,6 +305,7 @@ func ParseServe(args []string, stderr io.Writer) (ServeConfig, error) {
 	workerFile := ""
 	fs.StringVar(&workerFile, "worker-token-file", "", "file holding the bearer token /v1/outbound/* require (or FAIRGATE_WORKER_TOKEN); without one they are open to whoever reaches --listen")
 	tlsFlags(fs, &c)
+	fs.BoolVar(&c.TraceTenants, "trace-tenants", env("FAIRGATE_TRACE_TENANTS", "") == "true", "with tracing on (OTEL_TRACES_EXPORTER=otlp or an OTEL_EXPORTER_OTLP_ENDPOINT), put tenant IDs on decision spans (FAIRGATE_TRACE_TENANTS=true; off by default)")
 	timeout := env("FAIRGATE_STORE_TIMEOUT", "50ms")
 	if e.StoreTimeout > 0 {
 		timeout = env("FAIRGATE_STORE_TIMEOUT", e.StoreTimeout.String())

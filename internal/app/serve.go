@@ -42,6 +42,7 @@ import (
 	"github.com/fairgate/fairgate/internal/server"
 	"github.com/fairgate/fairgate/internal/statsd"
 	"github.com/fairgate/fairgate/internal/tlsfiles"
+	"github.com/fairgate/fairgate/internal/tracing"
 	"github.com/fairgate/fairgate/limiter"
 	"github.com/fairgate/fairgate/policy"
 	"github.com/fairgate/fairgate/quota"
@@ -108,6 +109,7 @@ type daemon struct {
 	rlsXDS  []rls.Domain
 	authn   *auth.Authenticator
 	keys    *apikeys.Set // the stored API keys
+	tr      tracing.Tracing
 	h       *server.Server
 	reload  func() error
 
@@ -170,6 +172,17 @@ func (d *daemon) build() error {
 		return err
 	}
 	d.closers = append(d.closers, d.be.Store.Close)
+	if d.tr, err = tracing.FromEnv(d.bg); err != nil {
+		return err
+	}
+	if d.tr.Provider != nil {
+		d.log.Info("tracing on", slog.String("exporter", d.tr.Exporter), slog.Bool("tenant_ids", d.c.TraceTenants))
+		d.closers = append(d.closers, func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			return d.tr.Shutdown(ctx) // the spans still queued
+		})
+	}
 	d.reg = prometheus.NewRegistry()
 	d.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fairgate_config_reloads_total", Help: "Config file reloads by result (applied, refused)."}, []string{"result"})
 	d.reg.MustRegister(d.reloads, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -190,15 +203,17 @@ func (d *daemon) build() error {
 func (d *daemon) buildDeciders() error {
 	var err error
 	d.lim, err = limiter.New(limiter.Config{
-		Limited:    limitedHook(d.board),
-		Store:      d.be.Store,
-		Policy:     policyOf(d.cfg),
-		Control:    d.be.Control,
-		Timeout:    d.be.Timeout,
-		Fallback:   memstore.New(memstore.Config{MaxKeys: 100_000, MaxBytes: 32 << 20}),
-		Instances:  d.cfg.Instances,
-		Logger:     d.log,
-		Registerer: d.reg,
+		Limited:      limitedHook(d.board),
+		Store:        d.be.Store,
+		Policy:       policyOf(d.cfg),
+		Control:      d.be.Control,
+		Timeout:      d.be.Timeout,
+		Fallback:     memstore.New(memstore.Config{MaxKeys: 100_000, MaxBytes: 32 << 20}),
+		Instances:    d.cfg.Instances,
+		Logger:       d.log,
+		Registerer:   d.reg,
+		Tracer:       d.tr.Tracer(),
+		TraceTenants: d.c.TraceTenants,
 	})
 	if err != nil {
 		return err
@@ -246,7 +261,7 @@ func (d *daemon) buildPerSecond() error {
 	d.closers = append(d.closers, d.perSecond.Store.Close)
 	d.perSecondLim, err = limiter.New(limiter.Config{
 		Store: d.perSecond.Store, Policy: policyOf(d.cfg), Timeout: d.perSecond.Timeout,
-		Fallback: memstore.New(memstore.Config{MaxKeys: 100_000, MaxBytes: 32 << 20}), Instances: d.cfg.Instances,
+		Fallback: memstore.New(memstore.Config{MaxKeys: 100_000, MaxBytes: 32 << 20}), Instances: d.cfg.Instances, Tracer: d.tr.Tracer(),
 		Logger: d.log, Registerer: prometheus.WrapRegistererWithPrefix("per_second_", d.reg),
 	})
 	if err != nil {
@@ -278,7 +293,7 @@ func (d *daemon) buildServer() error {
 	sc := server.Config{
 		Limiter: d.lim, Headers: httplimit.Form(cfg.Headers), Auth: d.authn, ClientIP: auth.ClientIP{Trusted: cfg.TrustedProxies, Header: cfg.ClientIPHeader},
 		UpstreamHeaders: server.UpstreamHeaders(cfg.UpstreamHeaders), ForwardAuth: server.ForwardAuth(cfg.ForwardAuth),
-		UpstreamTimeout: c.UpstreamTimeout, Logger: log, NoPolicy: cfg.NoPolicy, Metrics: promhttp.HandlerFor(d.reg, promhttp.HandlerOpts{}),
+		UpstreamTimeout: c.UpstreamTimeout, Logger: log, NoPolicy: cfg.NoPolicy, Metrics: promhttp.HandlerFor(d.reg, promhttp.HandlerOpts{EnableOpenMetrics: true}), Tracer: d.tr.Tracer(),
 		Quotas: d.quotas, WorkerToken: c.WorkerToken, InternalToken: c.InternalToken, ControlTimeout: c.ControlTimeout,
 		Jobs: d.jobs, JobKinds: cfg.Queues, Breakers: d.breakers, Registerer: d.reg,
 	}
@@ -584,6 +599,9 @@ func (d *daemon) listenGRPC(time.Duration) error {
 		// envoyproxy/ratelimit's GRPC_MAX_CONNECTION_AGE(_GRACE): clients
 		// reconnect now and then, so that a new instance gets its share.
 		opts = append(opts, grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: e.GRPCMaxConnAge, MaxConnectionAgeGrace: e.GRPCMaxConnAgeGrace}))
+	}
+	if t := d.tr.Tracer(); t != nil {
+		opts = append(opts, grpc.UnaryInterceptor(tracing.UnaryServer(t)))
 	}
 	d.grpc = rls.NewServer(d.rlsSvc, opts...)
 	d.log.Info("envoy rate limit service", slog.String("grpc_listen", gln.Addr().String()), slog.Int("domains", len(d.cfg.RLS.Domains)))

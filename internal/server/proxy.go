@@ -118,6 +118,7 @@ func (s *Server) rewrite(pr *httputil.ProxyRequest, upstream *url.URL) {
 		pr.Out.Header.Del("X-Real-IP")
 	}
 	pr.SetXForwarded()
+	s.injectTrace(pr.Out)
 	// The upstream learns who the caller is from fairgate alone:
 	// client-sent copies of the identity headers are removed.
 	pr.Out.Header.Del(id.tenantHdr)

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fairgate/fairgate/breaker"
 	"github.com/fairgate/fairgate/fairq"
@@ -43,6 +44,10 @@ type Config struct {
 	// Registerer, if not nil, receives the proxy's and the forward-auth
 	// endpoint's metrics.
 	Registerer prometheus.Registerer
+	// Tracer, if not nil, traces each request on the public and internal
+	// listeners (a server span, its parent from the request's traceparent)
+	// and passes the trace to the upstream. Nil means off.
+	Tracer trace.Tracer
 	// RLSJSON, if not nil, serves envoyproxy/ratelimit's /json endpoint
 	// (with /healthcheck) on the internal surface.
 	RLSJSON http.HandlerFunc
@@ -141,6 +146,8 @@ type Server struct {
 	jobs     fairq.Queue
 	kinds    fairq.Kinds
 	breakers *breaker.Set
+	tracer   trace.Tracer // nil: off
+	handler  http.Handler // the public surface: mux, traced
 }
 
 // MaxBody is the largest request body accepted; larger ones get 413.
@@ -155,7 +162,7 @@ func New(c Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{lim: c.Limiter, form: form, log: c.Logger, jobs: c.Jobs, kinds: c.JobKinds, breakers: c.Breakers, ctlWait: c.ControlTimeout, warning: c.StoreWarning, conn: c.StoreConnected}
+	s := &Server{lim: c.Limiter, form: form, log: c.Logger, jobs: c.Jobs, kinds: c.JobKinds, breakers: c.Breakers, ctlWait: c.ControlTimeout, warning: c.StoreWarning, conn: c.StoreConnected, tracer: c.Tracer}
 	if s.ctlWait <= 0 {
 		s.ctlWait = DefaultControlTimeout
 	}
@@ -209,9 +216,10 @@ func New(c Config) (*Server, error) {
 			return nil, err
 		}
 		pub.Handle("/", s.proxy)
-		s.internal = s.recovering(in)
+		s.internal = s.recovering(s.traced(in))
 	}
 	s.mux = pub
+	s.handler = s.traced(pub)
 	return s, nil
 }
 
@@ -404,7 +412,7 @@ func only(method string, h http.HandlerFunc) http.HandlerFunc {
 // process down.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer s.recoverPanic(w, r)
-	s.mux.ServeHTTP(w, r)
+	s.handler.ServeHTTP(w, r)
 }
 
 // recovering wraps h with ServeHTTP's panic recovery.
