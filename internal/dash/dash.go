@@ -286,8 +286,14 @@ func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		d.mu.Lock()
 		data := d.data
 		d.mu.Unlock()
-		if data.History == nil {
+		if data.History == nil { // arrays, never null (docs/openapi.json)
 			data.History = []Point{}
+		}
+		if data.Policies == nil {
+			data.Policies = []PolicyRate{}
+		}
+		if data.TopLimited == nil {
+			data.TopLimited = []Entry{}
 		}
 		body, err := json.Marshal(data)
 		if err != nil {

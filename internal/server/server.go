@@ -28,6 +28,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fairgate/fairgate/breaker"
+	"github.com/fairgate/fairgate/docs"
 	"github.com/fairgate/fairgate/fairq"
 	"github.com/fairgate/fairgate/httplimit"
 	"github.com/fairgate/fairgate/httplimit/problem"
@@ -200,6 +201,7 @@ func New(c Config) (*Server, error) {
 		in.HandleFunc("/healthz", healthz)
 	}
 	in.HandleFunc("/readyz", only("GET", s.handleReady))
+	in.HandleFunc("/openapi.json", only("GET", serveOpenAPI))
 	in.HandleFunc("/v1/take", only("POST", s.forInternal(s.handleTake)))
 	in.HandleFunc("/v1/check", only("POST", s.forInternal(s.needsPolicy(s.handleCheck))))
 	// Forward auth: the gateway forwards the client's own credential in
@@ -289,6 +291,17 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, status, out)
+}
+
+// openAPI is the OpenAPI description of every endpoint (docs/openapi.json).
+var openAPI = docs.OpenAPI()
+
+// serveOpenAPI serves the OpenAPI description. It is documentation, as
+// public as the repository's: no token.
+func serveOpenAPI(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "max-age=300")
+	w.Write(openAPI)
 }
 
 // forInternal lets through requests that carry the internal token (any

@@ -29,7 +29,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(redistest.MainWithCluster(m, func(s *redistest.Server, c *redistest.Cluster) { redisSrv, redisCluster = s, c }))
+	os.Exit(apiReport(redistest.MainWithCluster(m, func(s *redistest.Server, c *redistest.Cluster) { redisSrv, redisCluster = s, c })))
 }
 
 // testLimiter is a limiter with the example policy on st.
@@ -59,7 +59,7 @@ func newServer(t *testing.T, st store.Store, timeout time.Duration) *httptest.Se
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := httptest.NewServer(h)
+	ts := httptest.NewServer(apiChecked(h))
 	t.Cleanup(ts.Close)
 	return ts
 }

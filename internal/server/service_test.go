@@ -98,6 +98,9 @@ func (c call) do(h http.Handler) *httptest.ResponseRecorder {
 	}
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, r)
+	if !proxied(h, r) {
+		apiCheck.Recorded(r, []byte(c.body), rec)
+	}
 	return rec
 }
 

@@ -57,7 +57,7 @@ func proxyServer(t *testing.T, st store.Store) *Server {
 		t.Fatal(err)
 	}
 	jobs, _ := fairq.NewMemory(fairq.MemoryConfig{Kinds: jobKinds})
-	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("internal " + r.URL.Path)) })
+	ok := standIn(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("internal " + r.URL.Path)) })
 	s, err := New(Config{Limiter: testLimiter(t, st, time.Second), Auth: testAuth(t), Upstream: upstreamEcho(t),
 		Quotas: q, Jobs: jobs, JobKinds: jobKinds, Metrics: ok, Dashboard: ok})
 	if err != nil {
@@ -122,7 +122,7 @@ func TestPublicListenerCannotCharge(t *testing.T) {
 // the probes answers 401 without it.
 func TestInternalToken(t *testing.T) {
 	const tok = "internal-token-for-tests"
-	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})
+	ok := standIn(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("{}")) })
 	s, err := New(Config{Limiter: testLimiter(t, memstore.New(memstore.Config{}), 0), Upstream: upstreamEcho(t), InternalToken: tok, Metrics: ok, Dashboard: ok, RLSJSON: ok})
 	if err != nil {
 		t.Fatal(err)
@@ -576,5 +576,24 @@ func TestRetryAfterSecondsIsOneNumber(t *testing.T) {
 		if rec.Code != 503 || !ok || fmt.Sprint(n) != rec.Header().Get("Retry-After") {
 			t.Errorf("%s %s: %d retry_after_seconds %v (a number: %v), Retry-After %q; want one number", c.method, c.path, rec.Code, n, ok, rec.Header().Get("Retry-After"))
 		}
+	}
+}
+
+// standIn stands in for the metrics, dashboard and Envoy JSON handlers in
+// tests of who may reach them: f's answer, in the content type the real
+// handler's has (what docs/openapi.json describes).
+func standIn(f http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/metrics":
+			w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+		case "/dashboard":
+			w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		default:
+			w.Header().Set("Content-Type", "application/json")
+			w.Write([]byte("{}"))
+			return
+		}
+		f(w, r)
 	}
 }
