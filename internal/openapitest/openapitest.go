@@ -255,6 +255,40 @@ func (c *Checker) Handler(h http.Handler, skip func(*http.Request) bool) http.Ha
 	})
 }
 
+// Transport returns a RoundTripper over base (nil: http.DefaultTransport)
+// that checks every exchange a client makes with a running server; skip,
+// if not nil, exempts requests that are not fairgate's own.
+func (c *Checker) Transport(base http.RoundTripper, skip func(*http.Request) bool) http.RoundTripper {
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	return roundTrip(func(r *http.Request) (*http.Response, error) {
+		if skip != nil && skip(r) {
+			return base.RoundTrip(r)
+		}
+		var reqBody []byte
+		if r.Body != nil {
+			reqBody, _ = io.ReadAll(r.Body)
+			r.Body = io.NopCloser(bytes.NewReader(reqBody))
+		}
+		resp, err := base.RoundTrip(r)
+		if err != nil {
+			return resp, err
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		resp.Body = io.NopCloser(bytes.NewReader(body))
+		if err == nil {
+			c.Check(r, reqBody, resp.StatusCode, resp.Header, body)
+		}
+		return resp, err
+	})
+}
+
+type roundTrip func(*http.Request) (*http.Response, error)
+
+func (f roundTrip) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
 // Recorded checks an exchange a test made with httptest.NewRecorder.
 func (c *Checker) Recorded(r *http.Request, reqBody []byte, rec *httptest.ResponseRecorder) {
 	c.Check(r, reqBody, rec.Code, rec.Header(), rec.Body.Bytes())
