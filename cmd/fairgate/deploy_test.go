@@ -4,6 +4,7 @@ import (
 	"context"
 	"debug/elf"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -324,6 +325,9 @@ func TestHelmChart(t *testing.T) {
 	}
 	if !strings.Contains(string(dep), "password_file=/etc/fairgate/secrets/store-password") || !strings.Contains(string(dep), `"secretKeyRef":{"key":"admin-token"`) {
 		t.Errorf("the Deployment does not take the password as a file and the token from the Secret: %s", dep)
+	}
+	if traced := render(t, helm, "extraEnv[0].name=OTEL_EXPORTER_OTLP_ENDPOINT", "extraEnv[0].value=http://otel:4318"); !strings.Contains(fmt.Sprint(dig(traced["Deployment"], "spec", "template", "spec", "containers", 0, "env")), "OTEL_EXPORTER_OTLP_ENDPOINT") {
+		t.Error("extraEnv is not in the container's environment")
 	}
 	if dig(all["ServiceMonitor"], "spec", "endpoints", 0, "port") != "internal" {
 		t.Error("in proxy mode the ServiceMonitor must scrape the internal port")

@@ -59,7 +59,7 @@ func newServer(t *testing.T, st store.Store, timeout time.Duration) *httptest.Se
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := httptest.NewServer(apiChecked(h))
+	ts := httptest.NewServer(checkedAPI(h))
 	t.Cleanup(ts.Close)
 	return ts
 }

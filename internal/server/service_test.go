@@ -99,7 +99,7 @@ func (c call) do(h http.Handler) *httptest.ResponseRecorder {
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, r)
 	if !proxied(h, r) {
-		apiCheck.Recorded(r, []byte(c.body), rec)
+		apiCheck().Recorded(r, []byte(c.body), rec)
 	}
 	return rec
 }
