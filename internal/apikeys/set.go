@@ -118,9 +118,19 @@ func (s *Set) Run(ctx context.Context) {
 	t := time.NewTicker(s.c.Poll)
 	defer t.Stop()
 	lastTouch := s.c.Now()
+	var failing time.Time // when the failure now going on was last logged
 	for {
-		if err := s.Sync(ctx); err != nil && ctx.Err() == nil {
-			s.c.Logger.Warn("API keys: sync failed; keys created or revoked elsewhere are not in force here until it works", slog.String("error", err.Error()))
+		switch err := s.Sync(ctx); {
+		case err != nil && ctx.Err() == nil:
+			// Logged when it starts, then once a minute: a store outage
+			// must not fill the log twice a second.
+			if now := s.c.Now(); failing.IsZero() || now.Sub(failing) >= time.Minute {
+				s.c.Logger.Warn("API keys: sync failed; keys created or revoked elsewhere are not in force here until it works", slog.String("error", err.Error()))
+				failing = now
+			}
+		case err == nil && !failing.IsZero():
+			s.c.Logger.Info("API keys: in sync again")
+			failing = time.Time{}
 		}
 		if now := s.c.Now(); now.Sub(lastTouch) >= 10*time.Second {
 			lastTouch = now
