@@ -4,7 +4,7 @@ FUZZTIME  ?= 10s
 BENCHTIME ?= 1s
 PKGS      := ./...
 
-.PHONY: help build run test bench fuzz vet staticcheck fmt-check tidy-check deps-check lint ci ensure-redis ensure-chromium ensure-gateways ensure-packaging ensure-helm image
+.PHONY: help build run test bench bench-service fuzz vet staticcheck fmt-check tidy-check deps-check lint ci ensure-redis ensure-chromium ensure-gateways ensure-packaging ensure-helm image
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 18
@@ -41,6 +41,10 @@ ensure-chromium: ## install Chromium for the dashboard's browser test if missing
 test: ensure-redis ensure-chromium ensure-gateways ensure-packaging ensure-helm ## the whole suite, race detector on, against real redis-server processes, nginx, Caddy and a headless Chromium
 	$(GO) test -race -shuffle=on -timeout 9m $(PKGS)
 	$(GO) test -count=1 -run 'TestResetsNeverOverAdmit' ./store/redisstore  # left out of -race: see store/redisstore/reset_test.go
+
+bench-service: ensure-redis ## the real binaries under wrk, server CPU per request beside the floors and peers (bench/service_test.go)
+	@bash scripts/ensure-wrk.sh
+	cd bench && $(GO) test -run '^$$' -bench '^BenchmarkService$$' -benchtime 1x -timeout 30m .
 
 bench: ensure-redis ## benchmarks of this module (peers: cd bench && go test -bench .)
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)

@@ -94,6 +94,9 @@ type Limiter struct {
 	share    float64 // the fallback's share of each limit
 	logged   sampler
 	tracer   trace.Tracer // nil: off
+	// local marks a store that decides in this process: it has no outages
+	// for a breaker to see, so it is called directly.
+	local bool
 	// traceTenants puts tenant IDs on spans.
 	traceTenants bool
 
@@ -123,8 +126,11 @@ func New(c Config) (*Limiter, error) {
 	if l.poll <= 0 {
 		l.poll = time.Second
 	}
-	if lc, ok := c.Store.(store.Local); l.timeout == 0 && ok && lc.Local() {
-		l.timeout = -1
+	if lc, ok := c.Store.(store.Local); ok && lc.Local() {
+		l.local = true
+		if l.timeout == 0 {
+			l.timeout = -1
+		}
 	}
 	if l.timeout == 0 {
 		l.timeout = 50 * time.Millisecond

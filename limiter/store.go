@@ -68,7 +68,12 @@ func (l *Limiter) take(ctx context.Context, now time.Time, checks []store.Check,
 		ctx, end = l.storeSpan(ctx, checks)
 	}
 	start := time.Now()
-	err := l.cb.call(checks, func() error { return l.store.Take(ctx, checks, res) })
+	var err error
+	if l.local {
+		err = l.store.Take(ctx, checks, res)
+	} else {
+		err = l.cb.call(checks, func() error { return l.store.Take(ctx, checks, res) })
+	}
 	if end != nil {
 		end(res, err)
 	}

@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -58,16 +59,19 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any) bool {
 		problem.Write(w, problem.Details{Status: http.StatusUnsupportedMediaType, Detail: fmt.Sprintf("Content-Encoding %s is not accepted: send the JSON body uncompressed", ce)})
 		return false
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			problem.Write(w, problem.Details{Status: http.StatusRequestEntityTooLarge, Detail: fmt.Sprintf("body is over %d bytes", MaxBody)})
-			return false
-		}
+	buf := bodyPool.Get().(*bytes.Buffer)
+	defer putBody(buf)
+	buf.Reset()
+	if _, err := buf.ReadFrom(io.LimitReader(r.Body, MaxBody+1)); err != nil {
 		problem.BadRequest(w, "reading body: "+err.Error())
 		return false
 	}
+	if buf.Len() > MaxBody {
+		w.Header().Set("Connection", "close") // the rest of the body is not read
+		problem.Write(w, problem.Details{Status: http.StatusRequestEntityTooLarge, Detail: fmt.Sprintf("body is over %d bytes", MaxBody)})
+		return false
+	}
+	body := buf.Bytes()
 	if len(body) >= 2 && body[0] == 0x1f && body[1] == 0x8b {
 		problem.Write(w, problem.Details{Status: http.StatusUnsupportedMediaType, Detail: "the body is gzip-compressed: send the JSON uncompressed"})
 		return false
@@ -76,21 +80,26 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any) bool {
 		problem.BadRequest(w, "body is not valid UTF-8: JSON strings must be UTF-8")
 		return false
 	}
-	if err := strictNames(body, reflect.TypeOf(v)); err != nil {
+	if err := checkBody(body, reflect.TypeOf(v)); err != nil {
 		problem.BadRequest(w, err.Error())
 		return false
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	if err := json.Unmarshal(body, v); err != nil {
 		problem.BadRequest(w, jsonError(err))
 		return false
 	}
-	if dec.More() {
-		problem.BadRequest(w, "body holds more than one JSON value")
-		return false
-	}
 	return true
+}
+
+// bodyPool holds request body buffers: a decision reads its body into one
+// and gives it back, instead of a new slice per request.
+var bodyPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// putBody returns buf to the pool unless a large body grew it.
+func putBody(buf *bytes.Buffer) {
+	if buf.Cap() <= 16<<10 {
+		bodyPool.Put(buf)
+	}
 }
 
 // strictNames checks what encoding/json lets pass: every object member
@@ -100,11 +109,40 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any) bool {
 // /v1/take and /v1/check); anything that is not well-formed JSON is left
 // to the decoder, which names it better.
 func strictNames(body []byte, t reflect.Type) error {
-	sc := nameScanner{b: body}
-	if err := sc.value(t); err != errNotJSON {
+	_, _, err := scanBody(body, t)
+	return err
+}
+
+// checkBody is strictNames, and also refuses what encoding/json's Decoder
+// refused for decodeJSON before it used Unmarshal: an empty body, a member
+// a struct does not have (`unknown field "x"`, once the body is known to
+// be well-formed JSON), and a second value after the first.
+func checkBody(body []byte, t reflect.Type) error {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return errors.New("body is empty: want a JSON object")
+	}
+	sc, ok, err := scanBody(body, t)
+	if err != nil || !ok {
 		return err
 	}
-	return nil
+	if sc.ws(); sc.i < len(sc.b) {
+		return errors.New("body holds more than one JSON value")
+	}
+	return sc.unknown
+}
+
+// scanBody scans body as a value of t: the scanner, done, and false for a
+// body that is not well-formed JSON (the decoder names that better); the
+// error is a name given twice or in the wrong case.
+func scanBody(body []byte, t reflect.Type) (nameScanner, bool, error) {
+	sc := nameScanner{b: body}
+	switch err := sc.value(t); {
+	case err == errNotJSON:
+		return sc, false, nil
+	case err != nil:
+		return sc, false, err
+	}
+	return sc, true, nil
 }
 
 // errNotJSON stops a nameScanner at malformed input.
@@ -112,9 +150,10 @@ var errNotJSON = errors.New("not JSON")
 
 // nameScanner walks JSON bytes, checking object member names.
 type nameScanner struct {
-	b    []byte
-	i    int
-	path [][]byte // the names leading to the value being read; "[]" for an element
+	b       []byte
+	i       int
+	path    [][]byte // the names leading to the value being read; "[]" for an element
+	unknown error    // the first member no struct field takes
 }
 
 // at names the member name under the current path, as in "limits.1m.Limit"
@@ -240,15 +279,19 @@ func (sc *nameScanner) object(t reflect.Type) error {
 		case t.Kind() == reflect.Map:
 			ft = t.Elem()
 		case t.Kind() == reflect.Struct:
+			known := false
 			for f := range t.NumField() {
 				tag, _, _ := strings.Cut(t.Field(f).Tag.Get("json"), ",")
 				if tag == string(name) {
-					ft = t.Field(f).Type
+					ft, known = t.Field(f).Type, true
 					break
 				}
 				if bytes.EqualFold([]byte(tag), name) {
 					return fmt.Errorf("field %s: unknown field; names are case-sensitive: did you mean %q?", sc.at(name), tag)
 				}
+			}
+			if !known && sc.unknown == nil {
+				sc.unknown = fmt.Errorf("unknown field %q", name)
 			}
 		}
 		if sc.ws(); sc.i >= len(sc.b) || sc.b[sc.i] != ':' {
@@ -405,8 +448,30 @@ func (s *Server) handleTake(w http.ResponseWriter, r *http.Request) {
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	body, _ := json.Marshal(v)
-	w.Header().Set("Content-Type", "application/json")
+	e := encPool.Get().(*encoder)
+	e.buf.Reset()
+	e.enc.Encode(v) // a newline after the value, as before
+	w.Header()["Content-Type"] = jsonContentType
 	w.WriteHeader(status)
-	w.Write(append(body, '\n'))
+	w.Write(e.buf.Bytes())
+	if e.buf.Cap() <= 64<<10 {
+		encPool.Put(e)
+	}
 }
+
+// jsonContentType is the Content-Type of every JSON answer, shared: set
+// by map assignment, it costs no slice per response (nothing changes it).
+var jsonContentType = []string{"application/json"}
+
+// encoder is a pooled buffer and the JSON encoder writing to it.
+type encoder struct {
+	buf bytes.Buffer
+	enc *json.Encoder
+}
+
+var encPool = sync.Pool{New: func() any {
+	e := new(encoder)
+	e.enc = json.NewEncoder(&e.buf)
+	e.enc.SetEscapeHTML(true)
+	return e
+}}
