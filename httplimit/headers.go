@@ -120,6 +120,14 @@ func emit(f Form, d limiter.Decision, set func(name, value string)) {
 // negative, whatever the decision says.
 func nonNeg(n int64) string { return strconv.FormatInt(max(n, 0), 10) }
 
+// AppendHeaders appends d's headers to dst as name, value pairs, in the
+// order SetHeaders sets them, named as HeaderMap names them: for callers
+// that encode them without a map.
+func AppendHeaders(dst []string, f Form, d limiter.Decision) []string {
+	emit(f, d, func(k, v string) { dst = append(dst, k, v) })
+	return dst
+}
+
 // HeaderMap is SetHeaders into a map, with the names spelled as the drafts
 // do (RateLimit-Limit, not Ratelimit-Limit), for APIs that hand the headers
 // to a gateway.

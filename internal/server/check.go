@@ -42,8 +42,43 @@ type checkResponse struct {
 	Reason       string            `json:"reason"`
 	Policy       string            `json:"policy"`
 	RetryAfterMs int64             `json:"retry_after_ms"`
-	Headers      map[string]string `json:"headers"`
+	Headers      headerFields      `json:"headers"`
 	Decisions    []layerJSON       `json:"decisions"`
+}
+
+// headerFields are a decision's headers as name, value pairs, encoded as
+// one JSON object (what a map would give, without a map per request and
+// the sorting of its keys).
+type headerFields []string
+
+// MarshalJSON implements json.Marshaler.
+func (h headerFields) MarshalJSON() ([]byte, error) {
+	b := make([]byte, 0, 32*len(h)+2)
+	b = append(b, '{')
+	for i := 0; i+1 < len(h); i += 2 {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendJSONString(append(appendJSONString(b, h[i]), ':'), h[i+1])
+	}
+	return append(b, '}'), nil
+}
+
+// appendJSONString appends s as a JSON string. Header names and values
+// are ASCII; control characters are escaped all the same.
+func appendJSONString(b []byte, s string) []byte {
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"' || c == '\\':
+			b = append(b, '\\', c)
+		case c < 0x20:
+			b = append(b, '\\', 'u', '0', '0', "0123456789abcdef"[c>>4], "0123456789abcdef"[c&15])
+		default:
+			b = append(b, c)
+		}
+	}
+	return append(b, '"')
 }
 
 // parseCheck validates a check request, naming the field at fault.
@@ -108,13 +143,13 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 	}
 	resp := checkResponse{
 		Allowed: d.Allowed, Status: http.StatusOK, Reason: string(d.Reason), Policy: d.Policy,
-		Headers:   httplimit.HeaderMap(s.form, d),
+		Headers:   httplimit.AppendHeaders(make(headerFields, 0, 8), s.form, d),
 		Decisions: []layerJSON{},
 	}
 	switch {
 	case d.Reason == limiter.ReasonUnavailable:
 		resp.Status = http.StatusServiceUnavailable
-		resp.Headers["Retry-After"] = httplimit.RetryAfter(d.RetryAfter)
+		resp.Headers = append(resp.Headers, "Retry-After", httplimit.RetryAfter(d.RetryAfter))
 	case !d.Allowed:
 		resp.Status = http.StatusTooManyRequests
 	}

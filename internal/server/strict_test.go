@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"reflect"
 	"strings"
 	"testing"
@@ -119,5 +120,25 @@ func BenchmarkStrictNames(b *testing.B) {
 		if err := strictNames(body, t); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestHeaderFields: /v1/check's headers encode as the JSON object a map
+// of them would, whatever bytes a value holds.
+func TestHeaderFields(t *testing.T) {
+	h := headerFields{"RateLimit", `"free";r=5;t=10`, "Retry-After", "3", "X-Odd", "a\\b\x01\"<&>"}
+	b, err := json.Marshal(struct {
+		H headerFields `json:"h"`
+	}{h})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct{ H map[string]string }
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatalf("%s: %v", b, err)
+	}
+	want := map[string]string{"RateLimit": `"free";r=5;t=10`, "Retry-After": "3", "X-Odd": "a\\b\x01\"<&>"}
+	if !maps.Equal(got.H, want) {
+		t.Errorf("decoded %v from %s, want %v", got.H, b, want)
 	}
 }
