@@ -37,13 +37,13 @@ type layerJSON struct {
 }
 
 type checkResponse struct {
-	Allowed      bool              `json:"allowed"`
-	Status       int               `json:"status"`
-	Reason       string            `json:"reason"`
-	Policy       string            `json:"policy"`
-	RetryAfterMs int64             `json:"retry_after_ms"`
-	Headers      headerFields      `json:"headers"`
-	Decisions    []layerJSON       `json:"decisions"`
+	Allowed      bool         `json:"allowed"`
+	Status       int          `json:"status"`
+	Reason       string       `json:"reason"`
+	Policy       string       `json:"policy"`
+	RetryAfterMs int64        `json:"retry_after_ms"`
+	Headers      headerFields `json:"headers"`
+	Decisions    []layerJSON  `json:"decisions"`
 }
 
 // headerFields are a decision's headers as name, value pairs, encoded as
