@@ -18,18 +18,52 @@ import (
 // store.Sharded (a Redis Cluster slot), else one. A lost cluster master
 // opens the breakers of its own slots only; the other masters' keys are
 // decided by the store as usual. Each breaker opens after 5 failures in a
-// row or half of at least 20 calls in 10 s, stays open for the cooldown,
-// then lets one probe through.
+// row that are not timeouts (the store refused, closed, or answered an
+// error), or when half of at least 20 calls in 10 s failed, timeouts
+// included; it stays open for the cooldown, then lets one probe through.
+//
+// Timeouts count only toward the ratio because under CPU contention a
+// call can pass its deadline while the store is healthy: the reply waits
+// for this process to be scheduled. Measured on 2 cores with /v1/check at
+// 1,024 connections (bench/RESULTS.md), about 0.8% of calls passed the
+// 50 ms deadline, some in runs of 5; the breaker opened and the fallback
+// decided every request for 2 s at a time. A store that is really down
+// either refuses at once (5 in a row) or times out most calls (the ratio).
 type breakers struct {
 	sharded  store.Sharded // nil: one domain
 	cooldown time.Duration
 	onChange func(shard int, from, to gobreaker.State)
 
-	m      sync.Map // int -> *gobreaker.TwoStepCircuitBreaker[struct{}]: read on every call, without a lock
+	m      sync.Map // int -> *domain: read on every call, without a lock
 	mu     sync.Mutex
 	probes map[int]store.Check // a key of each domain that failed, to probe it with
 
 	notClosed atomic.Int64 // breakers open or half-open
+}
+
+// domain is one failure domain's breaker and its run of failures that
+// were not timeouts.
+type domain struct {
+	cb   *gobreaker.TwoStepCircuitBreaker[struct{}]
+	hard atomic.Int32
+}
+
+// note counts err in d's run of hard failures: a success ends it, a
+// timeout leaves it as it is. Called before the breaker hears of err.
+func (d *domain) note(err error) {
+	switch {
+	case err == nil:
+		d.hard.Store(0)
+	case excluded(err), errors.Is(err, context.DeadlineExceeded):
+	default:
+		d.hard.Add(1)
+	}
+}
+
+// excluded reports whether err says nothing about the store: a caller that
+// went away, a batch that is invalid, or a call not made.
+func excluded(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, store.ErrInvalidCheck) || errors.Is(err, errAborted)
 }
 
 // errAborted is what a domain's breaker is told when its call did not
@@ -42,22 +76,19 @@ func newBreakers(st store.Store, cooldown time.Duration, onChange func(shard int
 	return b
 }
 
-func (b *breakers) get(shard int) *gobreaker.TwoStepCircuitBreaker[struct{}] {
-	if cb, ok := b.m.Load(shard); ok {
-		return cb.(*gobreaker.TwoStepCircuitBreaker[struct{}])
+func (b *breakers) get(shard int) *domain {
+	if d, ok := b.m.Load(shard); ok {
+		return d.(*domain)
 	}
-	cb := gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
+	d := &domain{}
+	d.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
 		MaxRequests: 1, // one probe at a time while half-open
 		Interval:    10 * time.Second,
 		Timeout:     b.cooldown,
 		ReadyToTrip: func(n gobreaker.Counts) bool {
-			return n.ConsecutiveFailures >= 5 || n.Requests >= 20 && 2*n.TotalFailures >= n.Requests
+			return d.hard.Load() >= 5 || n.Requests >= 20 && 2*n.TotalFailures >= n.Requests
 		},
-		// A caller that went away, a batch that is invalid, or a call not
-		// made says nothing about the store.
-		IsExcluded: func(err error) bool {
-			return errors.Is(err, context.Canceled) || errors.Is(err, store.ErrInvalidCheck) || errors.Is(err, errAborted)
-		},
+		IsExcluded: excluded,
 		OnStateChange: func(_ string, from, to gobreaker.State) {
 			switch {
 			case from == gobreaker.StateClosed:
@@ -68,8 +99,8 @@ func (b *breakers) get(shard int) *gobreaker.TwoStepCircuitBreaker[struct{}] {
 			b.onChange(shard, from, to)
 		},
 	})
-	actual, _ := b.m.LoadOrStore(shard, cb) // a racing caller's breaker wins
-	return actual.(*gobreaker.TwoStepCircuitBreaker[struct{}])
+	actual, _ := b.m.LoadOrStore(shard, d) // a racing caller's breaker wins
+	return actual.(*domain)
 }
 
 // shards returns the failure domains of checks, without repeats.
@@ -92,20 +123,23 @@ func (b *breakers) call(checks []store.Check, f func() error) error {
 	var buf [4]int
 	shards := b.shards(checks, buf[:0])
 	var dbuf [4]func(error)
-	dones := dbuf[:0]
+	var domBuf [4]*domain
+	dones, doms := dbuf[:0], domBuf[:0]
 	for _, s := range shards {
-		done, err := b.get(s).Allow()
+		d := b.get(s)
+		done, err := d.cb.Allow()
 		if err != nil {
-			for _, d := range dones {
-				d(errAborted)
+			for _, done := range dones {
+				done(errAborted)
 			}
 			return err
 		}
-		dones = append(dones, done)
+		dones, doms = append(dones, done), append(doms, d)
 	}
 	err := f()
-	for _, d := range dones {
-		d(err)
+	for i, done := range dones {
+		doms[i].note(err)
+		done(err)
 	}
 	if err != nil && b.sharded != nil && !errors.Is(err, context.Canceled) {
 		b.mu.Lock()
@@ -127,7 +161,7 @@ func (b *breakers) toProbe() []store.Check {
 	defer b.mu.Unlock()
 	var out []store.Check
 	for s, c := range b.probes {
-		if cb, ok := b.m.Load(s); !ok || cb.(*gobreaker.TwoStepCircuitBreaker[struct{}]).State() == gobreaker.StateClosed {
+		if cb, ok := b.m.Load(s); !ok || cb.(*domain).cb.State() == gobreaker.StateClosed {
 			delete(b.probes, s)
 			continue
 		}

@@ -31,7 +31,7 @@ type Config struct {
 	// PollEvery is how often Run looks for changes in Control. Zero means
 	// 1 s, so that a change reaches every instance within 2 s.
 	PollEvery time.Duration
-	// Timeout bounds each store call. Zero means 50 ms, or no deadline for
+	// Timeout bounds each store call. Zero means 100 ms, or no deadline for
 	// a store that decides in this process ([store.Local], the memory
 	// store), for which a timer per call is pure cost; negative means no
 	// deadline of the limiter's own.
@@ -133,7 +133,7 @@ func New(c Config) (*Limiter, error) {
 		}
 	}
 	if l.timeout == 0 {
-		l.timeout = 50 * time.Millisecond
+		l.timeout = 100 * time.Millisecond
 	}
 	if l.now == nil {
 		l.now = time.Now

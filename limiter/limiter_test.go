@@ -3,6 +3,9 @@ package limiter
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 	_ "time/tzdata" // calendar tests need zones whatever the machine has
@@ -259,5 +262,58 @@ func TestLimitersShareARegistry(t *testing.T) {
 	}
 	if got := counter(t, reg, "fairgate_decisions_total", "policy", "free.tenant.1m"); got != 2 {
 		t.Errorf("decisions counted %v, want 2: the second limiter's metrics were lost", got)
+	}
+}
+
+// scriptedStore answers each call with the next error of errs (nil: a
+// decision), then decides.
+type scriptedStore struct {
+	mu   sync.Mutex
+	errs []error
+	ok   store.Store
+}
+
+func (s *scriptedStore) Take(ctx context.Context, checks []store.Check, res *store.Result) error {
+	s.mu.Lock()
+	var err error
+	if len(s.errs) > 0 {
+		err, s.errs = s.errs[0], s.errs[1:]
+	}
+	s.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return s.ok.Take(ctx, checks, res)
+}
+func (s *scriptedStore) Close() error { return nil }
+
+// TestBreakerTripRule: timeouts in a row (a busy process, a healthy
+// store) do not open the breaker; 5 refusals in a row do; and so do
+// timeouts on half of at least 20 calls.
+func TestBreakerTripRule(t *testing.T) {
+	timeout := fmt.Errorf("%w: %w", store.ErrUnavailable, context.DeadlineExceeded)
+	refused := fmt.Errorf("%w: dial tcp: connection refused", store.ErrUnavailable)
+	rep := func(err error, n int) []error { return slices.Repeat([]error{err}, n) }
+	cases := []struct {
+		name string
+		errs []error
+		open bool
+	}{
+		{"8 timeouts in 40 calls", append(rep(timeout, 8), rep(nil, 32)...), false},
+		{"5 refusals in a row", rep(refused, 5), true},
+		{"4 refusals, a success, 4 refusals", append(append(rep(refused, 4), nil), rep(refused, 4)...), false},
+		{"timeouts on half of 20 calls", append(rep(nil, 10), rep(timeout, 10)...), true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			st := &scriptedStore{errs: c.errs, ok: memstore.New(memstore.Config{})}
+			l := newLimiter(t, st, func(cf *Config) { cf.Fallback = memstore.New(memstore.Config{}); cf.Timeout = time.Second })
+			for i := range len(c.errs) {
+				l.Decide(context.Background(), policy.Request{Tenant: fmt.Sprintf("t%d", i), Method: "GET", Path: "/v1/users/1"})
+			}
+			if open := !l.StoreUp(); open != c.open {
+				t.Errorf("breaker open %v, want %v", open, c.open)
+			}
+		})
 	}
 }

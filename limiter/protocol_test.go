@@ -55,14 +55,14 @@ func TestProtocolErrorIsLoud(t *testing.T) {
 
 // TestLocalStoreHasNoDeadline: the library's default sets no per-call
 // deadline on an in-process store (a timer per decision is pure cost
-// there), and 50 ms on any other.
+// there), and 100 ms on any other.
 func TestLocalStoreHasNoDeadline(t *testing.T) {
 	for _, c := range []struct {
 		st   store.Store
 		want time.Duration
 	}{
 		{memstore.New(memstore.Config{}), -1},
-		{garbledStore{}, 50 * time.Millisecond},
+		{garbledStore{}, 100 * time.Millisecond},
 	} {
 		l, err := New(Config{Store: c.st, Policy: testPolicy()})
 		if err != nil {

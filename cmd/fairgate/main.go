@@ -24,7 +24,7 @@ func main() {
 const usage = `fairgate: per-tenant rate limiting for multi-tenant APIs.
 
 Usage:
-  fairgate serve [--config FILE] [--config-poll 1s] [--listen 127.0.0.1:8080] [--store memory://|redis://HOST:PORT[/DB]|rediss://…|redis-cluster://H:P,H:P] [--store-timeout 50ms]
+  fairgate serve [--config FILE] [--config-poll 1s] [--listen 127.0.0.1:8080] [--store memory://|redis://HOST:PORT[/DB]|rediss://…|redis-cluster://H:P,H:P] [--store-timeout 100ms]
   fairgate check-config [FILE]
   fairgate simulate --policy 'limit=60,period=1m,burst=60,algorithm=token_bucket' [--policy …] --traffic 'burst 60 at 1s; steady 0.5/s from 40s to 90s' [--out chart.svg]
   fairgate replay --config proposed.yaml [--format table|csv|json] [--log-format json|common] [--tenant-field user] ACCESS_LOG…

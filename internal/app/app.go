@@ -306,11 +306,11 @@ func ParseServe(args []string, stderr io.Writer) (ServeConfig, error) {
 	fs.StringVar(&workerFile, "worker-token-file", "", "file holding the bearer token /v1/outbound/* require (or FAIRGATE_WORKER_TOKEN); without one they are open to whoever reaches --listen")
 	tlsFlags(fs, &c)
 	fs.BoolVar(&c.TraceTenants, "trace-tenants", env("FAIRGATE_TRACE_TENANTS", "") == "true", "with tracing on (OTEL_TRACES_EXPORTER=otlp or an OTEL_EXPORTER_OTLP_ENDPOINT), put tenant IDs on decision spans (FAIRGATE_TRACE_TENANTS=true; off by default)")
-	timeout := env("FAIRGATE_STORE_TIMEOUT", "50ms")
+	timeout := env("FAIRGATE_STORE_TIMEOUT", "100ms")
 	if e.StoreTimeout > 0 {
 		timeout = env("FAIRGATE_STORE_TIMEOUT", e.StoreTimeout.String())
 	}
-	fs.Func("store-timeout", "deadline of each store call (FAIRGATE_STORE_TIMEOUT, default 50ms)", func(v string) error { timeout = v; return nil })
+	fs.Func("store-timeout", "deadline of each store call (FAIRGATE_STORE_TIMEOUT, default 100ms)", func(v string) error { timeout = v; return nil })
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
