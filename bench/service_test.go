@@ -47,6 +47,7 @@ type target struct {
 	url   string // wrk's URL
 	body  string // a fmt format with one %d (the rotating key); "" for GET
 	hdr   string // one extra header, "Name: value"
+	pace  int    // ms each connection waits between requests; 0: none
 }
 
 // wrkRound is one wrk run against a target.
@@ -111,6 +112,9 @@ request = function()
 		lua += fmt.Sprintf("  return wrk.format(\"GET\", nil, {%s})\n", strings.TrimPrefix(luaHdr(t.hdr), ", "))
 	}
 	lua += "end\n"
+	if t.pace > 0 {
+		lua += fmt.Sprintf("delay = function() return %d end\n", t.pace)
+	}
 	os.WriteFile(script, []byte(lua), 0o600)
 	cpu0, rd0 := procCPU(t.pid), time.Duration(0)
 	if t.redis != 0 {
@@ -216,11 +220,17 @@ func BenchmarkService(b *testing.B) {
 	a, pid = serve("redis://" + rs.Addr)
 	ts = append(ts, target{name: "take-redis", pid: pid, redis: rpid, url: "http://" + a + "/v1/take", body: takeBody},
 		target{name: "check-redis", pid: pid, redis: rpid, url: "http://" + a + "/v1/check", body: checkBody})
-	up, _ := floorAt("-mode", "upstream")
+	up, upPID := floorAt("-mode", "upstream")
 	a, pid = floorAt("-mode", "proxy", "-upstream", "http://"+up)
 	ts = append(ts, target{name: "bare-proxy", pid: pid, url: "http://" + a + "/v1/users/1"})
 	a, pid = serve("memory://", "--upstream", "http://"+up, "--internal-listen", freeAddr(b))
 	ts = append(ts, target{name: "proxy", pid: pid, url: "http://" + a + "/v1/users/1", hdr: "X-API-Key: bench-key"})
+	// The same three at a moderate rate (16 connections, each waiting 9 ms
+	// between requests: about 1,700 a second): the latency a proxy adds.
+	for _, p := range []target{{name: "direct", pid: upPID, url: "http://" + up + "/v1/users/1"}, ts[len(ts)-2], ts[len(ts)-1]} {
+		p.name, p.pace = p.name+"@1.7k", 9
+		ts = append(ts, p)
+	}
 	if peer := os.Getenv("FAIRGATE_BENCH_ENVOY_RLS"); peer != "" {
 		ts = append(ts, envoyJSON(b, peer, dir, rs, rpid))
 	}
@@ -229,10 +239,14 @@ func BenchmarkService(b *testing.B) {
 
 // runService runs the rounds and reports.
 func runService(b *testing.B, dir string, ts []target) {
-	const rounds, per, conns = 3, 4 * time.Second, 64
+	const rounds, per = 3, 4 * time.Second
 	res := map[string][]wrkRound{}
 	for range rounds {
 		for _, t := range ts {
+			conns := 64
+			if t.pace > 0 {
+				conns = 16
+			}
 			res[t.name] = append(res[t.name], t.drive(b, dir, conns, per))
 		}
 	}
@@ -268,6 +282,21 @@ func runService(b *testing.B, dir string, ts []target) {
 		}
 		fmt.Fprintf(&sb, "%s / %s: per round %.2f, median %.2f×\n", c[0], c[1], ratios, median(ratios))
 		b.ReportMetric(median(ratios), c[0]+"/"+c[1])
+	}
+	// What each proxy adds over going direct, at the moderate rate.
+	for _, p := range []string{"bare-proxy@1.7k", "proxy@1.7k"} {
+		if len(res[p]) == 0 {
+			continue
+		}
+		d, x := res["direct@1.7k"], res[p]
+		var cpu, p50, p99 []float64
+		for i := range x {
+			cpu = append(cpu, x[i].cpuUs)
+			p50 = append(p50, float64(x[i].p50-d[i].p50)/1e3)
+			p99 = append(p99, float64(x[i].p99-d[i].p99)/1e3)
+		}
+		fmt.Fprintf(&sb, "%s over direct: +%.0f µs CPU per request (the proxy's own), +%.0f µs p50, +%.0f µs p99 (medians of %v rounds; p99 per round %.0f)\n",
+			p, median(cpu), median(p50), median(p99), len(x), p99)
 	}
 	fmt.Print(sb.String()) // whole: a benchmark's log is cut at ten lines
 }
