@@ -9,7 +9,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/fairgate/fairgate/internal/redistest"
 	collectorpb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/proto"
 )
@@ -117,4 +119,64 @@ func TestServeKeysAndTraces(t *testing.T) {
 	if strings.Contains(string(rcv.raw), made.Key) || strings.Contains(string(rcv.raw), "acme") {
 		t.Error("the exported spans hold the API key or the tenant ID")
 	}
+}
+
+// TestServeKeysAcrossInstances: two daemons on one Redis, as two pods: a
+// key made through A's admin API is accepted by B's proxy within 2 s, and
+// refused there within 2 s of its revocation on A.
+func TestServeKeysAcrossInstances(t *testing.T) {
+	srv, err := redistest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer up.Close()
+	const token = "admin-token-for-the-test-0001"
+	t.Setenv("FAIRGATE_ADMIN_TOKEN", token)
+	adminA := freeAddr(t)
+	a := startServe(t, "--listen", "127.0.0.1:0", "--admin-listen", adminA, "--internal-listen", freeAddr(t), "--upstream", up.URL, "--store", "redis://"+srv.Addr)
+	defer a.stop()
+	b := startServe(t, "--listen", "127.0.0.1:0", "--admin-listen", freeAddr(t), "--internal-listen", freeAddr(t), "--upstream", up.URL, "--store", "redis://"+srv.Addr)
+	defer b.stop()
+	admin := func(method, path, body string) []byte {
+		req, _ := http.NewRequest(method, "http://"+adminA+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		out, _ := io.ReadAll(resp.Body)
+		return out
+	}
+	var made struct{ Key, ID string }
+	json.Unmarshal(admin("POST", "/admin/keys", `{"tenant":"acme"}`), &made)
+	if made.Key == "" {
+		t.Fatal("no key made")
+	}
+	viaB := func() int {
+		req, _ := http.NewRequest("GET", "http://"+b.addr+"/v1/users/1", nil)
+		req.Header.Set("Authorization", "Bearer "+made.Key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	within := func(what string, want int) {
+		t.Helper()
+		start := time.Now()
+		for viaB() != want {
+			if time.Since(start) > 2*time.Second {
+				t.Fatalf("%s: instance B did not answer %d within 2 s", what, want)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Logf("%s: B answered %d after %v", what, want, time.Since(start).Round(time.Millisecond))
+	}
+	within("made on A", 200)
+	admin("DELETE", "/admin/keys/"+made.ID, "")
+	within("revoked on A", 401)
 }
