@@ -54,6 +54,17 @@ func checkedAPI(h http.Handler) http.Handler {
 	return apiCheck().Handler(h, func(r *http.Request) bool { return proxied(h, r) })
 }
 
+// apiWarm makes the checker before the tests run (parsing and compiling
+// the description takes a few hundred milliseconds under the race
+// detector, which must not land inside a timed test's first request);
+// fuzzing, which checks no exchange, skips it.
+func apiWarm() {
+	flag.Parse()
+	if f := flag.Lookup("test.fuzz"); f == nil || f.Value.String() == "" {
+		apiCheck()
+	}
+}
+
 // apiReport is what TestMain adds to the run's verdict: 0, or 1 after
 // printing the problems.
 func apiReport(code int) int {

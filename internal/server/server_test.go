@@ -29,6 +29,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	apiWarm()
 	os.Exit(apiReport(redistest.MainWithCluster(m, func(s *redistest.Server, c *redistest.Cluster) { redisSrv, redisCluster = s, c })))
 }
 
