@@ -5,6 +5,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,9 +30,12 @@ const (
 // traceparent it receives.
 func tracedProxy(t *testing.T, exp *tracetest.InMemoryExporter) (front string, got func() string) {
 	t.Helper()
+	var mu sync.Mutex
 	var seen []string
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
 		seen = append(seen, r.Header.Get("Traceparent"))
+		mu.Unlock()
 	}))
 	t.Cleanup(up.Close)
 	u, _ := url.Parse(up.URL)
@@ -55,6 +59,8 @@ func tracedProxy(t *testing.T, exp *tracetest.InMemoryExporter) (front string, g
 	ts := httptest.NewServer(s)
 	t.Cleanup(ts.Close)
 	return ts.URL, func() string {
+		mu.Lock()
+		defer mu.Unlock()
 		if len(seen) != 1 {
 			t.Fatalf("the upstream saw %d requests, want 1", len(seen))
 		}
