@@ -34,6 +34,17 @@ descriptors:
         rate_limit: {unit: hour, requests_per_unit: 1000000000}
 `
 
+// rlsRuntime writes envoyproxy/ratelimit's runtime directory under dir,
+// with the bench domain, and returns its root.
+func rlsRuntime(b *testing.B, dir string) string {
+	runtime := filepath.Join(dir, "runtime")
+	os.MkdirAll(filepath.Join(runtime, "ratelimit", "config"), 0o755)
+	if err := os.WriteFile(filepath.Join(runtime, "ratelimit", "config", "bench.yaml"), []byte(rlsDomain), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	return runtime
+}
+
 // rlsService is one rate limit service process under test, on a Redis of
 // its own.
 type rlsService struct {
@@ -41,6 +52,9 @@ type rlsService struct {
 	cmd   *exec.Cmd
 	redis *redistest.Server
 	conn  *grpc.ClientConn
+	// httpAddr is where envoyproxy/ratelimit and fairgate in its place
+	// serve /json and /healthcheck.
+	httpAddr string
 }
 
 // startRLS starts bin with envoyproxy/ratelimit's environment (the same
@@ -52,16 +66,10 @@ func startRLS(b *testing.B, name, bin, runtime string) *rlsService {
 	if err != nil {
 		b.Fatal(err)
 	}
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	grpcAddr := ln.Addr().String()
-	ln.Close()
+	grpcAddr, httpAddr := freeAddr(b), freeAddr(b)
 	_, port, _ := net.SplitHostPort(grpcAddr)
-	ln, _ = net.Listen("tcp", "127.0.0.1:0")
-	_, httpPort, _ := net.SplitHostPort(ln.Addr().String())
-	ln.Close()
-	ln, _ = net.Listen("tcp", "127.0.0.1:0")
-	_, debugPort, _ := net.SplitHostPort(ln.Addr().String())
-	ln.Close()
+	_, httpPort, _ := net.SplitHostPort(httpAddr)
+	_, debugPort, _ := net.SplitHostPort(freeAddr(b))
 	var cmd *exec.Cmd
 	switch name {
 	case "fairgate":
@@ -80,7 +88,7 @@ func startRLS(b *testing.B, name, bin, runtime string) *rlsService {
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
-	s := &rlsService{name: name, cmd: cmd, redis: r}
+	s := &rlsService{name: name, cmd: cmd, redis: r, httpAddr: httpAddr}
 	s.conn, err = grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		b.Fatal(err)
@@ -207,11 +215,7 @@ func BenchmarkRLSService(b *testing.B) {
 	if out, err := build.CombinedOutput(); err != nil {
 		b.Fatalf("go build: %v\n%s", err, out)
 	}
-	runtime := filepath.Join(dir, "runtime")
-	os.MkdirAll(filepath.Join(runtime, "ratelimit", "config"), 0o755)
-	if err := os.WriteFile(filepath.Join(runtime, "ratelimit", "config", "bench.yaml"), []byte(rlsDomain), 0o600); err != nil {
-		b.Fatal(err)
-	}
+	runtime := rlsRuntime(b, dir)
 	floor := filepath.Join(dir, "rlsfloor")
 	if out, err := exec.Command("go", "build", "-o", floor, "./cmd/rlsfloor").CombinedOutput(); err != nil {
 		b.Fatalf("go build rlsfloor: %v\n%s", err, out)

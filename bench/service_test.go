@@ -232,7 +232,7 @@ func BenchmarkService(b *testing.B) {
 		ts = append(ts, p)
 	}
 	if peer := os.Getenv("FAIRGATE_BENCH_ENVOY_RLS"); peer != "" {
-		ts = append(ts, envoyJSON(b, peer, dir, rs, rpid))
+		ts = append(ts, envoyJSON(b, peer, dir))
 	}
 	runService(b, dir, ts)
 }
@@ -301,33 +301,12 @@ func runService(b *testing.B, dir string, ts []target) {
 	fmt.Print(sb.String()) // whole: a benchmark's log is cut at ten lines
 }
 
-// envoyJSON starts envoyproxy/ratelimit at bin on rs, serving the bench
-// domain, for its /json (two descriptors: the tenant's and its route's,
-// as /v1/check's layers).
-func envoyJSON(b *testing.B, bin, dir string, rs *redistest.Server, rpid int) target {
-	runtime := filepath.Join(dir, "runtime")
-	os.MkdirAll(filepath.Join(runtime, "ratelimit", "config"), 0o755)
-	os.WriteFile(filepath.Join(runtime, "ratelimit", "config", "bench.yaml"), []byte(rlsDomain), 0o600)
-	a := freeAddr(b)
-	_, port, _ := net.SplitHostPort(a)
-	cmd := exec.Command(bin)
-	cmd.Env = append(os.Environ(), "RUNTIME_ROOT="+runtime, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
-		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+rs.Addr, "USE_STATSD=false", "LOG_LEVEL=warn",
-		"HOST=127.0.0.1", "PORT="+port, "GRPC_HOST=127.0.0.1", "GRPC_PORT="+strings.Split(freeAddr(b), ":")[1],
-		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT="+strings.Split(freeAddr(b), ":")[1])
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if resp, err := http.Get("http://" + a + "/healthcheck"); err == nil {
-			resp.Body.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			b.Fatal("envoyproxy/ratelimit did not answer within 20 s")
-		}
-	}
-	return target{name: "envoy-json", pid: cmd.Process.Pid, redis: rpid, url: "http://" + a + "/json",
+// envoyJSON starts envoyproxy/ratelimit at bin (on a Redis of its own),
+// serving the bench domain, for its /json (two descriptors: the tenant's
+// and its route's, as /v1/check's layers).
+func envoyJSON(b *testing.B, bin, dir string) target {
+	s := startRLS(b, "envoyproxy-ratelimit", bin, rlsRuntime(b, dir))
+	b.Cleanup(s.close)
+	return target{name: "envoy-json", pid: s.cmd.Process.Pid, redis: redisPID(s.redis), url: "http://" + s.httpAddr + "/json",
 		body: `{"domain":"bench","descriptors":[{"entries":[{"key":"tenant","value":"t%d"}]},{"entries":[{"key":"tenant","value":"t%d"},{"key":"path","value":"/v1/search"}]}]}`}
 }
