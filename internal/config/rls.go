@@ -191,10 +191,7 @@ func (d *decoder) rlsXDS(v *yaml.Node, path string, x *XDS) {
 	x.NodeID = "default"
 	d.Fields(v, path, configfile.Handlers{
 		"address": func(v *yaml.Node, path string) {
-			x.Address = d.Str(v, path)
-			if _, _, err := net.SplitHostPort(x.Address); err != nil {
-				d.Add(v, path, "xds address %q: want the management server's host:port", x.Address)
-			}
+			x.Address = d.hostPort(v, path, "xds", "the management server's host:port")
 		},
 		"node_id": func(v *yaml.Node, path string) { x.NodeID = d.Str(v, path) },
 		"node_metadata": func(v *yaml.Node, path string) {
@@ -208,15 +205,20 @@ func (d *decoder) rlsXDS(v *yaml.Node, path string, x *XDS) {
 	}
 }
 
+// hostPort decodes a what's address, which must be host:port (want says
+// whose, for the message).
+func (d *decoder) hostPort(v *yaml.Node, path, what, want string) string {
+	a := d.Str(v, path)
+	if _, _, err := net.SplitHostPort(a); err != nil {
+		d.Add(v, path, "%s address %q: want %s", what, a, want)
+	}
+	return a
+}
+
 // rlsStatsd decodes the statsd block.
 func (d *decoder) rlsStatsd(v *yaml.Node, path string, s *Statsd) {
 	d.Fields(v, path, configfile.Handlers{
-		"address": func(v *yaml.Node, path string) {
-			s.Address = d.Str(v, path)
-			if _, _, err := net.SplitHostPort(s.Address); err != nil {
-				d.Add(v, path, "statsd address %q: want host:port", s.Address)
-			}
-		},
+		"address":        func(v *yaml.Node, path string) { s.Address = d.hostPort(v, path, "statsd", "host:port") },
 		"flush_interval": func(v *yaml.Node, path string) { s.FlushInterval = d.Duration(v, path) },
 	})
 }
