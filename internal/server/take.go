@@ -102,19 +102,13 @@ func putBody(buf *bytes.Buffer) {
 	}
 }
 
-// strictNames checks what encoding/json lets pass: every object member
-// name is given once, and matches its field's name exactly (the decoder
-// would match "Limit" to limit). t is the type decoded into. It scans the
-// bytes once, allocating nothing for the common body (it runs on every
-// /v1/take and /v1/check); anything that is not well-formed JSON is left
-// to the decoder, which names it better.
-func strictNames(body []byte, t reflect.Type) error {
-	_, _, err := scanBody(body, t)
-	return err
-}
-
-// checkBody is strictNames, and also refuses what encoding/json's Decoder
-// refused for decodeJSON before it used Unmarshal: an empty body, a member
+// checkBody checks what encoding/json lets pass: every object member name
+// is given once, and matches its field's name exactly (the decoder would
+// match "Limit" to limit). t is the type decoded into. It scans the bytes
+// once, allocating nothing for the common body (it runs on every /v1/take
+// and /v1/check); anything that is not well-formed JSON is left to the
+// decoder, which names it better. It also refuses what encoding/json's
+// Decoder refused for decodeJSON before it used Unmarshal: an empty body, a member
 // a struct does not have (`unknown field "x"`, once the body is known to
 // be well-formed JSON), and a second value after the first.
 func checkBody(body []byte, t reflect.Type) error {
