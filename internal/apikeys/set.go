@@ -188,14 +188,21 @@ func (s *Set) replace(recs []Record, ver int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, r := range recs {
-		e := &entry{rec: r}
-		if old := s.byID[r.ID]; old != nil {
-			e.used.Store(old.used.Load())
-			e.sent = old.sent
-		}
+		e := carried(r, s.byID[r.ID])
 		bySum[r.Sum], byID[r.ID] = e, e
 	}
 	s.bySum, s.byID, s.ver, s.ready = bySum, byID, ver, true
+}
+
+// carried is the entry of r, with the last use old (r's entry until now,
+// or nil) had noted.
+func carried(r Record, old *entry) *entry {
+	e := &entry{rec: r}
+	if old != nil {
+		e.used.Store(old.used.Load())
+		e.sent = old.sent
+	}
+	return e
 }
 
 // apply puts changes into the set.
@@ -212,11 +219,7 @@ func (s *Set) apply(ch []Change) {
 			delete(s.byID, old.rec.ID)
 		}
 		if !c.Deleted {
-			e := &entry{rec: c.Record}
-			if old != nil {
-				e.used.Store(old.used.Load())
-				e.sent = old.sent
-			}
+			e := carried(c.Record, old)
 			s.bySum[c.Record.Sum], s.byID[c.Record.ID] = e, e
 		}
 		s.ver = max(s.ver, c.Version)
