@@ -291,16 +291,17 @@ type call struct {
 // of c.res, built once the near cache and the lease have not answered.
 func (l *Limiter) decide(ctx context.Context, c *call, sr *store.Result) (Decision, error) {
 	if l.tracer == nil {
-		return l.decideIn(ctx, c, sr, false)
+		return l.decideIn(ctx, c, sr)
 	}
 	ctx, span := l.tracer.Start(ctx, "fairgate.decide")
-	d, err := l.decideIn(ctx, c, sr, true)
+	d, err := l.decideIn(ctx, c, sr)
 	l.endDecision(span, c, &d)
 	return d, err
 }
 
-// decideIn is decide's pipeline; traced says to time the store call.
-func (l *Limiter) decideIn(ctx context.Context, c *call, sr *store.Result, traced bool) (Decision, error) {
+// decideIn is decide's pipeline; with tracing on it times the store call
+// for the decision's span.
+func (l *Limiter) decideIn(ctx context.Context, c *call, sr *store.Result) (Decision, error) {
 	if ld, ok := l.nearAnswer(ctx, c); ok {
 		d := Decision{Reason: ReasonLimited, RetryAfter: ld.RetryAfter, Policy: ld.Policy, Resolution: c.res, Now: c.now, Layers: []LayerDecision{ld}}
 		if c.direct {
@@ -326,11 +327,11 @@ func (l *Limiter) decideIn(ctx context.Context, c *call, sr *store.Result, trace
 	}
 	d := Decision{Resolution: c.res, Tightest: -1, Now: c.now}
 	var took time.Time
-	if traced {
+	if l.tracer != nil {
 		took = time.Now()
 	}
 	err := l.take(ctx, c.now, c.checks, sr)
-	if traced {
+	if l.tracer != nil {
 		c.storeTime = time.Since(took)
 	}
 	switch {
