@@ -176,7 +176,9 @@ func median(xs []float64) float64 {
 //	make bench-service    (cd bench && go test -run '^$' -bench '^BenchmarkService$' -benchtime 1x -timeout 30m)
 //
 // FAIRGATE_BENCH_ENVOY_RLS=/path/to/envoyproxy/ratelimit (built from a
-// snapshot outside the repository) adds its /json beside /v1/check.
+// snapshot outside the repository) adds its /json beside /v1/check;
+// FAIRGATE_BENCH_TARGETS=regexp keeps only the targets it matches (such
+// as '^(floor|take-memory|check-memory)$').
 func BenchmarkService(b *testing.B) {
 	if _, err := exec.LookPath("wrk"); err != nil {
 		b.Skip("wrk is not installed: make bench-service installs it (scripts/ensure-wrk.sh)")
@@ -233,6 +235,13 @@ func BenchmarkService(b *testing.B) {
 	}
 	if peer := os.Getenv("FAIRGATE_BENCH_ENVOY_RLS"); peer != "" {
 		ts = append(ts, envoyJSON(b, peer, dir))
+	}
+	if only := os.Getenv("FAIRGATE_BENCH_TARGETS"); only != "" {
+		re, err := regexp.Compile(only)
+		if err != nil {
+			b.Fatalf("FAIRGATE_BENCH_TARGETS: %v", err)
+		}
+		ts = slices.DeleteFunc(ts, func(t target) bool { return !re.MatchString(t.name) })
 	}
 	runService(b, dir, ts)
 }

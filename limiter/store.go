@@ -56,9 +56,10 @@ func (l *Limiter) decideLocally(ctx context.Context, checks []store.Check, res *
 	return sized, l.fallback.Take(ctx, sized, res) == nil
 }
 
-// take runs one store call under the limiter's deadline.
+// take runs one store call under the limiter's deadline (an in-process
+// store never waits: it runs without one, and without the timer one costs).
 func (l *Limiter) take(ctx context.Context, now time.Time, checks []store.Check, res *store.Result) error {
-	if l.timeout > 0 {
+	if l.timeout > 0 && !l.local {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, l.timeout)
 		defer cancel()

@@ -93,13 +93,16 @@ func clientPrefix(a netip.Addr) string {
 	return a.String()
 }
 
-// key builds a key: rl:{<tag>}:<kind>[:<name>]:<rule>[:<window>], for a
-// tenant (tag from TenantTag; kind c or all) and for an anonymous route
-// (tag ip:… or cr:…; kind a, name the route).
-func key(tag, kind, name, rule string, window winLabel) string {
+// key builds a key: rl:{<tagKind><tag>}:<kind>[:<name>]:<rule>[:<window>],
+// for a tenant (tagKind "t:", tag escapeID of its ID, as TenantTag; kind c
+// or all) and for an anonymous route (tagKind "ip:" or "cr:"; kind a, name
+// the route). The tag comes in two parts so that building it costs no
+// string of its own.
+func key(tagKind, tag, kind, name, rule string, window winLabel) string {
 	var b strings.Builder
-	b.Grow(12 + len(tag) + len(kind) + len(name) + len(rule) + int(window.n))
+	b.Grow(12 + len(tagKind) + len(tag) + len(kind) + len(name) + len(rule) + int(window.n))
 	b.WriteString("rl:{")
+	b.WriteString(tagKind)
 	b.WriteString(tag)
 	b.WriteString("}:")
 	b.WriteString(kind)

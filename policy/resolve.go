@@ -157,7 +157,7 @@ func (s *Snapshot) Resolve(req Request, now time.Time) (Resolution, error) {
 		return res, fmt.Errorf("%w: %d is negative", ErrBadCost, cost)
 	}
 	res.Layers = make([]Layer, 0, 2*len(t.rules))
-	tag := TenantTag(req.Tenant)
+	tag := escapeID(req.Tenant) // TenantTag, less its "t:"
 	if t.share(c) < 1 {
 		for _, r := range t.rules {
 			if r.Calendar != NoCalendar {
@@ -165,7 +165,7 @@ func (s *Snapshot) Resolve(req Request, now time.Time) (Resolution, error) {
 			}
 			res.Layers = append(res.Layers, Layer{
 				Policy: t.plan + "." + c.Name + "." + r.Name,
-				Key:    key(tag, "c", c.Name, r.Name, winLabel{}),
+				Key:    key("t:", tag, "c", c.Name, r.Name, winLabel{}),
 				Class:  c.Name,
 				Limit:  t.classLimit(r, c),
 				Shadow: r.Shadow || c.Shadow,
@@ -176,7 +176,7 @@ func (s *Snapshot) Resolve(req Request, now time.Time) (Resolution, error) {
 		l, window := s.window(r, now)
 		res.Layers = append(res.Layers, Layer{
 			Policy: t.plan + ".tenant." + r.Name,
-			Key:    key(tag, "all", "", r.Name, window),
+			Key:    key("t:", tag, "all", "", r.Name, window),
 			Limit:  l,
 			Shadow: r.Shadow, // a shadow class shadows only the layer it adds
 		})
@@ -198,14 +198,14 @@ func (s *Snapshot) resolveAnon(a *AnonRoute, req Request, now time.Time) (Resolu
 		ip = clientPrefix(req.IP)
 	}
 	for _, r := range a.Rules {
-		tag := "ip:" + ip
+		kind, tag := "ip:", ip
 		if r.By == ByCredential && req.Credential != "" {
-			tag = "cr:" + hashB64(req.Credential)
+			kind, tag = "cr:", hashB64(req.Credential)
 		}
 		l, window := s.window(crule{Rule: r.Rule}, now)
 		res.Layers = append(res.Layers, Layer{
 			Policy: "anonymous." + a.Name + "." + r.Name,
-			Key:    key(tag, "a", a.Name, r.Name, window),
+			Key:    key(kind, tag, "a", a.Name, r.Name, window),
 			Limit:  l,
 			Shadow: r.Shadow || a.Shadow,
 		})

@@ -16,9 +16,10 @@ import (
 	"github.com/fairgate/fairgate/policy"
 )
 
-// checkRequest is the body of POST /v1/check. The caller is a gateway
-// that has verified the tenant itself.
-type checkRequest struct {
+// checkJSON is the body of POST /v1/check as encoding/json reads it (the
+// slow path, as takeJSON). The caller is a gateway that has verified the
+// tenant itself.
+type checkJSON struct {
 	Tenant *string `json:"tenant"`
 	Route  *string `json:"route"`
 	Class  *string `json:"class"`
@@ -52,71 +53,44 @@ type checkResponse struct {
 type headerFields []string
 
 // MarshalJSON implements json.Marshaler.
-func (h headerFields) MarshalJSON() ([]byte, error) {
-	b := make([]byte, 0, 32*len(h)+2)
-	b = append(b, '{')
-	for i := 0; i+1 < len(h); i += 2 {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = appendJSONString(append(appendJSONString(b, h[i]), ':'), h[i+1])
-	}
-	return append(b, '}'), nil
-}
-
-// appendJSONString appends s as a JSON string. Header names and values
-// are ASCII; control characters are escaped all the same.
-func appendJSONString(b []byte, s string) []byte {
-	b = append(b, '"')
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c == '"' || c == '\\':
-			b = append(b, '\\', c)
-		case c < 0x20:
-			b = append(b, '\\', 'u', '0', '0', "0123456789abcdef"[c>>4], "0123456789abcdef"[c&15])
-		default:
-			b = append(b, c)
-		}
-	}
-	return append(b, '"')
-}
+func (h headerFields) MarshalJSON() ([]byte, error) { return h.appendJSON(nil), nil }
 
 // parseCheck validates a check request, naming the field at fault.
 func parseCheck(req *checkRequest) (policy.Request, string) {
 	var lr policy.Request
-	if req.Tenant != nil {
-		lr.Tenant = *req.Tenant
+	if req.tenant.ok {
+		lr.Tenant = req.tenant.v
 		if len(lr.Tenant) > policy.MaxTenantID {
 			return lr, fmt.Sprintf("tenant: %d bytes, at most %d", len(lr.Tenant), policy.MaxTenantID)
 		}
 	}
 	switch {
-	case req.Route != nil && req.Class != nil:
+	case req.route.ok && req.class.ok:
 		return lr, "route, class: give one, not both"
-	case req.Route != nil:
-		m, p, ok := strings.Cut(*req.Route, " ")
+	case req.route.ok:
+		m, p, ok := strings.Cut(req.route.v, " ")
 		if !ok || m == "" || !strings.HasPrefix(p, "/") {
-			return lr, fmt.Sprintf("route: %q: want a method and a path, such as \"GET /v1/users/7\"", *req.Route)
+			return lr, fmt.Sprintf("route: %q: want a method and a path, such as \"GET /v1/users/7\"", req.route.v)
 		}
 		lr.Method, lr.Path = m, p
-	case req.Class != nil:
-		if *req.Class == "" {
+	case req.class.ok:
+		if req.class.v == "" {
 			return lr, "class: empty"
 		}
-		lr.Class = *req.Class
+		lr.Class = req.class.v
 	default:
 		return lr, "route or class: required"
 	}
-	if req.Cost != nil {
-		if *req.Cost < 0 {
-			return lr, fmt.Sprintf("cost: %d is negative", *req.Cost)
+	if req.cost.ok {
+		if req.cost.v < 0 {
+			return lr, fmt.Sprintf("cost: %d is negative", req.cost.v)
 		}
-		lr.Cost, lr.HasCost = *req.Cost, true
+		lr.Cost, lr.HasCost = req.cost.v, true
 	}
-	if req.IP != nil {
-		a, err := netip.ParseAddr(*req.IP)
+	if req.ip.ok {
+		a, err := netip.ParseAddr(req.ip.v)
 		if err != nil {
-			return lr, fmt.Sprintf("ip: %q is not an IP address", *req.IP)
+			return lr, fmt.Sprintf("ip: %q is not an IP address", req.ip.v)
 		}
 		lr.IP = a
 	}
@@ -125,7 +99,7 @@ func parseCheck(req *checkRequest) (policy.Request, string) {
 
 func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 	var req checkRequest
-	if !decodeJSON(w, r, &req) {
+	if !readFast(w, r, req.read, func(j *checkJSON) { req = j.request() }) {
 		return
 	}
 	lr, detail := parseCheck(&req)
@@ -143,9 +117,10 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 	}
 	resp := checkResponse{
 		Allowed: d.Allowed, Status: http.StatusOK, Reason: string(d.Reason), Policy: d.Policy,
-		Headers:   httplimit.AppendHeaders(make(headerFields, 0, 8), s.form, d),
-		Decisions: []layerJSON{},
+		Headers: httplimit.AppendHeaders(make(headerFields, 0, 8), s.form, d),
 	}
+	var layers [4]layerJSON // on the stack for up to four layers
+	resp.Decisions = layers[:0]
 	switch {
 	case d.Reason == limiter.ReasonUnavailable:
 		resp.Status = http.StatusServiceUnavailable
@@ -162,7 +137,9 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 			ResetAfterMs: ceilMs(ld.ResetAfter), RetryAfterMs: ceilMs(ld.RetryAfter), Allowed: ld.Allowed, Shadow: ld.Shadow,
 		})
 	}
-	writeJSON(w, http.StatusOK, resp)
+	out := outPool.Get().(*[]byte)
+	*out = resp.appendJSON(*out)
+	writeAppended(w, http.StatusOK, out)
 }
 
 // checkError names the field a resolution error is about.

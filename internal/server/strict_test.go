@@ -99,7 +99,7 @@ func FuzzStrictNames(f *testing.F) {
 	} {
 		f.Add(b)
 	}
-	types := []reflect.Type{reflect.TypeOf(&takeRequest{}), reflect.TypeOf(&checkRequest{}), reflect.TypeOf(&tenantBody{}), reflect.TypeOf(&planBody{})}
+	types := []reflect.Type{reflect.TypeOf(&takeJSON{}), reflect.TypeOf(&checkJSON{}), reflect.TypeOf(&tenantBody{}), reflect.TypeOf(&planBody{})}
 	f.Fuzz(func(t *testing.T, body string) {
 		if !json.Valid([]byte(body)) || !utf8.ValidString(body) {
 			return
@@ -115,7 +115,7 @@ func FuzzStrictNames(f *testing.F) {
 
 func BenchmarkStrictNames(b *testing.B) {
 	body := []byte(`{"key":"acme:search","limit":120,"period_ms":60000,"burst":30}`)
-	t := reflect.TypeOf(&takeRequest{})
+	t := reflect.TypeOf(&takeJSON{})
 	for b.Loop() {
 		if err := strictNames(body, t); err != nil {
 			b.Fatal(err)

@@ -22,9 +22,10 @@ import (
 	"github.com/fairgate/fairgate/store"
 )
 
-// takeRequest is the body of POST /v1/take. Pointers tell a missing field
-// from a zero one.
-type takeRequest struct {
+// takeJSON is the body of POST /v1/take as encoding/json reads it: the
+// slow path, for any body the fast reader (takeRequest.read) leaves, with
+// encoding/json's errors. Pointers tell a missing field from a zero one.
+type takeJSON struct {
 	Key       *string `json:"key"`
 	Limit     *int64  `json:"limit"`
 	PeriodMs  *int64  `json:"period_ms"`
@@ -55,31 +56,54 @@ const maxPeriodMs = int64(algo.MaxPeriod / time.Millisecond)
 // unknown fields, nothing after it, at most MaxBody bytes. It writes the
 // error response itself and reports whether decoding succeeded.
 func decodeJSON(w http.ResponseWriter, r *http.Request, v any) bool {
-	if ce := r.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
-		problem.Write(w, problem.Details{Status: http.StatusUnsupportedMediaType, Detail: fmt.Sprintf("Content-Encoding %s is not accepted: send the JSON body uncompressed", ce)})
+	buf, ok := readBody(w, r)
+	if !ok {
 		return false
 	}
-	buf := bodyPool.Get().(*bytes.Buffer)
 	defer putBody(buf)
+	return decodeBody(w, buf.Bytes(), v)
+}
+
+// readBody reads r's body into a pooled buffer (the caller gives it back
+// with putBody): at most MaxBody bytes of uncompressed UTF-8. It writes
+// the error response itself and reports whether reading succeeded.
+func readBody(w http.ResponseWriter, r *http.Request) (*bytes.Buffer, bool) {
+	if ce := r.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
+		problem.Write(w, problem.Details{Status: http.StatusUnsupportedMediaType, Detail: fmt.Sprintf("Content-Encoding %s is not accepted: send the JSON body uncompressed", ce)})
+		return nil, false
+	}
+	buf := bodyPool.Get().(*bytes.Buffer)
 	buf.Reset()
-	if _, err := buf.ReadFrom(io.LimitReader(r.Body, MaxBody+1)); err != nil {
+	ok := false
+	defer func() {
+		if !ok {
+			putBody(buf)
+		}
+	}()
+	if err := readUpTo(buf, r.Body, MaxBody+1); err != nil {
 		problem.BadRequest(w, "reading body: "+err.Error())
-		return false
+		return nil, false
 	}
 	if buf.Len() > MaxBody {
 		w.Header().Set("Connection", "close") // the rest of the body is not read
 		problem.Write(w, problem.Details{Status: http.StatusRequestEntityTooLarge, Detail: fmt.Sprintf("body is over %d bytes", MaxBody)})
-		return false
+		return nil, false
 	}
 	body := buf.Bytes()
 	if len(body) >= 2 && body[0] == 0x1f && body[1] == 0x8b {
 		problem.Write(w, problem.Details{Status: http.StatusUnsupportedMediaType, Detail: "the body is gzip-compressed: send the JSON uncompressed"})
-		return false
+		return nil, false
 	}
 	if !utf8.Valid(body) {
 		problem.BadRequest(w, "body is not valid UTF-8: JSON strings must be UTF-8")
-		return false
+		return nil, false
 	}
+	ok = true
+	return buf, true
+}
+
+// decodeBody decodes body into v as decodeJSON does.
+func decodeBody(w http.ResponseWriter, body []byte, v any) bool {
 	if err := checkBody(body, reflect.TypeOf(v)); err != nil {
 		problem.BadRequest(w, err.Error())
 		return false
@@ -89,6 +113,24 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any) bool {
 		return false
 	}
 	return true
+}
+
+// readUpTo reads r into buf until EOF or until buf holds n bytes (what
+// io.LimitReader does, without one per request).
+func readUpTo(buf *bytes.Buffer, r io.Reader, n int) error {
+	for buf.Len() < n {
+		buf.Grow(min(512, n-buf.Len()))
+		free := buf.AvailableBuffer()
+		m, err := r.Read(free[:min(cap(free), n-buf.Len())])
+		buf.Write(free[:m])
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // bodyPool holds request body buffers: a decision reads its body into one
@@ -347,45 +389,45 @@ func jsonType(goType string) string {
 // detail naming the field at fault.
 func parseTake(req *takeRequest) (c store.Check, failOpen bool, detail string) {
 	switch {
-	case req.Key == nil || *req.Key == "":
+	case !req.key.ok || req.key.v == "":
 		return c, false, "key: required, a non-empty string"
-	case len(*req.Key) > policy.MaxTakeKey:
-		return c, false, fmt.Sprintf("key: %d bytes, at most %d", len(*req.Key), policy.MaxTakeKey)
-	case req.Limit == nil:
+	case len(req.key.v) > policy.MaxTakeKey:
+		return c, false, fmt.Sprintf("key: %d bytes, at most %d", len(req.key.v), policy.MaxTakeKey)
+	case !req.limit.ok:
 		return c, false, "limit: required"
-	case *req.Limit < 1 || *req.Limit > algo.MaxCount:
-		return c, false, fmt.Sprintf("limit: %d is outside 1..%d", *req.Limit, algo.MaxCount)
-	case req.PeriodMs == nil:
+	case req.limit.v < 1 || req.limit.v > algo.MaxCount:
+		return c, false, fmt.Sprintf("limit: %d is outside 1..%d", req.limit.v, algo.MaxCount)
+	case !req.periodMs.ok:
 		return c, false, "period_ms: required"
-	case *req.PeriodMs < 1 || *req.PeriodMs > maxPeriodMs:
-		return c, false, fmt.Sprintf("period_ms: %d is outside 1..%d (366 days)", *req.PeriodMs, maxPeriodMs)
-	case *req.PeriodMs*1000 < *req.Limit:
-		return c, false, fmt.Sprintf("period_ms: %d ms for limit %d is under 1µs per unit: lengthen the period or lower the limit", *req.PeriodMs, *req.Limit)
+	case req.periodMs.v < 1 || req.periodMs.v > maxPeriodMs:
+		return c, false, fmt.Sprintf("period_ms: %d is outside 1..%d (366 days)", req.periodMs.v, maxPeriodMs)
+	case req.periodMs.v*1000 < req.limit.v:
+		return c, false, fmt.Sprintf("period_ms: %d ms for limit %d is under 1µs per unit: lengthen the period or lower the limit", req.periodMs.v, req.limit.v)
 	}
-	c.Key = policy.TakeKey(*req.Key)
-	c.Limit = algo.Limit{Limit: *req.Limit, Period: time.Duration(*req.PeriodMs) * time.Millisecond}
-	if req.Algorithm != nil {
-		a, err := algo.ParseAlgorithm(*req.Algorithm)
+	c.Key = policy.TakeKey(req.key.v)
+	c.Limit = algo.Limit{Limit: req.limit.v, Period: time.Duration(req.periodMs.v) * time.Millisecond}
+	if req.algorithm.ok {
+		a, err := algo.ParseAlgorithm(req.algorithm.v)
 		if err != nil {
-			return c, false, fmt.Sprintf("algorithm: unknown %q: want gcra, token_bucket, sliding_log, sliding_window or fixed_window", *req.Algorithm)
+			return c, false, fmt.Sprintf("algorithm: unknown %q: want gcra, token_bucket, sliding_log, sliding_window or fixed_window", req.algorithm.v)
 		}
 		c.Limit.Algorithm = a
 	}
-	if req.Burst != nil {
-		switch b := *req.Burst; {
+	if req.burst.ok {
+		switch b := req.burst.v; {
 		case b < 1 || b > algo.MaxCount:
 			return c, false, fmt.Sprintf("burst: %d is outside 1..%d", b, algo.MaxCount)
-		case c.Limit.Algorithm.Windowed() && b != *req.Limit:
-			return c, false, fmt.Sprintf("burst: %d must equal limit %d for %v, or be omitted", b, *req.Limit, c.Limit.Algorithm)
+		case c.Limit.Algorithm.Windowed() && b != req.limit.v:
+			return c, false, fmt.Sprintf("burst: %d must equal limit %d for %v, or be omitted", b, req.limit.v, c.Limit.Algorithm)
 		}
-		c.Limit.Burst = *req.Burst
+		c.Limit.Burst = req.burst.v
 	}
 	if err := c.Limit.Validate(); err != nil {
 		return c, false, "limit: " + err.Error()
 	}
 	c.Cost = 1
-	if req.Cost != nil {
-		c.Cost = *req.Cost
+	if req.cost.ok {
+		c.Cost = req.cost.v
 		switch {
 		case c.Cost < 0:
 			return c, false, fmt.Sprintf("cost: %d is negative: use 0 to peek", c.Cost)
@@ -393,21 +435,31 @@ func parseTake(req *takeRequest) (c store.Check, failOpen bool, detail string) {
 			return c, false, fmt.Sprintf("cost: %d exceeds burst %d: such a request could never pass", c.Cost, c.Limit.Capacity())
 		}
 	}
-	if req.Fail != nil {
-		switch *req.Fail {
+	if req.fail.ok {
+		switch req.fail.v {
 		case "open":
 			failOpen = true
 		case "closed":
 		default:
-			return c, false, fmt.Sprintf("fail: unknown mode %q: want open or closed", *req.Fail)
+			return c, false, fmt.Sprintf("fail: unknown mode %q: want open or closed", req.fail.v)
 		}
 	}
 	return c, failOpen, ""
 }
 
+// takeScratch is what one /v1/take decision needs beyond its request,
+// pooled: the store reads the check and writes the result in place.
+type takeScratch struct {
+	checks    [1]store.Check
+	res       store.Result
+	decisions [1]algo.Decision
+}
+
+var takePool = sync.Pool{New: func() any { return new(takeScratch) }}
+
 func (s *Server) handleTake(w http.ResponseWriter, r *http.Request) {
 	var req takeRequest
-	if !decodeJSON(w, r, &req) {
+	if !readFast(w, r, req.read, func(j *takeJSON) { req = j.request() }) {
 		return
 	}
 	c, failOpen, detail := parseTake(&req)
@@ -415,13 +467,16 @@ func (s *Server) handleTake(w http.ResponseWriter, r *http.Request) {
 		problem.BadRequest(w, detail)
 		return
 	}
-	checks := [1]store.Check{c}
-	var res store.Result
+	sc := takePool.Get().(*takeScratch)
+	defer takePool.Put(sc)
+	sc.checks[0] = c
+	res := &sc.res
+	*res = store.Result{Decisions: sc.decisions[:0]}
 	fail := policy.FailClosed
 	if failOpen {
 		fail = policy.FailOpen
 	}
-	reason, err := s.lim.TakeChecks(r.Context(), checks[:], fail, &res)
+	reason, err := s.lim.TakeChecks(r.Context(), sc.checks[:], fail, res)
 	if err != nil {
 		problem.BadRequest(w, err.Error())
 		return
@@ -431,14 +486,17 @@ func (s *Server) handleTake(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d := res.Decisions[0]
-	writeJSON(w, http.StatusOK, takeResponse{
+	resp := takeResponse{
 		Allowed:      d.Allowed,
 		Limit:        d.Limit,
 		Remaining:    d.Remaining,
 		RetryAfterMs: ceilMs(d.RetryAfter),
 		ResetAfterMs: ceilMs(d.ResetAfter),
 		Degraded:     reason == limiter.ReasonDegradedOpen,
-	})
+	}
+	out := outPool.Get().(*[]byte)
+	*out = resp.appendJSON(*out)
+	writeAppended(w, http.StatusOK, out)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
