@@ -83,6 +83,7 @@ type Limiter struct {
 	control  ControlStore
 	poll     time.Duration
 	timeout  time.Duration
+	deadline sharedDeadline // timeout's contexts, shared (deadline.go)
 	now      func() time.Time
 	log      *slog.Logger
 	limited  func(tenant string)
@@ -135,6 +136,7 @@ func New(c Config) (*Limiter, error) {
 	if l.timeout == 0 {
 		l.timeout = 100 * time.Millisecond
 	}
+	l.deadline.timeout = l.timeout
 	if l.now == nil {
 		l.now = time.Now
 	}

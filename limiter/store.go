@@ -59,9 +59,15 @@ func (l *Limiter) decideLocally(ctx context.Context, checks []store.Check, res *
 // take runs one store call under the limiter's deadline (an in-process
 // store never waits: it runs without one, and without the timer one costs).
 func (l *Limiter) take(ctx context.Context, now time.Time, checks []store.Check, res *store.Result) error {
-	if l.timeout > 0 && !l.local {
+	switch {
+	case l.timeout <= 0 || l.local:
+	case l.tracer != nil: // the store's span needs ctx's
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, l.timeout)
+		defer cancel()
+	default:
+		var cancel context.CancelFunc
+		ctx, cancel = l.deadline.context(ctx)
 		defer cancel()
 	}
 	var end func(*store.Result, error)

@@ -65,6 +65,15 @@ func (s *Store) Take(ctx context.Context, checks []store.Check, res *store.Resul
 // split groups the checks by cluster slot (one group on standalone Redis),
 // in first-seen order, and encodes each group's keys and arguments.
 func (s *Store) split(checks []store.Check) []part {
+	if !s.cluster { // one part, each slice allocated once at its size
+		p := part{idx: make([]int, len(checks)), keys: make([]string, len(checks)), checks: make([]wireCheck, len(checks))}
+		for i := range checks {
+			c := &checks[i]
+			p.idx[i], p.keys[i], p.checks[i] = i, s.Key(c.Limit.Algorithm, c.Key), newWireCheck(c)
+			p.algos |= 1 << c.Limit.Algorithm
+		}
+		return []part{p}
+	}
 	var parts []part
 	var slots []uint16
 	for i := range checks {
