@@ -72,7 +72,7 @@ func startRLS(b *testing.B, name, bin, runtime string) *rlsService {
 	_, debugPort, _ := net.SplitHostPort(freeAddr(b))
 	var cmd *exec.Cmd
 	switch name {
-	case "fairgate":
+	case "fairgate", "fairgate-alt":
 		cmd = exec.Command(bin, "serve")
 	case "floor-grpc":
 		cmd = exec.Command(bin, "-listen", grpcAddr)
@@ -205,6 +205,8 @@ func (s *rlsService) drive(b *testing.B, streams, descriptors int, d time.Durati
 // EXPIRE per descriptor: what no service built on them can go below. The
 // peer is optional: FAIRGATE_BENCH_ENVOY_RLS names its binary
 // (docs/rls.md says how to build it from a snapshot outside this repo).
+// FAIRGATE_BENCH_ALT names another fairgate build to run beside this one
+// (an A/B in one run); FAIRGATE_BENCH_NO_FLOORS=1 leaves the floors out.
 //
 //	cd bench && FAIRGATE_BENCH_ENVOY_RLS=/tmp/rl/ratelimit go test -run '^$' -bench RLSService -benchtime 1x -timeout 30m
 func BenchmarkRLSService(b *testing.B) {
@@ -224,7 +226,12 @@ func BenchmarkRLSService(b *testing.B) {
 	if peer := os.Getenv("FAIRGATE_BENCH_ENVOY_RLS"); peer != "" {
 		svcs = append(svcs, startRLS(b, "envoyproxy-ratelimit", peer, runtime))
 	}
-	svcs = append(svcs, startRLS(b, "floor-grpc", floor, runtime), startRLS(b, "floor-grpc+redis", floor, runtime))
+	if alt := os.Getenv("FAIRGATE_BENCH_ALT"); alt != "" { // an A/B: another build of fairgate, beside it
+		svcs = append(svcs, startRLS(b, "fairgate-alt", alt, runtime))
+	}
+	if os.Getenv("FAIRGATE_BENCH_NO_FLOORS") == "" {
+		svcs = append(svcs, startRLS(b, "floor-grpc", floor, runtime), startRLS(b, "floor-grpc+redis", floor, runtime))
+	}
 	defer func() {
 		for _, s := range svcs {
 			s.close()
@@ -255,7 +262,7 @@ func BenchmarkRLSService(b *testing.B) {
 					b.ReportMetric(med(func(r round) float64 { return float64(r.svcCPU.Microseconds()) / dec(r) }), s.name+"-svc-µs/decision")
 					b.ReportMetric(med(func(r round) float64 { return float64(r.redisCPU.Microseconds()) / dec(r) }), s.name+"-redis-µs/decision")
 				}
-				if svcs[1].name == "envoyproxy-ratelimit" {
+				if len(svcs) > 1 && svcs[1].name == "envoyproxy-ratelimit" {
 					ratios := make([]float64, rounds)
 					for j := range rounds {
 						ratios[j] = res[0][j].decisionsPerCPUSec / res[1][j].decisionsPerCPUSec

@@ -178,7 +178,8 @@ func median(xs []float64) float64 {
 // FAIRGATE_BENCH_ENVOY_RLS=/path/to/envoyproxy/ratelimit (built from a
 // snapshot outside the repository) adds its /json beside /v1/check;
 // FAIRGATE_BENCH_TARGETS=regexp keeps only the targets it matches (such
-// as '^(floor|take-memory|check-memory)$').
+// as '^(floor|take-memory|check-memory)$'); FAIRGATE_BENCH_ALT names
+// another fairgate build whose Redis paths run beside this one's (an A/B).
 func BenchmarkService(b *testing.B) {
 	if _, err := exec.LookPath("wrk"); err != nil {
 		b.Skip("wrk is not installed: make bench-service installs it (scripts/ensure-wrk.sh)")
@@ -222,6 +223,12 @@ func BenchmarkService(b *testing.B) {
 	a, pid = serve("redis://" + rs.Addr)
 	ts = append(ts, target{name: "take-redis", pid: pid, redis: rpid, url: "http://" + a + "/v1/take", body: takeBody},
 		target{name: "check-redis", pid: pid, redis: rpid, url: "http://" + a + "/v1/check", body: checkBody})
+	if alt := os.Getenv("FAIRGATE_BENCH_ALT"); alt != "" { // an A/B: another build's Redis paths, on the same Redis
+		ab := freeAddr(b)
+		pid := start(b, ab, alt, "serve", "--config", cfg, "--store", "redis://"+rs.Addr, "--listen", ab).Process.Pid
+		ts = append(ts, target{name: "take-redis-alt", pid: pid, redis: rpid, url: "http://" + ab + "/v1/take", body: takeBody},
+			target{name: "check-redis-alt", pid: pid, redis: rpid, url: "http://" + ab + "/v1/check", body: checkBody})
+	}
 	up, upPID := floorAt("-mode", "upstream")
 	a, pid = floorAt("-mode", "proxy", "-upstream", "http://"+up)
 	ts = append(ts, target{name: "bare-proxy", pid: pid, url: "http://" + a + "/v1/users/1"})
@@ -280,7 +287,8 @@ func runService(b *testing.B, dir string, ts []target) {
 			med(t.name, func(r wrkRound) float64 { return float64(r.non2xx) }))
 	}
 	// The ratios issue 23 sets targets for, per round (server + Redis CPU).
-	for _, c := range [][2]string{{"take-memory", "floor"}, {"check-memory", "floor"}, {"take-redis", "redis_rate"}, {"check-redis", "envoy-json"}, {"proxy", "bare-proxy"}} {
+	for _, c := range [][2]string{{"take-memory", "floor"}, {"check-memory", "floor"}, {"take-redis", "redis_rate"}, {"check-redis", "envoy-json"}, {"proxy", "bare-proxy"},
+		{"take-redis", "take-redis-alt"}, {"check-redis", "check-redis-alt"}} {
 		if len(res[c[0]]) == 0 || len(res[c[1]]) == 0 {
 			continue
 		}

@@ -17,11 +17,14 @@ import (
 // earlier calls to it are in flight are merged into one script call
 // (lua/take_multi.lua) that decides each batch as its own atomic step, in
 // order. Redis's cost per call (the command, TIME, the script's start) is
-// then shared. Nothing waits on a timer: a batch is sent at once when fewer
-// than maxInflight calls to its slot are in flight, and otherwise joins the
-// next call.
+// then shared. Nothing waits on a timer: a batch is sent at once when no
+// call to its slot is in flight, and otherwise joins the next call, which
+// leaves when the one in flight returns. Only when a full call's worth
+// (maxMerge batches) waits does a second call, and up to maxInflight,
+// go out beside it: merging at low concurrency, the throughput of
+// parallel calls at high.
 const (
-	maxInflight = 4  // script calls in flight per slot
+	maxInflight = 4  // script calls in flight per slot, at most
 	maxMerge    = 64 // batches merged into one call
 )
 
@@ -75,7 +78,7 @@ func (s *Store) decide(ctx context.Context, p *part) {
 	}
 	c := s.coalescerFor(p.slot)
 	c.mu.Lock()
-	if c.inflight < maxInflight && len(c.queue) == 0 {
+	if c.inflight == 0 && len(c.queue) == 0 {
 		// Nothing to merge with: send it from this goroutine.
 		c.inflight++
 		c.mu.Unlock()
@@ -85,7 +88,7 @@ func (s *Store) decide(ctx context.Context, p *part) {
 	}
 	r := &request{ctx: ctx, p: p, done: make(chan struct{})}
 	c.queue = append(c.queue, r)
-	start := c.inflight < maxInflight
+	start := c.inflight == 0 || len(c.queue) >= maxMerge && c.inflight < maxInflight
 	if start {
 		c.inflight++
 	}

@@ -16,11 +16,13 @@
 // within the caller's deadline; should the broken attempt have run, the
 // batch is charged twice, which errs toward limiting.
 //
-// Concurrent batches for one slot are coalesced: while 4 script calls to a
-// slot are in flight, further batches queue and go together in the next
-// call (lua/take_multi.lua), which decides each as its own atomic step, in
-// order. No timer is involved: a batch that finds fewer than 4 calls in
-// flight is sent at once from the caller's goroutine. Config.NoCoalescing
+// Concurrent batches for one slot are coalesced: while a script call to a
+// slot is in flight, further batches queue and go together in the next
+// call (lua/take_multi.lua), sent when the one in flight returns, which
+// decides each as its own atomic step, in order. A second call (up to 4)
+// goes out beside it only when 64 batches wait. No timer is involved: a
+// batch that finds no call in flight is sent at once from the caller's
+// goroutine. Config.NoCoalescing
 // turns it off. A caller whose deadline passes while its batch is queued is
 // answered with the deadline error and its batch is not sent.
 //
