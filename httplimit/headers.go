@@ -73,12 +73,57 @@ func quota(ld limiter.LayerDecision) (q int64, w time.Duration) {
 // Times are counted from d.Now, the decision's own clock reading (the
 // current time for a decision without one).
 func SetHeaders(h http.Header, f Form, d limiter.Decision) {
-	emit(f, d, h.Set)
+	var hs headers
+	hs.emit(f, d)
+	vals := make([]string, hs.n) // one array for every value
+	for i, p := range hs.p[:hs.n] {
+		vals[i] = p[1]
+		h[canonical(p[0])] = vals[i : i+1 : i+1]
+	}
 }
 
-// emit calls set with each header of d in form f, named as the drafts
-// spell them.
-func emit(f Form, d limiter.Decision, set func(name, value string)) {
+// canonical is http.CanonicalHeaderKey(name) for the names emit sets,
+// without the allocation it costs for each of them.
+func canonical(name string) string {
+	switch name {
+	case "Retry-After":
+		return name
+	case "RateLimit-Policy":
+		return canonicalPolicy
+	case "RateLimit":
+		return canonicalRateLimit
+	case "RateLimit-Limit":
+		return canonicalLimit
+	case "RateLimit-Remaining":
+		return canonicalRemaining
+	case "RateLimit-Reset":
+		return canonicalReset
+	}
+	return http.CanonicalHeaderKey(name)
+}
+
+var (
+	canonicalPolicy    = http.CanonicalHeaderKey("RateLimit-Policy")
+	canonicalRateLimit = http.CanonicalHeaderKey("RateLimit")
+	canonicalLimit     = http.CanonicalHeaderKey("RateLimit-Limit")
+	canonicalRemaining = http.CanonicalHeaderKey("RateLimit-Remaining")
+	canonicalReset     = http.CanonicalHeaderKey("RateLimit-Reset")
+)
+
+// headers are a decision's headers as name, value pairs, at most four.
+type headers struct {
+	p [4][2]string
+	n int
+}
+
+func (hs *headers) set(name, value string) {
+	hs.p[hs.n] = [2]string{name, value}
+	hs.n++
+}
+
+// emit sets each header of d in form f, named as the drafts spell them.
+func (hs *headers) emit(f Form, d limiter.Decision) {
+	set := hs.set
 	now := d.Now
 	if now.IsZero() {
 		now = time.Now()
@@ -124,7 +169,11 @@ func nonNeg(n int64) string { return strconv.FormatInt(max(n, 0), 10) }
 // order SetHeaders sets them, named as HeaderMap names them: for callers
 // that encode them without a map.
 func AppendHeaders(dst []string, f Form, d limiter.Decision) []string {
-	emit(f, d, func(k, v string) { dst = append(dst, k, v) })
+	var hs headers
+	hs.emit(f, d)
+	for _, p := range hs.p[:hs.n] {
+		dst = append(dst, p[0], p[1])
+	}
 	return dst
 }
 
@@ -132,7 +181,11 @@ func AppendHeaders(dst []string, f Form, d limiter.Decision) []string {
 // do (RateLimit-Limit, not Ratelimit-Limit), for APIs that hand the headers
 // to a gateway.
 func HeaderMap(f Form, d limiter.Decision) map[string]string {
-	m := map[string]string{}
-	emit(f, d, func(k, v string) { m[k] = v })
+	var hs headers
+	hs.emit(f, d)
+	m := make(map[string]string, hs.n)
+	for _, p := range hs.p[:hs.n] {
+		m[p[0]] = p[1]
+	}
 	return m
 }

@@ -115,9 +115,10 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 		problem.BadRequest(w, checkError(err, lr))
 		return
 	}
+	var hdrs [10]string // on the stack: at most five headers
 	resp := checkResponse{
 		Allowed: d.Allowed, Status: http.StatusOK, Reason: string(d.Reason), Policy: d.Policy,
-		Headers: httplimit.AppendHeaders(make(headerFields, 0, 8), s.form, d),
+		Headers: httplimit.AppendHeaders(hdrs[:0], s.form, d),
 	}
 	var layers [4]layerJSON // on the stack for up to four layers
 	resp.Decisions = layers[:0]

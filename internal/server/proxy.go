@@ -49,9 +49,12 @@ func (s *Server) newProxy(upstream *url.URL, timeout time.Duration) (http.Handle
 		rt = &breaker.Transport{Set: s.breakers, Name: UpstreamDependency, Base: rt}
 	}
 	rp := &httputil.ReverseProxy{
-		Rewrite:       func(pr *httputil.ProxyRequest) { s.rewrite(pr, upstream) },
-		Transport:     rt,
-		FlushInterval: -1, // stream: flush as the upstream writes
+		Rewrite:   func(pr *httputil.ProxyRequest) { s.rewrite(pr, upstream) },
+		Transport: rt,
+		// FlushInterval 0: a response of unknown length (a stream, SSE) is
+		// flushed as the upstream writes; one of known length goes out in
+		// full buffers, a write per buffer instead of a flush per read.
+		BufferPool: copyBuffers,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			var oe *breaker.OpenError
 			var ce *breaker.CallerError
@@ -97,6 +100,36 @@ func (s *Server) newProxy(upstream *url.URL, timeout time.Duration) (http.Handle
 		}
 		limited.ServeHTTP(w, r)
 	})), nil
+}
+
+// copyBuffers are the proxy's copy buffers: without them ReverseProxy
+// allocates 32 KiB per response, which set the pace of garbage collection
+// for the whole process.
+var copyBuffers = &bufferPool{free: make(chan []byte, 1024)}
+
+// bufferPool is an httputil.BufferPool that keeps at most cap(free) idle
+// buffers (32 MiB), so that a burst's buffers do not stay forever.
+type bufferPool struct{ free chan []byte }
+
+// Get returns a 32 KiB buffer.
+func (p *bufferPool) Get() []byte {
+	select {
+	case b := <-p.free:
+		return b
+	default:
+		return make([]byte, 32<<10)
+	}
+}
+
+// Put gives b back, or drops it when enough are idle.
+func (p *bufferPool) Put(b []byte) {
+	if cap(b) != 32<<10 {
+		return
+	}
+	select {
+	case p.free <- b[:cap(b)]:
+	default:
+	}
 }
 
 // rewrite makes the upstream's request from the client's: its URL, the

@@ -74,7 +74,6 @@ func main() {
 			MaxIdleConns: 1024, MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second,
 			TLSHandshakeTimeout: 5 * time.Second, ResponseHeaderTimeout: 30 * time.Second, ExpectContinueTimeout: time.Second, ForceAttemptHTTP2: true,
 		}
-		rp.FlushInterval = -1
 		h = rp
 	case "upstream":
 		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
