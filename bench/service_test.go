@@ -218,6 +218,8 @@ func BenchmarkService(b *testing.B) {
 	a, pid = serve("memory://")
 	ts = append(ts, target{name: "take-memory", pid: pid, url: "http://" + a + "/v1/take", body: takeBody},
 		target{name: "check-memory", pid: pid, url: "http://" + a + "/v1/check", body: checkBody})
+	a, pid = floorAt("-mode", "floor+redis", "-redis", rs.Addr)
+	ts = append(ts, target{name: "floor+redis", pid: pid, redis: rpid, url: "http://" + a + "/take", body: takeBody})
 	a, pid = floorAt("-mode", "redis_rate", "-redis", rs.Addr)
 	ts = append(ts, target{name: "redis_rate", pid: pid, redis: rpid, url: "http://" + a + "/take", body: takeBody})
 	a, pid = serve("redis://" + rs.Addr)
@@ -287,7 +289,7 @@ func runService(b *testing.B, dir string, ts []target) {
 			med(t.name, func(r wrkRound) float64 { return float64(r.non2xx) }))
 	}
 	// The ratios issue 23 sets targets for, per round (server + Redis CPU).
-	for _, c := range [][2]string{{"take-memory", "floor"}, {"check-memory", "floor"}, {"take-redis", "redis_rate"}, {"check-redis", "envoy-json"}, {"proxy", "bare-proxy"},
+	for _, c := range [][2]string{{"take-memory", "floor"}, {"check-memory", "floor"}, {"take-redis", "redis_rate"}, {"floor+redis", "redis_rate"}, {"check-redis", "envoy-json"}, {"proxy", "bare-proxy"},
 		{"take-redis", "take-redis-alt"}, {"check-redis", "check-redis-alt"}} {
 		if len(res[c[0]]) == 0 || len(res[c[1]]) == 0 {
 			continue

@@ -6,6 +6,9 @@
 //     costs on this machine;
 //   - -mode redis_rate: the same handler deciding with go-redis and
 //     redis_rate (GCRA in Redis), as a team would write it;
+//   - -mode floor+redis: the floor plus one Redis round trip per request
+//     (a GET of the key through rueidis, auto-pipelined), deciding
+//     nothing: what any service making a Redis call per decision pays;
 //   - -mode proxy: a bare httputil.ReverseProxy to -upstream, with the
 //     transport settings fairgate's proxy uses;
 //   - -mode upstream: a tiny API answering 200 with a short JSON body, for
@@ -25,6 +28,7 @@ import (
 
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 )
 
 type takeRequest struct {
@@ -43,8 +47,8 @@ type takeResponse struct {
 
 func main() {
 	listen := flag.String("listen", "127.0.0.1:0", "address")
-	mode := flag.String("mode", "floor", "floor, redis_rate, proxy or upstream")
-	redisAddr := flag.String("redis", "", "Redis for redis_rate")
+	mode := flag.String("mode", "floor", "floor, floor+redis, redis_rate, proxy or upstream")
+	redisAddr := flag.String("redis", "", "Redis for redis_rate and floor+redis")
 	upstream := flag.String("upstream", "", "the proxy's upstream")
 	flag.Parse()
 	var h http.Handler
@@ -62,6 +66,17 @@ func main() {
 			}
 			return takeResponse{Allowed: res.Allowed > 0, Limit: int64(r.Limit), Remaining: int64(res.Remaining),
 				RetryAfterMs: max(0, res.RetryAfter.Milliseconds()), ResetAfterMs: res.ResetAfter.Milliseconds()}, nil
+		})
+	case "floor+redis":
+		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{*redisAddr}, DisableCache: true})
+		if err != nil {
+			log.Fatal(err)
+		}
+		h = take(func(ctx context.Context, r takeRequest) (takeResponse, error) {
+			if err := c.Do(ctx, c.B().Get().Key(r.Key).Build()).Error(); err != nil && !rueidis.IsRedisNil(err) {
+				return takeResponse{}, err
+			}
+			return takeResponse{Allowed: true, Limit: 1, Remaining: 1}, nil
 		})
 	case "proxy":
 		u, err := url.Parse(*upstream)
@@ -81,7 +96,7 @@ func main() {
 			w.Write([]byte(`{"id":1,"name":"widget"}`))
 		})
 	default:
-		log.Fatalf("httpfloor: -mode %q: want floor, redis_rate, proxy or upstream", *mode)
+		log.Fatalf("httpfloor: -mode %q: want floor, floor+redis, redis_rate, proxy or upstream", *mode)
 	}
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
