@@ -319,11 +319,19 @@ func (l *Limiter) decideIn(ctx context.Context, c *call, sr *store.Result) (Deci
 			return d, nil
 		}
 	}
-	if c.checks == nil { // built only for a request that reaches the store
-		c.checks = checksOf(c.res)
-	}
-	if sr == nil {
-		sr = new(store.Result)
+	if c.checks == nil || sr == nil {
+		// The checks and the store's answer live only for this call: a
+		// pooled scratch holds them (nothing keeps them past the return;
+		// decisions and the near cache copy what they keep).
+		sc := scratchPool.Get().(*scratch)
+		defer scratchPool.Put(sc)
+		if c.checks == nil { // built only for a request that reaches the store
+			c.checks = appendChecks(sc.checks[:0], c.res)
+		}
+		if sr == nil {
+			sc.res = store.Result{Decisions: sc.decisions[:0]}
+			sr = &sc.res
+		}
 	}
 	d := Decision{Resolution: c.res, Tightest: -1, Now: c.now}
 	var took time.Time

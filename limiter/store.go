@@ -7,9 +7,11 @@ import (
 	"log/slog"
 	"math"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/fairgate/fairgate/algo"
 	"github.com/fairgate/fairgate/policy"
 	"github.com/fairgate/fairgate/store"
 	"github.com/sony/gobreaker/v2"
@@ -129,11 +131,25 @@ func (l *Limiter) logRare(now time.Time, msg string, err error) {
 // *_ms): a client that waits it is never early.
 func ceilMs(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }
 
-// checksOf returns the store checks of res.
-func checksOf(res policy.Resolution) []store.Check {
-	cs := make([]store.Check, len(res.Layers))
-	for i, l := range res.Layers {
-		cs[i] = store.Check{Key: l.Key, Limit: l.Limit, Cost: res.Cost}
+// appendChecks appends the store checks of res to cs.
+func appendChecks(cs []store.Check, res policy.Resolution) []store.Check {
+	for _, l := range res.Layers {
+		cs = append(cs, store.Check{Key: l.Key, Limit: l.Limit, Cost: res.Cost})
 	}
 	return cs
 }
+
+// checksOf returns the store checks of res.
+func checksOf(res policy.Resolution) []store.Check {
+	return appendChecks(make([]store.Check, 0, len(res.Layers)), res)
+}
+
+// scratch is what one decision's store call needs for up to four layers,
+// pooled.
+type scratch struct {
+	checks    [4]store.Check
+	res       store.Result
+	decisions [4]algo.Decision
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}

@@ -325,7 +325,10 @@ func compileTenant(ps *problems, s *Snapshot, path string, t Tenant) *ctenant {
 		}
 		return nil
 	}
-	ct := &ctenant{plan: planName, tenant: t, rules: slices.Clone(pl.rules), shares: map[string]float64{}}
+	if pl.names == nil {
+		pl.names = namesOf(planName, pl.rules, s.classes)
+	}
+	ct := &ctenant{plan: planName, names: pl.names, tenant: t, rules: slices.Clone(pl.rules), shares: map[string]float64{}}
 	apply := func(i int, p string, lim, burst int64) {
 		r := &ct.rules[i]
 		if lim != 0 {

@@ -159,12 +159,12 @@ func (s *Snapshot) Resolve(req Request, now time.Time) (Resolution, error) {
 	res.Layers = make([]Layer, 0, 2*len(t.rules))
 	tag := escapeID(req.Tenant) // TenantTag, less its "t:"
 	if t.share(c) < 1 {
-		for _, r := range t.rules {
+		for i, r := range t.rules {
 			if r.Calendar != NoCalendar {
 				continue
 			}
 			res.Layers = append(res.Layers, Layer{
-				Policy: t.plan + "." + c.Name + "." + r.Name,
+				Policy: t.classPolicy(c.Name, i),
 				Key:    key("t:", tag, "c", c.Name, r.Name, winLabel{}),
 				Class:  c.Name,
 				Limit:  t.classLimit(r, c),
@@ -172,10 +172,10 @@ func (s *Snapshot) Resolve(req Request, now time.Time) (Resolution, error) {
 			})
 		}
 	}
-	for _, r := range t.rules {
+	for i, r := range t.rules {
 		l, window := s.window(r, now)
 		res.Layers = append(res.Layers, Layer{
-			Policy: t.plan + ".tenant." + r.Name,
+			Policy: t.tenantPolicy(i),
 			Key:    key("t:", tag, "all", "", r.Name, window),
 			Limit:  l,
 			Shadow: r.Shadow, // a shadow class shadows only the layer it adds

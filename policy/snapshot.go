@@ -29,12 +29,55 @@ type Snapshot struct {
 type cplan struct {
 	Plan
 	rules []crule
+	names *layerNames // built once, by compileTenant
+}
+
+// layerNames are a plan's layer policy names, built once instead of per
+// decision: per rule its name, the tenant layer's ("<plan>.tenant.<rule>")
+// and, per class, the class layer's ("<plan>.<class>.<rule>").
+type layerNames struct {
+	rule, tenant []string
+	class        map[string][]string
+}
+
+// namesOf builds pl's layer names for the classes of s.
+func namesOf(name string, rules []crule, classes map[string]*Class) *layerNames {
+	n := &layerNames{class: make(map[string][]string, len(classes))}
+	for _, r := range rules {
+		n.rule = append(n.rule, r.Name)
+		n.tenant = append(n.tenant, name+".tenant."+r.Name)
+	}
+	for cn := range classes {
+		for _, r := range rules {
+			n.class[cn] = append(n.class[cn], name+"."+cn+"."+r.Name)
+		}
+	}
+	return n
+}
+
+// tenantPolicy is the policy name of rule i's tenant layer.
+func (t *ctenant) tenantPolicy(i int) string {
+	if n := t.names; n != nil && i < len(n.rule) && n.rule[i] == t.rules[i].Name {
+		return n.tenant[i]
+	}
+	return t.plan + ".tenant." + t.rules[i].Name
+}
+
+// classPolicy is the policy name of rule i's layer for class c.
+func (t *ctenant) classPolicy(c string, i int) string {
+	if n := t.names; n != nil && i < len(n.rule) && n.rule[i] == t.rules[i].Name {
+		if cs, ok := n.class[c]; ok {
+			return cs[i]
+		}
+	}
+	return t.plan + "." + c + "." + t.rules[i].Name
 }
 
 // ctenant is a tenant's effective plan rules, overrides applied.
 type ctenant struct {
 	base   *ctenant // what applies once an overlay entry expires; nil: the default
 	plan   string
+	names  *layerNames // its plan's; nil: built per decision
 	tenant Tenant
 	rules  []crule
 	shares map[string]float64
