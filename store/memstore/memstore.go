@@ -52,6 +52,7 @@ type Store struct {
 	now      func() time.Time // nil: the monotonic clock since base
 	base     time.Time
 	baseUs   int64
+	slots    slotShards // concurrency slots (slots.go)
 }
 
 // nowUs reads the store's clock in µs since the epoch.

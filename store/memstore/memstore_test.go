@@ -14,6 +14,31 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
+func TestSlots(t *testing.T) {
+	s := New(Config{})
+	storetest.RunSlots(t, s, s, storetest.SlotOptions{})
+}
+
+// TestSlotKeysBounded: an attacker's endless new keys cannot grow the slot
+// keys past MaxKeys; keys whose leases ran out make room again.
+func TestSlotKeysBounded(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	s := New(Config{Shards: 1, MaxKeys: 100, Now: func() time.Time { return now }})
+	ctx := context.Background()
+	for i := range 100 {
+		if _, err := s.AcquireSlot(ctx, fmt.Sprint("k", i), "id", 1, time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.AcquireSlot(ctx, "one-more", "id", 1, time.Second); !errors.Is(err, ErrSlotsFull) {
+		t.Fatalf("key 101 with 100 live: %v, want ErrSlotsFull", err)
+	}
+	now = now.Add(2 * time.Second)
+	if r, err := s.AcquireSlot(ctx, "one-more", "id", 1, time.Second); err != nil || !r.Acquired {
+		t.Fatalf("once the leases ran out: %+v, %v", r, err)
+	}
+}
+
 func TestConformance(t *testing.T) {
 	storetest.Run(t, New(Config{}), storetest.Options{})
 }

@@ -59,6 +59,31 @@ func TestConformanceCluster(t *testing.T) {
 
 // TestClusterDetectedFromPlainURL: a redis:// URL naming a cluster node
 // still groups batches by slot.
+// TestSlotsStandalone and TestSlotsCluster: two instances (two clients)
+// sharing one Redis take exactly the limit's slots, 100 trials, and leases
+// not released come back when they run out, on Redis's clock.
+func TestSlotsStandalone(t *testing.T) {
+	a := open(t, standaloneURL())
+	storetest.RunSlots(t, a, openPrefix(t, standaloneURL(), a.Prefix()), storetest.SlotOptions{})
+}
+
+func TestSlotsCluster(t *testing.T) {
+	a := open(t, clusterURL())
+	storetest.RunSlots(t, a, openPrefix(t, clusterURL(), a.Prefix()), storetest.SlotOptions{})
+}
+
+// openPrefix is open with the key prefix given: a second instance of a
+// store already open.
+func openPrefix(t testing.TB, url, prefix string) *Store {
+	t.Helper()
+	s, err := New(Config{URL: url, Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
 func TestClusterDetectedFromPlainURL(t *testing.T) {
 	s := open(t, "redis://"+cluster.Nodes[0].Addr)
 	if !s.cluster {
