@@ -98,6 +98,12 @@ func canonical(name string) string {
 		return canonicalRemaining
 	case "RateLimit-Reset":
 		return canonicalReset
+	case "RateLimit-Concurrency-Limit":
+		return canonicalConcLimit
+	case "RateLimit-Concurrency-Remaining":
+		return canonicalConcRemaining
+	case "RateLimit-Concurrency":
+		return canonicalConc
 	}
 	return http.CanonicalHeaderKey(name)
 }
@@ -108,11 +114,15 @@ var (
 	canonicalLimit     = http.CanonicalHeaderKey("RateLimit-Limit")
 	canonicalRemaining = http.CanonicalHeaderKey("RateLimit-Remaining")
 	canonicalReset     = http.CanonicalHeaderKey("RateLimit-Reset")
+
+	canonicalConcLimit     = http.CanonicalHeaderKey("RateLimit-Concurrency-Limit")
+	canonicalConcRemaining = http.CanonicalHeaderKey("RateLimit-Concurrency-Remaining")
+	canonicalConc          = http.CanonicalHeaderKey("RateLimit-Concurrency")
 )
 
-// headers are a decision's headers as name, value pairs, at most four.
+// headers are a decision's headers as name, value pairs, at most six.
 type headers struct {
-	p [4][2]string
+	p [6][2]string
 	n int
 }
 
@@ -131,6 +141,7 @@ func (hs *headers) emit(f Form, d limiter.Decision) {
 	if !d.Allowed && d.RetryAfter > 0 {
 		set("Retry-After", RetryAfter(d.RetryAfter))
 	}
+	hs.concurrency(f, d)
 	if d.Tightest < 0 || d.Tightest >= len(d.Layers) {
 		return
 	}
@@ -158,6 +169,38 @@ func (hs *headers) emit(f Form, d limiter.Decision) {
 		set("RateLimit-Limit", nonNeg(ld.Limit.Capacity()))
 		set("RateLimit-Remaining", nonNeg(ld.Remaining))
 		set("RateLimit-Reset", nonNeg(ceilSeconds(ld.ResetAfter)))
+	}
+}
+
+// concurrency sets the headers of d's tightest concurrency layer (the one
+// that refused, else the one with the fewest slots left), named in the
+// form's manner: RateLimit-Concurrency-Limit and -Remaining (X-RateLimit-…
+// in form x), or in the structured form RateLimit-Concurrency:
+// "<policy>";q=<limit>;r=<remaining>.
+func (hs *headers) concurrency(f Form, d limiter.Decision) {
+	if len(d.Concurrency) == 0 {
+		return
+	}
+	t := d.Concurrency[0]
+	for _, sd := range d.Concurrency[1:] {
+		if !sd.Allowed || t.Allowed && sd.Remaining < t.Remaining {
+			t = sd
+		}
+	}
+	switch f {
+	case Structured:
+		it := httpsfv.NewItem(t.Policy)
+		it.Params.Add("q", t.Limit)
+		it.Params.Add("r", max(t.Remaining, 0))
+		if v, err := httpsfv.Marshal(httpsfv.List{it}); err == nil {
+			hs.set("RateLimit-Concurrency", v)
+		}
+	case X:
+		hs.set("X-RateLimit-Concurrency-Limit", nonNeg(t.Limit))
+		hs.set("X-RateLimit-Concurrency-Remaining", nonNeg(t.Remaining))
+	default:
+		hs.set("RateLimit-Concurrency-Limit", nonNeg(t.Limit))
+		hs.set("RateLimit-Concurrency-Remaining", nonNeg(t.Remaining))
 	}
 }
 

@@ -188,6 +188,16 @@ func Middleware(c Config) (func(http.Handler) http.Handler, error) {
 				return
 			}
 			SetHeaders(w.Header(), form, d)
+			if d.Slots != nil {
+				// The request holds concurrency slots until it ends: when
+				// the response is written out (a stream included), the
+				// client goes away, or the handler fails.
+				stop := d.Slots.KeepAlive()
+				defer func() {
+					stop()
+					d.Slots.Release(r.Context())
+				}()
+			}
 			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), decidedKey{}, &decided{id, d})))
 		})
 	}, nil

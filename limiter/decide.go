@@ -71,6 +71,15 @@ type Decision struct {
 	// Now is the time the decision was made at: the one clock reading of
 	// the decision (plus any hold), for headers and logs.
 	Now time.Time
+	// Concurrency holds one decision per concurrency layer
+	// (Resolution.Slots): how many requests it lets in flight and how many
+	// more it takes now. Empty without a concurrency limit, and when a
+	// rate limit decided first.
+	Concurrency []SlotDecision
+	// Slots are the concurrency slots an allowed request holds: give them
+	// back with Slots.Release when the request ends. Nil when none are
+	// held.
+	Slots *Slots
 }
 
 // UnavailableRetryAfter is the Retry-After of a fail-closed decision.
@@ -236,6 +245,9 @@ func (l *Limiter) DecideAt(ctx context.Context, now time.Time, req policy.Reques
 		return d, nil
 	}
 	c := call{now: now, res: res, hold: req.Hold, near: l.near != nil && !res.NoNearCache}
+	if len(res.Slots) > 0 && l.slots.store != nil {
+		return l.decideWithSlots(ctx, &c)
+	}
 	return l.decide(ctx, &c, nil)
 }
 

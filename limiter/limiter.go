@@ -74,6 +74,12 @@ type Config struct {
 	// TraceTenants adds the tenant ID to decision spans. Off by default:
 	// a trace backend is often less guarded than the limiter.
 	TraceTenants bool
+	// SlotLease is how long a concurrency slot is held without a renewal
+	// (see [Slots]): a holder that crashed frees its slots within it. Set it
+	// to the longest a request may run (the upstream timeout) plus a
+	// margin. Zero means 40 s: the proxy's default upstream timeout, 30 s,
+	// plus 10.
+	SlotLease time.Duration
 }
 
 // Limiter decides requests by policy. It is safe for concurrent use.
@@ -83,6 +89,7 @@ type Limiter struct {
 	control  ControlStore
 	poll     time.Duration
 	timeout  time.Duration
+	slots    slotState      // concurrency slots (slots.go)
 	deadline sharedDeadline // timeout's contexts, shared (deadline.go)
 	now      func() time.Time
 	log      *slog.Logger
@@ -137,6 +144,7 @@ func New(c Config) (*Limiter, error) {
 		l.timeout = 100 * time.Millisecond
 	}
 	l.deadline.timeout = l.timeout
+	l.slots.init(c.Store, c.SlotLease)
 	if l.now == nil {
 		l.now = time.Now
 	}

@@ -68,6 +68,9 @@ func (s *Snapshot) compilePlans(ps *problems, file, over map[string]Plan) map[st
 		}
 		pl.Name = name
 		s.plans[name] = &cplan{Plan: pl, rules: compileRules(ps, path+".rules", pl.Rules)}
+		if pl.Concurrency < 0 || pl.Concurrency > MaxConcurrency {
+			ps.add(path+".concurrency", "%d is outside 0..%d", pl.Concurrency, MaxConcurrency)
+		}
 	}
 	return plans
 }
@@ -328,7 +331,13 @@ func compileTenant(ps *problems, s *Snapshot, path string, t Tenant) *ctenant {
 	if pl.names == nil {
 		pl.names = namesOf(planName, pl.rules, s.classes)
 	}
-	ct := &ctenant{plan: planName, names: pl.names, tenant: t, rules: slices.Clone(pl.rules), shares: map[string]float64{}}
+	ct := &ctenant{plan: planName, names: pl.names, tenant: t, rules: slices.Clone(pl.rules), shares: map[string]float64{}, concurrency: pl.Concurrency}
+	switch {
+	case t.Concurrency < 0 || t.Concurrency > MaxConcurrency:
+		ps.add(path+".concurrency", "%d is outside 0..%d", t.Concurrency, MaxConcurrency)
+	case t.Concurrency > 0:
+		ct.concurrency = t.Concurrency
+	}
 	apply := func(i int, p string, lim, burst int64) {
 		r := &ct.rules[i]
 		if lim != 0 {

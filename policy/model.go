@@ -58,7 +58,16 @@ type Plan struct {
 	// pass. The first is the primary one that Override.Limit and
 	// Override.Burst change.
 	Rules []Rule `json:"rules"`
+	// Concurrency, when over 0, is how many requests a tenant of the plan
+	// may have in flight at once, across all instances; a class with a
+	// share below 1 gets that share of it (rounded up) as a layer of its
+	// own. A request needs a slot as well as its rate limits' tokens, and
+	// a rejected request takes neither. Zero means no concurrency limit.
+	Concurrency int64 `json:"concurrency,omitempty"`
 }
+
+// MaxConcurrency bounds Plan.Concurrency and Tenant.Concurrency.
+const MaxConcurrency = 1_000_000
 
 // FailMode says what a decision is when the store cannot answer.
 type FailMode uint8
@@ -215,6 +224,8 @@ type Tenant struct {
 	Rules map[string]RuleOverride `json:"rules,omitempty"`
 	// Shares override class shares by class name.
 	Shares map[string]float64 `json:"shares,omitempty"`
+	// Concurrency overrides the plan's Concurrency; zero keeps it.
+	Concurrency int64 `json:"concurrency,omitempty"`
 	// Expires ends an override written at run time (a temporary bump): from
 	// then on the tenant is decided as if it were not written. Zero means
 	// never. Ignored in the config file.

@@ -96,6 +96,23 @@ type Resolution struct {
 	SlowDown time.Duration
 	// Layers are the limits to check.
 	Layers []Layer
+	// Slots are the concurrency limits to hold a slot of while the
+	// request is in flight, the tenant's first (see Plan.Concurrency);
+	// none without one.
+	Slots []SlotLayer
+}
+
+// SlotLayer is one concurrency limit of a request.
+type SlotLayer struct {
+	// Policy names it: "<plan>.tenant.concurrency", or
+	// "<plan>.<class>.concurrency" for a class's share.
+	Policy string
+	// Key is the slot key in the store.
+	Key string
+	// Class is the route class whose layer this is; "" for the tenant.
+	Class string
+	// Limit is how many requests may be in flight.
+	Limit int64
 }
 
 // Errors of resolution.
@@ -171,6 +188,9 @@ func (s *Snapshot) Resolve(req Request, now time.Time) (Resolution, error) {
 				Shadow: r.Shadow || c.Shadow,
 			})
 		}
+	}
+	if t.concurrency > 0 {
+		res.Slots = t.slotLayers(c, tag)
 	}
 	for i, r := range t.rules {
 		l, window := s.window(r, now)

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"math"
 	"net/http"
 	"time"
 
@@ -75,12 +76,14 @@ func (t *ctenant) classPolicy(c string, i int) string {
 
 // ctenant is a tenant's effective plan rules, overrides applied.
 type ctenant struct {
-	base   *ctenant // what applies once an overlay entry expires; nil: the default
-	plan   string
-	names  *layerNames // its plan's; nil: built per decision
-	tenant Tenant
-	rules  []crule
-	shares map[string]float64
+	base  *ctenant // what applies once an overlay entry expires; nil: the default
+	plan  string
+	names *layerNames // its plan's; nil: built per decision
+	// concurrency is the plan's Concurrency, the tenant's override applied.
+	concurrency int64
+	tenant      Tenant
+	rules       []crule
+	shares      map[string]float64
 }
 
 // classLimit is rule r's limit for class c: the share applied.
@@ -149,4 +152,16 @@ func (s *Snapshot) HasFailClosed() bool {
 		}
 	}
 	return false
+}
+
+// slotLayers are the concurrency layers of t's requests in class c: the
+// tenant's, then the class's share of it when that is below 1. tag is the
+// tenant's escaped ID.
+func (t *ctenant) slotLayers(c *Class, tag string) []SlotLayer {
+	out := []SlotLayer{{Policy: t.plan + ".tenant.concurrency", Key: "rl:{t:" + tag + "}:conc", Limit: t.concurrency}}
+	if share := t.share(c); share < 1 {
+		out = append(out, SlotLayer{Policy: t.plan + "." + c.Name + ".concurrency", Key: "rl:{t:" + tag + "}:conc:" + c.Name, Class: c.Name,
+			Limit: max(1, int64(math.Ceil(float64(t.concurrency)*share)))})
+	}
+	return out
 }

@@ -169,6 +169,25 @@ func (s lazyStore) Hold(ctx context.Context, key string, lim algo.Limit, d time.
 	return errNotConnected
 }
 
+// AcquireSlot implements store.Slots.
+func (s lazyStore) AcquireSlot(ctx context.Context, key, id string, limit int64, ttl time.Duration) (store.SlotResult, error) {
+	if rs := s.z.conn.Load(); rs != nil {
+		return rs.AcquireSlot(ctx, key, id, limit, ttl)
+	}
+	if err := store.ValidateSlot(key, id, limit, ttl); err != nil {
+		return store.SlotResult{}, err
+	}
+	return store.SlotResult{}, errNotConnected
+}
+
+// ReleaseSlot implements store.Slots.
+func (s lazyStore) ReleaseSlot(ctx context.Context, key, id string) error {
+	if rs := s.z.conn.Load(); rs != nil {
+		return rs.ReleaseSlot(ctx, key, id)
+	}
+	return errNotConnected
+}
+
 // Shard implements store.Sharded: a cluster's slots once connected.
 func (s lazyStore) Shard(c store.Check) int {
 	if rs := s.z.conn.Load(); rs != nil {

@@ -29,7 +29,9 @@ func (d *Decoder) policy(n *yaml.Node, sections Sections) policy.Policy {
 		"default_class": func(v *yaml.Node, path string) { p.DefaultClass = d.Str(v, path) },
 		"plans": func(v *yaml.Node, path string) {
 			d.Entries(v, path, func(name string, k, v *yaml.Node, path string) {
-				p.Plans[name] = policy.Plan{Name: name, Rules: d.rules(v, path)}
+				pl := policy.Plan{Name: name}
+				pl.Rules, pl.Concurrency = d.planRules(v, path)
+				p.Plans[name] = pl
 			})
 		},
 		"classes":   func(v *yaml.Node, path string) { d.classes(v, path, p.Classes) },
@@ -146,6 +148,11 @@ func (d *Decoder) tenants(n *yaml.Node, path string, ts map[string]policy.Tenant
 			"plan":  func(v *yaml.Node, path string) { t.Plan = d.Str(v, path) },
 			"limit": func(v *yaml.Node, path string) { t.Limit = d.Int(v, path) },
 			"burst": func(v *yaml.Node, path string) { t.Burst = d.Int(v, path) },
+			"concurrency": func(v *yaml.Node, path string) {
+				if t.Concurrency = d.Int(v, path); t.Concurrency < 1 {
+					d.Add(v, path, "%d: want at least 1 request in flight (omit it to keep the plan's)", t.Concurrency)
+				}
+			},
 			"limits": func(v *yaml.Node, path string) {
 				t.Rules = map[string]policy.RuleOverride{}
 				d.Entries(v, path, func(name string, k, v *yaml.Node, path string) {
@@ -175,6 +182,36 @@ func hasKey(n *yaml.Node, key string) bool {
 		}
 	}
 	return false
+}
+
+// planRules decodes a plan: a list of limits, or one limit. A last item
+// {concurrency: N} is the plan's concurrency limit (last, so that the
+// limits keep their indices in the policy's paths).
+func (d *Decoder) planRules(n *yaml.Node, path string) (rules []policy.Rule, concurrency int64) {
+	if n.Kind != yaml.SequenceNode {
+		return d.rules(n, path), 0
+	}
+	d.List(n, path, func(i int, v *yaml.Node, path string) {
+		if v.Kind != yaml.MappingNode || !hasKey(v, "concurrency") {
+			if concurrency != 0 {
+				d.Add(v, path, "a limit after the concurrency item: put {concurrency: N} last")
+			}
+			rules = append(rules, d.rule(v, path, nil))
+			return
+		}
+		if concurrency != 0 {
+			d.Add(v, path, "a second concurrency limit: a plan has at most one")
+		}
+		d.Fields(v, path, Handlers{"concurrency": func(v *yaml.Node, path string) {
+			if concurrency = d.Int(v, path); concurrency < 1 {
+				d.Add(v, path, "%d: want at least 1 request in flight (omit the item for no limit)", concurrency)
+			}
+		}})
+	})
+	if len(rules) == 0 {
+		d.Add(n, path, "no limits: give at least one rate limit")
+	}
+	return rules, concurrency
 }
 
 // rules decodes a plan: a list of limits, or one limit.

@@ -213,13 +213,14 @@ const maxTTLSeconds = 366 * 24 * 3600
 
 // tenantBody is the body of PUT /admin/tenants/{id}.
 type tenantBody struct {
-	Plan       string                         `json:"plan"`
-	Limit      int64                          `json:"limit"`
-	Burst      int64                          `json:"burst"`
-	Limits     map[string]policy.RuleOverride `json:"limits"`
-	Shares     map[string]float64             `json:"shares"`
-	ExpiresAt  *string                        `json:"expires_at"`
-	TTLSeconds *int64                         `json:"ttl_seconds"`
+	Plan        string                         `json:"plan"`
+	Limit       int64                          `json:"limit"`
+	Burst       int64                          `json:"burst"`
+	Limits      map[string]policy.RuleOverride `json:"limits"`
+	Shares      map[string]float64             `json:"shares"`
+	Concurrency int64                          `json:"concurrency"`
+	ExpiresAt   *string                        `json:"expires_at"`
+	TTLSeconds  *int64                         `json:"ttl_seconds"`
 }
 
 // expiry is the time an expires_at or ttl_seconds field names (at most
@@ -249,7 +250,7 @@ func (a *admin) putTenant(w http.ResponseWriter, r *http.Request) {
 	if !decodeJSON(w, r, &b) {
 		return
 	}
-	t := policy.Tenant{Plan: b.Plan, Limit: b.Limit, Burst: b.Burst, Rules: b.Limits, Shares: b.Shares}
+	t := policy.Tenant{Plan: b.Plan, Limit: b.Limit, Burst: b.Burst, Rules: b.Limits, Shares: b.Shares, Concurrency: b.Concurrency}
 	var err error
 	if t.Expires, err = expiry(b.ExpiresAt, b.TTLSeconds, maxTTLSeconds); err != nil {
 		problem.BadRequest(w, err.Error())

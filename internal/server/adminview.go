@@ -44,7 +44,11 @@ func planView(p policy.Plan) map[string]any {
 	for i, r := range p.Rules {
 		rules[i] = ruleView(r)
 	}
-	return map[string]any{"name": p.Name, "rules": rules}
+	out := map[string]any{"name": p.Name, "rules": rules}
+	if p.Concurrency != 0 {
+		out["concurrency"] = p.Concurrency
+	}
+	return out
 }
 
 func overrideView(t policy.Tenant) map[string]any {
@@ -57,6 +61,9 @@ func overrideView(t policy.Tenant) map[string]any {
 	}
 	if t.Burst != 0 {
 		out["burst"] = t.Burst
+	}
+	if t.Concurrency != 0 {
+		out["concurrency"] = t.Concurrency
 	}
 	if len(t.Rules) > 0 {
 		rules := map[string]any{}
@@ -177,7 +184,8 @@ func policyView(p policy.Policy, ov policy.Overlay) map[string]any {
 
 // planBody is the body of PUT /admin/plans/{name}.
 type planBody struct {
-	Rules []ruleBody `json:"rules"`
+	Rules       []ruleBody `json:"rules"`
+	Concurrency int64      `json:"concurrency"`
 }
 
 type ruleBody struct {
@@ -192,7 +200,10 @@ type ruleBody struct {
 
 // plan turns a plan body into a plan, naming the field at fault.
 func (b planBody) plan(name string) (policy.Plan, string) {
-	p := policy.Plan{Name: name}
+	p := policy.Plan{Name: name, Concurrency: b.Concurrency}
+	if b.Concurrency < 0 || b.Concurrency > policy.MaxConcurrency {
+		return p, fmt.Sprintf("concurrency: %d is outside 0..%d (0: no limit)", b.Concurrency, policy.MaxConcurrency)
+	}
 	if len(b.Rules) == 0 {
 		return p, "rules: required, at least one rule"
 	}

@@ -1,0 +1,234 @@
+package limiter
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fairgate/fairgate/policy"
+	"github.com/fairgate/fairgate/store"
+)
+
+// Concurrency slots (issue 24 §1): a plan's Concurrency lets a tenant have
+// that many requests in flight, across instances. A request takes its
+// slots before its rate tokens: refused a slot, it takes no token; refused
+// a token, it gives its slots back at once. So a rejected request takes
+// neither. An allowed one holds its slots until the caller releases them
+// (Decision.Slots) or the lease runs out (Config.SlotLease).
+
+// slotState is the limiter's part in concurrency slots.
+type slotState struct {
+	store store.Slots // nil: the store keeps none
+	lease time.Duration
+	avgNs atomic.Int64 // how long slots are held, a moving average
+}
+
+func (s *slotState) init(st store.Store, lease time.Duration) {
+	if ss, ok := st.(store.Slots); ok {
+		s.store = ss
+	}
+	s.lease = lease
+	if s.lease <= 0 {
+		s.lease = 40 * time.Second
+	}
+}
+
+// observe adds one holding time to the moving average (weight 1/8).
+func (s *slotState) observe(d time.Duration) {
+	for {
+		old := s.avgNs.Load()
+		n := int64(d)
+		if old != 0 {
+			n = old + (int64(d)-old)/8
+		}
+		if s.avgNs.CompareAndSwap(old, n) {
+			return
+		}
+	}
+}
+
+// retryAfter estimates how long until a slot of a layer that refused r
+// frees: the mean holding time divided among the requests in flight,
+// never past the first lease's end, at least a millisecond.
+func (s *slotState) retryAfter(r store.SlotResult) time.Duration {
+	d := time.Duration(s.avgNs.Load()) / time.Duration(max(1, r.InUse))
+	if d <= 0 || (r.NextExpiry > 0 && d > r.NextExpiry) {
+		d = r.NextExpiry
+	}
+	return max(d, time.Millisecond)
+}
+
+// SlotDecision is one concurrency layer's answer.
+type SlotDecision struct {
+	policy.SlotLayer
+	// Allowed reports whether the request got a slot of the layer.
+	Allowed bool
+	// InUse is how many requests hold a slot after the decision.
+	InUse int64
+	// Remaining is how many more could take one now.
+	Remaining int64
+	// RetryAfter estimates how long until a slot frees; 0 if allowed.
+	RetryAfter time.Duration
+}
+
+// Slots are the concurrency slots an allowed request holds. Release gives
+// them back when the request ends; a request that may outlive the lease
+// renews it with Renew. Safe for concurrent use.
+type Slots struct {
+	l        *Limiter
+	id       string
+	layers   []policy.SlotLayer
+	since    time.Time
+	released atomic.Bool
+}
+
+// Lease returns the lease's length: renew well within it.
+func (s *Slots) Lease() time.Duration { return s.l.slots.lease }
+
+// Release gives the slots back. It is safe to call more than once, and on
+// a nil Slots; it tries even when ctx has ended (with a deadline of its
+// own), since a slot not given back is lost until its lease runs out.
+func (s *Slots) Release(ctx context.Context) error {
+	if s == nil || s.released.Swap(true) {
+		return nil
+	}
+	s.l.slots.observe(time.Since(s.since))
+	return s.l.releaseSlots(ctx, s.layers, s.id)
+}
+
+// Renew extends the slots' leases by a full lease from now.
+func (s *Slots) Renew(ctx context.Context) error {
+	if s == nil || s.released.Load() {
+		return nil
+	}
+	for _, sl := range s.layers {
+		sctx, cancel := s.l.slotContext(ctx)
+		_, err := s.l.slots.store.AcquireSlot(sctx, sl.Key, s.id, sl.Limit, s.l.slots.lease)
+		cancel()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// KeepAlive renews the slots every half lease until stop is called (or
+// they are released), for a request that may outlive its lease: a stream.
+// It costs one timer.
+func (s *Slots) KeepAlive() (stop func()) {
+	if s == nil {
+		return func() {}
+	}
+	var mu sync.Mutex
+	stopped := false
+	var t *time.Timer
+	mu.Lock() // t is set before the callback reads it
+	defer mu.Unlock()
+	t = time.AfterFunc(s.Lease()/2, func() {
+		s.Renew(context.Background())
+		mu.Lock()
+		defer mu.Unlock()
+		if !stopped && !s.released.Load() {
+			t.Reset(s.Lease() / 2)
+		}
+	})
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		t.Stop()
+	}
+}
+
+// slotContext bounds one slot call by the store deadline.
+func (l *Limiter) slotContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if l.timeout <= 0 || l.local {
+		return ctx, noCancel
+	}
+	return l.deadline.context(ctx)
+}
+
+// releaseSlots gives lease id's slots of layers back.
+func (l *Limiter) releaseSlots(ctx context.Context, layers []policy.SlotLayer, id string) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(l.timeout, time.Second))
+	defer cancel()
+	var first error
+	for _, sl := range layers {
+		if err := l.slots.store.ReleaseSlot(ctx, sl.Key, id); err != nil && first == nil {
+			first = err
+		}
+	}
+	if first != nil {
+		l.logRare(time.Now(), "a concurrency slot was not released; its lease frees it", first)
+	}
+	return first
+}
+
+// leaseID is a fresh lease's ID: 128 random bits.
+func leaseID() string {
+	var b [16]byte
+	for i := range 2 {
+		v := rand.Uint64()
+		for j := range 8 {
+			b[i*8+j] = byte(v >> (8 * j))
+		}
+	}
+	return hex.EncodeToString(b[:])
+}
+
+// decideWithSlots decides a request with concurrency layers: its slots
+// first, then its rate layers.
+func (l *Limiter) decideWithSlots(ctx context.Context, c *call) (Decision, error) {
+	id := leaseID()
+	sd := make([]SlotDecision, 0, len(c.res.Slots))
+	for i, sl := range c.res.Slots {
+		sctx, cancel := l.slotContext(ctx)
+		r, err := l.slots.store.AcquireSlot(sctx, sl.Key, id, sl.Limit, l.slots.lease)
+		cancel()
+		if err != nil {
+			l.releaseSlots(ctx, c.res.Slots[:i], id)
+			return l.slotsFailed(ctx, c, err)
+		}
+		d := SlotDecision{SlotLayer: sl, Allowed: r.Acquired, InUse: r.InUse, Remaining: max(0, sl.Limit-r.InUse)}
+		if !r.Acquired {
+			d.RetryAfter = l.slots.retryAfter(r)
+			l.releaseSlots(ctx, c.res.Slots[:i], id)
+			dec := Decision{Reason: ReasonLimited, Policy: sl.Policy, RetryAfter: d.RetryAfter, Tightest: -1, Resolution: c.res, Now: c.now,
+				Concurrency: append(sd, d)}
+			l.count(c, &dec)
+			return dec, nil
+		}
+		sd = append(sd, d)
+	}
+	dec, err := l.decide(ctx, c, nil)
+	dec.Concurrency = sd
+	if err != nil || !dec.Allowed {
+		l.releaseSlots(ctx, c.res.Slots, id)
+		return dec, err
+	}
+	dec.Slots = &Slots{l: l, id: id, layers: c.res.Slots, since: time.Now()}
+	return dec, nil
+}
+
+// slotsFailed decides a request whose slots the store could not give: by
+// the fail mode, unavailable, or the rate layers alone.
+func (l *Limiter) slotsFailed(ctx context.Context, c *call, err error) (Decision, error) {
+	if errors.Is(err, store.ErrInvalidCheck) {
+		return Decision{Tightest: -1, Resolution: c.res, Now: c.now}, err
+	}
+	l.logRare(c.now, "concurrency slots unavailable; deciding by the fail mode", err)
+	if c.res.Fail == policy.FailClosed {
+		l.m.failures.WithLabelValues("closed").Inc()
+		d := Decision{Reason: ReasonUnavailable, RetryAfter: UnavailableRetryAfter, Tightest: -1, Resolution: c.res, Now: c.now}
+		l.count(c, &d)
+		return d, nil
+	}
+	l.m.failures.WithLabelValues("open").Inc()
+	l.log.Debug("slots skipped", slog.String("tenant", c.res.Tenant))
+	return l.decide(ctx, c, nil)
+}

@@ -1,0 +1,167 @@
+package limiter
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fairgate/fairgate/algo"
+	"github.com/fairgate/fairgate/internal/redistest"
+	"github.com/fairgate/fairgate/policy"
+	"github.com/fairgate/fairgate/store"
+	"github.com/fairgate/fairgate/store/memstore"
+	"github.com/fairgate/fairgate/store/redisstore"
+)
+
+// slotPolicy is a plan of concurrency 4 and 6 requests an hour (nothing
+// refills in a test), with an export class that has half of each.
+func slotPolicy() policy.Policy {
+	p := policy.Policy{
+		Plans:        map[string]policy.Plan{"pro": {Name: "pro", Rules: []policy.Rule{{Name: "1h", Limit: algo.Limit{Limit: 6, Period: time.Hour, Burst: 6}}}, Concurrency: 4}},
+		DefaultPlan:  "pro",
+		Classes:      map[string]policy.Class{"read": {Name: "read", Share: 1}, "export": {Name: "export", Share: 0.5}},
+		DefaultClass: "read",
+		Routes:       []policy.Route{{Pattern: "GET /export", Class: "export", Cost: 1}},
+	}
+	return p
+}
+
+func slotLimiter(t testing.TB, st store.Store) *Limiter {
+	t.Helper()
+	l, err := New(Config{Store: st, Policy: slotPolicy(), NoNearCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func decideSlot(t *testing.T, l *Limiter, tenant, path string) Decision {
+	t.Helper()
+	d, err := l.Decide(context.Background(), policy.Request{Tenant: tenant, Method: "GET", Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// TestSlotsTakeNeither: a request refused a slot takes no rate token, and
+// one refused a rate token keeps no slot; released slots come back.
+func TestSlotsTakeNeither(t *testing.T) {
+	l := slotLimiter(t, memstore.New(memstore.Config{}))
+	var held []Decision
+	for i := range 4 {
+		d := decideSlot(t, l, "acme", "/x")
+		if !d.Allowed || d.Slots == nil || len(d.Concurrency) != 1 || d.Concurrency[0].InUse != int64(i+1) {
+			t.Fatalf("request %d: %+v, want allowed holding slot %d of 4", i, d, i+1)
+		}
+		held = append(held, d)
+	}
+	for range 5 {
+		d := decideSlot(t, l, "acme", "/x")
+		if d.Allowed || d.Reason != ReasonLimited || d.Policy != "pro.tenant.concurrency" || d.RetryAfter <= 0 || d.Slots != nil || len(d.Layers) != 0 {
+			t.Fatalf("a fifth request in flight: %+v, want limited by pro.tenant.concurrency with a retry-after and no rate layer decided", d)
+		}
+	}
+	for _, d := range held {
+		if err := d.Slots.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		d.Slots.Release(context.Background()) // twice is fine
+	}
+	// The burst of 6 had 4 taken: the five refused requests took none.
+	for i := range 2 {
+		d := decideSlot(t, l, "acme", "/x")
+		if !d.Allowed {
+			t.Fatalf("rate token %d of the 2 left: %+v", 5+i, d)
+		}
+		d.Slots.Release(context.Background())
+	}
+	d := decideSlot(t, l, "acme", "/x")
+	if d.Allowed || d.Policy != "pro.tenant.1h" || d.Slots != nil {
+		t.Fatalf("the seventh request: %+v, want limited by the rate layer", d)
+	}
+	// ...and it gave its slot back: four can be in flight again.
+	if r, err := l.slots.store.AcquireSlot(context.Background(), d.Resolution.Slots[0].Key, "probe", 4, time.Minute); err != nil || r.InUse != 1 {
+		t.Fatalf("slots in use after a rate rejection: %+v, %v; want only the probe", r, err)
+	}
+}
+
+// TestSlotsClassShare: a class with share 0.5 has half the tenant's
+// slots as a layer of its own, checked with the tenant's.
+func TestSlotsClassShare(t *testing.T) {
+	l := slotLimiter(t, memstore.New(memstore.Config{}))
+	a, b := decideSlot(t, l, "acme", "/export"), decideSlot(t, l, "acme", "/export")
+	if !a.Allowed || !b.Allowed || len(a.Concurrency) != 2 || a.Concurrency[1].Limit != 2 || a.Concurrency[1].Policy != "pro.export.concurrency" {
+		t.Fatalf("two exports: %+v / %+v, want both allowed under pro.export.concurrency of 2", a, b)
+	}
+	if d := decideSlot(t, l, "acme", "/export"); d.Allowed || d.Policy != "pro.export.concurrency" {
+		t.Fatalf("a third export: %+v, want limited by the class's share", d)
+	}
+	if d := decideSlot(t, l, "acme", "/x"); !d.Allowed {
+		t.Fatalf("a read beside two exports: %+v, want allowed (3 of the tenant's 4)", d)
+	}
+	if d := decideSlot(t, l, "other", "/export"); !d.Allowed {
+		t.Fatalf("another tenant: %+v, want its own slots", d)
+	}
+}
+
+// TestSlotsExactAcrossInstances: N concurrent requests from idle on two
+// instances sharing one Redis (standalone, then a Redis Cluster) get
+// exactly the tenant's 4 slots, 100 trials each.
+func TestSlotsExactAcrossInstances(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts Redis servers")
+	}
+	srv, err := redistest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	cl, err := redistest.StartCluster(3, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for name, url := range map[string]string{"standalone": "redis://" + srv.Addr, "cluster": "redis-cluster://" + cl.Addrs()[0]} {
+		t.Run(name, func(t *testing.T) {
+			open := func() *Limiter {
+				st, err := redisstore.New(redisstore.Config{URL: url, Prefix: "slots-" + name + ":"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { st.Close() })
+				return slotLimiter(t, st)
+			}
+			a, b := open(), open()
+			for trial := range 100 {
+				tenant := fmt.Sprint("t", trial)
+				var got, failed atomic.Int64
+				var holds sync.Map
+				var wg sync.WaitGroup
+				for i := range 12 {
+					l := a
+					if i%2 == 1 {
+						l = b
+					}
+					wg.Go(func() {
+						d, err := l.Decide(context.Background(), policy.Request{Tenant: tenant, Method: "GET", Path: "/x"})
+						switch {
+						case err != nil || d.Reason == ReasonUnavailable || d.Reason == ReasonDegradedOpen:
+							failed.Add(1)
+						case d.Allowed:
+							got.Add(1)
+							holds.Store(i, d.Slots)
+						}
+					})
+				}
+				wg.Wait()
+				if got.Load() != 4 || failed.Load() != 0 {
+					t.Fatalf("trial %d: 12 requests on two instances, concurrency 4: %d allowed, %d failed; want exactly 4 and none", trial, got.Load(), failed.Load())
+				}
+			}
+		})
+	}
+}
