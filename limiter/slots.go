@@ -83,12 +83,16 @@ type Slots struct {
 	l        *Limiter
 	id       string
 	layers   []policy.SlotLayer
+	lease    time.Duration
 	since    time.Time
 	released atomic.Bool
 }
 
 // Lease returns the lease's length: renew well within it.
-func (s *Slots) Lease() time.Duration { return s.l.slots.lease }
+func (s *Slots) Lease() time.Duration { return s.lease }
+
+// ID returns the lease's ID, which [Limiter.ReleaseSlots] takes.
+func (s *Slots) ID() string { return s.id }
 
 // Release gives the slots back. It is safe to call more than once, and on
 // a nil Slots; it tries even when ctx has ended (with a deadline of its
@@ -108,7 +112,7 @@ func (s *Slots) Renew(ctx context.Context) error {
 	}
 	for _, sl := range s.layers {
 		sctx, cancel := s.l.slotContext(ctx)
-		_, err := s.l.slots.store.AcquireSlot(sctx, sl.Key, s.id, sl.Limit, s.l.slots.lease)
+		_, err := s.l.slots.store.AcquireSlot(sctx, sl.Key, s.id, sl.Limit, s.lease)
 		cancel()
 		if err != nil {
 			return err
@@ -185,14 +189,34 @@ func leaseID() string {
 // first, then its rate layers.
 func (l *Limiter) decideWithSlots(ctx context.Context, c *call) (Decision, error) {
 	id := leaseID()
+	sd, refused, err := l.takeSlots(ctx, c, id, l.slots.lease)
+	if err != nil {
+		return l.slotsFailed(ctx, c, err)
+	}
+	if refused != nil {
+		return *refused, nil
+	}
+	dec, err := l.decide(ctx, c, nil)
+	dec.Concurrency = sd
+	if err != nil || !dec.Allowed {
+		l.releaseSlots(ctx, c.res.Slots, id)
+		return dec, err
+	}
+	dec.Slots = &Slots{l: l, id: id, layers: c.res.Slots, lease: l.slots.lease, since: time.Now()}
+	return dec, nil
+}
+
+// takeSlots takes c's slots for lease id, lasting lease: all of them, or
+// none and the decision that refused (or the store's error).
+func (l *Limiter) takeSlots(ctx context.Context, c *call, id string, lease time.Duration) ([]SlotDecision, *Decision, error) {
 	sd := make([]SlotDecision, 0, len(c.res.Slots))
 	for i, sl := range c.res.Slots {
 		sctx, cancel := l.slotContext(ctx)
-		r, err := l.slots.store.AcquireSlot(sctx, sl.Key, id, sl.Limit, l.slots.lease)
+		r, err := l.slots.store.AcquireSlot(sctx, sl.Key, id, sl.Limit, lease)
 		cancel()
 		if err != nil {
 			l.releaseSlots(ctx, c.res.Slots[:i], id)
-			return l.slotsFailed(ctx, c, err)
+			return nil, nil, err
 		}
 		d := SlotDecision{SlotLayer: sl, Allowed: r.Acquired, InUse: r.InUse, Remaining: max(0, sl.Limit-r.InUse)}
 		if !r.Acquired {
@@ -201,18 +225,60 @@ func (l *Limiter) decideWithSlots(ctx context.Context, c *call) (Decision, error
 			dec := Decision{Reason: ReasonLimited, Policy: sl.Policy, RetryAfter: d.RetryAfter, Tightest: -1, Resolution: c.res, Now: c.now,
 				Concurrency: append(sd, d)}
 			l.count(c, &dec)
-			return dec, nil
+			return nil, &dec, nil
 		}
 		sd = append(sd, d)
 	}
-	dec, err := l.decide(ctx, c, nil)
-	dec.Concurrency = sd
-	if err != nil || !dec.Allowed {
-		l.releaseSlots(ctx, c.res.Slots, id)
-		return dec, err
+	return sd, nil, nil
+}
+
+// AcquireSlots takes req's concurrency slots alone, without rate tokens,
+// lasting lease (zero: Config.SlotLease): for a worker that holds them
+// around a job and gives them back with [Limiter.ReleaseSlots] and the
+// lease's ID. A request without a concurrency limit is allowed with no
+// slots; the fail mode decides when the store cannot give them.
+func (l *Limiter) AcquireSlots(ctx context.Context, req policy.Request, lease time.Duration) (Decision, error) {
+	if lease <= 0 {
+		lease = l.slots.lease
 	}
-	dec.Slots = &Slots{l: l, id: id, layers: c.res.Slots, since: time.Now()}
-	return dec, nil
+	now := l.now()
+	res, err := l.snap.Load().Resolve(req, now)
+	if err != nil {
+		return Decision{Tightest: -1, Resolution: res, Now: now}, err
+	}
+	d := Decision{Allowed: true, Reason: ReasonAllowed, Tightest: -1, Resolution: res, Now: now}
+	if len(res.Slots) == 0 || l.slots.store == nil {
+		return d, nil
+	}
+	c := call{now: now, res: res}
+	id := leaseID()
+	sd, refused, err := l.takeSlots(ctx, &c, id, lease)
+	switch {
+	case errors.Is(err, store.ErrInvalidCheck):
+		return d, err
+	case err != nil && res.Fail == policy.FailClosed:
+		l.m.failures.WithLabelValues("closed").Inc()
+		return Decision{Reason: ReasonUnavailable, RetryAfter: UnavailableRetryAfter, Tightest: -1, Resolution: res, Now: now}, nil
+	case err != nil:
+		l.m.failures.WithLabelValues("open").Inc()
+		d.Reason = ReasonDegradedOpen
+		return d, nil
+	case refused != nil:
+		return *refused, nil
+	}
+	d.Concurrency = sd
+	d.Slots = &Slots{l: l, id: id, layers: res.Slots, lease: lease, since: time.Now()}
+	return d, nil
+}
+
+// ReleaseSlots gives back the slots that lease id holds of req's
+// concurrency layers (see AcquireSlots). A lease not held is no error.
+func (l *Limiter) ReleaseSlots(ctx context.Context, req policy.Request, id string) error {
+	res, err := l.snap.Load().Resolve(req, l.now())
+	if err != nil || len(res.Slots) == 0 || l.slots.store == nil {
+		return err
+	}
+	return l.releaseSlots(ctx, res.Slots, id)
 }
 
 // slotsFailed decides a request whose slots the store could not give: by

@@ -2,9 +2,12 @@ package server
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -159,6 +162,57 @@ func TestProxyConcurrency(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("two requests after a cancel and a failure: %d and %d, want both 200 (a slot was kept)", a, b)
+		}
+	}
+}
+
+// TestConcurrencyAPI: a worker's acquire and release, the limit, and bad
+// bodies refused by field.
+func TestConcurrencyAPI(t *testing.T) {
+	up := httptest.NewServer(http.NotFoundHandler())
+	defer up.Close()
+	_, lim := concurrencyProxy(t, up)
+	s, err := New(Config{Limiter: lim})
+	if err != nil {
+		t.Fatal(err)
+	}
+	post := func(path, body string) (*httptest.ResponseRecorder, map[string]any) {
+		rec := call{method: "POST", path: path, body: body}.do(s)
+		var m map[string]any
+		json.Unmarshal(rec.Body.Bytes(), &m)
+		return rec, m
+	}
+	var leases []string
+	for i := range 2 {
+		rec, m := post("/v1/concurrency/acquire", `{"tenant":"w1","class":"read"}`)
+		if rec.Code != 200 || m["lease_id"] == "" || m["lease_ms"] != float64(40000) {
+			t.Fatalf("acquire %d: %d %s", i, rec.Code, rec.Body)
+		}
+		leases = append(leases, m["lease_id"].(string))
+	}
+	rec, m := post("/v1/concurrency/acquire", `{"tenant":"w1","route":"GET /v1/anything","lease_ms":1000}`)
+	if rec.Code != 429 || rec.Header().Get("Retry-After") == "" || m["policy"] != "pro.tenant.concurrency" {
+		t.Fatalf("a third acquire: %d %v %s", rec.Code, rec.Header(), rec.Body)
+	}
+	for _, id := range []string{leases[0], leases[0], "never-held"} {
+		if rec, _ := post("/v1/concurrency/release", `{"tenant":"w1","class":"read","lease_id":"`+id+`"}`); rec.Code != 200 {
+			t.Fatalf("release %s: %d %s", id, rec.Code, rec.Body)
+		}
+	}
+	if rec, m := post("/v1/concurrency/acquire", `{"tenant":"w1","class":"read","lease_ms":1000}`); rec.Code != 200 || m["lease_ms"] != float64(1000) {
+		t.Fatalf("acquire after a release: %d %s", rec.Code, rec.Body)
+	}
+	for _, c := range []struct{ path, body, field string }{
+		{"/v1/concurrency/acquire", `{"class":"read"}`, "tenant"},
+		{"/v1/concurrency/acquire", `{"tenant":"w1"}`, "route or class"},
+		{"/v1/concurrency/acquire", `{"tenant":"w1","class":"read","lease_ms":10}`, "lease_ms"},
+		{"/v1/concurrency/acquire", `{"tenant":"w1","class":"read","lease_id":"x"}`, "lease_id"},
+		{"/v1/concurrency/acquire", `{"tenant":"w1","class":"nope"}`, "class"},
+		{"/v1/concurrency/release", `{"tenant":"w1","class":"read"}`, "lease_id"},
+		{"/v1/concurrency/release", `{"tenant":"w1","class":"read","lease_id":"x","lease_ms":1000}`, "lease_ms"},
+	} {
+		if rec, m := post(c.path, c.body); rec.Code != 400 || !strings.Contains(fmt.Sprint(m["detail"]), c.field) {
+			t.Errorf("%s %s: %d %s, want 400 naming %s", c.path, c.body, rec.Code, rec.Body, c.field)
 		}
 	}
 }

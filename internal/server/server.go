@@ -204,6 +204,8 @@ func New(c Config) (*Server, error) {
 	in.HandleFunc("/openapi.json", only("GET", serveOpenAPI))
 	in.HandleFunc("/v1/take", only("POST", s.forInternal(s.handleTake)))
 	in.HandleFunc("/v1/check", only("POST", s.forInternal(s.needsPolicy(s.handleCheck))))
+	in.HandleFunc("/v1/concurrency/acquire", only("POST", s.forInternal(s.needsPolicy(s.handleSlotAcquire))))
+	in.HandleFunc("/v1/concurrency/release", only("POST", s.forInternal(s.needsPolicy(s.handleSlotRelease))))
 	// Forward auth: the gateway forwards the client's own credential in
 	// Authorization, so the internal token cannot guard it; what a caller
 	// can charge is its own credential's tenant, or its own address.
