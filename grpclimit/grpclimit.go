@@ -65,9 +65,11 @@ func UnaryServerInterceptor(c Config) (grpc.UnaryServerInterceptor, error) {
 		return nil, err
 	}
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if err := d.decide(ctx, info.FullMethod); err != nil {
+		slots, err := d.decide(ctx, info.FullMethod)
+		if err != nil {
 			return nil, err
 		}
+		defer hold(ctx, slots)()
 		return handler(ctx, req)
 	}, nil
 }
@@ -79,19 +81,36 @@ func StreamServerInterceptor(c Config) (grpc.StreamServerInterceptor, error) {
 		return nil, err
 	}
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		if err := d.decide(ss.Context(), info.FullMethod); err != nil {
+		slots, err := d.decide(ss.Context(), info.FullMethod)
+		if err != nil {
 			return err
 		}
+		defer hold(ss.Context(), slots)()
 		return handler(srv, ss)
 	}, nil
 }
 
-// decide returns nil to let the call through, or its status error. The
-// rate-limit metadata is set as trailers either way.
-func (d *decider) decide(ctx context.Context, fullMethod string) error {
+// hold keeps a call's concurrency slots for as long as its handler runs
+// (renewed for a long stream) and returns what gives them back: when the
+// handler returns, whether it ended well, failed, or its client went away.
+func hold(ctx context.Context, slots *limiter.Slots) func() {
+	if slots == nil {
+		return func() {}
+	}
+	stop := slots.KeepAlive()
+	return func() {
+		stop()
+		slots.Release(ctx)
+	}
+}
+
+// decide returns nil to let the call through, with the concurrency slots
+// it holds (nil for none), or its status error. The rate-limit metadata is
+// set as trailers either way.
+func (d *decider) decide(ctx context.Context, fullMethod string) (*limiter.Slots, error) {
 	id, err := d.Identify(ctx, fullMethod)
 	if err != nil {
-		return status.Error(codes.Unauthenticated, err.Error())
+		return nil, status.Error(codes.Unauthenticated, err.Error())
 	}
 	req := policy.Request{Tenant: id.Tenant, Plan: id.Plan, Method: http.MethodPost, Path: fullMethod, Hold: d.SlowDown}
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
@@ -103,7 +122,7 @@ func (d *decider) decide(ctx context.Context, fullMethod string) error {
 	}
 	dec, err := d.Limiter.Decide(ctx, req)
 	if err != nil {
-		return status.Error(codes.InvalidArgument, err.Error())
+		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	h := http.Header{}
 	httplimit.SetHeaders(h, d.form, dec)
@@ -116,7 +135,7 @@ func (d *decider) decide(ctx context.Context, fullMethod string) error {
 	}
 	grpc.SetTrailer(ctx, md)
 	if dec.Allowed {
-		return nil
+		return dec.Slots, nil
 	}
 	code, msg := codes.ResourceExhausted, "rate limited by "+dec.Policy+": retry after "+dec.RetryAfter.String()
 	if dec.Reason == limiter.ReasonUnavailable {
@@ -124,7 +143,7 @@ func (d *decider) decide(ctx context.Context, fullMethod string) error {
 	}
 	st, err := status.New(code, msg).WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(dec.RetryAfter)})
 	if err != nil {
-		return status.Error(code, msg)
+		return nil, status.Error(code, msg)
 	}
-	return st.Err()
+	return nil, st.Err()
 }

@@ -146,3 +146,41 @@ func TestStreamFailsClosed(t *testing.T) {
 		t.Fatalf("a fail-open call with the store out: %v", err)
 	}
 }
+
+// TestConcurrency: an open stream holds its tenant's one slot until it
+// ends; a call meanwhile is RESOURCE_EXHAUSTED with the concurrency
+// trailers, and passes once the stream's client has gone.
+func TestConcurrency(t *testing.T) {
+	p := rpcPolicy
+	p.Plans = map[string]policy.Plan{"basic": {Name: "basic", Rules: []policy.Rule{{Limit: algo.Limit{Limit: 60, Period: time.Minute, Burst: 100}}}, Concurrency: 1}}
+	p.Classes = map[string]policy.Class{"rpc": {Name: "rpc", Share: 1}, "watch": {Name: "watch", Share: 1}}
+	l, err := limiter.New(limiter.Config{Store: memstore.New(memstore.Config{}), Policy: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := start(t, l)
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "tenant", "acme")
+	sctx, cancel := context.WithCancel(ctx)
+	w, err := c.Watch(sctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Recv(); err != nil { // the stream is open and holds the slot
+		t.Fatal(err)
+	}
+	var tr metadata.MD
+	_, err = c.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Trailer(&tr))
+	if status.Code(err) != codes.ResourceExhausted || len(tr.Get("ratelimit-concurrency-limit")) != 1 || tr.Get("ratelimit-concurrency-remaining")[0] != "0" {
+		t.Fatalf("a call beside the open stream: %v, trailers %v; want RESOURCE_EXHAUSTED with the concurrency trailers", err, tr)
+	}
+	cancel()
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		_, err := c.Check(ctx, &healthpb.HealthCheckRequest{})
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("2 s after the stream's client went away: %v; want the slot back", err)
+		}
+	}
+}
