@@ -44,6 +44,11 @@ const StatusHeader = "X-Fairgate-Status"
 // It answers 200 with the RateLimit headers and the verified tenant and
 // plan headers; 401 for a missing or bad credential; a rejection as
 // DenyStatus says. It never holds a request.
+// LeaseHeader carries, on an allowed forward-auth answer, the lease ID of
+// the concurrency slots the request holds, for the gateway to pass to the
+// upstream, which releases them when the request ends.
+const LeaseHeader = "X-Fairgate-Lease"
+
 func (s *Server) handleAuthz(w http.ResponseWriter, r *http.Request) {
 	id := s.id.Load()
 	method, path, err := original(r)
@@ -79,6 +84,13 @@ func (s *Server) handleAuthz(w http.ResponseWriter, r *http.Request) {
 	}
 	s.metrics.authz.WithLabelValues("allowed").Inc()
 	httplimit.SetHeaders(w.Header(), s.form, d)
+	if d.Slots != nil {
+		// The gateway cannot say when the request ends: the slots are held
+		// until the upstream gives them back (POST /v1/concurrency/release
+		// with this lease ID, the tenant and the route) or the lease runs
+		// out (docs/concurrency.md).
+		w.Header().Set(LeaseHeader, d.Slots.ID())
+	}
 	if who.Tenant != "" {
 		w.Header().Set(id.tenantHdr, who.Tenant)
 		w.Header().Set(id.planHdr, d.Resolution.Plan)

@@ -216,3 +216,32 @@ func TestConcurrencyAPI(t *testing.T) {
 		}
 	}
 }
+
+// TestAuthzLease: an allowed forward-auth answer carries the lease ID of
+// the request's slots, which the upstream gives back by the release call.
+func TestAuthzLease(t *testing.T) {
+	up := httptest.NewServer(http.NotFoundHandler())
+	defer up.Close()
+	_, lim := concurrencyProxy(t, up)
+	s, err := New(Config{Limiter: lim, Auth: testAuth(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	authz := func() *httptest.ResponseRecorder {
+		return call{method: "GET", path: "/v1/authz", headers: map[string]string{"X-API-Key": "key-acme", "X-Original-Method": "GET", "X-Original-URI": "/v1/items"}}.do(s)
+	}
+	a, b := authz(), authz()
+	if a.Code != 200 || b.Code != 200 || a.Header().Get(LeaseHeader) == "" {
+		t.Fatalf("two forward-auth checks: %d %d, lease %q", a.Code, b.Code, a.Header().Get(LeaseHeader))
+	}
+	if c := authz(); c.Code != 429 {
+		t.Fatalf("a third while two hold their slots: %d, want 429", c.Code)
+	}
+	rel := call{method: "POST", path: "/v1/concurrency/release", body: `{"tenant":"acme","route":"GET /v1/items","lease_id":"` + a.Header().Get(LeaseHeader) + `"}`}.do(s)
+	if rel.Code != 200 {
+		t.Fatalf("release: %d %s", rel.Code, rel.Body)
+	}
+	if c := authz(); c.Code != 200 {
+		t.Fatalf("after the upstream released one: %d, want 200", c.Code)
+	}
+}
