@@ -68,6 +68,12 @@ func TestACLUser(t *testing.T) {
 	if err := st.Reset(ctx, "rl:{t:acme}:all:gcra"); err != nil {
 		t.Fatalf("reset: %v", err)
 	}
+	if r, err := st.AcquireSlot(ctx, "rl:{t:acme}:conc", "lease-1", 2, time.Minute); err != nil || !r.Acquired {
+		t.Fatalf("concurrency slot: %v %+v", err, r)
+	}
+	if err := st.ReleaseSlot(ctx, "rl:{t:acme}:conc", "lease-1"); err != nil {
+		t.Fatalf("slot release: %v", err)
+	}
 	ctl := redisctl.New(st.Client(), st.Prefix())
 	if err := ctl.PutTenant(ctx, "acme", policy.Tenant{Plan: "team"}); err != nil {
 		t.Fatalf("overlay write: %v", err)
