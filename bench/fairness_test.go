@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairgate/fairgate/fairshare"
 	"github.com/fairgate/fairgate/internal/auth"
 	"github.com/fairgate/fairgate/internal/config"
 	"github.com/fairgate/fairgate/internal/server"
@@ -219,6 +220,38 @@ func globalGate(b *testing.B, up *url.URL) http.Handler {
 	})
 }
 
+// fairGate is fairshare's Gate before a reverse proxy: the capacity
+// learned from latency (from a floor of 4), lent out, and split by
+// max-min fairness when contended. The tenant is the API key's (this
+// front is the benchmark's; fairgate's proxy does not wire the gate yet).
+func fairGate(b *testing.B, up *url.URL) http.Handler {
+	rp := httputil.NewSingleHostReverseProxy(up)
+	g := fairshare.New(fairshare.Config{Floor: 4, Ceiling: 256})
+	var last atomic.Int64
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tk, err := g.Acquire(r.Context(), fairshare.Request{Tenant: strings.TrimPrefix(r.Header.Get("X-API-Key"), "key-"), Kind: r.URL.Path})
+		if err != nil {
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		rec := &statusOf{ResponseWriter: w, code: 200}
+		rp.ServeHTTP(rec, r)
+		tk.Done(rec.code >= 500)
+		if s := time.Now().Unix(); last.Swap(s) != s && testing.Verbose() {
+			b.Logf("gate %+v", g.Stats())
+		}
+	})
+}
+
+// statusOf remembers the status written.
+type statusOf struct {
+	http.ResponseWriter
+	code int
+}
+
+func (s *statusOf) WriteHeader(c int) { s.code = c; s.ResponseWriter.WriteHeader(c) }
+
 // BenchmarkFairConcurrency is issue 24 §3's comparison: the nine steady
 // tenants' p50/p99 and success, the noisy tenant's goodput and share, and
 // the upstream's utilisation, for (a) no limiter, (b) fairgate's rate limits
@@ -236,6 +269,7 @@ func BenchmarkFairConcurrency(b *testing.B) {
 		{name: "(b) rate limits only", front: fairgateFront(ratePolicy), noisy: true},
 		{name: "(c) one global concurrency limit", front: globalGate, noisy: true},
 		{name: "(d1) per-tenant concurrency 4", front: fairgateFront(strings.Replace(ratePolicy, "burst: 100}]", "burst: 100}, {concurrency: 4}]", 1)), noisy: true},
+		{name: "(d2) fairshare gate (learned, fair)", front: fairGate, noisy: true},
 	}
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "\n%-40s %9s %9s %8s %12s %11s %6s\n", "scenario", "p50", "p99", "success", "noisy req/s", "noisy share", "util")
