@@ -10,7 +10,10 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"os"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -226,7 +229,7 @@ func globalGate(b *testing.B, up *url.URL) http.Handler {
 // front is the benchmark's; fairgate's proxy does not wire the gate yet).
 func fairGate(b *testing.B, up *url.URL) http.Handler {
 	rp := httputil.NewSingleHostReverseProxy(up)
-	g := fairshare.New(fairshare.Config{Floor: 4, Ceiling: 256})
+	g := fairshare.New(fairshare.Config{Floor: 4, Ceiling: 256, Tolerance: tolerance()})
 	var last atomic.Int64
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tk, err := g.Acquire(r.Context(), fairshare.Request{Tenant: strings.TrimPrefix(r.Header.Get("X-API-Key"), "key-"), Kind: r.URL.Path})
@@ -271,6 +274,13 @@ func BenchmarkFairConcurrency(b *testing.B) {
 		{name: "(d1) per-tenant concurrency 4", front: fairgateFront(strings.Replace(ratePolicy, "burst: 100}]", "burst: 100}, {concurrency: 4}]", 1)), noisy: true},
 		{name: "(d2) fairshare gate (learned, fair)", front: fairGate, noisy: true},
 	}
+	if only := os.Getenv("FAIRGATE_BENCH_TARGETS"); only != "" { // a subset, by scenario name
+		re, err := regexp.Compile(only)
+		if err != nil {
+			b.Fatalf("FAIRGATE_BENCH_TARGETS: %v", err)
+		}
+		scenarios = slices.DeleteFunc(scenarios, func(sc fairScenario) bool { return !re.MatchString(sc.name) })
+	}
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "\n%-40s %9s %9s %8s %12s %11s %6s\n", "scenario", "p50", "p99", "success", "noisy req/s", "noisy share", "util")
 	for _, sc := range scenarios {
@@ -279,4 +289,11 @@ func BenchmarkFairConcurrency(b *testing.B) {
 			100*r.success, r.noisyRate, 100*r.noisyShare, 100*r.util)
 	}
 	fmt.Print(sb.String())
+}
+
+// tolerance is FAIRGATE_BENCH_TOLERANCE, for trying the gate's tolerance;
+// zero (the gate's default) without it.
+func tolerance() float64 {
+	v, _ := strconv.ParseFloat(os.Getenv("FAIRGATE_BENCH_TOLERANCE"), 64)
+	return v
 }

@@ -23,7 +23,7 @@ type Config struct {
 	// MaxQueue bounds each tenant's waiting requests. Zero means 128.
 	MaxQueue int
 	// Tolerance is how much the upstream's latency may grow over its
-	// learned base before the limit shrinks. Zero means 1.5 (50% more).
+	// least before the limit shrinks. Zero means 1.25 (25% more).
 	Tolerance float64
 	// Reserve is the part of the limit, in [0, 1), kept for requests that
 	// ask for it (critical routes): others are admitted only while the
@@ -58,6 +58,7 @@ type Gate struct {
 	tenants  map[string]*tenant
 	waiting  int       // requests queued, all tenants
 	rr       []*tenant // tenants with waiters, in round-robin order
+	demand   demand    // who wants room lately, and how much
 }
 
 type tenant struct {
@@ -71,6 +72,7 @@ type tenant struct {
 type waiter struct {
 	ready    chan struct{}
 	critical bool
+	fair     bool // within its tenant's share when it came
 	granted  bool
 }
 
@@ -94,10 +96,10 @@ func New(c Config) *Gate {
 		c.MaxQueue = 128
 	}
 	if c.Tolerance <= 1 {
-		c.Tolerance = 1.5
+		c.Tolerance = 1.25
 	}
 	c.Reserve = min(max(c.Reserve, 0), 0.9)
-	g := &Gate{c: c, tenants: map[string]*tenant{}}
+	g := &Gate{c: c, tenants: map[string]*tenant{}, demand: demand{recent: map[string]recentTenant{}}}
 	g.lim = gradient{limit: float64(c.Initial), floor: float64(c.Floor), ceiling: float64(c.Ceiling), tolerance: c.Tolerance, fixed: c.Fixed}
 	return g
 }
@@ -128,6 +130,7 @@ type Ticket struct {
 	g     *Gate
 	t     *tenant
 	kind  string
+	fair  bool
 	start time.Time
 	once  sync.Once
 }
@@ -136,7 +139,7 @@ type Ticket struct {
 // (which shrinks the limit); the time since admission, compared with the
 // least seen for the request's kind, teaches the limit.
 func (tk *Ticket) Done(failed bool) {
-	tk.once.Do(func() { tk.g.done(tk.t, tk.kind, time.Since(tk.start), failed) })
+	tk.once.Do(func() { tk.g.done(tk, time.Since(tk.start), failed) })
 }
 
 // Request is what Acquire admits.
@@ -165,11 +168,17 @@ func (g *Gate) Acquire(ctx context.Context, r Request) (*Ticket, error) {
 		g.tenants[name] = t
 	}
 	t.weight = weight
-	if g.waiting == 0 && g.room(t, critical) {
+	now := time.Now()
+	g.demand.seen(name, weight, now)
+	fair := float64(t.inflight) < g.share(t)
+	if g.waiting == 0 && g.room(critical, fair) {
 		t.inflight++
 		g.inflight++
+		if fair {
+			g.demand.arrive(now)
+		}
 		g.mu.Unlock()
-		return &Ticket{g: g, t: t, kind: r.Kind, start: time.Now()}, nil
+		return &Ticket{g: g, t: t, kind: r.Kind, fair: fair, start: now}, nil
 	}
 	if len(t.queue) >= g.c.MaxQueue {
 		g.forget(t)
@@ -177,7 +186,7 @@ func (g *Gate) Acquire(ctx context.Context, r Request) (*Ticket, error) {
 		g.mu.Unlock()
 		return nil, &ShedError{RetryAfter: ra, Why: "its queue is full"}
 	}
-	w := &waiter{ready: make(chan struct{}), critical: critical}
+	w := &waiter{ready: make(chan struct{}), critical: critical, fair: fair}
 	t.queue = append(t.queue, w)
 	g.waiting++
 	if !t.queued {
@@ -192,7 +201,7 @@ func (g *Gate) Acquire(ctx context.Context, r Request) (*Ticket, error) {
 	var why string
 	select {
 	case <-w.ready:
-		return &Ticket{g: g, t: t, kind: r.Kind, start: time.Now()}, nil
+		return &Ticket{g: g, t: t, kind: r.Kind, fair: w.fair, start: time.Now()}, nil
 	case <-timer.C:
 		why = "no room within the wait"
 	case <-ctx.Done():
@@ -213,25 +222,23 @@ func (g *Gate) Acquire(ctx context.Context, r Request) (*Ticket, error) {
 	return nil, &ShedError{RetryAfter: g.retryAfter(), Why: why}
 }
 
-// share is t's fair share of the limit among the tenants that want room
-// (weighted); with the room others leave, max-min fairness.
+// share is t's fair share of the limit among the tenants that wanted room
+// lately (weighted).
 func (g *Gate) share(t *tenant) float64 {
-	var sum float64
-	for _, x := range g.tenants {
-		if x.inflight > 0 || len(x.queue) > 0 || x == t {
-			sum += x.weight
-		}
-	}
-	return float64(g.limit()) * t.weight / sum
+	return float64(g.limit()) * t.weight / math.Max(g.demand.weights, t.weight)
 }
 
-// room reports whether a request of t may start now: there is room in the
-// limit (the reserve only for a critical one), and, if others are
-// waiting, t is under its share.
-func (g *Gate) room(t *tenant, critical bool) bool {
+// room reports whether a request may start now: there is room in the
+// limit (the reserve only for a critical one); a request over its
+// tenant's share (a borrower's) also leaves the headroom that the tenants
+// within their shares are expected to need.
+func (g *Gate) room(critical, fair bool) bool {
 	lim := float64(g.limit())
 	if !critical {
 		lim = math.Max(1, math.Floor(lim*(1-g.c.Reserve)))
+	}
+	if !fair {
+		lim -= g.demand.headroom(float64(g.limit()))
 	}
 	return float64(g.inflight) < lim
 }
@@ -251,6 +258,9 @@ func (g *Gate) dispatch() {
 		t.inflight++
 		g.inflight++
 		g.waiting--
+		if w.fair {
+			g.demand.arrive(time.Now())
+		}
 		close(w.ready)
 	}
 }
@@ -264,7 +274,7 @@ func (g *Gate) next(under bool) (*waiter, *tenant) {
 			continue
 		}
 		for j, w := range t.queue {
-			if !g.room(t, w.critical) {
+			if !g.room(w.critical, w.fair) {
 				continue
 			}
 			t.queue = append(t.queue[:j], t.queue[j+1:]...)
@@ -315,10 +325,14 @@ func (g *Gate) retryAfter() time.Duration {
 	return max(time.Millisecond, time.Duration(g.lim.base))
 }
 
-func (g *Gate) done(t *tenant, kind string, rtt time.Duration, failed bool) {
+func (g *Gate) done(tk *Ticket, rtt time.Duration, failed bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.lim.observe(kind, float64(rtt), g.inflight, failed)
+	t := tk.t
+	g.lim.observe(tk.kind, float64(rtt), g.inflight, failed)
+	if tk.fair {
+		g.demand.took(rtt)
+	}
 	t.inflight--
 	g.inflight--
 	g.forget(t)

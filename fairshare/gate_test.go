@@ -145,3 +145,26 @@ func TestLearnsCapacity(t *testing.T) {
 		t.Fatalf("learned %.1f for 16 workers under a mix of 5 ms and 200 ms requests, want near 16", mixed.limit)
 	}
 }
+
+// TestHeadroom: a borrower leaves room free for the tenants within their
+// shares, sized by their recent demand (Little's law), at most half.
+func TestHeadroom(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := New(Config{Initial: 8, Fixed: true, MaxWait: 10 * time.Millisecond})
+		mustAcquire(t, g, "steady", false).Done(false) // wanted room lately
+		for range 7 {
+			mustAcquire(t, g, "borrower", false)
+		}
+		if _, err := g.Acquire(context.Background(), Request{Tenant: "borrower"}); !errors.Is(err, ErrShed) {
+			t.Fatalf("the borrower's eighth: %v, want shed (one slot kept free)", err)
+		}
+		mustAcquire(t, g, "steady", false) // the kept slot
+	})
+	d := demand{rate: 360, lat: 0.006}
+	if h := d.headroom(16); h != 7 {
+		t.Errorf("headroom for 360 requests a second of 6 ms: %v, want ceil(2.16 + 2√2.16) + 1 = 7", h)
+	}
+	if h := (&demand{rate: 10000, lat: 0.1}).headroom(16); h != 8 {
+		t.Errorf("headroom under a flood: %v, want half the limit", h)
+	}
+}

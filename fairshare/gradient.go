@@ -2,16 +2,17 @@ package fairshare
 
 import "math"
 
-// gradient is the learned limit, in the manner of Netflix's
-// concurrency-limits Gradient2, with one change: a request's latency is
-// compared with the least latency seen for its own kind (a route class),
-// not with one average over all, so that an expensive route's long
-// service time is not read as queueing. The ratio of the two, averaged
-// over the last ten or so requests, says how much requests queue in the
-// upstream; the limit follows limit × min(1, tolerance ÷ ratio) plus a
-// queue allowance of √limit, smoothed, between floor and ceiling. It moves
-// only while it is used (at least half in flight): an idle upstream
-// teaches nothing. A failure shrinks it by a tenth.
+// gradient is the learned limit. Each request's latency is compared with
+// the least latency seen for its own kind (a route class), so that an
+// expensive route's long service time is not read as queueing; the ratio
+// says how much requests queue in the upstream. The limit moves once per
+// window of max(10, limit) requests, by the window's average ratio: over
+// the tolerance (or any failure) it shrinks in proportion, by at most 30%;
+// at or under it, and if the window used the limit (a peak of at least
+// limit − 1 in flight), it grows by one. An idle upstream teaches nothing.
+// This is AIMD on queueing, in the manner of TCP Vegas and of Netflix's
+// concurrency-limits, chosen against BenchmarkFairConcurrency (see
+// bench/RESULTS.md): a per-request gradient swung the limit from 4 to 35.
 //
 // The least latency only falls: an upstream that becomes slower for good
 // (a slower release) is taken for a queueing one, and the limit stays
@@ -21,8 +22,12 @@ type gradient struct {
 	tolerance             float64
 	fixed                 bool
 	mins                  map[string]float64 // least latency by kind, ns
-	ratio                 float64            // latency ÷ least, averaged
 	base                  float64            // ns, the average latency
+
+	n        int     // the window's requests
+	sum      float64 // and their ratios
+	peak     int     // most in flight in the window
+	failures int
 }
 
 // maxKinds bounds the kinds remembered.
@@ -36,29 +41,32 @@ func (g *gradient) observe(kind string, rtt float64, inflight int, failed bool) 
 	if g.fixed {
 		return
 	}
-	if failed {
-		g.limit = math.Max(g.floor, g.limit*0.9)
-		return
-	}
 	if g.mins == nil {
 		g.mins = map[string]float64{}
 	}
 	m, ok := g.mins[kind]
-	if !ok && len(g.mins) >= maxKinds {
-		return
-	}
-	if !ok || rtt < m {
+	switch {
+	case !ok && len(g.mins) >= maxKinds:
+		m = rtt
+	case !ok || rtt < m:
 		m = math.Max(rtt, 1)
 		g.mins[kind] = m
 	}
-	if g.ratio == 0 {
-		g.ratio = 1
+	g.n++
+	g.sum += rtt / m
+	g.peak = max(g.peak, inflight)
+	if failed {
+		g.failures++
 	}
-	g.ratio += (rtt/m - g.ratio) / 50
-	if float64(inflight) < g.limit/2 {
+	if g.n < max(10, int(g.limit)) {
 		return
 	}
-	grad := math.Max(0.5, math.Min(1, g.tolerance/g.ratio))
-	next := g.limit*grad + math.Sqrt(g.limit)
-	g.limit = math.Min(g.ceiling, math.Max(g.floor, 0.9*g.limit+0.1*next))
+	avg := g.sum / float64(g.n)
+	switch {
+	case g.failures > 0 || avg > g.tolerance:
+		g.limit = math.Max(g.floor, g.limit*math.Max(0.7, math.Min(0.95, g.tolerance/avg)))
+	case float64(g.peak) >= g.limit-1:
+		g.limit = math.Min(g.ceiling, g.limit+1)
+	}
+	g.n, g.sum, g.peak, g.failures = 0, 0, 0, 0
 }
