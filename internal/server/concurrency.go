@@ -9,6 +9,7 @@ import (
 	"github.com/fairgate/fairgate/httplimit"
 	"github.com/fairgate/fairgate/httplimit/problem"
 	"github.com/fairgate/fairgate/limiter"
+	"github.com/fairgate/fairgate/policy"
 	"github.com/fairgate/fairgate/store"
 )
 
@@ -39,13 +40,19 @@ func slotViews(ds []limiter.SlotDecision) []slotView {
 	return out
 }
 
-// slotRequest validates the tenant and the route or class of b.
-func slotRequest(w http.ResponseWriter, b *slotJSON) (checkRequest, bool) {
-	if b.Tenant == nil || *b.Tenant == "" {
-		problem.BadRequest(w, "tenant: required: concurrency limits are a tenant's")
-		return checkRequest{}, false
+// readSlot reads a slot body: the body, and the request its tenant and
+// route or class make; or a detail naming the field at fault. It writes
+// the answer itself when the body cannot be read.
+func readSlot(w http.ResponseWriter, r *http.Request) (b slotJSON, lr policy.Request, detail string, ok bool) {
+	if !decodeJSON(w, r, &b) {
+		return b, lr, "", false
 	}
-	return checkRequest{tenant: optOf(b.Tenant), route: optOf(b.Route), class: optOf(b.Class)}, true
+	if b.Tenant == nil || *b.Tenant == "" {
+		return b, lr, "tenant: required: concurrency limits are a tenant's", true
+	}
+	cr := checkRequest{tenant: optOf(b.Tenant), route: optOf(b.Route), class: optOf(b.Class)}
+	lr, detail = parseCheck(&cr)
+	return b, lr, detail, true
 }
 
 // handleSlotAcquire serves POST /v1/concurrency/acquire: a worker takes
@@ -53,15 +60,10 @@ func slotRequest(w http.ResponseWriter, b *slotJSON) (checkRequest, bool) {
 // them back with /v1/concurrency/release and the lease ID, or lets the
 // lease run out.
 func (s *Server) handleSlotAcquire(w http.ResponseWriter, r *http.Request) {
-	var b slotJSON
-	if !decodeJSON(w, r, &b) {
-		return
-	}
-	cr, ok := slotRequest(w, &b)
+	b, lr, detail, ok := readSlot(w, r)
 	if !ok {
 		return
 	}
-	lr, detail := parseCheck(&cr)
 	var lease time.Duration
 	switch {
 	case detail != "":
@@ -94,15 +96,10 @@ func (s *Server) handleSlotAcquire(w http.ResponseWriter, r *http.Request) {
 
 // handleSlotRelease serves POST /v1/concurrency/release.
 func (s *Server) handleSlotRelease(w http.ResponseWriter, r *http.Request) {
-	var b slotJSON
-	if !decodeJSON(w, r, &b) {
-		return
-	}
-	cr, ok := slotRequest(w, &b)
+	b, lr, detail, ok := readSlot(w, r)
 	if !ok {
 		return
 	}
-	lr, detail := parseCheck(&cr)
 	switch {
 	case detail != "":
 	case b.LeaseID == nil || *b.LeaseID == "" || len(*b.LeaseID) > store.MaxSlotID:
