@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
@@ -157,13 +158,24 @@ func (l *Limiter) slotContext(ctx context.Context) (context.Context, context.Can
 	return l.deadline.context(ctx)
 }
 
-// releaseSlots gives lease id's slots of layers back.
+// releaseSlots gives lease id's slots of layers back, even when ctx has
+// ended, within the store deadline and through the breaker: while the
+// store is out a release costs nothing (the caller's response waits for
+// it), and the lease frees the slot.
 func (l *Limiter) releaseSlots(ctx context.Context, layers []policy.SlotLayer, id string) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(l.timeout, time.Second))
-	defer cancel()
+	ctx = context.WithoutCancel(ctx)
 	var first error
 	for _, sl := range layers {
-		if err := l.slots.store.ReleaseSlot(ctx, sl.Key, id); err != nil && first == nil {
+		rctx, cancel := l.slotContext(ctx)
+		release := func() error { return l.slots.store.ReleaseSlot(rctx, sl.Key, id) }
+		var err error
+		if l.local {
+			err = release()
+		} else {
+			err = l.cb.call([]store.Check{{Key: sl.Key}}, release)
+		}
+		cancel()
+		if err != nil && first == nil {
 			first = err
 		}
 	}
@@ -211,9 +223,7 @@ func (l *Limiter) decideWithSlots(ctx context.Context, c *call) (Decision, error
 func (l *Limiter) takeSlots(ctx context.Context, c *call, id string, lease time.Duration) ([]SlotDecision, *Decision, error) {
 	sd := make([]SlotDecision, 0, len(c.res.Slots))
 	for i, sl := range c.res.Slots {
-		sctx, cancel := l.slotContext(ctx)
-		r, err := l.slots.store.AcquireSlot(sctx, sl.Key, id, sl.Limit, lease)
-		cancel()
+		r, err := l.acquireSlot(ctx, sl, id, lease)
 		if err != nil {
 			l.releaseSlots(ctx, c.res.Slots[:i], id)
 			return nil, nil, err
@@ -230,6 +240,28 @@ func (l *Limiter) takeSlots(ctx context.Context, c *call, id string, lease time.
 		sd = append(sd, d)
 	}
 	return sd, nil, nil
+}
+
+// acquireSlot takes one slot under the store deadline and, for a store
+// that is not in-process, through the breaker of the slot key's domain (a
+// tenant's slots live beside its rate keys): while the store is out, slot
+// calls are refused at once rather than each waiting for its deadline.
+func (l *Limiter) acquireSlot(ctx context.Context, sl policy.SlotLayer, id string, lease time.Duration) (store.SlotResult, error) {
+	sctx, cancel := l.slotContext(ctx)
+	defer cancel()
+	var r store.SlotResult
+	acquire := func() error {
+		var err error
+		r, err = l.slots.store.AcquireSlot(sctx, sl.Key, id, sl.Limit, lease)
+		return err
+	}
+	if l.local {
+		return r, acquire()
+	}
+	if err := l.cb.call([]store.Check{{Key: sl.Key}}, acquire); err != nil {
+		return r, fmt.Errorf("%w: %w", store.ErrUnavailable, err)
+	}
+	return r, nil
 }
 
 // AcquireSlots takes req's concurrency slots alone, without rate tokens,

@@ -165,3 +165,34 @@ func TestSlotsExactAcrossInstances(t *testing.T) {
 		})
 	}
 }
+
+// downSlots is a store that is out, counting the slot calls that reach it.
+type downSlots struct{ calls atomic.Int64 }
+
+func (*downSlots) Take(context.Context, []store.Check, *store.Result) error { return store.ErrUnavailable }
+func (*downSlots) Close() error                                             { return nil }
+func (d *downSlots) AcquireSlot(context.Context, string, string, int64, time.Duration) (store.SlotResult, error) {
+	d.calls.Add(1)
+	return store.SlotResult{}, store.ErrUnavailable
+}
+func (*downSlots) ReleaseSlot(context.Context, string, string) error { return store.ErrUnavailable }
+
+// TestSlotsBehindBreaker: while the store is out, slot calls go through
+// the store's breaker: once it opens they are refused at once, and the
+// fail mode decides (open here: the rate layers alone, on the fallback).
+func TestSlotsBehindBreaker(t *testing.T) {
+	st := &downSlots{}
+	l, err := New(Config{Store: st, Policy: slotPolicy(), Fallback: memstore.New(memstore.Config{}), BreakerCooldown: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 50 {
+		d := decideSlot(t, l, fmt.Sprint("t", i), "/x")
+		if !d.Allowed || d.Reason != ReasonDegradedOpen {
+			t.Fatalf("request %d with the store out: %+v, want degraded open", i, d)
+		}
+	}
+	if n := st.calls.Load(); n > 10 {
+		t.Fatalf("%d of 50 slot calls reached a store that is out, want the breaker to stop them after a few", n)
+	}
+}
