@@ -169,8 +169,10 @@ func TestSlotsExactAcrossInstances(t *testing.T) {
 // downSlots is a store that is out, counting the slot calls that reach it.
 type downSlots struct{ calls atomic.Int64 }
 
-func (*downSlots) Take(context.Context, []store.Check, *store.Result) error { return store.ErrUnavailable }
-func (*downSlots) Close() error                                             { return nil }
+func (*downSlots) Take(context.Context, []store.Check, *store.Result) error {
+	return store.ErrUnavailable
+}
+func (*downSlots) Close() error { return nil }
 func (d *downSlots) AcquireSlot(context.Context, string, string, int64, time.Duration) (store.SlotResult, error) {
 	d.calls.Add(1)
 	return store.SlotResult{}, store.ErrUnavailable
