@@ -3,6 +3,7 @@ package limiter
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/fairgate/fairgate/policy"
@@ -33,6 +34,9 @@ type TenantLimits struct {
 	Overridden bool
 	Expires    time.Time
 	Layers     []LayerState
+	// Concurrency are the tenant's concurrency layers (the tenant's, then
+	// each class's share below 1); none without a concurrency limit.
+	Concurrency []policy.SlotLayer
 }
 
 // Effective returns tenant id's effective limits, for a tenant whose
@@ -58,6 +62,11 @@ func (l *Limiter) Effective(ctx context.Context, id, plan string) (TenantLimits,
 		for _, ly := range r.Layers {
 			if len(ly.Key) > 0 && !seenKey(layers, ly.Key) {
 				layers = append(layers, ly)
+			}
+		}
+		for _, sl := range r.Slots {
+			if !slices.ContainsFunc(out.Concurrency, func(x policy.SlotLayer) bool { return x.Key == sl.Key }) {
+				out.Concurrency = append(out.Concurrency, sl)
 			}
 		}
 	}

@@ -135,6 +135,9 @@ func TestAdminConcurrency(t *testing.T) {
 			t.Errorf("%s: slots %+v, %v; want a concurrency of %d", tenant, res.Slots, err, want)
 		}
 	}
+	if rec := admin("GET", "/admin/tenants/newco", ""); rec.Code != 200 || !strings.Contains(rec.Body.String(), `{"policy":"free.tenant.concurrency","limit":2}`) {
+		t.Errorf("the tenant's effective limits: %d %s, want its concurrency layer", rec.Code, rec.Body)
+	}
 	held := 0
 	for range 3 {
 		if d, _ := l.Decide(context.Background(), policy.Request{Tenant: "newco", Class: "read"}); d.Allowed {

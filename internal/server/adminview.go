@@ -105,6 +105,24 @@ func effectiveView(tl limiter.TenantLimits) map[string]any {
 	if e := timeView(tl.Expires); e != nil {
 		out["expires_at"] = e
 	}
+	if len(tl.Concurrency) > 0 {
+		out["concurrency"] = concurrencyView(tl.Concurrency)
+	}
+	return out
+}
+
+// concurrencyView lists concurrency layers: policy, limit and class.
+type concurrencyLayer struct {
+	Policy string `json:"policy"`
+	Class  string `json:"class,omitempty"`
+	Limit  int64  `json:"limit"`
+}
+
+func concurrencyView(sls []policy.SlotLayer) []concurrencyLayer {
+	out := make([]concurrencyLayer, len(sls))
+	for i, sl := range sls {
+		out[i] = concurrencyLayer{sl.Policy, sl.Class, sl.Limit}
+	}
 	return out
 }
 

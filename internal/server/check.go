@@ -217,11 +217,12 @@ func (s *Server) handleMyLimits(w http.ResponseWriter, r *http.Request) {
 		Shadow       bool   `json:"shadow,omitempty"`
 	}
 	out := struct {
-		Tenant string         `json:"tenant"`
-		Plan   string         `json:"plan"`
-		Layers []layer        `json:"layers"`
-		Queues map[string]any `json:"queues,omitempty"`
-	}{Tenant: tl.Tenant, Plan: tl.Plan, Layers: []layer{}}
+		Tenant      string             `json:"tenant"`
+		Plan        string             `json:"plan"`
+		Layers      []layer            `json:"layers"`
+		Concurrency []concurrencyLayer `json:"concurrency,omitempty"`
+		Queues      map[string]any     `json:"queues,omitempty"`
+	}{Tenant: tl.Tenant, Plan: tl.Plan, Layers: []layer{}, Concurrency: concurrencyView(tl.Concurrency)}
 	if s.jobs != nil {
 		out.Queues = s.queueStates(r, tl.Tenant)
 	}

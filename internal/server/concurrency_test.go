@@ -104,6 +104,16 @@ func TestProxyConcurrency(t *testing.T) {
 		t.Fatalf("the refused request reached the upstream (%s)", p)
 	default:
 	}
+	if resp, err := getAs(context.Background(), t, ts.URL, "/v1/me/limits"); err != nil {
+		t.Fatal(err)
+	} else {
+		var m struct{ Concurrency []map[string]any }
+		json.NewDecoder(resp.Body).Decode(&m)
+		resp.Body.Close()
+		if len(m.Concurrency) != 1 || m.Concurrency[0]["policy"] != "pro.tenant.concurrency" || m.Concurrency[0]["limit"] != float64(2) {
+			t.Errorf("/v1/me/limits: concurrency %v, want pro.tenant.concurrency of 2", m.Concurrency)
+		}
+	}
 	close(release)
 	wg.Wait()
 	// Both slots are back; one goes to a client that gives up mid-request,
