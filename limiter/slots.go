@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
@@ -112,10 +111,7 @@ func (s *Slots) Renew(ctx context.Context) error {
 		return nil
 	}
 	for _, sl := range s.layers {
-		sctx, cancel := s.l.slotContext(ctx)
-		_, err := s.l.slots.store.AcquireSlot(sctx, sl.Key, s.id, sl.Limit, s.lease)
-		cancel()
-		if err != nil {
+		if _, err := s.l.acquireSlot(ctx, sl, s.id, s.lease); err != nil {
 			return err
 		}
 	}
@@ -150,14 +146,6 @@ func (s *Slots) KeepAlive() (stop func()) {
 	}
 }
 
-// slotContext bounds one slot call by the store deadline.
-func (l *Limiter) slotContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	if l.timeout <= 0 || l.local {
-		return ctx, noCancel
-	}
-	return l.deadline.context(ctx)
-}
-
 // releaseSlots gives lease id's slots of layers back, even when ctx has
 // ended, within the store deadline and through the breaker: while the
 // store is out a release costs nothing (the caller's response waits for
@@ -166,14 +154,8 @@ func (l *Limiter) releaseSlots(ctx context.Context, layers []policy.SlotLayer, i
 	ctx = context.WithoutCancel(ctx)
 	var first error
 	for _, sl := range layers {
-		rctx, cancel := l.slotContext(ctx)
-		release := func() error { return l.slots.store.ReleaseSlot(rctx, sl.Key, id) }
-		var err error
-		if l.local {
-			err = release()
-		} else {
-			err = l.cb.call([]store.Check{{Key: sl.Key}}, release)
-		}
+		rctx, cancel := l.storeContext(ctx)
+		err := l.storeCall([]store.Check{{Key: sl.Key}}, func() error { return l.slots.store.ReleaseSlot(rctx, sl.Key, id) })
 		cancel()
 		if err != nil && first == nil {
 			first = err
@@ -242,26 +224,20 @@ func (l *Limiter) takeSlots(ctx context.Context, c *call, id string, lease time.
 	return sd, nil, nil
 }
 
-// acquireSlot takes one slot under the store deadline and, for a store
-// that is not in-process, through the breaker of the slot key's domain (a
-// tenant's slots live beside its rate keys): while the store is out, slot
-// calls are refused at once rather than each waiting for its deadline.
+// acquireSlot takes (or renews) one slot under the store deadline and
+// through the breaker of the slot key's domain (a tenant's slots live
+// beside its rate keys): while the store is out, slot calls are refused at
+// once rather than each waiting for its deadline.
 func (l *Limiter) acquireSlot(ctx context.Context, sl policy.SlotLayer, id string, lease time.Duration) (store.SlotResult, error) {
-	sctx, cancel := l.slotContext(ctx)
+	sctx, cancel := l.storeContext(ctx)
 	defer cancel()
 	var r store.SlotResult
-	acquire := func() error {
+	err := l.storeCall([]store.Check{{Key: sl.Key}}, func() error {
 		var err error
 		r, err = l.slots.store.AcquireSlot(sctx, sl.Key, id, sl.Limit, lease)
 		return err
-	}
-	if l.local {
-		return r, acquire()
-	}
-	if err := l.cb.call([]store.Check{{Key: sl.Key}}, acquire); err != nil {
-		return r, fmt.Errorf("%w: %w", store.ErrUnavailable, err)
-	}
-	return r, nil
+	})
+	return r, err
 }
 
 // AcquireSlots takes req's concurrency slots alone, without rate tokens,

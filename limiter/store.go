@@ -58,36 +58,50 @@ func (l *Limiter) decideLocally(ctx context.Context, checks []store.Check, res *
 	return sized, l.fallback.Take(ctx, sized, res) == nil
 }
 
+// storeContext bounds one store call by the store deadline (shared; see
+// deadline.go). An in-process store gets none.
+func (l *Limiter) storeContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if l.timeout <= 0 || l.local {
+		return ctx, noCancel
+	}
+	return l.deadline.context(ctx)
+}
+
+// storeCall runs f, one call of the store about checks, through the
+// breakers of their domains (an in-process store has none). A breaker
+// that refuses is store.ErrUnavailable.
+func (l *Limiter) storeCall(checks []store.Check, f func() error) error {
+	if l.local {
+		return f()
+	}
+	err := l.cb.call(checks, f)
+	if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
+		return fmt.Errorf("%w: breaker open: %w", store.ErrUnavailable, err)
+	}
+	return err
+}
+
 // take runs one store call under the limiter's deadline (an in-process
 // store never waits: it runs without one, and without the timer one costs).
 func (l *Limiter) take(ctx context.Context, now time.Time, checks []store.Check, res *store.Result) error {
-	switch {
-	case l.timeout <= 0 || l.local:
-	case l.tracer != nil: // the store's span needs ctx's
-		var cancel context.CancelFunc
+	var cancel context.CancelFunc
+	if l.tracer != nil && l.timeout > 0 && !l.local { // the store's span needs ctx's
 		ctx, cancel = context.WithTimeout(ctx, l.timeout)
-		defer cancel()
-	default:
-		var cancel context.CancelFunc
-		ctx, cancel = l.deadline.context(ctx)
-		defer cancel()
+	} else {
+		ctx, cancel = l.storeContext(ctx)
 	}
+	defer cancel()
 	var end func(*store.Result, error)
 	if l.tracer != nil {
 		ctx, end = l.storeSpan(ctx, checks)
 	}
 	start := time.Now()
-	var err error
-	if l.local {
-		err = l.store.Take(ctx, checks, res)
-	} else {
-		err = l.cb.call(checks, func() error { return l.store.Take(ctx, checks, res) })
-	}
+	err := l.storeCall(checks, func() error { return l.store.Take(ctx, checks, res) })
 	if end != nil {
 		end(res, err)
 	}
 	if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
-		return fmt.Errorf("%w: breaker open: %w", store.ErrUnavailable, err)
+		return err
 	}
 	l.observeStore(ctx, time.Since(start).Seconds())
 	if err != nil {
