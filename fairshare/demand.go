@@ -9,7 +9,7 @@ import (
 // tenants' shares need: their arrival rate and latency (Little's law
 // gives the room they hold on average).
 type demand struct {
-	recent  map[string]recentTenant
+	recent  map[string]*recentTenant
 	weights float64   // of the recent tenants
 	pruned  time.Time // when recent was last pruned
 
@@ -22,6 +22,40 @@ type demand struct {
 type recentTenant struct {
 	weight float64
 	seen   time.Time
+	load   load
+}
+
+// load is a tenant's requests in flight over time: their integral over
+// each window of loadWindow, and the average of the windows (EWMA).
+type load struct {
+	since, last time.Time // the window's start; the last change
+	area        float64   // requests in flight × seconds, this window
+	avg         float64   // requests in flight on average, lately
+	held        int       // requests in flight now
+	windows     int       // windows averaged
+}
+
+// loadWindow is how often a tenant's average load is updated.
+const loadWindow = 250 * time.Millisecond
+
+// change notes that the tenant's requests in flight change at now, from
+// before to after.
+func (l *load) change(before, after int, now time.Time) {
+	l.held = after
+	if l.since.IsZero() {
+		l.since, l.last = now, now
+	}
+	l.area += float64(before) * now.Sub(l.last).Seconds()
+	l.last = now
+	if el := now.Sub(l.since); el >= loadWindow {
+		if a := l.area / el.Seconds(); l.windows == 0 {
+			l.avg = a
+		} else {
+			l.avg += (a - l.avg) / 2
+		}
+		l.windows++
+		l.since, l.area = now, 0
+	}
 }
 
 const (
@@ -30,21 +64,29 @@ const (
 	rateWindow = 250 * time.Millisecond
 )
 
-// seen notes that tenant name wants room at now.
-func (d *demand) seen(name string, weight float64, now time.Time) {
+// seen notes that tenant name wants room at now, and returns its record.
+// Past maxRecent tenants, a new one gets a record of its own that is not
+// kept (nor counted in the weights).
+func (d *demand) seen(name string, weight float64, now time.Time) *recentTenant {
+	d.maybePrune(now)
+	r, ok := d.recent[name]
+	switch {
+	case !ok && len(d.recent) >= maxRecent:
+		return &recentTenant{weight: weight, seen: now}
+	case !ok:
+		r = &recentTenant{}
+		d.recent[name] = r
+	}
+	d.weights += weight - r.weight
+	r.weight, r.seen = weight, now
+	return r
+}
+
+// maybePrune prunes when the last prune is recentFor/10 old.
+func (d *demand) maybePrune(now time.Time) {
 	if now.Sub(d.pruned) >= recentFor/10 {
 		d.prune(now)
 	}
-	r, ok := d.recent[name]
-	if !ok && len(d.recent) >= maxRecent {
-		return
-	}
-	if !ok {
-		d.weights += weight
-	} else {
-		d.weights += weight - r.weight
-	}
-	d.recent[name] = recentTenant{weight, now}
 }
 
 // prune drops the tenants not seen for recentFor.
@@ -52,7 +94,7 @@ func (d *demand) prune(now time.Time) {
 	d.pruned = now
 	d.weights = 0
 	for name, r := range d.recent {
-		if now.Sub(r.seen) >= recentFor {
+		if now.Sub(r.seen) >= recentFor && r.load.held == 0 {
 			delete(d.recent, name)
 			continue
 		}

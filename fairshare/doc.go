@@ -1,17 +1,26 @@
-// Package fairshare shares an upstream's concurrency between tenants
-// (issue 24 §2, first part). A [Gate] admits requests up to a limit of
-// requests in flight; the limit is learned from the upstream's latency
-// (AIMD on how much requests queue, compared per route kind, between a
-// floor and a ceiling); while the upstream has room, a tenant may borrow
-// what the others leave, less a headroom kept for the tenants within
-// their shares (their expected hold by Little's law, with a margin); when
-// it is full, the room is split by weighted max-min fairness between the
-// tenants that want it: a request of a tenant under its share waits ahead
-// of any request of a tenant over it, and the borrower's excess is the
-// first to wait. A request waits at most MaxWait in its tenant's queue; then, or
-// when the queue is full, it is shed with a retry-after. Requests of a
-// class that reserves part of the limit are admitted into that part when
-// the rest is full, so that non-critical traffic is shed first.
+// Package fairshare shares an upstream's concurrency between tenants. A
+// [Gate] admits requests up to a limit of requests in flight, fixed or
+// learned from the upstream's latency (AIMD on how much requests queue,
+// compared per route kind, between a floor and a ceiling).
 //
-// It is per instance and in memory: nothing here touches a store.
+// While the upstream has room, a tenant may borrow what the others leave,
+// less a headroom kept for the requests within their tenants' shares: the
+// room they hold on average by Little's law, plus two of its standard
+// deviations, plus one. A tenant is within its share while it has fewer
+// requests in flight than the limit's weighted share among the tenants
+// that wanted room lately; a tenant that held less than its share on
+// average may burst past it as a Poisson stream does, and its bursts stay
+// its own. A tenant new to the gate has no average: its burst is borrowed.
+//
+// When the limit is full, freed room goes by weighted max-min fairness:
+// first to the waiting tenant within its share that has the fewest
+// requests in flight for its weight, then round robin to the borrowers. A
+// request waits at most MaxWait in its tenant's queue; then, or when the
+// queue is full, it is shed with a retry-after. Requests of a critical
+// class may use a reserved part of the limit, so that non-critical
+// traffic is shed first.
+//
+// It is per instance and in memory: nothing here touches a store. The
+// proxy of `fairgate serve` puts it in front of the upstream with the
+// config's upstream_capacity section (docs/concurrency.md).
 package fairshare

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"time"
 )
@@ -15,7 +16,8 @@ type Config struct {
 	Floor, Ceiling int
 	// Initial is the limit before anything is learned. Zero means Floor.
 	Initial int
-	// Fixed turns learning off: the limit stays Initial.
+	// Fixed turns learning off: the limit stays Initial (Floor and
+	// Ceiling do not apply).
 	Fixed bool
 	// MaxWait is how long a request waits for room before it is shed.
 	// Zero means 250 ms.
@@ -39,6 +41,9 @@ var ErrShed = errors.New("fairshare: shed")
 type ShedError struct {
 	RetryAfter time.Duration
 	Why        string
+	// QueueFull reports a request shed because its tenant's queue was
+	// full, rather than one that waited MaxWait.
+	QueueFull bool
 }
 
 func (e *ShedError) Error() string {
@@ -64,6 +69,7 @@ type Gate struct {
 type tenant struct {
 	name     string
 	weight   float64
+	rec      *recentTenant // its load, kept while it is recent
 	inflight int
 	queue    []*waiter
 	queued   bool // in g.rr
@@ -78,6 +84,18 @@ type waiter struct {
 
 // New returns a Gate.
 func New(c Config) *Gate {
+	c = c.normalized()
+	g := &Gate{c: c, tenants: map[string]*tenant{}, demand: demand{recent: map[string]*recentTenant{}}}
+	g.lim = gradient{limit: float64(c.Initial)}
+	g.lim.configure(c)
+	return g
+}
+
+// normalized is c with its defaults filled in and its values bounded.
+func (c Config) normalized() Config {
+	if c.Fixed && c.Initial > 0 {
+		c.Floor, c.Ceiling = c.Initial, c.Initial
+	}
 	if c.Floor <= 0 {
 		c.Floor = 4
 	}
@@ -99,9 +117,25 @@ func New(c Config) *Gate {
 		c.Tolerance = 1.25
 	}
 	c.Reserve = min(max(c.Reserve, 0), 0.9)
-	g := &Gate{c: c, tenants: map[string]*tenant{}, demand: demand{recent: map[string]recentTenant{}}}
-	g.lim = gradient{limit: float64(c.Initial), floor: float64(c.Floor), ceiling: float64(c.Ceiling), tolerance: c.Tolerance, fixed: c.Fixed}
-	return g
+	return c
+}
+
+// SetConfig puts c in force without losing what the gate holds: requests
+// in flight and waiting stay, and the learned limit stays, moved into
+// c's floor and ceiling (a fixed limit is c's Initial). Waiting requests
+// that the new limit has room for start at once; a shorter MaxWait or
+// MaxQueue applies to requests that come after.
+func (g *Gate) SetConfig(c Config) {
+	c = c.normalized()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	wasFixed := g.c.Fixed
+	g.c = c
+	if c.Fixed || wasFixed {
+		g.lim.limit = float64(c.Initial)
+	}
+	g.lim.configure(c)
+	g.dispatch()
 }
 
 // Limit returns the limit in force: requests in flight at most.
@@ -127,19 +161,31 @@ func (g *Gate) Stats() Stats {
 
 // Ticket is an admitted request. Call Done once when it ends.
 type Ticket struct {
-	g     *Gate
-	t     *tenant
-	kind  string
-	fair  bool
-	start time.Time
-	once  sync.Once
+	g      *Gate
+	t      *tenant
+	kind   string
+	fair   bool
+	start  time.Time
+	answer sync.Once
+	once   sync.Once
 }
 
-// Done ends the request: failed reports an upstream failure or timeout
-// (which shrinks the limit); the time since admission, compared with the
-// least seen for the request's kind, teaches the limit.
+// Answered teaches the limit the request's latency: the time since
+// admission, compared with the least seen for the request's kind. Call it
+// when the upstream's answer begins (its response headers), so that a
+// long stream's body is not read as queueing; failed reports an upstream
+// failure or timeout, which shrinks the limit. Only the first call counts.
+func (tk *Ticket) Answered(failed bool) {
+	tk.answer.Do(func() { tk.g.observe(tk, time.Since(tk.start), failed) })
+}
+
+// Done ends the request and frees its room. If Answered was not called,
+// Done calls it with failed first. Only the first call counts.
 func (tk *Ticket) Done(failed bool) {
-	tk.once.Do(func() { tk.g.done(tk, time.Since(tk.start), failed) })
+	tk.once.Do(func() {
+		tk.Answered(failed)
+		tk.g.release(tk)
+	})
 }
 
 // Request is what Acquire admits.
@@ -169,14 +215,11 @@ func (g *Gate) Acquire(ctx context.Context, r Request) (*Ticket, error) {
 	}
 	t.weight = weight
 	now := time.Now()
-	g.demand.seen(name, weight, now)
-	fair := float64(t.inflight) < g.share(t)
+	t.rec = g.demand.seen(name, weight, now)
+	t.rec.load.change(t.inflight, t.inflight, now)
+	fair := g.fair(t)
 	if g.waiting == 0 && g.room(critical, fair) {
-		t.inflight++
-		g.inflight++
-		if fair {
-			g.demand.arrive(now)
-		}
+		g.admit(t, fair, now)
 		g.mu.Unlock()
 		return &Ticket{g: g, t: t, kind: r.Kind, fair: fair, start: now}, nil
 	}
@@ -184,7 +227,7 @@ func (g *Gate) Acquire(ctx context.Context, r Request) (*Ticket, error) {
 		g.forget(t)
 		ra := g.retryAfter()
 		g.mu.Unlock()
-		return nil, &ShedError{RetryAfter: ra, Why: "its queue is full"}
+		return nil, &ShedError{RetryAfter: ra, Why: "its queue is full", QueueFull: true}
 	}
 	w := &waiter{ready: make(chan struct{}), critical: critical, fair: fair}
 	t.queue = append(t.queue, w)
@@ -196,21 +239,40 @@ func (g *Gate) Acquire(ctx context.Context, r Request) (*Ticket, error) {
 	g.dispatch()
 	g.mu.Unlock()
 
+	return g.wait(ctx, t, w, r.Kind)
+}
+
+// wait waits for w, queued for t, to be granted room, for MaxWait at
+// most. While it waits, the tenants that wanted room lately, which set the
+// shares are forgotten as they go quiet, which can give w a share: so it
+// looks again every recentFor/4, not only when a request ends.
+func (g *Gate) wait(ctx context.Context, t *tenant, w *waiter, kind string) (*Ticket, error) {
 	timer := time.NewTimer(g.c.MaxWait)
 	defer timer.Stop()
+	tick := time.NewTicker(recentFor / 4)
+	defer tick.Stop()
 	var why string
-	select {
-	case <-w.ready:
-		return &Ticket{g: g, t: t, kind: r.Kind, fair: w.fair, start: time.Now()}, nil
-	case <-timer.C:
-		why = "no room within the wait"
-	case <-ctx.Done():
+waiting:
+	for {
+		select {
+		case <-w.ready:
+			return &Ticket{g: g, t: t, kind: kind, fair: w.fair, start: time.Now()}, nil
+		case <-tick.C:
+			g.mu.Lock()
+			g.demand.maybePrune(time.Now())
+			g.dispatch()
+			g.mu.Unlock()
+		case <-timer.C:
+			why = "no room within the wait"
+			break waiting
+		case <-ctx.Done():
+			break waiting
+		}
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if w.granted { // granted as the wait ended: give the room back
-		t.inflight--
-		g.inflight--
+		g.leave(t, time.Now())
 		g.dispatch()
 	} else {
 		g.unqueue(t, w)
@@ -228,6 +290,36 @@ func (g *Gate) share(t *tenant) float64 {
 	return float64(g.limit()) * t.weight / math.Max(g.demand.weights, t.weight)
 }
 
+// fair reports whether t's next request is within its share: t has
+// fewer requests in flight than its share; or, if it held less than its
+// share on average lately, fewer than its share plus two of its standard
+// deviations plus one, as a Poisson stream of that mean bursts. So the
+// momentary bursts of a tenant within its plan are its own, and a tenant
+// that holds more than its share is the borrower. A tenant new to the
+// gate has no average yet: its burst is borrowed.
+func (g *Gate) fair(t *tenant) bool {
+	s, in := g.share(t), float64(t.inflight)
+	l := &t.rec.load
+	return in < s || l.windows > 0 && l.avg < s && in < s+2*math.Sqrt(s)+1
+}
+
+// admit counts a request of t admitted at now.
+func (g *Gate) admit(t *tenant, fair bool, now time.Time) {
+	t.rec.load.change(t.inflight, t.inflight+1, now)
+	t.inflight++
+	g.inflight++
+	if fair {
+		g.demand.arrive(now)
+	}
+}
+
+// leave counts a request of t ended at now.
+func (g *Gate) leave(t *tenant, now time.Time) {
+	t.rec.load.change(t.inflight, t.inflight-1, now)
+	t.inflight--
+	g.inflight--
+}
+
 // room reports whether a request may start now: there is room in the
 // limit (the reserve only for a critical one); a request over its
 // tenant's share (a borrower's) also leaves the headroom that the tenants
@@ -237,8 +329,14 @@ func (g *Gate) room(critical, fair bool) bool {
 	if !critical {
 		lim = math.Max(1, math.Floor(lim*(1-g.c.Reserve)))
 	}
-	if !fair {
-		lim -= g.demand.headroom(float64(g.limit()))
+	if !fair && float64(g.inflight) >= lim-g.demand.headroom(float64(g.limit())) {
+		// A borrower leaves the whole headroom free, whatever the fair
+		// requests hold at the moment: theirs come and go in a moment,
+		// a borrower's may hold for long (measured: counting the fair
+		// requests in flight against the headroom lets borrowers fill
+		// it, and the steady tenants' p99 in BenchmarkFairConcurrency
+		// grows by a fifth).
+		return false
 	}
 	return float64(g.inflight) < lim
 }
@@ -255,39 +353,50 @@ func (g *Gate) dispatch() {
 			return
 		}
 		w.granted = true
-		t.inflight++
-		g.inflight++
 		g.waiting--
-		if w.fair {
-			g.demand.arrive(time.Now())
-		}
+		g.admit(t, w.fair, time.Now())
 		close(w.ready)
 	}
 }
 
-// next takes the first waiter, round robin over the tenants with waiters,
-// that may start now: of a tenant under its share when under is set.
+// next takes a waiter that may start now. With under set, of the
+// tenants within their shares, the one with the fewest requests in flight
+// for its weight (max-min order; round robin between equals); without,
+// the first in round-robin order of any tenant.
 func (g *Gate) next(under bool) (*waiter, *tenant) {
-	for i := range g.rr {
-		t := g.rr[i]
-		if under && float64(t.inflight) >= g.share(t) {
+	bi, bj, least := -1, -1, math.Inf(1)
+	for i, t := range g.rr {
+		// Whether t is within its share is decided now: shares change
+		// as tenants come and go.
+		fair := g.fair(t)
+		if under && !fair {
 			continue
 		}
-		for j, w := range t.queue {
-			if !g.room(w.critical, w.fair) {
-				continue
-			}
-			t.queue = append(t.queue[:j], t.queue[j+1:]...)
-			// t goes to the back of the round.
-			g.rr = append(append(g.rr[:i:i], g.rr[i+1:]...), t)
-			if len(t.queue) == 0 {
-				g.rr = g.rr[:len(g.rr)-1]
-				t.queued = false
-			}
-			return w, t
+		j := slices.IndexFunc(t.queue, func(w *waiter) bool { return g.room(w.critical, fair) })
+		if j < 0 {
+			continue
+		}
+		if n := float64(t.inflight) / t.weight; n < least {
+			bi, bj, least = i, j, n
+			t.queue[j].fair = fair
+		}
+		if !under {
+			break
 		}
 	}
-	return nil, nil
+	if bi < 0 {
+		return nil, nil
+	}
+	t := g.rr[bi]
+	w := t.queue[bj]
+	t.queue = slices.Delete(t.queue, bj, bj+1)
+	// t goes to the back of the round.
+	g.rr = append(slices.Delete(g.rr, bi, bi+1), t)
+	if len(t.queue) == 0 {
+		g.rr = g.rr[:len(g.rr)-1]
+		t.queued = false
+	}
+	return w, t
 }
 
 // unqueue removes w, which gave up, from t's queue.
@@ -325,16 +434,21 @@ func (g *Gate) retryAfter() time.Duration {
 	return max(time.Millisecond, time.Duration(g.lim.base))
 }
 
-func (g *Gate) done(tk *Ticket, rtt time.Duration, failed bool) {
+func (g *Gate) observe(tk *Ticket, rtt time.Duration, failed bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	t := tk.t
 	g.lim.observe(tk.kind, float64(rtt), g.inflight, failed)
 	if tk.fair {
 		g.demand.took(rtt)
 	}
-	t.inflight--
-	g.inflight--
+	g.dispatch() // the limit may have grown
+}
+
+func (g *Gate) release(tk *Ticket) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	t := tk.t
+	g.leave(t, time.Now())
 	g.forget(t)
 	g.dispatch()
 }

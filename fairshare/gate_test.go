@@ -29,9 +29,9 @@ func TestLendsIdleRoom(t *testing.T) {
 	}
 }
 
-// TestUnderShareFirst: when the limit is full, a freed slot goes to a
-// waiting tenant under its share before the borrower's queued requests,
-// and a request waits at most MaxWait.
+// TestUnderShareFirst: when the limit is full, a freed slot goes to the
+// waiting tenant with the fewest requests in flight before the borrower's
+// queued requests, and a request waits at most MaxWait.
 func TestUnderShareFirst(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := New(Config{Initial: 4, Fixed: true, MaxWait: time.Second})
@@ -155,6 +155,7 @@ func TestHeadroom(t *testing.T) {
 		for range 7 {
 			mustAcquire(t, g, "borrower", false)
 		}
+		time.Sleep(loadWindow) // the borrower holds over its share of 4
 		if _, err := g.Acquire(context.Background(), Request{Tenant: "borrower"}); !errors.Is(err, ErrShed) {
 			t.Fatalf("the borrower's eighth: %v, want shed (one slot kept free)", err)
 		}
@@ -166,5 +167,144 @@ func TestHeadroom(t *testing.T) {
 	}
 	if h := (&demand{rate: 10000, lat: 0.1}).headroom(16); h != 8 {
 		t.Errorf("headroom under a flood: %v, want half the limit", h)
+	}
+}
+
+// TestSetConfig: a new config keeps what is in flight and waiting, starts
+// waiters the new limit has room for, and moves a learned limit into the
+// new bounds.
+func TestSetConfig(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := New(Config{Initial: 2, Floor: 1, Fixed: true, MaxWait: time.Second})
+		mustAcquire(t, g, "a", false)
+		mustAcquire(t, g, "a", false)
+		got := make(chan error, 1)
+		go func() { _, err := g.Acquire(context.Background(), Request{Tenant: "b"}); got <- err }()
+		synctest.Wait()
+		if s := g.Stats(); s.Waiting != 1 {
+			t.Fatalf("%+v, want one waiting", s)
+		}
+		g.SetConfig(Config{Initial: 3, Floor: 1, Fixed: true, MaxWait: time.Second})
+		synctest.Wait()
+		if err := <-got; err != nil {
+			t.Fatalf("the waiter after the limit grew: %v", err)
+		}
+		if s := g.Stats(); s.InFlight != 3 || s.Limit != 3 || s.Waiting != 0 {
+			t.Fatalf("%+v, want 3 in flight of 3", s)
+		}
+	})
+	tests := []struct {
+		name      string
+		from, to  Config
+		wantLimit int
+	}{
+		{"learned, under a lower ceiling", Config{Initial: 50}, Config{Floor: 2, Ceiling: 20}, 20},
+		{"learned, over a higher floor", Config{Initial: 5}, Config{Floor: 8}, 8},
+		{"learned, within the new bounds", Config{Initial: 12}, Config{Floor: 2, Ceiling: 40}, 12},
+		{"fixed to learned starts from the fixed", Config{Initial: 30, Fixed: true}, Config{Floor: 2, Initial: 6}, 6},
+		{"learned to fixed", Config{Initial: 30}, Config{Initial: 9, Fixed: true}, 9},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := New(tt.from)
+			g.SetConfig(tt.to)
+			if got := g.Limit(); got != tt.wantLimit {
+				t.Fatalf("limit %d, want %d", got, tt.wantLimit)
+			}
+		})
+	}
+}
+
+// TestAnsweredOnce: Answered teaches the limit once; Done after it only
+// frees the room.
+func TestAnsweredOnce(t *testing.T) {
+	g := New(Config{Initial: 20, Floor: 1})
+	tk := mustAcquire(t, g, "a", false)
+	tk.Answered(true)
+	tk.Answered(false)
+	tk.Done(false)
+	tk.Done(false)
+	if g.lim.n != 1 || g.lim.failures != 1 {
+		t.Fatalf("%d samples, %d failures; want one failed sample", g.lim.n, g.lim.failures)
+	}
+	if s := g.Stats(); s.InFlight != 0 || s.Tenants != 0 {
+		t.Fatalf("%+v, want nothing held", s)
+	}
+	mustAcquire(t, g, "a", false).Done(true)
+	if g.lim.n != 2 || g.lim.failures != 2 {
+		t.Fatalf("Done without Answered: %d samples, %d failures; want 2 and 2", g.lim.n, g.lim.failures)
+	}
+}
+
+// TestShareGrowsWhileWaiting: a request over its tenant's share waits
+// while another tenant wants room, and starts once that tenant has gone
+// quiet, though no request ended meanwhile.
+func TestShareGrowsWhileWaiting(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := New(Config{Initial: 2, Fixed: true, MaxWait: 5 * time.Second})
+		start := time.Now()
+		mustAcquire(t, g, "b", false).Done(false) // b wanted room
+		mustAcquire(t, g, "a", false)
+		time.Sleep(loadWindow) // a holds its share of 1
+		if _, err := g.Acquire(context.Background(), Request{Tenant: "a"}); err != nil {
+			t.Fatalf("a's second request: %v", err)
+		}
+		if at := time.Since(start); at < recentFor || at > recentFor+recentFor/2 {
+			t.Fatalf("a's second request started %v after b wanted room, want once b was forgotten (%v) and soon after", at, recentFor)
+		}
+	})
+}
+
+// TestFair: who is within its share. With ten tenants wanting room, each
+// has 1.6 of a limit of 16; one that held less than that on average may
+// burst to 1.6 + 2√1.6 + 1 ≈ 5.1 as its own; a new one's burst is borrowed.
+func TestFair(t *testing.T) {
+	g := New(Config{Initial: 16, Fixed: true})
+	now := time.Now()
+	for i := range 10 {
+		g.demand.seen(string(rune('a'+i)), 1, now)
+	}
+	for _, tc := range []struct {
+		name     string
+		windows  int
+		avg      float64
+		inflight int
+		want     bool
+	}{
+		{"new, under its share", 0, 0, 1, true},
+		{"new, at its share", 0, 0, 2, false},
+		{"new, bursting", 0, 0, 4, false},
+		{"light on average, bursting", 3, 0.3, 4, true},
+		{"light on average, at the burst bound", 3, 0.3, 6, false},
+		{"at its share on average", 3, 1.6, 2, false},
+		{"heavy on average, under its share", 3, 9, 1, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tn := &tenant{name: "a", weight: 1, inflight: tc.inflight, rec: &recentTenant{weight: 1, load: load{windows: tc.windows, avg: tc.avg}}}
+			if got := g.fair(tn); got != tc.want {
+				t.Fatalf("fair = %v, want %v (share %.2f)", got, tc.want, g.share(tn))
+			}
+		})
+	}
+}
+
+// TestLoad: a tenant's average in flight is the time-weighted mean of each
+// window, the first taken as it is and later ones averaged in by half.
+func TestLoad(t *testing.T) {
+	var l load
+	t0 := time.Unix(0, 0)
+	l.change(0, 4, t0)
+	l.change(4, 2, t0.Add(125*time.Millisecond))
+	l.change(2, 2, t0.Add(250*time.Millisecond)) // window: 4 for half, 2 for half
+	if l.avg != 3 || l.windows != 1 || l.held != 2 {
+		t.Fatalf("%+v, want an average of 3 after one window, 2 held", l)
+	}
+	l.change(2, 0, t0.Add(500*time.Millisecond)) // window: 2 throughout
+	if l.avg != 2.5 {
+		t.Fatalf("average %v, want (3 + 2) / 2", l.avg)
+	}
+	l.change(0, 1, t0.Add(10*time.Second)) // a long idle window
+	if l.avg != 1.25 {
+		t.Fatalf("average %v after idling, want 2.5 / 2", l.avg)
 	}
 }

@@ -30,6 +30,13 @@ type gradient struct {
 	failures int
 }
 
+// configure takes c's bounds, tolerance and fixedness, and moves the
+// limit into the bounds.
+func (g *gradient) configure(c Config) {
+	g.floor, g.ceiling, g.tolerance, g.fixed = float64(c.Floor), float64(c.Ceiling), c.Tolerance, c.Fixed
+	g.limit = math.Min(g.ceiling, math.Max(g.floor, g.limit))
+}
+
 // maxKinds bounds the kinds remembered.
 const maxKinds = 1024
 

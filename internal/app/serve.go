@@ -296,6 +296,10 @@ func (d *daemon) buildServer() error {
 		UpstreamTimeout: c.UpstreamTimeout, Logger: log, NoPolicy: cfg.NoPolicy, Metrics: promhttp.HandlerFor(d.reg, promhttp.HandlerOpts{EnableOpenMetrics: true}), Tracer: d.tr.Tracer(),
 		Quotas: d.quotas, WorkerToken: c.WorkerToken, InternalToken: c.InternalToken, ControlTimeout: c.ControlTimeout,
 		Jobs: d.jobs, JobKinds: cfg.Queues, Breakers: d.breakers, Registerer: d.reg,
+		Capacity: (*server.Capacity)(cfg.UpstreamCapacity),
+	}
+	if cfg.UpstreamCapacity != nil && c.Upstream == "" {
+		log.Warn("upstream_capacity shares a proxied upstream's concurrency: it does nothing without --upstream")
 	}
 	if cfg.HasRLS {
 		sc.RLSJSON = d.rlsSvc.ServeJSON
@@ -436,6 +440,7 @@ func (d *daemon) apply(nc *config.Config) error {
 		d.log.Warn("queue kinds and dependencies take effect at the next restart")
 	}
 	d.h.SetNoPolicy(nc.NoPolicy)
+	d.h.SetCapacity((*server.Capacity)(nc.UpstreamCapacity))
 	d.h.SetIdentity(na, auth.ClientIP{Trusted: nc.TrustedProxies, Header: nc.ClientIPHeader}, server.UpstreamHeaders(nc.UpstreamHeaders), server.ForwardAuth(nc.ForwardAuth))
 	d.authn = na
 	d.reloads.WithLabelValues("applied").Inc()

@@ -86,6 +86,9 @@ type Config struct {
 	// UpstreamHeaders name the headers the proxy tells the upstream the
 	// verified tenant and plan in (client-sent copies are removed).
 	UpstreamHeaders UpstreamHeaders
+	// UpstreamCapacity, when set, shares the proxied upstream's
+	// concurrency fairly between tenants (package fairshare).
+	UpstreamCapacity *UpstreamCapacity
 	// Instances is how many fairgate instances share the store (sizes the
 	// fallback limiter). At least 1.
 	Instances int
@@ -176,10 +179,13 @@ type decoder struct {
 	// weightKeys are the plans queues.weights names, checked once the
 	// plans are known.
 	weightKeys map[string]*yaml.Node
+	// capacityKeys are the classes and plans upstream_capacity names.
+	capacityKeys []capacityKey
 }
 
 // checkWeights reports queue weights of plans the policy does not have.
 func (d *decoder) checkWeights(pd *configfile.Decoder, p policy.Policy) {
+	d.checkCapacity(pd, p)
 	for _, plan := range slices.Sorted(maps.Keys(d.weightKeys)) {
 		if _, ok := p.Plans[plan]; !ok {
 			pd.Add(d.weightKeys[plan], "queues.weights."+plan, "unknown plan %q: want one of %s", plan, strings.Join(slices.Sorted(maps.Keys(p.Plans)), ", "))

@@ -2,12 +2,14 @@ package config
 
 import (
 	"errors"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 	_ "time/tzdata"
 
+	"github.com/fairgate/fairgate/fairshare"
 	"github.com/fairgate/fairgate/policy"
 )
 
@@ -92,6 +94,19 @@ func TestValidationErrors(t *testing.T) {
 		{"queue unknown field", 20, "queues: {kinds: {report: {depth: 5}}}", "queues.kinds.report.depth: unknown field \"depth\""},
 		{"breaker ratio", 20, "dependencies: {billing: {failure_ratio: 2}}", "dependencies.billing.failure_ratio: failure ratio 2 is outside (0, 1]"},
 		{"breaker cooldown", 20, "dependencies: {billing: {cooldown: -1s}}", "dependencies.billing.cooldown: duration \"-1s\" does not parse"},
+		{"capacity limit zero", 20, "upstream_capacity: {limit: 0}", "upstream_capacity.limit: 0 requests in flight: want 1 to 100000"},
+		{"capacity fixed and learned", 20, "upstream_capacity: {limit: 8, ceiling: 20}", "upstream_capacity: limit fixes the limit: floor, ceiling, initial and tolerance are for a learned one"},
+		{"capacity floor over ceiling", 20, "upstream_capacity: {floor: 30, ceiling: 20}", "upstream_capacity: floor 30 is over ceiling 20"},
+		{"capacity initial outside", 20, "upstream_capacity: {floor: 4, ceiling: 20, initial: 40}", "upstream_capacity: initial 40 is outside floor 4 and ceiling 20"},
+		{"capacity tolerance", 20, "upstream_capacity: {tolerance: 1}", "upstream_capacity.tolerance: tolerance 1: want over 1 and at most 10"},
+		{"capacity wait", 20, "upstream_capacity: {max_wait: 1m}", "upstream_capacity.max_wait: max_wait 1m0s: want over 0 and at most 30s"},
+		{"capacity queue", 20, "upstream_capacity: {max_queue: 0}", "upstream_capacity.max_queue: max_queue 0: want 1 to 100000"},
+		{"capacity reserve", 20, "upstream_capacity: {reserve: 0.95, critical: [read]}", "upstream_capacity.reserve: reserve 0.95: want 0 to 0.9"},
+		{"capacity reserve unused", 20, "upstream_capacity: {reserve: 0.2}", "upstream_capacity: reserve 0.2 keeps room that no class may use: name the critical classes"},
+		{"capacity unknown class", 20, "upstream_capacity: {reserve: 0.2, critical: [checkout]}", "upstream_capacity.critical[0]: unknown class \"checkout\": want one of read, search"},
+		{"capacity unknown plan", 20, "upstream_capacity: {weights: {gold: 2}}", "upstream_capacity.weights.gold: unknown plan \"gold\": want one of free, team"},
+		{"capacity weight", 20, "upstream_capacity: {weights: {team: 0}}", "upstream_capacity.weights.team: weight 0: want 0.01 to 1000"},
+		{"capacity unknown field", 20, "upstream_capacity: {limt: 4}", "upstream_capacity.limt: unknown field \"limt\""},
 		{"not yaml", 9, "  read: {share: 1", "(file): not valid YAML"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -118,6 +133,34 @@ func TestEveryProblemIsReported(t *testing.T) {
 	var ce *Error
 	if !errors.As(err, &ce) || len(ce.Problems) < 2 {
 		t.Fatalf("Parse = %v, want both problems", err)
+	}
+}
+
+// TestUpstreamCapacity: the section's values reach the gate's config, a
+// fixed limit included.
+func TestUpstreamCapacity(t *testing.T) {
+	for _, tc := range []struct {
+		name, text string
+		want       UpstreamCapacity
+	}{
+		{"learned", "upstream_capacity: {floor: 4, ceiling: 64, initial: 16, tolerance: 1.5, max_wait: 100ms, max_queue: 32, reserve: 0.25, critical: [read], weights: {team: 4}}",
+			UpstreamCapacity{Gate: fairshare.Config{Floor: 4, Ceiling: 64, Initial: 16, Tolerance: 1.5, MaxWait: 100 * time.Millisecond, MaxQueue: 32, Reserve: 0.25},
+				Critical: []string{"read"}, Weights: map[string]float64{"team": 4}}},
+		{"fixed", "upstream_capacity: {limit: 12}",
+			UpstreamCapacity{Gate: fairshare.Config{Initial: 12, Fixed: true}, Weights: map[string]float64{}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Parse("base.yaml", with(20, tc.text))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(*c.UpstreamCapacity, tc.want) {
+				t.Fatalf("%+v\nwant %+v", *c.UpstreamCapacity, tc.want)
+			}
+		})
+	}
+	if c, err := Parse("base.yaml", with(1, base[0])); err != nil || c.UpstreamCapacity != nil {
+		t.Fatalf("without the section: %+v, %v; want no gate", c.UpstreamCapacity, err)
 	}
 }
 

@@ -93,7 +93,8 @@ func (d *decoder) sections(c *Config) configfile.Sections {
 				"plan":   func(v *yaml.Node, path string) { c.UpstreamHeaders.Plan = d.header(v, path) },
 			})
 		}),
-		"dependencies": on(func(v *yaml.Node, path string) { d.dependencies(v, path, c) }),
+		"dependencies":      on(func(v *yaml.Node, path string) { d.dependencies(v, path, c) }),
+		"upstream_capacity": on(func(v *yaml.Node, path string) { d.capacity(v, path, c) }),
 	}
 }
 

@@ -80,7 +80,7 @@ func ParsePolicy(file string, data []byte) (policy.Policy, error) {
 
 // DaemonSections are the top-level fields of the config file that
 // configure the daemon rather than the policy.
-var DaemonSections = []string{"headers", "instances", "trusted_proxies", "auth", "providers", "queues", "rls", "dashboard", "client_ip_header", "upstream_headers", "dependencies", "forward_auth"}
+var DaemonSections = []string{"headers", "instances", "trusted_proxies", "auth", "providers", "queues", "rls", "dashboard", "client_ip_header", "upstream_headers", "dependencies", "forward_auth", "upstream_capacity"}
 
 // Sections decode top-level fields the policy does not define, by name.
 type Sections map[string]func(d *Decoder, v *yaml.Node, path string)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,8 +15,10 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fairgate/fairgate/internal/app"
+	"github.com/fairgate/fairgate/internal/dash"
 )
 
 // Tests stop `fairgate serve` at once; the drain test asks for its own.
@@ -203,3 +206,45 @@ func TestDashboardAsksForToken(t *testing.T) {
 }
 
 func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// TestDashboardUpstreamCard: with the upstream capacity gate's metrics in
+// the registry, the page shows its card with the limit, the waiting
+// requests and the classes in flight; without them the card stays hidden
+// (the other browser tests).
+func TestDashboardUpstreamCard(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	limit := prometheus.NewGauge(prometheus.GaugeOpts{Name: "fairgate_upstream_capacity_limit"})
+	waiting := prometheus.NewGauge(prometheus.GaugeOpts{Name: "fairgate_upstream_capacity_waiting"})
+	in := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "fairgate_upstream_capacity_in_flight"}, []string{"class"})
+	reg.MustRegister(limit, waiting, in)
+	limit.Set(17)
+	waiting.Set(4)
+	in.WithLabelValues("export").Set(9)
+	d := dash.New(reg, "")
+	d.Sample(time.Now())
+	ts := httptest.NewServer(d)
+	defer ts.Close()
+	ctx, problems := browser(t)
+	var got string
+	deadline := time.Now().Add(10 * time.Second)
+	if err := chromedp.Do(ctx, chromedp.Navigate(ts.URL+"/dashboard")); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		var err error
+		got, err = chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById("upstreamcard").hidden ? "hidden" : document.getElementById("upstreamcard").innerText`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(got, "17") && strings.Contains(got, "export") && strings.Contains(got, "9 in flight") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the upstream card shows %q, want limit 17, 4 waiting and export's 9 in flight", got)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if p := problems(); len(p) > 0 {
+		t.Fatalf("the page logged errors: %v", p)
+	}
+}

@@ -59,6 +59,22 @@ type Data struct {
 	// (its store is out) is "unavailable" there, never left out.
 	Queues     map[string]any `json:"queues"`
 	TopLimited []Entry        `json:"top_limited"`
+	// Upstream is the proxy's upstream capacity gate; nil without one.
+	Upstream *Upstream `json:"upstream,omitempty"`
+}
+
+// Upstream is the upstream capacity gate of the moment.
+type Upstream struct {
+	// Limit is the limit in force (learned or fixed); Waiting the
+	// requests waiting for room.
+	Limit   float64 `json:"limit"`
+	Waiting float64 `json:"waiting"`
+	// InFlight are the admitted requests by route class.
+	InFlight map[string]float64 `json:"in_flight"`
+	// ShedTotal counts the requests answered 503 since start;
+	// ShedPerSecond is its rate since the previous sample.
+	ShedTotal     float64 `json:"shed_total"`
+	ShedPerSecond float64 `json:"shed_per_second"`
 }
 
 // Dashboard samples a registry and serves the page. It is safe for
@@ -68,12 +84,13 @@ type Dashboard struct {
 	top   *TopK
 	token *[sha256.Size]byte
 
-	mu      sync.Mutex
-	prev    map[string]float64 // counter values at the last sample
-	prevLat []float64          // the store latency histogram's cumulative counts
-	hist    []Point
-	data    Data
-	last    time.Time
+	mu       sync.Mutex
+	prev     map[string]float64 // counter values at the last sample
+	prevLat  []float64          // the store latency histogram's cumulative counts
+	prevShed float64            // the gate's shed count at the last sample
+	hist     []Point
+	data     Data
+	last     time.Time
 }
 
 // New returns a dashboard over g. Limited tenants come through
@@ -160,6 +177,12 @@ func (d *Dashboard) Sample(now time.Time) {
 		}
 	}
 	d.prev = cur
+	if u := next.Upstream; u != nil {
+		if !first && u.ShedTotal >= d.prevShed {
+			u.ShedPerSecond = (u.ShedTotal - d.prevShed) / secs
+		}
+		d.prevShed = u.ShedTotal
+	}
 	sort.Slice(next.Policies, func(i, j int) bool { return next.Policies[i].PerSecond > next.Policies[j].PerSecond })
 	next.Policies = next.Policies[:min(len(next.Policies), 20)]
 	next.Rate = total
@@ -204,6 +227,14 @@ func read(mfs []*dto.MetricFamily, next *Data) (map[string]float64, *dto.Histogr
 				next.Breakers["store"] = breakerState(m.GetGauge().GetValue())
 			case "fairgate_dependency_breaker_state":
 				next.Breakers[l["dependency"]] = breakerState(m.GetGauge().GetValue())
+			case "fairgate_upstream_capacity_limit":
+				upstream(next).Limit = m.GetGauge().GetValue()
+			case "fairgate_upstream_capacity_waiting":
+				upstream(next).Waiting = m.GetGauge().GetValue()
+			case "fairgate_upstream_capacity_in_flight":
+				upstream(next).InFlight[l["class"]] = m.GetGauge().GetValue()
+			case "fairgate_upstream_capacity_shed_total":
+				upstream(next).ShedTotal += m.GetCounter().GetValue()
 			case "fairgate_queue_depth":
 				if v := m.GetGauge().GetValue(); math.IsNaN(v) || math.IsInf(v, 0) {
 					next.Queues[l["kind"]] = "unavailable"
@@ -214,6 +245,14 @@ func read(mfs []*dto.MetricFamily, next *Data) (map[string]float64, *dto.Histogr
 		}
 	}
 	return cur, lat
+}
+
+// upstream is next's gate, made on first use.
+func upstream(next *Data) *Upstream {
+	if next.Upstream == nil {
+		next.Upstream = &Upstream{InFlight: map[string]float64{}}
+	}
+	return next.Upstream
 }
 
 // quantiles returns the p50 and p99 (ms) of the histogram's observations

@@ -76,6 +76,35 @@ func TestSampleRates(t *testing.T) {
 	}
 }
 
+// TestSampleUpstream: the gate's metrics become the upstream card's
+// numbers, its sheds a rate; without them there is no card.
+func TestSampleUpstream(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	d := New(reg, "")
+	t0 := time.Unix(1_800_000_000, 0)
+	d.Sample(t0)
+	if d.data.Upstream != nil {
+		t.Fatalf("without a gate: %+v, want no upstream", d.data.Upstream)
+	}
+	limit := prometheus.NewGauge(prometheus.GaugeOpts{Name: "fairgate_upstream_capacity_limit"})
+	waiting := prometheus.NewGauge(prometheus.GaugeOpts{Name: "fairgate_upstream_capacity_waiting"})
+	in := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "fairgate_upstream_capacity_in_flight"}, []string{"class"})
+	shed := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fairgate_upstream_capacity_shed_total"}, []string{"class", "reason"})
+	reg.MustRegister(limit, waiting, in, shed)
+	limit.Set(16)
+	waiting.Set(3)
+	in.WithLabelValues("read").Set(10)
+	in.WithLabelValues("export").Set(6)
+	shed.WithLabelValues("export", "wait").Add(4)
+	d.Sample(t0.Add(time.Second))
+	shed.WithLabelValues("export", "queue_full").Add(6)
+	d.Sample(t0.Add(3 * time.Second))
+	u := d.data.Upstream
+	if u == nil || u.Limit != 16 || u.Waiting != 3 || u.InFlight["read"] != 10 || u.InFlight["export"] != 6 || u.ShedTotal != 10 || u.ShedPerSecond != 3 {
+		t.Fatalf("upstream %+v, want limit 16, 3 waiting, 10 + 6 in flight, 10 shed at 3/s", u)
+	}
+}
+
 func TestDataNeedsTheToken(t *testing.T) {
 	d := New(prometheus.NewRegistry(), "admin-token-0123456789")
 	for _, c := range []struct {

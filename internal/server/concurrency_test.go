@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/fairgate/fairgate/internal/config"
 	"github.com/fairgate/fairgate/limiter"
-	"github.com/fairgate/fairgate/store/memstore"
 )
 
 // concurrencyProxy is a proxy to up whose tenants (key-acme is acme) may
@@ -33,17 +31,7 @@ plans:
 	if err != nil {
 		t.Fatal(err)
 	}
-	lim, err := limiter.New(limiter.Config{Store: memstore.New(memstore.Config{}), Policy: cfg.Policy})
-	if err != nil {
-		t.Fatal(err)
-	}
-	u, _ := url.Parse(up.URL)
-	s, err := New(Config{Limiter: lim, Auth: testAuth(t), Upstream: u})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(s)
-	t.Cleanup(ts.Close)
+	ts, _, lim := proxyWith(t, up, cfg, Config{})
 	return ts, lim
 }
 

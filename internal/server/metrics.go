@@ -20,12 +20,17 @@ type serverMetrics struct {
 	proxy    *prometheus.HistogramVec
 	upstream *prometheus.HistogramVec
 	authz    *prometheus.CounterVec
+
+	// The upstream capacity gate's.
+	capWait     *prometheus.HistogramVec
+	capInFlight *prometheus.GaugeVec
+	capShed     *prometheus.CounterVec
 }
 
 // latencyBuckets span a fast API call to the upstream timeout, in seconds.
 var latencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
 
-func newServerMetrics(reg prometheus.Registerer) (*serverMetrics, error) {
+func newServerMetrics(reg prometheus.Registerer, gate *gateHolder) (*serverMetrics, error) {
 	m := &serverMetrics{
 		proxy: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "fairgate_proxy_request_duration_seconds",
@@ -41,6 +46,19 @@ func newServerMetrics(reg prometheus.Registerer) (*serverMetrics, error) {
 			Name: "fairgate_forward_auth_decisions_total",
 			Help: "/v1/authz answers by outcome: allowed, limited, unauthorized, bad_request.",
 		}, []string{"outcome"}),
+		capWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "fairgate_upstream_capacity_wait_seconds",
+			Help:    "How long proxied requests waited for room in the upstream capacity gate (shed ones included), by route class.",
+			Buckets: []float64{.0001, .001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"class"}),
+		capInFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "fairgate_upstream_capacity_in_flight",
+			Help: "Proxied requests admitted by the upstream capacity gate and not yet done, by route class, on this instance.",
+		}, []string{"class"}),
+		capShed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fairgate_upstream_capacity_shed_total",
+			Help: "Proxied requests the upstream capacity gate answered 503, by route class and reason: wait (no room within max_wait) or queue_full.",
+		}, []string{"class", "reason"}),
 	}
 	if reg == nil {
 		return m, nil
@@ -49,6 +67,13 @@ func newServerMetrics(reg prometheus.Registerer) (*serverMetrics, error) {
 	promreg.Reuse(reg, &m.proxy, &err)
 	promreg.Reuse(reg, &m.upstream, &err)
 	promreg.Reuse(reg, &m.authz, &err)
+	promreg.Reuse(reg, &m.capWait, &err)
+	promreg.Reuse(reg, &m.capInFlight, &err)
+	promreg.Reuse(reg, &m.capShed, &err)
+	if gate != nil {
+		var c prometheus.Collector = newCapacityCollector(gate)
+		promreg.Reuse(reg, &c, &err)
+	}
 	return m, err
 }
 
@@ -128,6 +153,7 @@ type upstreamTimed struct {
 func (t upstreamTimed) RoundTrip(r *http.Request) (*http.Response, error) {
 	start := time.Now()
 	resp, err := t.base.RoundTrip(r)
+	answered(r, resp, err)
 	status := "error"
 	if err == nil {
 		status = statusClass(resp.StatusCode)

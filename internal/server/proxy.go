@@ -90,7 +90,7 @@ func (s *Server) newProxy(upstream *url.URL, timeout time.Duration) (http.Handle
 		return nil, err
 	}
 	direct := liftDeadlines(rp)
-	limited := mw(direct)
+	limited := mw(s.gated(direct))
 	return s.metrics.timed(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if isPreflight(r) {
 			// Browsers send CORS preflights without credentials; the

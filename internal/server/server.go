@@ -71,6 +71,10 @@ type Config struct {
 	// UpstreamTimeout bounds the wait for the upstream's response headers.
 	// Zero means 30 s.
 	UpstreamTimeout time.Duration
+	// Capacity, if not nil, shares the upstream's concurrency fairly
+	// between tenants: the proxy's requests pass its gate after their
+	// limits. SetCapacity changes it on a reload.
+	Capacity *Capacity
 	// Logger receives errors. Nil means silent.
 	Logger *slog.Logger
 	// Metrics, if not nil, is served at GET /metrics.
@@ -149,6 +153,7 @@ type Server struct {
 	breakers *breaker.Set
 	tracer   trace.Tracer // nil: off
 	handler  http.Handler // the public surface: mux, traced
+	capacity gateHolder   // the proxy's upstream capacity gate
 }
 
 // MaxBody is the largest request body accepted; larger ones get 413.
@@ -173,10 +178,11 @@ func New(c Config) (*Server, error) {
 	if s.itoken, err = tokenHash("internal", c.InternalToken); err != nil {
 		return nil, err
 	}
-	if s.metrics, err = newServerMetrics(c.Registerer); err != nil {
+	if s.metrics, err = newServerMetrics(c.Registerer, &s.capacity); err != nil {
 		return nil, err
 	}
 	s.SetIdentity(c.Auth, c.ClientIP, c.UpstreamHeaders, c.ForwardAuth)
+	s.SetCapacity(c.Capacity)
 	s.noPolicy.Store(c.NoPolicy)
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)

@@ -1,0 +1,286 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/fairgate/fairgate/fairshare"
+	"github.com/fairgate/fairgate/internal/config"
+	"github.com/fairgate/fairgate/limiter"
+	"github.com/fairgate/fairgate/store/memstore"
+)
+
+// capacityProxy is a proxy to up with the given upstream_capacity
+// section; key-acme is acme's, key-newco newco's. Routes under
+// /checkout are the checkout class.
+func capacityProxy(t *testing.T, up *httptest.Server, section string) (*httptest.Server, *Server, *prometheus.Registry) {
+	t.Helper()
+	cfg, err := config.Parse("cap.yaml", []byte(`default_plan: pro
+default_class: read
+classes: {read: {}, checkout: {}}
+routes:
+  - {route: "GET /checkout/{id}", class: checkout}
+plans:
+  pro:
+    - {limit: 100000, period: 1h}
+tenants:
+  newco: {plan: pro}
+`+section+"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	ts, s, _ := proxyWith(t, up, cfg, Config{Registerer: reg, Capacity: (*Capacity)(cfg.UpstreamCapacity)})
+	return ts, s, reg
+}
+
+// proxyWith is a server with c's settings, cfg's policy on a memory store
+// and the test credentials, proxying to up.
+func proxyWith(t *testing.T, up *httptest.Server, cfg *config.Config, c Config) (*httptest.Server, *Server, *limiter.Limiter) {
+	t.Helper()
+	lim, err := limiter.New(limiter.Config{Store: memstore.New(memstore.Config{}), Policy: cfg.Policy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := url.Parse(up.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Limiter, c.Auth, c.Upstream = lim, testAuth(t), u
+	s, err := New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(s)
+	t.Cleanup(ts.Close)
+	return ts, s, lim
+}
+
+// heldUpstream answers /slow/{id} when that id is released, and anything
+// else at once; it reports each request's path as it arrives.
+type heldUpstream struct {
+	*httptest.Server
+	arrived chan string
+	mu      sync.Mutex
+	held    map[string]chan struct{}
+}
+
+func newHeldUpstream(t *testing.T) *heldUpstream {
+	h := &heldUpstream{arrived: make(chan string, 64), held: map[string]chan struct{}{}}
+	h.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.arrived <- r.URL.Path
+		if id, ok := strings.CutPrefix(r.URL.Path, "/slow/"); ok {
+			select {
+			case <-h.hold(id):
+			case <-r.Context().Done():
+			}
+		}
+		w.Write([]byte("ok"))
+	}))
+	t.Cleanup(h.Close)
+	return h
+}
+
+func (h *heldUpstream) hold(id string) chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.held[id] == nil {
+		h.held[id] = make(chan struct{})
+	}
+	return h.held[id]
+}
+
+func (h *heldUpstream) release(id string) { close(h.hold(id)) }
+
+// getKey GETs path as the holder of key in the background.
+func getKey(base, key, path string) chan *http.Response {
+	out := make(chan *http.Response, 1)
+	go func() {
+		req, _ := http.NewRequest("GET", base+path, nil)
+		req.Header.Set("X-API-Key", key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			out <- &http.Response{StatusCode: -1, Status: err.Error()}
+			return
+		}
+		resp.Body.Close()
+		out <- resp
+	}()
+	return out
+}
+
+// wantShed checks a 503 the gate answered.
+func wantShed(t *testing.T, resp *http.Response, what string) {
+	t.Helper()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || resp.Header.Get("Content-Type") != "application/problem+json" {
+		t.Fatalf("%s: %d %v, want 503 problem+json with Retry-After", what, resp.StatusCode, resp.Header)
+	}
+}
+
+// TestProxyCapacityFairOrder: a tenant may borrow the whole idle limit;
+// when it is full, a freed slot goes to a waiting tenant under its share
+// before the borrower's queued request; a full queue is answered 503 at
+// once, and none of the shed requests reaches the upstream.
+func TestProxyCapacityFairOrder(t *testing.T) {
+	up := newHeldUpstream(t)
+	ts, s, reg := capacityProxy(t, up.Server, "upstream_capacity: {limit: 2, max_queue: 1, max_wait: 10s}")
+	gate := s.capacity.cur.Load().gate
+	a1, a2 := getKey(ts.URL, "key-acme", "/slow/a1"), getKey(ts.URL, "key-acme", "/slow/a2")
+	<-up.arrived
+	<-up.arrived
+	a3 := getKey(ts.URL, "key-acme", "/fast/a3")
+	waitFor(t, "acme's third request to wait", func() bool { return gate.Stats().Waiting == 1 })
+	wantShed(t, <-getKey(ts.URL, "key-acme", "/fast/a4"), "acme's fourth, over its queue of 1")
+	n1 := getKey(ts.URL, "key-newco", "/fast/n1")
+	waitFor(t, "newco's request to wait", func() bool { return gate.Stats().Waiting == 2 })
+	if got := testutil.ToFloat64(s.metrics.capInFlight.WithLabelValues("read")); got != 2 {
+		t.Errorf("in flight %v, want 2", got)
+	}
+	up.release("a1")
+	if p := <-up.arrived; p != "/fast/n1" {
+		t.Fatalf("the freed slot went to %s, want newco's request, under its share", p)
+	}
+	// acme, over its share while newco wants room, leaves headroom; once
+	// its own requests end, its queued one is within its share.
+	up.release("a2")
+	if p := <-up.arrived; p != "/fast/a3" {
+		t.Fatalf("then %s, want acme's queued request", p)
+	}
+	for _, r := range []chan *http.Response{a1, a2, a3, n1} {
+		if resp := <-r; resp.StatusCode != 200 {
+			t.Fatalf("an admitted request: %d %s", resp.StatusCode, resp.Status)
+		}
+	}
+	select {
+	case p := <-up.arrived:
+		t.Fatalf("a shed request reached the upstream: %s", p)
+	default:
+	}
+	if got := testutil.ToFloat64(s.metrics.capShed.WithLabelValues("read", "queue_full")); got != 1 {
+		t.Errorf("shed queue_full %v, want 1", got)
+	}
+	if st := gate.Stats(); st.InFlight != 0 || st.Waiting != 0 || st.Tenants != 0 {
+		t.Errorf("after all ended: %+v, want nothing held or remembered", st)
+	}
+	if n, err := testutil.GatherAndCount(reg, "fairgate_upstream_capacity_limit", "fairgate_upstream_capacity_waiting", "fairgate_upstream_capacity_wait_seconds"); err != nil || n != 3 {
+		t.Errorf("the gate's metrics: %d series, %v; want the limit, the waiting and a class's waits", n, err)
+	}
+}
+
+// TestProxyCapacityReserve: the reserve admits a critical class's request
+// when the rest of the limit is full, and a non-critical one waits at
+// most max_wait before its 503.
+func TestProxyCapacityReserve(t *testing.T) {
+	up := newHeldUpstream(t)
+	ts, s, _ := capacityProxy(t, up.Server, "upstream_capacity: {limit: 2, reserve: 0.5, critical: [checkout], max_wait: 50ms}")
+	held := getKey(ts.URL, "key-acme", "/slow/r1")
+	<-up.arrived
+	start := time.Now()
+	wantShed(t, <-getKey(ts.URL, "key-acme", "/fast/r2"), "a read over the unreserved half")
+	if waited := time.Since(start); waited < 50*time.Millisecond {
+		t.Errorf("shed after %v, before max_wait", waited)
+	}
+	if resp := <-getKey(ts.URL, "key-acme", "/checkout/1"); resp.StatusCode != 200 {
+		t.Fatalf("a checkout with the reserve free: %d, want 200", resp.StatusCode)
+	}
+	up.release("r1")
+	<-held
+	if got := testutil.ToFloat64(s.metrics.capShed.WithLabelValues("read", "wait")); got != 1 {
+		t.Errorf("shed after the wait %v, want 1", got)
+	}
+}
+
+// TestProxyCapacityLearns: an upstream answering 503 shrinks the learned
+// limit; a reload keeps what was learned, moved into the new bounds, and
+// a file without the section turns the gate off.
+func TestProxyCapacityLearns(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "overloaded", http.StatusServiceUnavailable)
+	}))
+	defer up.Close()
+	ts, s, _ := capacityProxy(t, up, "upstream_capacity: {floor: 2, ceiling: 40, initial: 20}")
+	gate := s.capacity.cur.Load().gate
+	for range 20 {
+		<-getKey(ts.URL, "key-acme", "/x")
+	}
+	if got := gate.Limit(); got >= 20 {
+		t.Fatalf("limit %d after 20 answers of 503, want it shrunk from 20", got)
+	}
+	learned := gate.Limit()
+	s.SetCapacity(&Capacity{Gate: gateConfig(2, 40)})
+	if got := s.capacity.cur.Load().gate; got != gate || got.Limit() != learned {
+		t.Fatalf("a reload lost the learned limit %d: now %d", learned, got.Limit())
+	}
+	s.SetCapacity(&Capacity{Gate: gateConfig(2, 5)})
+	if got := gate.Limit(); got != min(learned, 5) {
+		t.Fatalf("under a ceiling of 5: limit %d", got)
+	}
+	s.SetCapacity(nil)
+	if resp := <-getKey(ts.URL, "key-acme", "/x"); resp.StatusCode != 503 || resp.Header.Get("Retry-After") != "" {
+		t.Fatalf("without the gate: %d %v, want the upstream's own 503", resp.StatusCode, resp.Header)
+	}
+}
+
+// TestProxyCapacityClientGone: a client that gives up while it waits
+// leaves the queue at once, and its request never reaches the upstream.
+func TestProxyCapacityClientGone(t *testing.T) {
+	up := newHeldUpstream(t)
+	ts, s, _ := capacityProxy(t, up.Server, "upstream_capacity: {limit: 1, max_wait: 10s}")
+	gate := s.capacity.cur.Load().gate
+	held := getKey(ts.URL, "key-acme", "/slow/c1")
+	<-up.arrived
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { _, err := getAs(ctx, t, ts.URL, "/fast/c2"); done <- err }()
+	waitFor(t, "the second request to wait", func() bool { return gate.Stats().Waiting == 1 })
+	cancel()
+	<-done
+	waitFor(t, "the queue to empty", func() bool { return gate.Stats().Waiting == 0 })
+	up.release("c1")
+	<-held
+	select {
+	case p := <-up.arrived:
+		t.Fatalf("the abandoned request reached the upstream: %s", p)
+	default:
+	}
+}
+
+func gateConfig(floor, ceiling int) (c fairshare.Config) {
+	c.Floor, c.Ceiling = floor, ceiling
+	return c
+}
+
+// TestProblemOfShed: the 503's body says what happened and when to retry.
+func TestProblemOfShed(t *testing.T) {
+	up := newHeldUpstream(t)
+	ts, s, _ := capacityProxy(t, up.Server, "upstream_capacity: {limit: 1, max_queue: 1, max_wait: 10s}")
+	held := getKey(ts.URL, "key-acme", "/slow/p1")
+	<-up.arrived
+	waiting := getKey(ts.URL, "key-newco", "/fast/p2")
+	waitFor(t, "newco's first request to wait", func() bool { return s.capacity.cur.Load().gate.Stats().Waiting == 1 })
+	req, _ := http.NewRequest("GET", ts.URL+"/fast/p3", nil)
+	req.Header.Set("X-API-Key", "key-newco")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body map[string]any
+	json.NewDecoder(resp.Body).Decode(&body)
+	resp.Body.Close()
+	if resp.StatusCode != 503 || body["code"] != "upstream_busy" || body["retry_after_seconds"] == nil {
+		t.Fatalf("%d %v, want 503 upstream_busy with retry_after_seconds", resp.StatusCode, body)
+	}
+	up.release("p1")
+	<-held
+	<-waiting
+}
