@@ -29,11 +29,12 @@ func simulate(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("fairgate simulate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var policies policyFlags
-	fs.Var(&policies, "policy", "a limit such as 'limit=60,period=1m,burst=60,algorithm=token_bucket'; repeat to compare")
-	traffic := fs.String("traffic", "", "the traffic, such as 'burst 60 at 1s; burst 25 at 30s; steady 0.5/s from 40s to 90s'")
+	fs.Var(&policies, "policy", "a limit such as 'limit=60,period=1m,burst=60,algorithm=token_bucket', with or without ',concurrency=4' (requests in flight), or 'concurrency=4' alone; repeat to compare")
+	traffic := fs.String("traffic", "", "the traffic, such as 'burst 60 at 1s; burst 25 at 30s; steady 0.5/s from 40s to 90s', a clause optionally ending 'hold 200ms' (how long its requests are in flight)")
 	trafficFile := fs.String("traffic-file", "", "a file holding the traffic, a clause a line")
 	out := fs.String("out", "", "write the chart here as SVG")
 	until := fs.Duration("until", 0, "how long to run (default: 30s past the last request)")
+	hold := fs.Duration("hold", 0, "how long each request is in flight, for a concurrency layer, where its clause gives no 'hold D'")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -63,9 +64,26 @@ func simulate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "fairgate simulate:", err)
 		return 2
 	}
+	if *hold < 0 {
+		fmt.Fprintf(stderr, "fairgate simulate: --hold %v: want a positive duration\n", *hold)
+		return 2
+	}
+	holds := false
+	for i := range reqs {
+		if reqs[i].Hold == 0 {
+			reqs[i].Hold = *hold
+		}
+		holds = holds || reqs[i].Hold > 0
+	}
+	for _, p := range policies {
+		if p.Concurrency > 0 && !holds {
+			fmt.Fprintf(stderr, "fairgate simulate: policy %q has a concurrency layer, and no request is ever in flight: give --hold 200ms, or 'hold 200ms' after a traffic clause\n", p.Text)
+			return 2
+		}
+	}
 	end := *until
 	if end <= 0 {
-		end = reqs[len(reqs)-1] + 30*time.Second
+		end = reqs[len(reqs)-1].At + reqs[len(reqs)-1].Hold + 30*time.Second
 	}
 	step := max(end/2000, time.Millisecond)
 	var runs []sim.Run

@@ -39,6 +39,37 @@ func TestSimulateCommand(t *testing.T) {
 	}
 }
 
+// TestSimulateConcurrency: a concurrency layer over time, beside a rate
+// limit, in the table and the chart; without holds it is refused by name.
+func TestSimulateConcurrency(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "conc.svg")
+	var stdout, stderr bytes.Buffer
+	code := run(t.Context(), []string{"simulate",
+		"--policy", "concurrency=4",
+		"--policy", "limit=100,period=1m,concurrency=4",
+		"--traffic", "steady 10/s from 0s to 10s hold 300ms; burst 6 at 5s hold 2s",
+		"--out", out}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	for _, want := range []string{"policy concurrency=4 (4 in flight):", "in flight after", "no slot"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Fatalf("the table lacks %q:\n%s", want, stdout.String())
+		}
+	}
+	if b, err := os.ReadFile(out); err != nil || !bytes.Contains(b, []byte(`class="in-flight"`)) {
+		t.Fatalf("the chart has no in-flight line (%v)", err)
+	}
+	stderr.Reset()
+	if code := run(t.Context(), []string{"simulate", "--policy", "concurrency=4", "--traffic", "burst 5 at 1s"}, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), "no request is ever in flight: give --hold") {
+		t.Fatalf("without holds: %d %s", code, stderr.String())
+	}
+	stdout.Reset()
+	if code := run(t.Context(), []string{"simulate", "--policy", "concurrency=2", "--hold", "1s", "--traffic", "burst 5 at 1s"}, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), "2 admitted, 3 rejected") {
+		t.Fatalf("with --hold: %d %s", code, stdout.String())
+	}
+}
+
 func TestReplayCommand(t *testing.T) {
 	dir := t.TempDir()
 	var log strings.Builder

@@ -21,9 +21,12 @@ const (
 )
 
 // SVG writes one panel per run, stacked, on one time axis from 0 to end:
-// the remaining capacity as a line, admitted requests as green dots and
-// rejected ones as red crosses. Markers carry data-t (seconds) and
-// data-remaining, so the chart can be checked against the runs.
+// the remaining capacity as a line, the requests in flight as a second
+// line for a policy with a concurrency layer (on the right-hand scale, 0
+// to its limit), admitted requests as green dots and rejected ones as red
+// crosses (orange for no slot). Markers carry data-t (seconds),
+// data-remaining and data-in-flight, so the chart can be checked against
+// the runs.
 func SVG(w io.Writer, runs []Run, end time.Duration) error {
 	h := len(runs) * panelH
 	var b strings.Builder
@@ -33,12 +36,12 @@ func SVG(w io.Writer, runs []Run, end time.Duration) error {
 	plotH := float64(panelH - padTop - padBot)
 	for i, r := range runs {
 		top := float64(i*panelH + padTop)
-		capa := float64(r.Policy.Limit.Capacity())
+		capa := float64(r.Policy.capacity())
 		x := func(t time.Duration) float64 { return padLeft + plotW*t.Seconds()/end.Seconds() }
 		y := func(rem int64) float64 { return top + plotH*(1-float64(rem)/capa) }
 		fmt.Fprintf(&b, `<g class="panel" data-policy="%s">`+"\n", html.EscapeString(r.Policy.Text))
 		fmt.Fprintf(&b, `<text x="%d" y="%.1f" font-weight="bold">%s — %s: %d admitted, %d rejected</text>`+"\n",
-			padLeft, top-14, html.EscapeString(r.Policy.Text), html.EscapeString(r.Policy.Limit.String()), r.Admitted, r.Rejected)
+			padLeft, top-14, html.EscapeString(r.Policy.Text), html.EscapeString(r.Policy.Describe()), r.Admitted, r.Rejected)
 		// Axes, with ticks at five times and at 0, half and full capacity.
 		fmt.Fprintf(&b, `<path d="M%d %.1f V%.1f H%.1f" stroke="#444" fill="none"/>`+"\n", padLeft, top, top+plotH, padLeft+plotW)
 		for k := 0; k <= 4; k++ {
@@ -61,16 +64,22 @@ func SVG(w io.Writer, runs []Run, end time.Duration) error {
 			fmt.Fprintf(&b, "%.2f,%.2f", x(s.At), y(s.Remaining))
 		}
 		b.WriteString(`"/>` + "\n")
+		if conc := r.Policy.Concurrency; conc > 0 {
+			inFlight(&b, r, end, conc, x, top, plotW, plotH)
+		}
 		for _, q := range r.Requests {
 			if q.At > end {
 				continue
 			}
 			secs := strconv.FormatFloat(q.At.Seconds(), 'f', -1, 64)
 			if q.Allowed {
-				fmt.Fprintf(&b, `<circle class="admitted" data-t="%s" data-remaining="%d" cx="%.2f" cy="%.2f" r="2.5" fill="#16a34a"/>`+"\n", secs, q.Remaining, x(q.At), y(q.Remaining))
+				fmt.Fprintf(&b, `<circle class="admitted" data-t="%s" data-remaining="%d" data-in-flight="%d" cx="%.2f" cy="%.2f" r="2.5" fill="#16a34a"/>`+"\n", secs, q.Remaining, q.InFlight, x(q.At), y(q.Remaining))
 			} else {
-				cx, cy := x(q.At), top+plotH+4
-				fmt.Fprintf(&b, `<path class="rejected" data-t="%s" data-remaining="%d" d="M%.2f %.2f l6 6 m0 -6 l-6 6" stroke="#dc2626" stroke-width="1.5"/>`+"\n", secs, q.Remaining, cx-3, cy-3)
+				cx, cy, color := x(q.At), top+plotH+4, "#dc2626"
+				if q.NoSlot {
+					color = "#ea580c"
+				}
+				fmt.Fprintf(&b, `<path class="rejected" data-t="%s" data-remaining="%d" data-in-flight="%d" d="M%.2f %.2f l6 6 m0 -6 l-6 6" stroke="%s" stroke-width="1.5"/>`+"\n", secs, q.Remaining, q.InFlight, cx-3, cy-3, color)
 			}
 		}
 		b.WriteString("</g>\n")
@@ -78,6 +87,27 @@ func SVG(w io.Writer, runs []Run, end time.Duration) error {
 	b.WriteString("</svg>\n")
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// inFlight draws a run's requests in flight as a step line on a scale of
+// 0 to conc, labelled on the right.
+func inFlight(b *strings.Builder, r Run, end time.Duration, conc int64, x func(time.Duration) float64, top, plotW, plotH float64) {
+	y := func(n int64) float64 { return top + plotH*(1-float64(n)/float64(conc)) }
+	for _, v := range []int64{0, conc} {
+		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="end" fill="#ea580c">%d</text>`+"\n", padLeft+plotW, y(v)-3, v)
+	}
+	fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="end" fill="#ea580c">in flight</text>`+"\n", padLeft+plotW, top-14)
+	b.WriteString(`<polyline class="in-flight" fill="none" stroke="#ea580c" stroke-width="1.2" stroke-dasharray="4 2" points="`)
+	for j, s := range r.Samples {
+		if s.At > end {
+			break
+		}
+		if j > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(b, "%.2f,%.2f", x(s.At), y(s.InFlight))
+	}
+	b.WriteString(`"/>` + "\n")
 }
 
 // Table writes each run's totals and, per stretch of time with requests,
@@ -89,17 +119,30 @@ func Table(w io.Writer, runs []Run, end time.Duration) error {
 		if i > 0 {
 			fmt.Fprintln(tw)
 		}
-		fmt.Fprintf(tw, "policy %s (%v): %d admitted, %d rejected\n", r.Policy.Text, r.Policy.Limit, r.Admitted, r.Rejected)
-		fmt.Fprintln(tw, "  from\tto\trequests\tadmitted\trejected\tremaining after")
+		conc := r.Policy.Concurrency > 0
+		fmt.Fprintf(tw, "policy %s (%s): %d admitted, %d rejected\n", r.Policy.Text, r.Policy.Describe(), r.Admitted, r.Rejected)
+		if conc {
+			fmt.Fprintln(tw, "  from\tto\trequests\tadmitted\trejected\tno slot\tremaining after\tin flight after")
+		} else {
+			fmt.Fprintln(tw, "  from\tto\trequests\tadmitted\trejected\tremaining after")
+		}
 		for j := 0; j < len(r.Requests); {
 			start := r.Requests[j].At.Truncate(bucket)
-			k, adm := j, 0
+			k, adm, noSlot := j, 0, 0
 			for ; k < len(r.Requests) && r.Requests[k].At < start+bucket; k++ {
 				if r.Requests[k].Allowed {
 					adm++
 				}
+				if r.Requests[k].NoSlot {
+					noSlot++
+				}
 			}
-			fmt.Fprintf(tw, "  %v\t%v\t%d\t%d\t%d\t%d\n", r.Requests[j].At, r.Requests[k-1].At, k-j, adm, k-j-adm, r.Requests[k-1].Remaining)
+			last := r.Requests[k-1]
+			if conc {
+				fmt.Fprintf(tw, "  %v\t%v\t%d\t%d\t%d\t%d\t%d\t%d\n", r.Requests[j].At, last.At, k-j, adm, k-j-adm, noSlot, last.Remaining, last.InFlight)
+			} else {
+				fmt.Fprintf(tw, "  %v\t%v\t%d\t%d\t%d\t%d\n", r.Requests[j].At, last.At, k-j, adm, k-j-adm, last.Remaining)
+			}
 			j = k
 		}
 	}

@@ -159,3 +159,114 @@ func TestParseErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestConcurrencyLayer: a concurrency layer alone and layered with a rate
+// limit, as fairgate layers them: refused a slot, a request takes no
+// token; refused a token, it gives its slot back; slots come back when
+// their requests end.
+func TestConcurrencyLayer(t *testing.T) {
+	for _, tc := range []struct {
+		name, policy, traffic string
+		want                  []Request // At, Allowed, NoSlot, InFlight, Retry
+		remainingAt2s         int64
+	}{
+		{"alone", "concurrency=2", "burst 3 at 1s hold 500ms; burst 1 at 1200ms hold 1s; burst 1 at 1500ms hold 100ms", []Request{
+			{At: time.Second, Allowed: true, InFlight: 1},
+			{At: time.Second, Allowed: true, InFlight: 2},
+			{At: time.Second, NoSlot: true, InFlight: 2, Retry: 500 * time.Millisecond},
+			{At: 1200 * time.Millisecond, NoSlot: true, InFlight: 2, Retry: 300 * time.Millisecond},
+			{At: 1500 * time.Millisecond, Allowed: true, InFlight: 1}, // both ended at 1.5 s
+		}, 2},
+		{"refused a slot, no token taken", "limit=10,period=1m,concurrency=1", "burst 3 at 1s hold 2s", []Request{
+			{At: time.Second, Allowed: true, InFlight: 1},
+			{At: time.Second, NoSlot: true, InFlight: 1, Retry: 2 * time.Second},
+			{At: time.Second, NoSlot: true, InFlight: 1, Retry: 2 * time.Second},
+		}, 9},
+		{"refused a token, the slot given back", "limit=2,period=1m,concurrency=5", "burst 3 at 1s hold 2s", []Request{
+			{At: time.Second, Allowed: true, InFlight: 1},
+			{At: time.Second, Allowed: true, InFlight: 2},
+			{At: time.Second, InFlight: 2, Retry: 30 * time.Second},
+		}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := ParsePolicy(tc.policy)
+			if err != nil {
+				t.Fatal(err)
+			}
+			arr, err := ParseTraffic(tc.traffic)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := Simulate(p, arr, 5*time.Second, 100*time.Millisecond)
+			if len(r.Requests) != len(tc.want) {
+				t.Fatalf("%d requests, want %d", len(r.Requests), len(tc.want))
+			}
+			for i, q := range r.Requests {
+				w := tc.want[i]
+				if q.At != w.At || q.Allowed != w.Allowed || q.NoSlot != w.NoSlot || q.InFlight != w.InFlight || !w.Allowed && q.Retry != w.Retry {
+					t.Errorf("request %d: %+v, want %+v", i, q, w)
+				}
+			}
+			if got := r.RemainingAt(2 * time.Second); got != tc.remainingAt2s {
+				t.Errorf("remaining at 2 s: %d, want %d", got, tc.remainingAt2s)
+			}
+			for _, s := range r.Samples {
+				if s.InFlight > p.Concurrency {
+					t.Fatalf("%d in flight at %v over the limit %d", s.InFlight, s.At, p.Concurrency)
+				}
+			}
+		})
+	}
+}
+
+// TestConcurrencyInput: bad concurrency policies and holds are refused by
+// name.
+func TestConcurrencyInput(t *testing.T) {
+	for _, tc := range []struct{ policy, traffic, want string }{
+		{"concurrency=0", "", "concurrency=\"0\": want 1 to 1000000 requests in flight"},
+		{"concurrency=lots", "", "concurrency=\"lots\""},
+		{"burst=5,concurrency=2", "", "limit and period are required (or concurrency alone)"},
+		{"", "burst 3 at 1s hold soon", "hold \"soon\": want a positive duration"},
+		{"", "burst 3 at 1s hold", "want burst N at T"},
+	} {
+		var err error
+		if tc.policy != "" {
+			_, err = ParsePolicy(tc.policy)
+		} else {
+			_, err = ParseTraffic(tc.traffic)
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q %q: %v, want an error containing %q", tc.policy, tc.traffic, err, tc.want)
+		}
+	}
+}
+
+// TestSVGInFlight: a concurrency policy's panel draws the requests in
+// flight, a point per sample, and its markers carry them.
+func TestSVGInFlight(t *testing.T) {
+	p, _ := ParsePolicy("concurrency=2")
+	arr, _ := ParseTraffic("burst 3 at 1s hold 500ms")
+	end := 2 * time.Second
+	r := Simulate(p, arr, end, 100*time.Millisecond)
+	var buf bytes.Buffer
+	if err := SVG(&buf, []Run{r}, end); err != nil {
+		t.Fatal(err)
+	}
+	svg := buf.String()
+	if err := xml.Unmarshal(buf.Bytes(), new(struct{})); err != nil {
+		t.Fatalf("not XML: %v", err)
+	}
+	i := strings.Index(svg, `class="in-flight"`)
+	if i < 0 {
+		t.Fatal("no in-flight line")
+	}
+	points := svg[i:]
+	points = points[strings.Index(points, `points="`)+8:]
+	points = points[:strings.Index(points, `"`)]
+	if n := len(strings.Fields(points)); n != len(r.Samples) {
+		t.Fatalf("%d points, want one per sample (%d)", n, len(r.Samples))
+	}
+	if strings.Count(svg, `data-in-flight="2"`) != 2 || !strings.Contains(svg, "2 in flight: 2 admitted, 1 rejected") {
+		t.Fatalf("markers or title do not say what the run decided:\n%s", svg)
+	}
+}
