@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/fairgate/fairgate/internal/auth"
 	"github.com/fairgate/fairgate/internal/config"
 	"github.com/fairgate/fairgate/internal/server"
@@ -92,6 +94,39 @@ type fairResult struct {
 	noisyRate  float64       // the noisy tenant's completed requests a second
 	noisyShare float64       // of the upstream's workers, on average
 	util       float64       // the upstream's busy share
+	// gateWaited is the share of the steady tenants' requests that
+	// waited over 1 ms in fairgate's capacity gate (-1: no gate).
+	gateWaited float64
+}
+
+// gatedFront is fairgate's proxy with the registry its gate's metrics go
+// to, so that the run can say how long the steady tenants waited in it.
+type gatedFront struct {
+	http.Handler
+	reg *prometheus.Registry
+}
+
+// waitedOver1ms is the share of class's requests that waited over 1 ms in
+// the gate, from its wait histogram; -1 without one.
+func (g gatedFront) waitedOver1ms(class string) float64 {
+	mfs, _ := g.reg.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() != "fairgate_upstream_capacity_wait_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if m.GetLabel()[0].GetValue() != class {
+				continue
+			}
+			h := m.GetHistogram()
+			for _, bk := range h.GetBucket() {
+				if bk.GetUpperBound() == 0.001 {
+					return 1 - float64(bk.GetCumulativeCount())/float64(max(1, h.GetSampleCount()))
+				}
+			}
+		}
+	}
+	return -1
 }
 
 // fairScenario is a front (the thing under test) before the upstream.
@@ -107,7 +142,8 @@ func runFair(b *testing.B, sc fairScenario) fairResult {
 	us := httptest.NewServer(up)
 	defer us.Close()
 	u, _ := url.Parse(us.URL)
-	fs := httptest.NewServer(sc.front(b, u))
+	front := sc.front(b, u)
+	fs := httptest.NewServer(front)
 	defer fs.Close()
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 512, MaxConnsPerHost: 0}, Timeout: 10 * time.Second}
 	do := func(tenant, path string) (time.Time, time.Duration, bool) {
@@ -167,7 +203,10 @@ func runFair(b *testing.B, sc fairScenario) fairResult {
 	slices.Sort(steady.latencies)
 	res := fairResult{success: float64(steady.ok) / float64(max(1, steady.total)),
 		noisyRate: float64(noisyDone.Load()) / elapsed.Seconds(),
-		util:      float64(busy) / float64(upWorkers) / float64(elapsed)}
+		util:      float64(busy) / float64(upWorkers) / float64(elapsed), gateWaited: -1}
+	if g, ok := front.(gatedFront); ok {
+		res.gateWaited = g.waitedOver1ms("api")
+	}
 	res.noisyShare = res.noisyRate * costlyTime.Seconds() / upWorkers
 	if n := len(steady.latencies); n > 0 {
 		res.p50, res.p99 = steady.latencies[n/2], steady.latencies[n*99/100]
@@ -196,11 +235,12 @@ func fairgateFront(yaml string) func(b *testing.B, up *url.URL) http.Handler {
 		if err != nil {
 			b.Fatal(err)
 		}
-		s, err := server.New(server.Config{Limiter: lim, Auth: a, Upstream: up, Capacity: (*server.Capacity)(cfg.UpstreamCapacity)})
+		reg := prometheus.NewRegistry()
+		s, err := server.New(server.Config{Limiter: lim, Auth: a, Upstream: up, Capacity: (*server.Capacity)(cfg.UpstreamCapacity), Registerer: reg})
 		if err != nil {
 			b.Fatal(err)
 		}
-		return s
+		return gatedFront{s, reg}
 	}
 }
 
@@ -238,22 +278,29 @@ func globalGate(b *testing.B, up *url.URL) http.Handler {
 // BenchmarkFairConcurrency is issue 24 §3's comparison: the nine steady
 // tenants' p50/p99 and success, the noisy tenant's goodput and share, and
 // the upstream's utilisation, for (a) no limiter, (b) fairgate's rate limits
-// alone, (c) one global concurrency limit, and (d) per-tenant concurrency
-// limits (issue 24 §1: every tenant 4 requests in flight), beside a run
-// without the noisy tenant. Fair sharing of a learned capacity (§2) is not
-// built yet.
+// alone, (c) one global concurrency limit, (d1) per-tenant concurrency
+// limits (every tenant 4 requests in flight), and fairgate's capacity gate
+// with (d2) a learned and (d3) a fixed limit, beside runs without the
+// noisy tenant. FAIRGATE_BENCH_TARGETS picks scenarios by name;
+// FAIRGATE_BENCH_MARGIN and FAIRGATE_BENCH_TOLERANCE set the gate's.
 //
-//	cd bench && go test -run '^$' -bench FairConcurrency -benchtime 1x -timeout 10m
+//	cd bench && go test -run '^$' -bench FairConcurrency -benchtime 1x -timeout 15m
 func BenchmarkFairConcurrency(b *testing.B) {
 	direct := func(b *testing.B, up *url.URL) http.Handler { return httputil.NewSingleHostReverseProxy(up) }
+	learned := fairgateFront(ratePolicy + "upstream_capacity: {floor: 4, ceiling: 256" + benchField("tolerance") + benchField("margin") + "}\n")
+	fixed := fairgateFront(ratePolicy + "upstream_capacity: {limit: 16" + benchField("margin") + "}\n")
 	scenarios := []fairScenario{
 		{name: "quiet (no noisy tenant), no limiter", front: direct},
 		{name: "(a) no limiter", front: direct, noisy: true},
 		{name: "(b) rate limits only", front: fairgateFront(ratePolicy), noisy: true},
 		{name: "(c) one global concurrency limit", front: globalGate, noisy: true},
 		{name: "(d1) per-tenant concurrency 4", front: fairgateFront(strings.Replace(ratePolicy, "burst: 100}]", "burst: 100}, {concurrency: 4}]", 1)), noisy: true},
-		{name: "(d2) capacity gate, learned", front: fairgateFront(ratePolicy + "upstream_capacity: {floor: 4, ceiling: 256" + toleranceField() + "}\n"), noisy: true},
-		{name: "(d3) capacity gate, fixed 16", front: fairgateFront(ratePolicy + "upstream_capacity: {limit: 16}\n"), noisy: true},
+		{name: "(d2) capacity gate, learned", front: learned, noisy: true},
+		{name: "(d3) capacity gate, fixed 16", front: fixed, noisy: true},
+		// The same fronts without the noisy tenant: the target's "run
+		// without the noisy tenant" for (d2) and (d3).
+		{name: "quiet, capacity gate, learned", front: learned},
+		{name: "quiet, capacity gate, fixed 16", front: fixed},
 	}
 	if only := os.Getenv("FAIRGATE_BENCH_TARGETS"); only != "" { // a subset, by scenario name
 		re, err := regexp.Compile(only)
@@ -263,20 +310,24 @@ func BenchmarkFairConcurrency(b *testing.B) {
 		scenarios = slices.DeleteFunc(scenarios, func(sc fairScenario) bool { return !re.MatchString(sc.name) })
 	}
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "\n%-40s %9s %9s %8s %12s %11s %6s\n", "scenario", "p50", "p99", "success", "noisy req/s", "noisy share", "util")
+	fmt.Fprintf(&sb, "\n%-40s %9s %9s %8s %12s %11s %6s %12s\n", "scenario", "p50", "p99", "success", "noisy req/s", "noisy share", "util", "gate wait>1ms")
 	for _, sc := range scenarios {
 		r := runFair(b, sc)
-		fmt.Fprintf(&sb, "%-40s %9v %9v %7.2f%% %12.1f %10.0f%% %5.0f%%\n", sc.name, r.p50.Round(10*time.Microsecond), r.p99.Round(10*time.Microsecond),
-			100*r.success, r.noisyRate, 100*r.noisyShare, 100*r.util)
+		waited := "-"
+		if r.gateWaited >= 0 {
+			waited = fmt.Sprintf("%.2f%%", 100*r.gateWaited)
+		}
+		fmt.Fprintf(&sb, "%-40s %9v %9v %7.2f%% %12.1f %10.0f%% %5.0f%% %12s\n", sc.name, r.p50.Round(10*time.Microsecond), r.p99.Round(10*time.Microsecond),
+			100*r.success, r.noisyRate, 100*r.noisyShare, 100*r.util, waited)
 	}
 	fmt.Print(sb.String())
 }
 
-// toleranceField is FAIRGATE_BENCH_TOLERANCE as the gate's tolerance
-// field, for trying others; nothing (the default) without it.
-func toleranceField() string {
-	if v, err := strconv.ParseFloat(os.Getenv("FAIRGATE_BENCH_TOLERANCE"), 64); err == nil {
-		return ", tolerance: " + strconv.FormatFloat(v, 'g', -1, 64)
+// benchField is FAIRGATE_BENCH_<NAME> as the gate's field name, for
+// trying other tolerances and margins; nothing (the default) without it.
+func benchField(name string) string {
+	if v, err := strconv.ParseFloat(os.Getenv("FAIRGATE_BENCH_"+strings.ToUpper(name)), 64); err == nil {
+		return ", " + name + ": " + strconv.FormatFloat(v, 'g', -1, 64)
 	}
 	return ""
 }

@@ -123,9 +123,9 @@ func (d *demand) took(rtt time.Duration) {
 }
 
 // headroom is the room a borrower leaves free, at most half the limit:
-// the fair requests' average hold m (Little's law) with two of its
+// the fair requests' average hold m (Little's law) with margin of its
 // standard deviations as if they came as a Poisson stream (√m), plus one.
-func (d *demand) headroom(limit float64) float64 {
+func (d *demand) headroom(limit, margin float64) float64 {
 	m := d.rate * d.lat
-	return math.Min(limit/2, math.Ceil(m+2*math.Sqrt(m))+1)
+	return math.Min(limit/2, math.Ceil(m+margin*math.Sqrt(m))+1)
 }

@@ -27,6 +27,11 @@ type Config struct {
 	// Tolerance is how much the upstream's latency may grow over its
 	// least before the limit shrinks. Zero means 1.25 (25% more).
 	Tolerance float64
+	// Margin is how many standard deviations of the fair requests'
+	// demand the headroom keeps free beyond its mean: more protects the
+	// tenants within their shares better and lends less. Zero means 2;
+	// at most 6.
+	Margin float64
 	// Reserve is the part of the limit, in [0, 1), kept for requests that
 	// ask for it (critical routes): others are admitted only while the
 	// rest has room. Zero means none.
@@ -117,6 +122,10 @@ func (c Config) normalized() Config {
 		c.Tolerance = 1.25
 	}
 	c.Reserve = min(max(c.Reserve, 0), 0.9)
+	if c.Margin <= 0 {
+		c.Margin = 2
+	}
+	c.Margin = min(c.Margin, 6)
 	return c
 }
 
@@ -329,7 +338,7 @@ func (g *Gate) room(critical, fair bool) bool {
 	if !critical {
 		lim = math.Max(1, math.Floor(lim*(1-g.c.Reserve)))
 	}
-	if !fair && float64(g.inflight) >= lim-g.demand.headroom(float64(g.limit())) {
+	if !fair && float64(g.inflight) >= lim-g.demand.headroom(float64(g.limit()), g.c.Margin) {
 		// A borrower leaves the whole headroom free, whatever the fair
 		// requests hold at the moment: theirs come and go in a moment,
 		// a borrower's may hold for long (measured: counting the fair

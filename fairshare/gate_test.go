@@ -162,10 +162,10 @@ func TestHeadroom(t *testing.T) {
 		mustAcquire(t, g, "steady", false) // the kept slot
 	})
 	d := demand{rate: 360, lat: 0.006}
-	if h := d.headroom(16); h != 7 {
+	if h := d.headroom(16, 2); h != 7 {
 		t.Errorf("headroom for 360 requests a second of 6 ms: %v, want ceil(2.16 + 2√2.16) + 1 = 7", h)
 	}
-	if h := (&demand{rate: 10000, lat: 0.1}).headroom(16); h != 8 {
+	if h := (&demand{rate: 10000, lat: 0.1}).headroom(16, 2); h != 8 {
 		t.Errorf("headroom under a flood: %v, want half the limit", h)
 	}
 }

@@ -56,6 +56,11 @@ func (d *decoder) capacity(v *yaml.Node, path string, c *Config) {
 			}
 			learned = v
 		},
+		"margin": func(v *yaml.Node, path string) {
+			if u.Gate.Margin = d.Float(v, path); u.Gate.Margin < 0.5 || u.Gate.Margin > 6 {
+				d.Add(v, path, "margin %v: want 0.5 to 6 standard deviations of the fair requests' demand kept free (more protects the tenants within their shares and lends less)", u.Gate.Margin)
+			}
+		},
 		"max_wait": func(v *yaml.Node, path string) {
 			if u.Gate.MaxWait = d.Duration(v, path); u.Gate.MaxWait <= 0 || u.Gate.MaxWait > maxCapacityWait {
 				d.Add(v, path, "max_wait %v: want over 0 and at most %v, how long a request waits for room before it is answered 503", u.Gate.MaxWait, maxCapacityWait)

@@ -35,6 +35,10 @@ plans:
     - {limit: 100000, period: 1h}
 tenants:
   newco: {plan: pro}
+anonymous:
+  - name: public
+    route: "GET /public/{x...}"
+    limits: [{limit: 100000, period: 1h, by: ip}]
 `+section+"\n"))
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +70,7 @@ func proxyWith(t *testing.T, up *httptest.Server, cfg *config.Config, c Config) 
 	return ts, s, lim
 }
 
-// heldUpstream answers /slow/{id} when that id is released, and anything
+// heldUpstream answers /slow/{id} (and /public/slow/{id}) when that id is released, and anything
 // else at once; it reports each request's path as it arrives.
 type heldUpstream struct {
 	*httptest.Server
@@ -79,7 +83,7 @@ func newHeldUpstream(t *testing.T) *heldUpstream {
 	h := &heldUpstream{arrived: make(chan string, 64), held: map[string]chan struct{}{}}
 	h.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h.arrived <- r.URL.Path
-		if id, ok := strings.CutPrefix(r.URL.Path, "/slow/"); ok {
+		if id, ok := strings.CutPrefix(strings.TrimPrefix(r.URL.Path, "/public"), "/slow/"); ok {
 			select {
 			case <-h.hold(id):
 			case <-r.Context().Done():
@@ -104,10 +108,15 @@ func (h *heldUpstream) release(id string) { close(h.hold(id)) }
 
 // getKey GETs path as the holder of key in the background.
 func getKey(base, key, path string) chan *http.Response {
+	return getWith(base, path, "X-API-Key", key)
+}
+
+// getWith GETs path with one header in the background.
+func getWith(base, path, header, value string) chan *http.Response {
 	out := make(chan *http.Response, 1)
 	go func() {
 		req, _ := http.NewRequest("GET", base+path, nil)
-		req.Header.Set("X-API-Key", key)
+		req.Header.Set(header, value)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			out <- &http.Response{StatusCode: -1, Status: err.Error()}
@@ -283,4 +292,31 @@ func TestProblemOfShed(t *testing.T) {
 	up.release("p1")
 	<-held
 	<-waiting
+}
+
+// TestProxyCapacityAnonymousIsOneParty: requests without a credential
+// share one queue, whatever address they come from, so spreading them
+// over addresses or inventing tenant headers gains nothing.
+func TestProxyCapacityAnonymousIsOneParty(t *testing.T) {
+	up := newHeldUpstream(t)
+	ts, s, _ := capacityProxy(t, up.Server, "upstream_capacity: {limit: 1, max_queue: 1, max_wait: 10s}")
+	gate := s.capacity.cur.Load().gate
+	// A tenant header is a client's claim, not a credential.
+	get := func(path, tenant string) chan *http.Response { return getWith(ts.URL, path, "X-Fairgate-Tenant", tenant) }
+	held := get("/public/slow/p1", "a")
+	if p := <-up.arrived; p != "/public/slow/p1" {
+		t.Fatalf("arrived %s", p)
+	}
+	waiting := get("/public/w", "b")
+	waitFor(t, "the second anonymous request to wait", func() bool { return gate.Stats().Waiting == 1 })
+	wantShed(t, <-get("/public/x", "c"), "a third anonymous request, over the one queue of 1")
+	if st := gate.Stats(); st.Tenants != 1 {
+		t.Errorf("%+v, want the anonymous requests as one party", st)
+	}
+	up.release("p1")
+	for _, r := range []chan *http.Response{held, waiting} {
+		if resp := <-r; resp.StatusCode != 200 {
+			t.Fatalf("an admitted anonymous request: %d %s", resp.StatusCode, resp.Status)
+		}
+	}
 }
