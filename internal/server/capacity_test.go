@@ -302,7 +302,9 @@ func TestProxyCapacityAnonymousIsOneParty(t *testing.T) {
 	ts, s, _ := capacityProxy(t, up.Server, "upstream_capacity: {limit: 1, max_queue: 1, max_wait: 10s}")
 	gate := s.capacity.cur.Load().gate
 	// A tenant header is a client's claim, not a credential.
-	get := func(path, tenant string) chan *http.Response { return getWith(ts.URL, path, "X-Fairgate-Tenant", tenant) }
+	get := func(path, tenant string) chan *http.Response {
+		return getWith(ts.URL, path, "X-Fairgate-Tenant", tenant)
+	}
 	held := get("/public/slow/p1", "a")
 	if p := <-up.arrived; p != "/public/slow/p1" {
 		t.Fatalf("arrived %s", p)
