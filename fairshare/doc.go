@@ -14,7 +14,8 @@
 //
 // When the limit is full, freed room goes by weighted max-min fairness:
 // first to the waiting tenant within its share that has the fewest
-// requests in flight for its weight, then round robin to the borrowers. A
+// requests in flight for its weight, then to the borrowers in the same
+// order (round robin between equals). A
 // request waits at most MaxWait in its tenant's queue; then, or when the
 // queue is full, it is shed with a retry-after. Requests of a critical
 // class may use a reserved part of the limit, so that non-critical

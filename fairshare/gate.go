@@ -368,10 +368,11 @@ func (g *Gate) dispatch() {
 	}
 }
 
-// next takes a waiter that may start now. With under set, of the
-// tenants within their shares, the one with the fewest requests in flight
-// for its weight (max-min order; round robin between equals); without,
-// the first in round-robin order of any tenant.
+// next takes a waiter that may start now: of the tenants with one (only
+// those within their shares when under is set), the tenant with the
+// fewest requests in flight for its weight, round robin between equals.
+// This is weighted max-min order for the borrowers too: as room frees,
+// their excess evens out in proportion to their weights.
 func (g *Gate) next(under bool) (*waiter, *tenant) {
 	bi, bj, least := -1, -1, math.Inf(1)
 	for i, t := range g.rr {
@@ -388,9 +389,6 @@ func (g *Gate) next(under bool) (*waiter, *tenant) {
 		if n := float64(t.inflight) / t.weight; n < least {
 			bi, bj, least = i, j, n
 			t.queue[j].fair = fair
-		}
-		if !under {
-			break
 		}
 	}
 	if bi < 0 {

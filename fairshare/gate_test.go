@@ -3,6 +3,7 @@ package fairshare
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -307,4 +308,44 @@ func TestLoad(t *testing.T) {
 	if l.avg != 1.25 {
 		t.Fatalf("average %v after idling, want 2.5 / 2", l.avg)
 	}
+}
+
+// TestBorrowersByWeight: two borrowers waiting for room share what frees
+// in proportion to their weights.
+func TestBorrowersByWeight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := New(Config{Initial: 8, Fixed: true, MaxWait: time.Hour, Margin: 0.5})
+		var held []*Ticket
+		for range 8 {
+			held = append(held, mustAcquire(t, g, "other", false))
+		}
+		got := map[string]int{}
+		var mu sync.Mutex
+		ctx, cancel := context.WithCancel(context.Background())
+		defer synctest.Wait()
+		defer cancel()
+		for _, r := range []Request{{Tenant: "light", Weight: 1}, {Tenant: "heavy", Weight: 3}} {
+			for range 8 {
+				go func() {
+					if _, err := g.Acquire(ctx, r); err == nil {
+						mu.Lock()
+						got[r.Tenant]++
+						mu.Unlock()
+					}
+				}()
+			}
+		}
+		synctest.Wait()
+		time.Sleep(loadWindow) // both hold nothing yet, and wait
+		for _, tk := range held {
+			tk.Done(false)
+			synctest.Wait()
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		t.Logf("admitted %v", got)
+		if got["heavy"] < 3*got["light"]-1 || got["heavy"] > 3*got["light"]+1 || got["heavy"]+got["light"] < 6 {
+			t.Fatalf("admitted %v as room freed, want about three heavy for one light", got)
+		}
+	})
 }
