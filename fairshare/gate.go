@@ -24,6 +24,11 @@ type Config struct {
 	MaxWait time.Duration
 	// MaxQueue bounds each tenant's waiting requests. Zero means 128.
 	MaxQueue int
+	// MaxWaiting bounds the waiting requests of all tenants: past it a
+	// borrower's request is shed at once, and past twice it anyone's, so
+	// that many tenants' queues cannot hold without bound. Zero means
+	// 1,024.
+	MaxWaiting int
 	// Tolerance is how much the upstream's latency may grow over its
 	// least before the limit shrinks. Zero means 1.25 (25% more).
 	Tolerance float64
@@ -117,6 +122,9 @@ func (c Config) normalized() Config {
 	}
 	if c.MaxQueue <= 0 {
 		c.MaxQueue = 128
+	}
+	if c.MaxWaiting <= 0 {
+		c.MaxWaiting = 1024
 	}
 	if c.Tolerance <= 1 {
 		c.Tolerance = 1.25
@@ -232,11 +240,11 @@ func (g *Gate) Acquire(ctx context.Context, r Request) (*Ticket, error) {
 		g.mu.Unlock()
 		return &Ticket{g: g, t: t, kind: r.Kind, fair: fair, start: now}, nil
 	}
-	if len(t.queue) >= g.c.MaxQueue {
+	if why := g.full(t, fair); why != "" {
 		g.forget(t)
 		ra := g.retryAfter()
 		g.mu.Unlock()
-		return nil, &ShedError{RetryAfter: ra, Why: "its queue is full", QueueFull: true}
+		return nil, &ShedError{RetryAfter: ra, Why: why, QueueFull: true}
 	}
 	w := &waiter{ready: make(chan struct{}), critical: critical, fair: fair}
 	t.queue = append(t.queue, w)
@@ -291,6 +299,19 @@ waiting:
 		return nil, ctx.Err()
 	}
 	return nil, &ShedError{RetryAfter: g.retryAfter(), Why: why}
+}
+
+// full says why a request of t may not wait, or "": t's queue is full, or
+// all tenants' waiting requests are at MaxWaiting (for a borrower) or
+// twice that (for anyone).
+func (g *Gate) full(t *tenant, fair bool) string {
+	switch {
+	case len(t.queue) >= g.c.MaxQueue:
+		return "its queue is full"
+	case g.waiting >= 2*g.c.MaxWaiting || !fair && g.waiting >= g.c.MaxWaiting:
+		return "the gate's queues are full"
+	}
+	return ""
 }
 
 // share is t's fair share of the limit among the tenants that wanted room

@@ -349,3 +349,31 @@ func TestBorrowersByWeight(t *testing.T) {
 		}
 	})
 }
+
+// TestMaxWaiting: past MaxWaiting waiting requests, a borrower's is shed
+// at once; past twice that, anyone's.
+func TestMaxWaiting(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := New(Config{Initial: 1, Fixed: true, MaxWait: time.Second, MaxWaiting: 2})
+		mustAcquire(t, g, "a", false)
+		for _, name := range []string{"b", "c"} { // fair: nothing in flight
+			go g.Acquire(context.Background(), Request{Tenant: name})
+			synctest.Wait()
+		}
+		var se *ShedError
+		if _, err := g.Acquire(context.Background(), Request{Tenant: "a"}); !errors.As(err, &se) || !se.QueueFull {
+			t.Fatalf("a borrower past MaxWaiting: %v, want shed at once", err)
+		}
+		for _, name := range []string{"d", "e"} {
+			go g.Acquire(context.Background(), Request{Tenant: name})
+			synctest.Wait()
+		}
+		if _, err := g.Acquire(context.Background(), Request{Tenant: "f"}); !errors.As(err, &se) || !se.QueueFull {
+			t.Fatalf("anyone past twice MaxWaiting: %v, want shed at once", err)
+		}
+		if s := g.Stats(); s.Waiting != 4 {
+			t.Fatalf("%+v, want 4 waiting", s)
+		}
+		time.Sleep(time.Second) // the waiters' MaxWait
+	})
+}

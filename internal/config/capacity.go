@@ -73,6 +73,13 @@ func (d *decoder) capacity(v *yaml.Node, path string, c *Config) {
 				u.Gate.MaxQueue = int(n)
 			}
 		},
+		"max_waiting": func(v *yaml.Node, path string) {
+			if n := d.Int(v, path); n < 1 || n > maxCapacityQueue {
+				d.Add(v, path, "max_waiting %d: want 1 to %d requests waiting in all", n, maxCapacityQueue)
+			} else {
+				u.Gate.MaxWaiting = int(n)
+			}
+		},
 		"reserve": func(v *yaml.Node, path string) {
 			if u.Gate.Reserve = d.Float(v, path); u.Gate.Reserve < 0 || u.Gate.Reserve > 0.9 {
 				d.Add(v, path, "reserve %v: want 0 to 0.9, the part of the limit kept for the critical classes", u.Gate.Reserve)

@@ -100,6 +100,7 @@ func TestValidationErrors(t *testing.T) {
 		{"capacity initial outside", 20, "upstream_capacity: {floor: 4, ceiling: 20, initial: 40}", "upstream_capacity: initial 40 is outside floor 4 and ceiling 20"},
 		{"capacity tolerance", 20, "upstream_capacity: {tolerance: 1}", "upstream_capacity.tolerance: tolerance 1: want over 1 and at most 10"},
 		{"capacity wait", 20, "upstream_capacity: {max_wait: 1m}", "upstream_capacity.max_wait: max_wait 1m0s: want over 0 and at most 30s"},
+		{"capacity waiting", 20, "upstream_capacity: {max_waiting: 0}", "upstream_capacity.max_waiting: max_waiting 0: want 1 to 100000"},
 		{"capacity margin", 20, "upstream_capacity: {margin: 9}", "upstream_capacity.margin: margin 9: want 0.5 to 6 standard deviations"},
 		{"capacity queue", 20, "upstream_capacity: {max_queue: 0}", "upstream_capacity.max_queue: max_queue 0: want 1 to 100000"},
 		{"capacity reserve", 20, "upstream_capacity: {reserve: 0.95, critical: [read]}", "upstream_capacity.reserve: reserve 0.95: want 0 to 0.9"},
@@ -144,8 +145,8 @@ func TestUpstreamCapacity(t *testing.T) {
 		name, text string
 		want       UpstreamCapacity
 	}{
-		{"learned", "upstream_capacity: {floor: 4, ceiling: 64, initial: 16, tolerance: 1.5, margin: 3, max_wait: 100ms, max_queue: 32, reserve: 0.25, critical: [read], weights: {team: 4}}",
-			UpstreamCapacity{Gate: fairshare.Config{Floor: 4, Ceiling: 64, Initial: 16, Tolerance: 1.5, Margin: 3, MaxWait: 100 * time.Millisecond, MaxQueue: 32, Reserve: 0.25},
+		{"learned", "upstream_capacity: {floor: 4, ceiling: 64, initial: 16, tolerance: 1.5, margin: 3, max_wait: 100ms, max_queue: 32, max_waiting: 500, reserve: 0.25, critical: [read], weights: {team: 4}}",
+			UpstreamCapacity{Gate: fairshare.Config{Floor: 4, Ceiling: 64, Initial: 16, Tolerance: 1.5, Margin: 3, MaxWait: 100 * time.Millisecond, MaxQueue: 32, MaxWaiting: 500, Reserve: 0.25},
 				Critical: []string{"read"}, Weights: map[string]float64{"team": 4}}},
 		{"fixed", "upstream_capacity: {limit: 12}",
 			UpstreamCapacity{Gate: fairshare.Config{Initial: 12, Fixed: true}, Weights: map[string]float64{}}},
