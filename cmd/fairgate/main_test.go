@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -367,4 +368,56 @@ func TestRLSOnlyConfig(t *testing.T) {
 	if code := run(context.Background(), []string{"serve", "--listen", "127.0.0.1:0", "--config", path, "--upstream", "http://127.0.0.1:1", "--internal-listen", "127.0.0.1:0"}, io.Discard, &stderr); code == 0 || !strings.Contains(stderr.String(), "--upstream needs a policy") {
 		t.Fatalf("--upstream without a policy: exit %d, %s", code, stderr.String())
 	}
+}
+
+// TestCapacityReload: `fairgate serve --upstream` with upstream_capacity
+// reports the gate's limit at /metrics; a reload changes it, and a file
+// with a bad section is refused and leaves the gate in force.
+func TestCapacityReload(t *testing.T) {
+	example, path := exampleCopy(t)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) }))
+	defer up.Close()
+	with := func(section string) {
+		if err := os.WriteFile(path, append(append([]byte{}, example...), "\nupstream_capacity: "+section+"\n"...), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	with("{limit: 7}")
+	internal := freeAddr(t)
+	sv := startServe(t, "--listen", "127.0.0.1:0", "--internal-listen", internal, "--upstream", up.URL, "--config", path, "--config-poll", "50ms")
+	limit := func() string {
+		resp, err := http.Get("http://" + internal + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		for line := range strings.Lines(string(b)) {
+			if v, ok := strings.CutPrefix(line, "fairgate_upstream_capacity_limit "); ok {
+				return strings.TrimSpace(v)
+			}
+		}
+		return ""
+	}
+	waitLimit := func(want string) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); limit() != want; time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the gate's limit is %q, want %s:\n%s", limit(), want, sv.logs.String())
+			}
+		}
+	}
+	waitLimit("7")
+	with("{limit: 9, max_wait: 100ms}")
+	waitLimit("9")
+	with("{limit: 0}")
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(sv.logs.String(), "upstream_capacity.limit: 0 requests in flight"); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the bad section was not refused by name:\n%s", sv.logs.String())
+		}
+	}
+	if got := limit(); got != "9" {
+		t.Fatalf("after a refused reload the limit is %q, want 9 still", got)
+	}
+	sv.stop()
 }
