@@ -196,6 +196,12 @@ func (tk *Ticket) Answered(failed bool) {
 	tk.answer.Do(func() { tk.g.observe(tk, time.Since(tk.start), failed) })
 }
 
+// Skip marks the request as one the limit should not learn from: its
+// client gave up, or its answer is not the upstream's work (a 404 answered
+// at once would teach a least latency that real requests never reach).
+// Done then only frees its room. It does nothing after Answered.
+func (tk *Ticket) Skip() { tk.answer.Do(func() {}) }
+
 // Done ends the request and frees its room. If Answered was not called,
 // Done calls it with failed first. Only the first call counts.
 func (tk *Ticket) Done(failed bool) {

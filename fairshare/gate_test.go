@@ -217,7 +217,7 @@ func TestSetConfig(t *testing.T) {
 }
 
 // TestAnsweredOnce: Answered teaches the limit once; Done after it only
-// frees the room.
+// frees the room; a skipped request teaches nothing.
 func TestAnsweredOnce(t *testing.T) {
 	g := New(Config{Initial: 20, Floor: 1})
 	tk := mustAcquire(t, g, "a", false)
@@ -234,6 +234,13 @@ func TestAnsweredOnce(t *testing.T) {
 	mustAcquire(t, g, "a", false).Done(true)
 	if g.lim.n != 2 || g.lim.failures != 2 {
 		t.Fatalf("Done without Answered: %d samples, %d failures; want 2 and 2", g.lim.n, g.lim.failures)
+	}
+	tk = mustAcquire(t, g, "a", false)
+	tk.Skip()
+	tk.Answered(true)
+	tk.Done(true)
+	if g.lim.n != 2 || g.Stats().InFlight != 0 {
+		t.Fatalf("a skipped request taught the limit (%d samples) or kept its room (%+v)", g.lim.n, g.Stats())
 	}
 }
 

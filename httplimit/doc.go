@@ -1,7 +1,9 @@
 // Package httplimit puts fairgate's decisions on HTTP: net/http middleware
 // around a [limiter.Limiter], the rate-limit response headers in the three
 // forms fairgate offers ([Draft], [Structured], [X]), Retry-After, and the
-// problem+json bodies of 429, 503 and 401 (package problem).
+// problem+json bodies of 429, 503 and 401 (package problem). [Gated]
+// adds a fair share of the handler's concurrency (package fairshare)
+// after the limits.
 //
 // The tenant comes from a function the caller passes, which must derive it
 // from a verified credential; the middleware never reads it from a header.

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"sync"
@@ -12,7 +11,7 @@ import (
 
 	"github.com/fairgate/fairgate/fairshare"
 	"github.com/fairgate/fairgate/httplimit"
-	"github.com/fairgate/fairgate/httplimit/problem"
+	"github.com/fairgate/fairgate/limiter"
 )
 
 // Capacity shares the proxied upstream's concurrency between tenants
@@ -67,85 +66,41 @@ func (s *Server) SetCapacity(c *Capacity) {
 	h.cur.Store(cs)
 }
 
-// anonymousTenant is the one party of the gate that every request without
-// a verified tenant belongs to; tenants' names are prefixed so that none
-// can be it.
-const anonymousTenant = "anonymous"
-
-// gated admits each decided request through the capacity gate, if one is
-// in force: it waits its turn, or is answered 503 with Retry-After when
-// it finds no room within the wait. The ticket is done when the handler
-// returns; the upstream's answer teaches the limit (see upstreamTimed).
-func (s *Server) gated(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		cs := s.capacity.cur.Load()
-		if cs == nil {
-			next.ServeHTTP(w, r)
-			return
-		}
-		class := classOf(r)
-		req := fairshare.Request{Tenant: anonymousTenant, Kind: class, Critical: cs.critical[class], Weight: 1}
-		if who, ok := httplimit.IdentityFrom(r.Context()); ok && who.Tenant != "" {
-			req.Tenant = "t:" + who.Tenant
-			if d, ok := httplimit.DecisionFrom(r.Context()); ok {
-				if wt, ok := cs.weights[d.Resolution.Plan]; ok {
-					req.Weight = wt
+// gate is the proxy's capacity gate, from the section in force: its
+// requests' weights by plan and critical classes, and the gate's metrics.
+func (s *Server) gate() (func(http.Handler) http.Handler, error) {
+	return httplimit.Gated(httplimit.GateConfig{
+		Gate: func(*http.Request) *fairshare.Gate {
+			if cs := s.capacity.cur.Load(); cs != nil {
+				return cs.gate
+			}
+			return nil
+		},
+		Request: func(_ *http.Request, d limiter.Decision, req *fairshare.Request) {
+			if cs := s.capacity.cur.Load(); cs != nil {
+				req.Critical = cs.critical[d.Resolution.Class]
+				if w, ok := cs.weights[d.Resolution.Plan]; ok && req.Tenant != httplimit.AnonymousParty {
+					req.Weight = w
 				}
 			}
-		}
-		start := time.Now()
-		tk, err := cs.gate.Acquire(r.Context(), req)
-		s.metrics.capWait.WithLabelValues(class).Observe(time.Since(start).Seconds())
-		if err != nil {
-			s.shed(w, class, err)
-			return
-		}
-		in := s.metrics.capInFlight.WithLabelValues(class)
-		in.Inc()
-		defer func() {
-			in.Dec()
-			tk.Done(false)
-		}()
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), ticketKey{}, tk)))
+		},
+		Observe: func(r *http.Request, waited time.Duration, err error) func() {
+			class := classOf(r)
+			s.metrics.capWait.WithLabelValues(class).Observe(waited.Seconds())
+			var se *fairshare.ShedError
+			switch {
+			case errors.As(err, &se) && se.QueueFull:
+				s.metrics.capShed.WithLabelValues(class, "queue_full").Inc()
+			case se != nil:
+				s.metrics.capShed.WithLabelValues(class, "wait").Inc()
+			case err == nil:
+				in := s.metrics.capInFlight.WithLabelValues(class)
+				in.Inc()
+				return in.Dec
+			}
+			return nil
+		},
 	})
-}
-
-type ticketKey struct{}
-
-// answered teaches r's gate ticket, if it has one, the upstream's answer:
-// failed for no answer (the client's own cancel aside) or a 502, 503 or
-// 504 from an overloaded upstream.
-func answered(r *http.Request, resp *http.Response, err error) {
-	tk, ok := r.Context().Value(ticketKey{}).(*fairshare.Ticket)
-	if !ok || err != nil && r.Context().Err() != nil {
-		return
-	}
-	failed := err != nil
-	if resp != nil {
-		switch resp.StatusCode {
-		case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
-			failed = true
-		}
-	}
-	tk.Answered(failed)
-}
-
-// shed answers a request the gate did not admit: 503 with Retry-After,
-// or nothing for a client that went away.
-func (s *Server) shed(w http.ResponseWriter, class string, err error) {
-	var se *fairshare.ShedError
-	if !errors.As(err, &se) {
-		return // the client went away while it waited
-	}
-	reason := "wait"
-	if se.QueueFull {
-		reason = "queue_full"
-	}
-	s.metrics.capShed.WithLabelValues(class, reason).Inc()
-	w.Header().Set("Retry-After", problem.RetryAfterSeconds(se.RetryAfter))
-	problem.Write(w, problem.Details{Status: http.StatusServiceUnavailable,
-		Detail: "the upstream API is at its capacity and your share of it is in use; retry later",
-		Ext:    map[string]any{"code": "upstream_busy", "retry_after_seconds": problem.RetrySeconds(se.RetryAfter)}})
 }
 
 // capacityCollector reports the gate's learned limit and waiting

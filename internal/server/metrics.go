@@ -153,7 +153,6 @@ type upstreamTimed struct {
 func (t upstreamTimed) RoundTrip(r *http.Request) (*http.Response, error) {
 	start := time.Now()
 	resp, err := t.base.RoundTrip(r)
-	answered(r, resp, err)
 	status := "error"
 	if err == nil {
 		status = statusClass(resp.StatusCode)

@@ -89,8 +89,12 @@ func (s *Server) newProxy(upstream *url.URL, timeout time.Duration) (http.Handle
 	if err != nil {
 		return nil, err
 	}
+	gated, err := s.gate()
+	if err != nil {
+		return nil, err
+	}
 	direct := liftDeadlines(rp)
-	limited := mw(s.gated(direct))
+	limited := mw(gated(direct))
 	return s.metrics.timed(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if isPreflight(r) {
 			// Browsers send CORS preflights without credentials; the

@@ -1,0 +1,134 @@
+package httplimit
+
+import (
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/fairgate/fairgate/fairshare"
+	"github.com/fairgate/fairgate/httplimit/problem"
+	"github.com/fairgate/fairgate/limiter"
+)
+
+// TypeUpstreamBusy is the type of a 503 from a capacity gate: no room
+// within the request's wait.
+const TypeUpstreamBusy = "urn:fairgate:problem:upstream_busy"
+
+// AnonymousParty is the one party of a capacity gate that every request
+// without a verified tenant belongs to. Tenants are named "t:<id>" there,
+// so that none can be it.
+const AnonymousParty = "anonymous"
+
+// GateConfig configures [Gated].
+type GateConfig struct {
+	// Gate returns the gate for r, or nil to let r through ungated (so a
+	// reload may turn it on and off). Required.
+	Gate func(r *http.Request) *fairshare.Gate
+	// Request, if not nil, completes what r asks the gate: its Weight and
+	// whether it is Critical. Tenant and Kind (the route class) are set.
+	Request func(r *http.Request, d limiter.Decision, req *fairshare.Request)
+	// Observe, if not nil, is told how long each gated request waited and
+	// whether it was admitted (err nil), shed (a *fairshare.ShedError) or
+	// given up by its client; an admitted request's end is reported by
+	// calling the func it returns, if not nil.
+	Observe func(r *http.Request, waited time.Duration, err error) (done func())
+}
+
+// Gated admits each request [Middleware] let through by a fair share of
+// the next handler's concurrency (package fairshare): it waits its turn,
+// or is answered 503 with Retry-After and a problem+json body of type
+// [TypeUpstreamBusy] when it finds no room within the gate's wait; a
+// client that gives up while it waits is left unanswered. The verified
+// tenant is its party ([AnonymousParty] for requests without one), its
+// route class its kind. The gate learns from the next handler's status,
+// when it writes one: a 502, 503 or 504 is a failure, anything under 400
+// a success, and other answers (a 404, say, which may come at once) teach
+// nothing, nor does a request whose client gave up. Put it inside
+// Middleware:
+//
+//	h := httplimit.Middleware(cfg)(httplimit.Gated(gc)(handler))
+func Gated(c GateConfig) (func(http.Handler) http.Handler, error) {
+	if c.Gate == nil {
+		return nil, errors.New("httplimit: GateConfig.Gate is required")
+	}
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			g := c.Gate(r)
+			if g == nil {
+				next.ServeHTTP(w, r)
+				return
+			}
+			d, _ := DecisionFrom(r.Context())
+			req := fairshare.Request{Tenant: AnonymousParty, Kind: d.Resolution.Class, Weight: 1}
+			if who, ok := IdentityFrom(r.Context()); ok {
+				req.Tenant = "t:" + who.Tenant
+			}
+			if c.Request != nil {
+				c.Request(r, d, &req)
+			}
+			start := time.Now()
+			tk, err := g.Acquire(r.Context(), req)
+			var done func()
+			if c.Observe != nil {
+				done = c.Observe(r, time.Since(start), err)
+			}
+			if err != nil {
+				WriteShed(w, err)
+				return
+			}
+			defer func() {
+				if r.Context().Err() != nil {
+					tk.Skip() // its client gave up: the time says nothing of the upstream
+				}
+				tk.Done(false)
+				if done != nil {
+					done()
+				}
+			}()
+			next.ServeHTTP(&answerWriter{ResponseWriter: w, tk: tk}, r)
+		})
+	}, nil
+}
+
+// WriteShed answers a request a capacity gate did not admit: 503 with
+// Retry-After for a *fairshare.ShedError; nothing for a client that went
+// away while it waited (err is its context's).
+func WriteShed(w http.ResponseWriter, err error) {
+	var se *fairshare.ShedError
+	if !errors.As(err, &se) {
+		return
+	}
+	w.Header().Set("Retry-After", RetryAfter(se.RetryAfter))
+	problem.Write(w, problem.Details{Type: TypeUpstreamBusy, Title: "Upstream busy", Status: http.StatusServiceUnavailable,
+		Detail: "the upstream API is at its capacity and your share of it is in use; retry later",
+		Ext:    map[string]any{"code": "upstream_busy", "retry_after_seconds": problem.RetrySeconds(se.RetryAfter)}})
+}
+
+// answerWriter tells the gate's ticket when the answer begins, with
+// whether it is an overloaded upstream's. It unwraps to the writer it
+// wraps, so that http.ResponseController (flushes, deadlines, hijacking)
+// reaches the connection's.
+type answerWriter struct {
+	http.ResponseWriter
+	tk *fairshare.Ticket
+}
+
+func (w *answerWriter) WriteHeader(code int) {
+	switch {
+	case code == http.StatusBadGateway || code == http.StatusServiceUnavailable || code == http.StatusGatewayTimeout:
+		w.tk.Answered(true)
+	case code >= 200 && code < 400:
+		w.tk.Answered(false)
+	case code >= 400:
+		w.tk.Skip()
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *answerWriter) Write(b []byte) (int, error) {
+	w.tk.Answered(false)
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap returns the writer w wraps.
+func (w *answerWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
