@@ -71,9 +71,10 @@ type Gate struct {
 	lim      gradient
 	inflight int
 	tenants  map[string]*tenant
-	waiting  int       // requests queued, all tenants
-	rr       []*tenant // tenants with waiters, in round-robin order
-	demand   demand    // who wants room lately, and how much
+	waiting  int           // requests queued, all tenants
+	stopLook chan struct{} // stops the look, which runs while requests wait
+	rr       []*tenant     // tenants with waiters, in round-robin order
+	demand   demand        // who wants room lately, and how much
 }
 
 type tenant struct {
@@ -255,6 +256,10 @@ func (g *Gate) Acquire(ctx context.Context, r Request) (*Ticket, error) {
 	w := &waiter{ready: make(chan struct{}), critical: critical, fair: fair}
 	t.queue = append(t.queue, w)
 	g.waiting++
+	if g.stopLook == nil {
+		g.stopLook = make(chan struct{})
+		go g.look(g.stopLook)
+	}
 	if !t.queued {
 		t.queued = true
 		g.rr = append(g.rr, t)
@@ -266,31 +271,17 @@ func (g *Gate) Acquire(ctx context.Context, r Request) (*Ticket, error) {
 }
 
 // wait waits for w, queued for t, to be granted room, for MaxWait at
-// most. While it waits, the tenants that wanted room lately, which set the
-// shares are forgotten as they go quiet, which can give w a share: so it
-// looks again every recentFor/4, not only when a request ends.
+// most.
 func (g *Gate) wait(ctx context.Context, t *tenant, w *waiter, kind string) (*Ticket, error) {
 	timer := time.NewTimer(g.c.MaxWait)
 	defer timer.Stop()
-	tick := time.NewTicker(recentFor / 4)
-	defer tick.Stop()
 	var why string
-waiting:
-	for {
-		select {
-		case <-w.ready:
-			return &Ticket{g: g, t: t, kind: kind, fair: w.fair, start: time.Now()}, nil
-		case <-tick.C:
-			g.mu.Lock()
-			g.demand.maybePrune(time.Now())
-			g.dispatch()
-			g.mu.Unlock()
-		case <-timer.C:
-			why = "no room within the wait"
-			break waiting
-		case <-ctx.Done():
-			break waiting
-		}
+	select {
+	case <-w.ready:
+		return &Ticket{g: g, t: t, kind: kind, fair: w.fair, start: time.Now()}, nil
+	case <-timer.C:
+		why = "no room within the wait"
+	case <-ctx.Done():
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -305,6 +296,36 @@ waiting:
 		return nil, ctx.Err()
 	}
 	return nil, &ShedError{RetryAfter: g.retryAfter(), Why: why}
+}
+
+// unwait counts one request less waiting, and stops the look when none
+// is left.
+func (g *Gate) unwait() {
+	g.waiting--
+	if g.waiting == 0 && g.stopLook != nil {
+		close(g.stopLook)
+		g.stopLook = nil
+	}
+}
+
+// look dispatches every recentFor/4 while requests wait, until stop is
+// closed: the tenants that wanted room lately set the shares, and as they
+// go quiet a waiting request may come within its share though no request
+// ended. One goroutine looks for all waiters.
+func (g *Gate) look(stop chan struct{}) {
+	tick := time.NewTicker(recentFor / 4)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+			g.mu.Lock()
+			g.demand.maybePrune(time.Now())
+			g.dispatch()
+			g.mu.Unlock()
+		}
+	}
 }
 
 // full says why a request of t may not wait, or "": t's queue is full, or
@@ -389,7 +410,7 @@ func (g *Gate) dispatch() {
 			return
 		}
 		w.granted = true
-		g.waiting--
+		g.unwait()
 		g.admit(t, w.fair, time.Now())
 		close(w.ready)
 	}
@@ -438,7 +459,7 @@ func (g *Gate) unqueue(t *tenant, w *waiter) {
 	for j, x := range t.queue {
 		if x == w {
 			t.queue = append(t.queue[:j], t.queue[j+1:]...)
-			g.waiting--
+			g.unwait()
 			break
 		}
 	}
