@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -382,5 +383,29 @@ func TestMaxWaiting(t *testing.T) {
 			t.Fatalf("%+v, want 4 waiting", s)
 		}
 		time.Sleep(time.Second) // the waiters' MaxWait
+	})
+}
+
+// BenchmarkGate is the gate's cost per request with room: Acquire, then
+// Answered and Done, from parallel callers of 100 tenants.
+//
+//	go test -run '^$' -bench Gate -benchmem ./fairshare/
+func BenchmarkGate(b *testing.B) {
+	g := New(Config{Initial: 1 << 20, Fixed: true})
+	names := make([]string, 100)
+	for i := range names {
+		names[i] = "tenant-" + string(rune('a'+i%26)) + string(rune('a'+i/26))
+	}
+	var n atomic.Int64
+	b.RunParallel(func(pb *testing.PB) {
+		req := Request{Tenant: names[n.Add(1)%100], Kind: "read"}
+		for pb.Next() {
+			tk, err := g.Acquire(context.Background(), req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			tk.Answered(false)
+			tk.Done(false)
+		}
 	})
 }

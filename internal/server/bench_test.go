@@ -75,6 +75,15 @@ func BenchmarkDecisionAPI(b *testing.B) {
 //
 //	go test -run '^$' -bench Proxy -benchmem ./internal/server/
 func BenchmarkProxy(b *testing.B) {
+	for _, tc := range []struct{ name, section string }{
+		{"limits", ""},
+		{"limits+capacity_gate", "upstream_capacity: {floor: 4, ceiling: 1000, initial: 1000}\n"},
+	} {
+		b.Run(tc.name, func(b *testing.B) { benchmarkProxy(b, tc.section) })
+	}
+}
+
+func benchmarkProxy(b *testing.B, section string) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Write([]byte(`{"id":1,"name":"ada"}`))
@@ -86,7 +95,7 @@ default_class: read
 classes: {read: {share: 1.0}}
 plans:
   bench: [{limit: 1000000000, period: 1h}]
-`))
+`+section))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -94,7 +103,7 @@ plans:
 	if err != nil {
 		b.Fatal(err)
 	}
-	s, err := New(Config{Limiter: lim, Auth: testAuth(b), Upstream: u})
+	s, err := New(Config{Limiter: lim, Auth: testAuth(b), Upstream: u, Capacity: (*Capacity)(cfg.UpstreamCapacity)})
 	if err != nil {
 		b.Fatal(err)
 	}
