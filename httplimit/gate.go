@@ -21,12 +21,11 @@ const AnonymousParty = "anonymous"
 
 // GateConfig configures [Gated].
 type GateConfig struct {
-	// Gate returns the gate for r, or nil to let r through ungated (so a
-	// reload may turn it on and off). Required.
-	Gate func(r *http.Request) *fairshare.Gate
-	// Request, if not nil, completes what r asks the gate: its Weight and
-	// whether it is Critical. Tenant and Kind (the route class) are set.
-	Request func(r *http.Request, d limiter.Decision, req *fairshare.Request)
+	// Gate returns the gate for r, decided by d, or nil to let r through
+	// ungated (so a reload may turn it on and off), and the weight (zero
+	// means 1) and criticality r asks it with. The tenant is the verified
+	// one and the kind the route class. Required.
+	Gate func(r *http.Request, d limiter.Decision) (g *fairshare.Gate, weight float64, critical bool)
 	// Observe, if not nil, is told how long each gated request waited and
 	// whether it was admitted (err nil), shed (a *fairshare.ShedError) or
 	// given up by its client; an admitted request's end is reported by
@@ -53,18 +52,19 @@ func Gated(c GateConfig) (func(http.Handler) http.Handler, error) {
 	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			g := c.Gate(r)
+			var d limiter.Decision
+			tenant := ""
+			if v, ok := r.Context().Value(decidedKey{}).(*decided); ok {
+				d, tenant = v.d, v.id.Tenant
+			}
+			g, weight, critical := c.Gate(r, d)
 			if g == nil {
 				next.ServeHTTP(w, r)
 				return
 			}
-			d, _ := DecisionFrom(r.Context())
-			req := fairshare.Request{Tenant: AnonymousParty, Kind: d.Resolution.Class, Weight: 1}
-			if who, ok := IdentityFrom(r.Context()); ok {
-				req.Tenant = "t:" + who.Tenant
-			}
-			if c.Request != nil {
-				c.Request(r, d, &req)
+			req := fairshare.Request{Tenant: AnonymousParty, Kind: d.Resolution.Class, Weight: weight, Critical: critical}
+			if tenant != "" {
+				req.Tenant = "t:" + tenant
 			}
 			start := time.Now()
 			tk, err := g.Acquire(r.Context(), req)

@@ -34,7 +34,7 @@ func gatedHandler(t *testing.T, g *fairshare.Gate, h http.Handler) http.Handler 
 	if err != nil {
 		t.Fatal(err)
 	}
-	gated, err := Gated(GateConfig{Gate: func(*http.Request) *fairshare.Gate { return g }})
+	gated, err := Gated(GateConfig{Gate: func(*http.Request, limiter.Decision) (*fairshare.Gate, float64, bool) { return g, 1, false }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -70,19 +70,13 @@ func (s *Server) SetCapacity(c *Capacity) {
 // requests' weights by plan and critical classes, and the gate's metrics.
 func (s *Server) gate() (func(http.Handler) http.Handler, error) {
 	return httplimit.Gated(httplimit.GateConfig{
-		Gate: func(*http.Request) *fairshare.Gate {
-			if cs := s.capacity.cur.Load(); cs != nil {
-				return cs.gate
+		Gate: func(_ *http.Request, d limiter.Decision) (*fairshare.Gate, float64, bool) {
+			cs := s.capacity.cur.Load()
+			if cs == nil {
+				return nil, 0, false
 			}
-			return nil
-		},
-		Request: func(_ *http.Request, d limiter.Decision, req *fairshare.Request) {
-			if cs := s.capacity.cur.Load(); cs != nil {
-				req.Critical = cs.critical[d.Resolution.Class]
-				if w, ok := cs.weights[d.Resolution.Plan]; ok && req.Tenant != httplimit.AnonymousParty {
-					req.Weight = w
-				}
-			}
+			// Anonymous requests have no plan, so weigh 1.
+			return cs.gate, cs.weights[d.Resolution.Plan], cs.critical[d.Resolution.Class]
 		},
 		Observe: func(r *http.Request, waited time.Duration, err error) func() {
 			class := classOf(r)
