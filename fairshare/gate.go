@@ -399,7 +399,7 @@ func (g *Gate) room(critical, fair bool) bool {
 }
 
 // dispatch starts waiting requests while there is room: first those of
-// tenants under their share, round robin, then the others'.
+// tenants within their shares, then the borrowers', each in next's order.
 func (g *Gate) dispatch() {
 	for g.waiting > 0 {
 		w, t := g.next(true)
@@ -422,7 +422,7 @@ func (g *Gate) dispatch() {
 // This is weighted max-min order for the borrowers too: as room frees,
 // their excess evens out in proportion to their weights.
 func (g *Gate) next(under bool) (*waiter, *tenant) {
-	bi, bj, least := -1, -1, math.Inf(1)
+	bi, bj, bfair, least := -1, -1, false, math.Inf(1)
 	for i, t := range g.rr {
 		// Whether t is within its share is decided now: shares change
 		// as tenants come and go.
@@ -435,8 +435,7 @@ func (g *Gate) next(under bool) (*waiter, *tenant) {
 			continue
 		}
 		if n := float64(t.inflight) / t.weight; n < least {
-			bi, bj, least = i, j, n
-			t.queue[j].fair = fair
+			bi, bj, bfair, least = i, j, fair, n
 		}
 	}
 	if bi < 0 {
@@ -444,6 +443,7 @@ func (g *Gate) next(under bool) (*waiter, *tenant) {
 	}
 	t := g.rr[bi]
 	w := t.queue[bj]
+	w.fair = bfair
 	t.queue = slices.Delete(t.queue, bj, bj+1)
 	// t goes to the back of the round.
 	g.rr = append(slices.Delete(g.rr, bi, bi+1), t)
