@@ -44,6 +44,18 @@ func ParseForm(s string) (Form, error) {
 	return "", fmt.Errorf("httplimit: unknown header form %q: want draft, structured or x", s)
 }
 
+// Names lists the rate-limit headers form f writes for a decision with
+// layers (Retry-After and the concurrency headers aside), canonical.
+func (f Form) Names() []string {
+	switch f {
+	case Structured:
+		return []string{canonicalPolicy, canonicalRateLimit}
+	case X:
+		return []string{"X-Ratelimit-Limit", "X-Ratelimit-Remaining", "X-Ratelimit-Reset"}
+	}
+	return []string{canonicalLimit, canonicalRemaining, canonicalReset}
+}
+
 // ceilSeconds is d in whole seconds, rounded up.
 func ceilSeconds(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }
 

@@ -74,7 +74,10 @@ type Config struct {
 	// controls. Required.
 	Identify func(r *http.Request) (policy.Identity, error)
 	// Route returns the method and path the route is matched on. Nil means
-	// r.Method and r.URL.Path.
+	// r.Method and the path of the request line as [policy.TargetPath]
+	// reads it: a request whose path upstreams read differently (a '#',
+	// an encoded slash or dot segment, a backslash) is answered 400
+	// before it is decided.
 	Route func(r *http.Request) (method, path string)
 	// ClientIP returns the client's address for anonymous routes. Nil means
 	// the peer address (r.RemoteAddr).
@@ -136,6 +139,17 @@ func peerIP(r *http.Request) netip.Addr {
 	return a.Unmap()
 }
 
+// RequestPath returns the path r's route is matched on: its request
+// line's, read by [policy.TargetPath] (r.URL.Path for a request made in
+// Go, without one), or an error naming a spelling that upstreams read
+// differently.
+func RequestPath(r *http.Request) (string, error) {
+	if r.RequestURI == "" {
+		return r.URL.Path, nil
+	}
+	return policy.TargetPath(r.RequestURI)
+}
+
 // Middleware returns net/http middleware that decides every request with
 // c.Limiter before passing it on: allowed requests get the rate-limit
 // headers and go to next; rejected ones get 429 or 503 and never reach it.
@@ -147,9 +161,15 @@ func Middleware(c Config) (func(http.Handler) http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	route := c.Route
-	if route == nil {
-		route = func(r *http.Request) (string, string) { return r.Method, r.URL.Path }
+	route := func(r *http.Request) (string, string, error) {
+		p, err := RequestPath(r)
+		return r.Method, p, err
+	}
+	if c.Route != nil {
+		route = func(r *http.Request) (string, string, error) {
+			m, p := c.Route(r)
+			return m, p, nil
+		}
 	}
 	clientIP := c.ClientIP
 	if clientIP == nil {
@@ -167,7 +187,10 @@ func Middleware(c Config) (func(http.Handler) http.Handler, error) {
 				return
 			}
 			req := policy.Request{Tenant: id.Tenant, Plan: id.Plan, IP: clientIP(r), Hold: c.SlowDown}
-			req.Method, req.Path = route(r)
+			if req.Method, req.Path, err = route(r); err != nil {
+				problem.BadRequest(w, err.Error())
+				return
+			}
 			if c.Credential != nil && id.Tenant == "" {
 				req.Credential = c.Credential(r)
 			}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -9,8 +10,10 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -19,7 +22,10 @@ import (
 	"testing"
 	"time"
 
+	authzpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
+	hcmpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"go.yaml.in/yaml/v3"
+	"google.golang.org/protobuf/encoding/protojson"
 )
 
 // gatewayConfig is the example config with an API key for tenant newco,
@@ -45,6 +51,7 @@ type upstreamAPI struct {
 	mu      sync.Mutex
 	tenants []string
 	limits  []string // the RateLimit-Limit each request reached it with
+	paths   []string // the path each request reached it with, as a WHATWG parser (Node) routes it
 }
 
 func newUpstreamAPI(t *testing.T) *upstreamAPI {
@@ -53,6 +60,11 @@ func newUpstreamAPI(t *testing.T) *upstreamAPI {
 		u.mu.Lock()
 		u.tenants = append(u.tenants, r.Header.Get("X-Fairgate-Tenant")+"/"+r.Header.Get("X-Fairgate-Plan"))
 		u.limits = append(u.limits, r.Header.Get("RateLimit-Limit"))
+		routed := "?"
+		if pu, err := url.Parse(r.RequestURI); err == nil { // cut at a raw '#', dots resolved
+			routed = path.Clean(pu.Path)
+		}
+		u.paths = append(u.paths, routed)
 		u.mu.Unlock()
 		w.Write([]byte("ok"))
 	}))
@@ -120,13 +132,16 @@ type gwAnswer struct {
 	problem map[string]any
 }
 
-func gwDo(t *testing.T, c *http.Client, method, url, key string) gwAnswer {
+func gwDo(t *testing.T, c *http.Client, method, url, key string, hdr ...string) gwAnswer {
 	t.Helper()
 	req, _ := http.NewRequest(method, url, nil)
 	if key != "" {
 		req.Header.Set("X-API-Key", key)
 	}
 	req.Header.Set("X-Fairgate-Tenant", "acme") // a client's try at another identity
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Add(hdr[i], hdr[i+1])
+	}
 	resp, err := c.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -194,6 +209,88 @@ func testThroughGateway(t *testing.T, base string, api *upstreamAPI, toClient bo
 	}
 }
 
+// spoofs are the headers every gateway's forward-auth request has been
+// read from: a client's copies, aimed at a free path, a GET, or a login.
+func spoofs(path, method string) []string {
+	return []string{"X-Original-URI", path, "X-Original-Method", method, "X-Forwarded-Uri", path, "X-Forwarded-Method", method,
+		"X-Original-URL", "http://api.example" + path, "X-Tenant", "acme"}
+}
+
+// testGatewaySpoofing is what a client's own headers must not do through
+// any gateway: make fairgate believe another path, method or tenant. It
+// runs after testThroughGateway, with newco over its search budget.
+// Before each gateway was named, behind Caddy a spent budget passed 20 of
+// 20 as /healthz, logins were unlimited as GET /healthz, a request
+// without a credential reached a tenant route as a login, and X-Tenant:
+// acme charged acme.
+func testGatewaySpoofing(t *testing.T, base string, api *upstreamAPI) {
+	c := fromIP("127.0.0.5")
+	passed := 0
+	for range 20 {
+		if r := gwDo(t, c, "GET", base+"/v1/search", "key-newco", spoofs("/healthz", "GET")...); r.code == 200 {
+			passed++
+		}
+	}
+	if passed > 4 { // the budget refills one every 2 s
+		t.Errorf("over the search budget with the client's own X-Original-URI: /healthz: %d of 20 passed", passed)
+	}
+	for i := range 6 {
+		r := gwDo(t, c, "POST", base+"/v1/login", "", spoofs("/healthz", "GET")...)
+		if want := map[bool]int{true: 200, false: 429}[i < 5]; r.code != want {
+			t.Fatalf("login %d spoofed as GET /healthz: %d, want %d (5 a quarter-hour)", i, r.code, want)
+		}
+	}
+	if r := gwDo(t, c, "GET", base+"/v1/search", "", spoofs("/v1/login", "POST")...); r.code != 401 {
+		t.Errorf("no credential on a tenant route, spoofed as a login: %d, want 401", r.code)
+	}
+	// X-Tenant is fairgate's tenant_header here: the gateway must not
+	// pass the client's on.
+	if r := gwDo(t, c, "GET", base+"/v1/users/1", "", "X-Tenant", "acme"); r.code != 401 {
+		t.Errorf("X-Tenant: acme without a credential: %d, want 401 (never charged to acme)", r.code)
+	}
+	// A raw '#' in the request line: a WHATWG upstream (Node) routes the
+	// path up to it; it was charged as the free /healthz and served as
+	// /v1/search. It is refused, or (where the gateway forwards it
+	// escaped, as Caddy does) charged as what the API routes.
+	for range 6 {
+		if code := rawGet(t, base, "/v1/search#/../../healthz", "key-newco"); code == 200 {
+			api.mu.Lock()
+			routed := api.paths[len(api.paths)-1]
+			api.mu.Unlock()
+			if routed != "/healthz" {
+				t.Fatalf("GET /v1/search#/../../healthz passed as the free /healthz and the API routed it to %s", routed)
+			}
+		}
+	}
+	api.mu.Lock()
+	defer api.mu.Unlock()
+	for i, id := range api.tenants {
+		if strings.Contains(id, "{") || strings.Contains(id, "acme") || strings.Contains(api.limits[i], "{") {
+			t.Errorf("the API saw the identity %q, RateLimit-Limit %q: never a placeholder or the client's", id, api.limits[i])
+		}
+	}
+}
+
+// rawGet sends GET target over a connection of its own, exactly as
+// written (Go's client would cut a fragment), and returns the status.
+func rawGet(t *testing.T, base, target, key string) int {
+	t.Helper()
+	host := strings.TrimPrefix(base, "http://")
+	conn, err := net.DialTimeout("tcp", host, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: %s\r\nX-API-Key: %s\r\nConnection: close\r\n\r\n", target, host, key)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("GET %s: %v", target, err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
 // startNginx runs the real nginx with examples/gateways/nginx.conf in front
 // of fairgate and api, and returns its address.
 func startNginx(t *testing.T, fairgate, api string) string {
@@ -208,10 +305,11 @@ func startNginx(t *testing.T, fairgate, api string) string {
 // TestNginxAuthRequest drives the real nginx with examples/gateways/nginx.conf.
 func TestNginxAuthRequest(t *testing.T) {
 	api := newUpstreamAPI(t)
-	sv := startServe(t, "--listen", "127.0.0.1:0", "--config", gatewayConfig(t, "forward_auth: {deny_status: 403}\n"))
+	sv := startServe(t, "--listen", "127.0.0.1:0", "--config", gatewayConfig(t, "forward_auth: {gateway: nginx, tenant_header: X-Tenant}\n"))
 	defer sv.stop()
 	gw := startNginx(t, sv.addr, api.Listener.Addr().String())
 	testThroughGateway(t, "http://"+gw, api, true)
+	testGatewaySpoofing(t, "http://"+gw, api)
 }
 
 // TestNginxFailClosed: with the store out, a route that fails closed is a
@@ -219,7 +317,7 @@ func TestNginxAuthRequest(t *testing.T) {
 // X-Fairgate-Status rebuilt by the example's error_page).
 func TestNginxFailClosed(t *testing.T) {
 	api := newUpstreamAPI(t)
-	sv := startServe(t, "--listen", "127.0.0.1:0", "--store", "redis://"+freeAddr(t), "--config", gatewayConfig(t, "forward_auth: {deny_status: 403}\n"))
+	sv := startServe(t, "--listen", "127.0.0.1:0", "--store", "redis://"+freeAddr(t), "--config", gatewayConfig(t, "forward_auth: {gateway: nginx}\n"))
 	defer sv.stop()
 	gw := startNginx(t, sv.addr, api.Listener.Addr().String())
 	r := gwDo(t, fromIP("127.0.0.2"), "POST", "http://"+gw+"/v1/users", "key-newco")
@@ -234,13 +332,14 @@ func TestNginxFailClosed(t *testing.T) {
 // TestCaddyForwardAuth drives the real Caddy with examples/gateways/Caddyfile.
 func TestCaddyForwardAuth(t *testing.T) {
 	api := newUpstreamAPI(t)
-	sv := startServe(t, "--listen", "127.0.0.1:0", "--config", gatewayConfig(t, ""))
+	sv := startServe(t, "--listen", "127.0.0.1:0", "--config", gatewayConfig(t, "forward_auth: {gateway: caddy, tenant_header: X-Tenant}\n"))
 	defer sv.stop()
 	gw := freeAddr(t)
 	conf := gatewayFile(t, "Caddyfile", "127.0.0.1:8001", gw, sv.addr, api.Listener.Addr().String())
 	dir := filepath.Dir(conf)
 	startProcess(t, gw, "caddy", []string{"run", "--config", conf, "--adapter", "caddyfile"}, "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir, "HOME="+dir)
 	testThroughGateway(t, "http://"+gw, api, false)
+	testGatewaySpoofing(t, "http://"+gw, api)
 }
 
 // TestGatewayExamplesParse checks the examples that cannot run here: the
@@ -273,11 +372,14 @@ http {
       %s
       proxy_pass http://127.0.0.1:9;
     }
-    location = /_external-auth { internal; proxy_pass http://127.0.0.1:9/v1/authz; }
+    location = /_external-auth { internal; %s proxy_pass http://127.0.0.1:9/v1/authz; }
     %s
   }
 }
-`, freeAddr(t), an("configuration-snippet"), an("server-snippet"))
+`, freeAddr(t), an("configuration-snippet"), an("auth-snippet"), an("server-snippet"))
+	if !strings.Contains(an("auth-snippet"), `proxy_set_header X-Tenant ""`) {
+		t.Errorf("the Ingress does not empty the tenant header on the auth request: %q", an("auth-snippet"))
+	}
 	os.WriteFile(filepath.Join(dir, "nginx.conf"), []byte(conf), 0o600)
 	if out, err := exec.Command("nginx", "-t", "-p", dir, "-c", filepath.Join(dir, "nginx.conf"), "-g", "pid "+dir+"/nginx.pid; error_log stderr;").CombinedOutput(); err != nil {
 		t.Fatalf("the Ingress's snippets do not pass nginx -t: %v\n%s", err, out)
@@ -287,6 +389,8 @@ http {
 			Middlewares map[string]struct {
 				ForwardAuth struct {
 					Address             string
+					TrustForwardHeader  bool     `yaml:"trustForwardHeader"`
+					AuthRequestHeaders  []string `yaml:"authRequestHeaders"`
 					AuthResponseHeaders []string `yaml:"authResponseHeaders"`
 				} `yaml:"forwardAuth"`
 			}
@@ -302,13 +406,66 @@ http {
 	if !strings.HasSuffix(fa.Address, "/v1/authz") || !slices.Contains(fa.AuthResponseHeaders, "X-Fairgate-Tenant") {
 		t.Fatalf("traefik forwardAuth: %+v", fa)
 	}
+	// Traefik passes every client header to fairgate unless
+	// authRequestHeaders lists them: only the credential may pass.
+	if fa.TrustForwardHeader || !slices.Equal(fa.AuthRequestHeaders, []string{"Authorization", "X-API-Key"}) {
+		t.Fatalf("traefik forwardAuth passes client headers on: trustForwardHeader %v, authRequestHeaders %v", fa.TrustForwardHeader, fa.AuthRequestHeaders)
+	}
+	testEnvoyExample(t)
+}
+
+// testEnvoyExample decodes examples/gateways/envoy.yaml into Envoy's own
+// types (no Envoy runs here) and checks what fairgate relies on: the
+// path prefix, only the credential and the client address passed, and
+// the identity headers given to the upstream.
+func testEnvoyExample(t *testing.T) {
+	b, err := os.ReadFile("../../examples/gateways/envoy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc any
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	js, err := json.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f hcmpb.HttpFilter
+	if err := protojson.Unmarshal(js, &f); err != nil {
+		t.Fatalf("envoy.yaml is not an Envoy HTTP filter: %v", err)
+	}
+	if err := f.ValidateAll(); err != nil {
+		t.Fatalf("envoy.yaml: %v", err)
+	}
+	var ea authzpb.ExtAuthz
+	if err := f.GetTypedConfig().UnmarshalTo(&ea); err != nil {
+		t.Fatalf("envoy.yaml's typed_config is not ext_authz: %v", err)
+	}
+	if err := ea.ValidateAll(); err != nil {
+		t.Fatalf("envoy.yaml: %v", err)
+	}
+	hs := ea.GetHttpService()
+	if hs.GetPathPrefix() != "/v1/authz" || ea.GetFailureModeAllow() {
+		t.Fatalf("envoy.yaml: path_prefix %q, failure_mode_allow %v", hs.GetPathPrefix(), ea.GetFailureModeAllow())
+	}
+	var allowed, upstream []string
+	for _, m := range hs.GetAuthorizationRequest().GetAllowedHeaders().GetPatterns() {
+		allowed = append(allowed, m.GetExact()+m.GetPrefix())
+	}
+	for _, m := range hs.GetAuthorizationResponse().GetAllowedUpstreamHeaders().GetPatterns() {
+		upstream = append(upstream, m.GetExact()+m.GetPrefix())
+	}
+	if !slices.Equal(allowed, []string{"x-api-key", "x-forwarded-for"}) || !slices.Contains(upstream, "x-fairgate-tenant") {
+		t.Fatalf("envoy.yaml passes %v to fairgate and %v to the upstream", allowed, upstream)
+	}
 }
 
 // TestGatewayDocsShowTheTestedFiles: docs/gateways.md shows each example
 // gateway config as it is in examples/gateways, the files the tests run.
 func TestGatewayDocsShowTheTestedFiles(t *testing.T) {
 	doc := string(mustRead(t, "../../docs/gateways.md"))
-	for _, name := range []string{"nginx.conf", "Caddyfile", "ingress-nginx.yaml", "traefik.yaml"} {
+	for _, name := range []string{"nginx.conf", "Caddyfile", "ingress-nginx.yaml", "traefik.yaml", "envoy.yaml"} {
 		if !strings.Contains(doc, string(mustRead(t, filepath.Join("../../examples/gateways", name)))) {
 			t.Errorf("docs/gateways.md does not show examples/gateways/%s as it is", name)
 		}

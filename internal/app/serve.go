@@ -419,6 +419,9 @@ func (d *daemon) apply(nc *config.Config) error {
 	if err == nil {
 		err = d.checkRLS(nc.RLS.Domains, nil)
 	}
+	if err == nil {
+		_, err = server.ForwardAuth(nc.ForwardAuth).Resolve()
+	}
 	if err == nil && nc.NoPolicy && d.c.Upstream != "" {
 		err = errors.New("the proxy needs a policy: the new file has no plans, classes or routes")
 	}
@@ -441,7 +444,8 @@ func (d *daemon) apply(nc *config.Config) error {
 	}
 	d.h.SetNoPolicy(nc.NoPolicy)
 	d.h.SetCapacity((*server.Capacity)(nc.UpstreamCapacity))
-	d.h.SetIdentity(na, auth.ClientIP{Trusted: nc.TrustedProxies, Header: nc.ClientIPHeader}, server.UpstreamHeaders(nc.UpstreamHeaders), server.ForwardAuth(nc.ForwardAuth))
+	// Checked above: it cannot be refused now.
+	_ = d.h.SetIdentity(na, auth.ClientIP{Trusted: nc.TrustedProxies, Header: nc.ClientIPHeader}, server.UpstreamHeaders(nc.UpstreamHeaders), server.ForwardAuth(nc.ForwardAuth))
 	d.authn = na
 	d.reloads.WithLabelValues("applied").Inc()
 	return nil

@@ -136,8 +136,15 @@ type ForwardAuth struct {
 	DenyStatus int
 	// TenantHeader, if set, is a request header that names the tenant,
 	// believed only from a trusted proxy (a gateway that verified the
-	// client itself). Credentials still come first.
+	// client itself), and safe only where that gateway sets it on every
+	// auth request, replacing the client's copy. Credentials still come
+	// first.
 	TenantHeader string
+	// Gateway names the gateway in front of /v1/authz (package gateway);
+	// "" means none, and /v1/authz refuses every request.
+	Gateway string
+	// MethodHeader and URIHeader are a custom gateway's headers.
+	MethodHeader, URIHeader string
 }
 
 // UpstreamHeaders name the request headers that carry the verified
@@ -161,7 +168,7 @@ func Load(path string) (*Config, error) {
 // Parse validates data as the config file named file.
 func Parse(file string, data []byte) (*Config, error) {
 	c := &Config{File: file, Headers: "draft", Providers: map[string]quota.Provider{}, Queues: fairq.Kinds{}, QueueWeights: map[string]int{}, Dependencies: map[string]breaker.Settings{}, Instances: 1, Dashboard: true,
-		ClientIPHeader: "x-forwarded-for", ForwardAuth: ForwardAuth{DenyStatus: 429}, UpstreamHeaders: UpstreamHeaders{Tenant: "X-Fairgate-Tenant", Plan: "X-Fairgate-Plan"}}
+		ClientIPHeader: "x-forwarded-for", UpstreamHeaders: UpstreamHeaders{Tenant: "X-Fairgate-Tenant", Plan: "X-Fairgate-Plan"}}
 	d := &decoder{}
 	// A file with only the Envoy service's settings needs no policy.
 	rlsOnly := func() bool { return c.HasRLS }

@@ -21,6 +21,7 @@ import (
 	"github.com/fairgate/fairgate/fairq"
 	"github.com/fairgate/fairgate/internal/auth"
 	"github.com/fairgate/fairgate/internal/configfile"
+	"github.com/fairgate/fairgate/internal/gateway"
 	"github.com/fairgate/fairgate/policy"
 	"github.com/fairgate/fairgate/quota"
 )
@@ -85,7 +86,14 @@ func (d *decoder) sections(c *Config) configfile.Sections {
 					}
 				},
 				"tenant_header": func(v *yaml.Node, path string) { c.ForwardAuth.TenantHeader = d.header(v, path) },
+				"gateway":       func(v *yaml.Node, path string) { c.ForwardAuth.Gateway = d.Str(v, path) },
+				"method_header": func(v *yaml.Node, path string) { c.ForwardAuth.MethodHeader = d.header(v, path) },
+				"uri_header":    func(v *yaml.Node, path string) { c.ForwardAuth.URIHeader = d.header(v, path) },
 			})
+			fa := c.ForwardAuth
+			if _, err := gateway.Resolve(fa.Gateway, fa.MethodHeader, fa.URIHeader, fa.TenantHeader); err != nil {
+				d.Add(v, path, "%v", err)
+			}
 		}),
 		"upstream_headers": on(func(v *yaml.Node, path string) {
 			d.Fields(v, path, configfile.Handlers{

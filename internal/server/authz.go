@@ -2,41 +2,73 @@ package server
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 
 	"github.com/fairgate/fairgate/httplimit"
 	"github.com/fairgate/fairgate/httplimit/problem"
 	"github.com/fairgate/fairgate/internal/auth"
+	"github.com/fairgate/fairgate/internal/gateway"
 	"github.com/fairgate/fairgate/limiter"
 	"github.com/fairgate/fairgate/policy"
 )
 
 // ForwardAuth configures /v1/authz, the forward-auth endpoint.
 type ForwardAuth struct {
-	// DenyStatus is the status of a rejected request: 429 (zero means
-	// 429), or 403 with the real status (429, or 503 for a fail-closed
-	// answer) in X-Fairgate-Status, for gateways that turn anything but
-	// 2xx, 401 and 403 into 500 (nginx auth_request, ingress-nginx).
+	// DenyStatus is the status of a rejected request: 429, or 403 with the
+	// real status (429, or 503 for a fail-closed answer) in
+	// X-Fairgate-Status, for gateways that turn anything but 2xx, 401 and
+	// 403 into 500 (nginx auth_request, ingress-nginx). Zero means the
+	// gateway's own default (403 for those two, else 429).
 	DenyStatus int
 	// TenantHeader, if set, names the tenant when the peer is a trusted
-	// proxy and the request carries no credential of its own.
+	// proxy and the request carries no credential of its own. The
+	// gateway forwards the client's headers too: it is safe only where
+	// the gateway sets this header on every auth request, replacing the
+	// client's copy (docs/gateways.md shows how for each).
 	TenantHeader string
+	// Gateway names the gateway in front (package gateway: nginx,
+	// ingress-nginx, caddy, traefik, envoy, or custom with MethodHeader
+	// and URIHeader): /v1/authz reads the original request only from the
+	// headers it sets. "" means none is named, and /v1/authz answers 500
+	// saying so.
+	Gateway string
+	// MethodHeader and URIHeader are a custom gateway's headers: the
+	// original method and request target, set by the gateway on every
+	// auth request, replacing the client's copies.
+	MethodHeader, URIHeader string
+}
+
+// Resolve returns the gateway fa names, or nil for none, or an error
+// naming what is wrong with it.
+func (fa ForwardAuth) Resolve() (*gateway.Gateway, error) {
+	g, err := gateway.Resolve(fa.Gateway, fa.MethodHeader, fa.URIHeader, fa.TenantHeader)
+	if err != nil {
+		return nil, fmt.Errorf("forward_auth: %w", err)
+	}
+	return g, nil
 }
 
 // StatusHeader carries the real status of a rejection answered 403.
 const StatusHeader = "X-Fairgate-Status"
 
+// LeaseHeader carries, on an allowed forward-auth answer, the lease ID of
+// the concurrency slots the request holds, for the gateway to pass to the
+// upstream, which releases them when the request ends.
+const LeaseHeader = "X-Fairgate-Lease"
+
 // handleAuthz is the forward-auth endpoint. A gateway sends it the
 // headers of each client request (any method, no body needed) and passes
-// the request on when it answers 2xx:
-//   - the method from X-Original-Method or X-Forwarded-Method, else the
-//     request's own;
-//   - the path from X-Original-URI, the path of X-Original-URL, or
-//     X-Forwarded-Uri (the query dropped; matched to routes as the proxy
-//     does);
+// the request on when it answers 2xx. It believes the gateway named in
+// the config for the headers that gateway sets, and for nothing else the
+// client could have sent (package gateway):
+//   - the original method and request target from the gateway's headers
+//     (X-Original-Method and X-Original-URI for nginx, X-Forwarded-Method
+//     and X-Forwarded-Uri for Caddy and Traefik, …), each exactly once;
+//     the path read as the proxy reads a request line, spellings that
+//     upstreams read differently refused;
 //   - the tenant from the client's credential (Authorization, X-API-Key),
 //     or from the configured tenant header of a trusted proxy; the client
 //     address as the proxy finds it.
@@ -44,14 +76,22 @@ const StatusHeader = "X-Fairgate-Status"
 // It answers 200 with the RateLimit headers and the verified tenant and
 // plan headers; 401 for a missing or bad credential; a rejection as
 // DenyStatus says. It never holds a request.
-// LeaseHeader carries, on an allowed forward-auth answer, the lease ID of
-// the concurrency slots the request holds, for the gateway to pass to the
-// upstream, which releases them when the request ends.
-const LeaseHeader = "X-Fairgate-Lease"
-
 func (s *Server) handleAuthz(w http.ResponseWriter, r *http.Request) {
 	id := s.id.Load()
-	method, path, err := original(r)
+	if id.gw == nil {
+		s.metrics.authz.WithLabelValues("misconfigured").Inc()
+		if s.authzWarned.CompareAndSwap(false, true) {
+			s.log.Error("forward auth: forward_auth.gateway is not set, so /v1/authz refuses every request; name the gateway in front (docs/gateways.md)")
+		}
+		problem.Write(w, problem.Details{Status: http.StatusInternalServerError,
+			Detail: "forward auth is not set up: the config must name the gateway in front (forward_auth.gateway: " + strings.Join(gateway.Names(), ", ") + "), whose headers alone are believed; see docs/gateways.md"})
+		return
+	}
+	if r.URL.Path != gateway.AuthzPath && id.gw.PathPrefix == "" {
+		problem.Write(w, problem.Details{Status: http.StatusNotFound, Detail: "no such endpoint: " + r.URL.Path + " (the forward-auth endpoint is " + gateway.AuthzPath + ")"})
+		return
+	}
+	method, path, err := original(id.gw, r)
 	if err != nil {
 		s.metrics.authz.WithLabelValues("bad_request").Inc()
 		problem.BadRequest(w, err.Error())
@@ -63,8 +103,12 @@ func (s *Server) handleAuthz(w http.ResponseWriter, r *http.Request) {
 		httplimit.WriteUnauthorized(w, err.Error())
 		return
 	}
-	if who.Tenant == "" && id.fa.TenantHeader != "" && id.ip.Trusts(auth.PeerIP(r)) {
-		who.Tenant = r.Header.Get(id.fa.TenantHeader)
+	if who.Tenant == "" && id.fa.TenantHeader != "" && id.ip.Trusts(auth.PeerIP(r)) && len(r.Header.Values(id.fa.TenantHeader)) > 0 {
+		if who.Tenant, err = gateway.Once(r.Header, id.fa.TenantHeader, id.gw.Name); err != nil {
+			s.metrics.authz.WithLabelValues("bad_request").Inc()
+			problem.BadRequest(w, err.Error())
+			return
+		}
 	}
 	req := policy.Request{Tenant: who.Tenant, Plan: who.Plan, Method: method, Path: path, IP: s.clientIP(r)}
 	d, err := s.lim.Decide(r.Context(), req)
@@ -91,9 +135,17 @@ func (s *Server) handleAuthz(w http.ResponseWriter, r *http.Request) {
 		// out (docs/concurrency.md).
 		w.Header().Set(LeaseHeader, d.Slots.ID())
 	}
-	if who.Tenant != "" {
-		w.Header().Set(id.tenantHdr, who.Tenant)
-		w.Header().Set(id.planHdr, d.Resolution.Plan)
+	// Every header a gateway may copy to the API's request is in the
+	// answer, empty where fairgate has nothing to say (an anonymous or a
+	// free request): the gateway then copies what fairgate said, never a
+	// client's copy, and Caddy 2.6 never its placeholder's own text.
+	h := w.Header()
+	h[id.tenantHdr] = []string{who.Tenant}
+	h[id.planHdr] = []string{d.Resolution.Plan}
+	for _, name := range s.form.Names() {
+		if h[name] == nil {
+			h[name] = []string{""}
+		}
 	}
 	w.WriteHeader(http.StatusOK)
 }
@@ -121,43 +173,16 @@ type statusAs struct {
 
 func (s statusAs) WriteHeader(int) { s.ResponseWriter.WriteHeader(s.code) }
 
-// original returns the method and path of the request a gateway asks
-// about.
-func original(r *http.Request) (method, path string, err error) {
-	method = r.Header.Get("X-Original-Method")
-	if method == "" {
-		method = r.Header.Get("X-Forwarded-Method")
-	}
-	if method == "" {
-		method = r.Method
-	}
-	switch {
-	case r.Header.Get("X-Original-URI") != "":
-		path, err = uriPath(r.Header.Get("X-Original-URI"))
-	case r.Header.Get("X-Original-URL") != "":
-		var u *url.URL
-		if u, err = url.Parse(r.Header.Get("X-Original-URL")); err == nil {
-			path = u.Path
-		}
-	case r.Header.Get("X-Forwarded-Uri") != "":
-		path, err = uriPath(r.Header.Get("X-Forwarded-Uri"))
-	default:
-		return "", "", errors.New("no original path: the gateway must send X-Original-URI (nginx), X-Original-URL (ingress-nginx) or X-Forwarded-Uri (Caddy, Traefik)")
-	}
+// original returns the method and the path of the request a gateway
+// asks about, from the headers g sets (and nothing else), the path read
+// as the proxy reads a request line (policy.TargetPath).
+func original(g *gateway.Gateway, r *http.Request) (method, path string, err error) {
+	method, target, err := g.Original(r)
 	if err != nil {
-		return "", "", errors.New("the original path does not parse: " + err.Error())
+		return "", "", err
 	}
-	if strings.ContainsAny(method, " \t\r\n") || method == "" {
-		return "", "", errors.New("the original method is not a token")
+	if path, err = policy.TargetPath(target); err != nil {
+		return "", "", fmt.Errorf("the original %v", err)
 	}
 	return method, path, nil
-}
-
-// uriPath returns the decoded path of a request URI, its query dropped.
-func uriPath(uri string) (string, error) {
-	u, err := url.ParseRequestURI(uri)
-	if err != nil {
-		return "", err
-	}
-	return u.Path, nil
 }

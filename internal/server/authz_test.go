@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -41,9 +42,9 @@ func authz(s http.Handler, method string, hdr map[string]string) *httptest.Respo
 }
 
 // TestAuthz: the decision a gateway gets for each kind of request, with
-// the original method and path from every header the gateways use.
+// the original method and path from the headers nginx sets.
 func TestAuthz(t *testing.T) {
-	s := authzServer(t, ForwardAuth{})
+	s := authzServer(t, ForwardAuth{Gateway: "nginx", DenyStatus: 429})
 	key := map[string]string{"X-API-Key": "key-newco"}
 	with := func(m map[string]string, kv ...string) map[string]string {
 		out := map[string]string{}
@@ -66,16 +67,16 @@ func TestAuthz(t *testing.T) {
 		with(key, "X-Original-URI", "/v1/%73earch", "X-Original-Method", "GET"),
 		with(key, "X-Original-URI", "/v1//search/", "X-Original-Method", "GET"),
 		with(key, "X-Original-URI", "/v1/x/../Search;v=1", "X-Original-Method", "get"),
-		with(key, "X-Forwarded-Uri", "/v1/search?page=2", "X-Forwarded-Method", "get"),
-		with(key, "X-Original-URL", "https://api.example.com/v1/search?q=2", "X-Forwarded-Method", "GET"),
-		with(key, "X-Original-URI", "/v1/search"), // the gateway's own GET
+		with(key, "X-Original-URI", "/v1/search?page=2", "X-Original-Method", "get"),
+		with(key, "X-Original-URI", "http://api.example.com/v1/search?q=2", "X-Original-Method", "GET"),
+		with(key, "X-Original-URI", "/v1/./search", "X-Original-Method", "GET"),
 		with(key, "X-Original-URI", "/v1/search", "X-Original-Method", "HEAD"),
 	} {
 		if w := authz(s, "GET", h); w.Code != 200 {
 			t.Fatalf("variant %d: %d, want 200", i, w.Code)
 		}
 	}
-	w = authz(s, "GET", with(key, "X-Original-URI", "/V1/SEARCH"))
+	w = authz(s, "GET", with(key, "X-Original-URI", "/V1/SEARCH", "X-Original-Method", "GET"))
 	var body map[string]any
 	json.Unmarshal(w.Body.Bytes(), &body)
 	if w.Code != 429 || w.Header().Get("Retry-After") == "" || w.Header().Get("RateLimit-Remaining") != "0" || body["policy"] != "free.search.1m" {
@@ -88,15 +89,18 @@ func TestAuthz(t *testing.T) {
 		}
 	}
 	// Credentials: none on a tenant route, or a bad one, is 401.
-	if w := authz(s, "GET", map[string]string{"X-Original-URI": "/v1/search"}); w.Code != 401 {
+	if w := authz(s, "GET", map[string]string{"X-Original-URI": "/v1/search", "X-Original-Method": "GET"}); w.Code != 401 {
 		t.Errorf("no credential: %d, want 401", w.Code)
 	}
-	if w := authz(s, "GET", map[string]string{"X-Original-URI": "/v1/search", "X-API-Key": "stolen"}); w.Code != 401 {
+	if w := authz(s, "GET", map[string]string{"X-Original-URI": "/v1/search", "X-Original-Method": "GET", "X-API-Key": "stolen"}); w.Code != 401 {
 		t.Errorf("bad credential: %d, want 401", w.Code)
 	}
-	// No original path: 400 naming the headers.
-	if w := authz(s, "GET", key); w.Code != 400 || !strings.Contains(w.Body.String(), "X-Original-URI") {
+	// No original path or method: 400 naming the header nginx sets.
+	if w := authz(s, "GET", with(key, "X-Original-Method", "GET")); w.Code != 400 || !strings.Contains(w.Body.String(), "no X-Original-URI") {
 		t.Errorf("no path: %d %s", w.Code, w.Body)
+	}
+	if w := authz(s, "GET", with(key, "X-Original-URI", "/v1/search")); w.Code != 400 || !strings.Contains(w.Body.String(), "no X-Original-Method") {
+		t.Errorf("no method: %d %s", w.Code, w.Body)
 	}
 	// Anonymous routes are limited per client address, as the gateway
 	// forwards it: 5 logins a quarter-hour from one address (the per-user
@@ -122,8 +126,8 @@ func TestAuthz(t *testing.T) {
 // real status in X-Fairgate-Status, Retry-After and the RateLimit headers,
 // for nginx's error_page to answer the true 429.
 func TestAuthzDenyAs403(t *testing.T) {
-	s := authzServer(t, ForwardAuth{DenyStatus: 403})
-	h := map[string]string{"X-API-Key": "key-newco", "X-Original-URI": "/v1/search"}
+	s := authzServer(t, ForwardAuth{Gateway: "nginx"}) // 403 is nginx's default
+	h := map[string]string{"X-API-Key": "key-newco", "X-Original-URI": "/v1/search", "X-Original-Method": "GET"}
 	for range 8 {
 		authz(s, "GET", h)
 	}
@@ -136,8 +140,8 @@ func TestAuthzDenyAs403(t *testing.T) {
 // TestAuthzTenantHeader: the configured tenant header names the tenant
 // only from a trusted proxy; from anyone else it is ignored.
 func TestAuthzTenantHeader(t *testing.T) {
-	s := authzServer(t, ForwardAuth{TenantHeader: "x-tenant"})
-	h := map[string]string{"X-Tenant": "acme", "X-Original-URI": "/v1/search"}
+	s := authzServer(t, ForwardAuth{Gateway: "nginx", TenantHeader: "x-tenant"})
+	h := map[string]string{"X-Tenant": "acme", "X-Original-URI": "/v1/search", "X-Original-Method": "GET"}
 	if w := authz(s, "GET", h); w.Code != 200 || w.Header().Get("X-Fairgate-Plan") != "enterprise" {
 		t.Fatalf("from the trusted gateway: %d %v", w.Code, w.Header())
 	}
@@ -165,7 +169,7 @@ func (downStore) Close() error { return nil }
 // 403 with X-Fairgate-Status 503 when rejections are answered 403; a
 // fail-open class passes.
 func TestAuthzFailClosed(t *testing.T) {
-	for _, fa := range []ForwardAuth{{}, {DenyStatus: 403}} {
+	for _, fa := range []ForwardAuth{{Gateway: "nginx", DenyStatus: 429}, {Gateway: "nginx", DenyStatus: 403}} {
 		s, err := New(Config{Limiter: testLimiter(t, downStore{}, time.Second), Auth: testAuth(t), ForwardAuth: fa})
 		if err != nil {
 			t.Fatal(err)
@@ -178,8 +182,138 @@ func TestAuthzFailClosed(t *testing.T) {
 		if w.Code != want || w.Header().Get(StatusHeader) != real || w.Header().Get("Retry-After") != "5" {
 			t.Errorf("deny %d, fail-closed class: %d %v, want %d with %q", fa.DenyStatus, w.Code, w.Header(), want, real)
 		}
-		if w := authz(s, "GET", map[string]string{"X-API-Key": "key-newco", "X-Original-URI": "/v1/search"}); w.Code != 200 {
+		if w := authz(s, "GET", map[string]string{"X-API-Key": "key-newco", "X-Original-URI": "/v1/search", "X-Original-Method": "GET"}); w.Code != 200 {
 			t.Errorf("fail-open class: %d, want 200", w.Code)
 		}
+	}
+}
+
+// authzAs asks s as a gateway would, with the auth request's own method
+// and target, and headers that may repeat (name, value, name, value…).
+func authzAs(s http.Handler, method, target string, kv ...string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(method, target, nil)
+	r.RemoteAddr = "127.0.0.1:40000"
+	for i := 0; i+1 < len(kv); i += 2 {
+		r.Header.Add(kv[i], kv[i+1])
+	}
+	w := httptest.NewRecorder()
+	s.ServeHTTP(w, r)
+	return w
+}
+
+// TestAuthzBelievesOnlyItsGateway: /v1/authz reads the original request
+// only from the headers the named gateway sets. Today it read
+// X-Original-URI before X-Forwarded-Uri whatever the gateway, so behind
+// Caddy (which passes the client's X-Original-* on) a tenant over its
+// search budget passed with X-Original-URI: /healthz, and a request
+// without a credential reached a tenant route as an anonymous login.
+func TestAuthzBelievesOnlyItsGateway(t *testing.T) {
+	spend := func(t *testing.T, s http.Handler, ask func(path, method string, extra ...string) *httptest.ResponseRecorder) {
+		t.Helper()
+		for i := range 8 {
+			if w := ask("/v1/search", "GET"); w.Code != 200 {
+				t.Fatalf("search %d: %d %s", i, w.Code, w.Body)
+			}
+		}
+		if w := ask("/v1/search", "GET"); w.Code == 200 {
+			t.Fatalf("the 9th search passed: the budget is 8")
+		}
+	}
+	key := []string{"X-API-Key", "key-newco"}
+	for _, tc := range []struct {
+		fa  ForwardAuth
+		ask func(s http.Handler, path, method string, extra ...string) *httptest.ResponseRecorder
+		// spoof are headers a client adds that this gateway passes on.
+		spoof []string
+	}{
+		{fa: ForwardAuth{Gateway: "caddy"}, spoof: []string{"X-Original-URI", "/healthz", "X-Original-Method", "GET", "X-Original-URL", "http://x/healthz"},
+			ask: func(s http.Handler, path, method string, extra ...string) *httptest.ResponseRecorder {
+				return authzAs(s, "GET", "/v1/authz", append([]string{"X-Forwarded-Uri", path, "X-Forwarded-Method", method}, extra...)...)
+			}},
+		{fa: ForwardAuth{Gateway: "traefik"}, spoof: []string{"X-Original-URI", "/healthz", "X-Original-Method", "HEAD"},
+			ask: func(s http.Handler, path, method string, extra ...string) *httptest.ResponseRecorder {
+				return authzAs(s, "GET", "/v1/authz", append([]string{"X-Forwarded-Uri", path, "X-Forwarded-Method", method}, extra...)...)
+			}},
+		{fa: ForwardAuth{Gateway: "nginx"}, spoof: []string{"X-Forwarded-Uri", "/healthz", "X-Forwarded-Method", "GET", "X-Original-URL", "http://x/healthz"},
+			ask: func(s http.Handler, path, method string, extra ...string) *httptest.ResponseRecorder {
+				return authzAs(s, "GET", "/v1/authz", append([]string{"X-Original-URI", path, "X-Original-Method", method}, extra...)...)
+			}},
+		{fa: ForwardAuth{Gateway: "ingress-nginx"}, spoof: []string{"X-Original-URI", "/healthz", "X-Forwarded-Uri", "/healthz"},
+			ask: func(s http.Handler, path, method string, extra ...string) *httptest.ResponseRecorder {
+				return authzAs(s, "GET", "/v1/authz", append([]string{"X-Original-URL", "https://api.example.com" + path, "X-Original-Method", method}, extra...)...)
+			}},
+		{fa: ForwardAuth{Gateway: "envoy"}, spoof: []string{"X-Original-URI", "/healthz", "X-Forwarded-Uri", "/healthz", "X-Forwarded-Method", "GET"},
+			ask: func(s http.Handler, path, method string, extra ...string) *httptest.ResponseRecorder {
+				return authzAs(s, method, "/v1/authz"+path, extra...)
+			}},
+		{fa: ForwardAuth{Gateway: "custom", MethodHeader: "X-Gw-Method", URIHeader: "X-Gw-Uri"}, spoof: []string{"X-Original-URI", "/healthz", "X-Forwarded-Uri", "/healthz"},
+			ask: func(s http.Handler, path, method string, extra ...string) *httptest.ResponseRecorder {
+				return authzAs(s, "GET", "/v1/authz", append([]string{"X-Gw-Uri", path, "X-Gw-Method", method}, extra...)...)
+			}},
+	} {
+		t.Run(tc.fa.Gateway, func(t *testing.T) {
+			s := authzServer(t, tc.fa)
+			ask := func(path, method string, extra ...string) *httptest.ResponseRecorder {
+				return tc.ask(s, path, method, append(append([]string{}, key...), extra...)...)
+			}
+			spend(t, s, ask)
+			// The client's own copies of other gateways' headers change
+			// nothing: still over the budget.
+			if w := ask("/v1/search", "GET", tc.spoof...); w.Code == 200 {
+				t.Fatalf("over the budget with %v: %d, want a rejection", tc.spoof, w.Code)
+			}
+			// A request without a credential to a tenant route cannot pass
+			// as an anonymous login.
+			login := slices.Clone(tc.spoof)
+			for i := 1; i < len(login); i += 2 {
+				login[i] = strings.NewReplacer("/healthz", "/v1/login", "GET", "POST", "HEAD", "POST").Replace(login[i])
+			}
+			if w := tc.ask(s, "/v1/search", "GET", login...); w.Code != 401 {
+				t.Fatalf("no credential, spoofed as a login with %v: %d, want 401", login, w.Code)
+			}
+			// The gateway's header twice (appended to a client's copy, not
+			// replacing it) is refused, never guessed between.
+			if reads := (func() []string { g, _ := tc.fa.Resolve(); return g.Reads() })(); len(reads) > 0 {
+				w := tc.ask(s, "/healthz", "GET", reads[len(reads)-1], "/healthz")
+				if w.Code != 400 || !strings.Contains(w.Body.String(), "came 2 times") {
+					t.Fatalf("%s twice: %d %s, want 400", reads[len(reads)-1], w.Code, w.Body)
+				}
+			}
+		})
+	}
+}
+
+// TestAuthzNeedsAGateway: without forward_auth.gateway /v1/authz refuses
+// every request, saying what to set, instead of guessing which of the
+// headers a client could have written to believe.
+func TestAuthzNeedsAGateway(t *testing.T) {
+	s := authzServer(t, ForwardAuth{})
+	w := authz(s, "GET", map[string]string{"X-API-Key": "key-newco", "X-Original-URI": "/healthz", "X-Original-Method": "GET"})
+	if w.Code != 500 || !strings.Contains(w.Body.String(), "forward_auth.gateway") {
+		t.Fatalf("no gateway named: %d %s, want 500 naming forward_auth.gateway", w.Code, w.Body)
+	}
+	for _, fa := range []ForwardAuth{
+		{TenantHeader: "X-Tenant"},
+		{Gateway: "haproxy"},
+		{Gateway: "custom", URIHeader: "X-Uri"},
+		{Gateway: "nginx", URIHeader: "X-Uri"},
+		{Gateway: "nginx", TenantHeader: "X-Original-URI"},
+		{Gateway: "caddy", TenantHeader: "authorization"},
+		{Gateway: "caddy", TenantHeader: "X-Forwarded-For"},
+	} {
+		if _, err := New(Config{Limiter: testLimiter(t, memstore.New(memstore.Config{}), time.Second), ForwardAuth: fa}); err == nil {
+			t.Errorf("%+v: accepted, want an error", fa)
+		}
+	}
+}
+
+// TestAuthzTenantHeaderOnce: a tenant header the gateway appended to a
+// client's copy (two values) is refused: believing either would let the
+// client choose.
+func TestAuthzTenantHeaderOnce(t *testing.T) {
+	s := authzServer(t, ForwardAuth{Gateway: "caddy", TenantHeader: "X-Tenant"})
+	w := authzAs(s, "GET", "/v1/authz", "X-Forwarded-Uri", "/v1/search", "X-Forwarded-Method", "GET", "X-Tenant", "victim", "X-Tenant", "acme")
+	if w.Code != 400 || !strings.Contains(w.Body.String(), "X-Tenant came 2 times") {
+		t.Fatalf("two tenant headers: %d %s, want 400", w.Code, w.Body)
 	}
 }

@@ -72,7 +72,14 @@ func parseCheck(req *checkRequest) (policy.Request, string) {
 		if !ok || m == "" || !strings.HasPrefix(p, "/") {
 			return lr, fmt.Sprintf("route: %q: want a method and a path, such as \"GET /v1/users/7\"", req.route.v)
 		}
-		lr.Method, lr.Path = m, p
+		// The path as the request line carries it, read as the proxy and
+		// /v1/authz read theirs: the query dropped, spellings that
+		// upstreams read differently refused.
+		path, err := policy.TargetPath(p)
+		if err != nil {
+			return lr, fmt.Sprintf("route: %v", err)
+		}
+		lr.Method, lr.Path = m, path
 	case req.class.ok:
 		if req.class.v == "" {
 			return lr, "class: empty"

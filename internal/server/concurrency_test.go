@@ -221,7 +221,7 @@ func TestAuthzLease(t *testing.T) {
 	up := httptest.NewServer(http.NotFoundHandler())
 	defer up.Close()
 	_, lim := concurrencyProxy(t, up)
-	s, err := New(Config{Limiter: lim, Auth: testAuth(t)})
+	s, err := New(Config{Limiter: lim, Auth: testAuth(t), ForwardAuth: ForwardAuth{Gateway: "nginx", DenyStatus: 429}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -47,7 +47,7 @@ func value(m *dto.Metric) float64 {
 // answers are counted by outcome. No label carries a tenant or a path.
 func TestProxyMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	s, err := New(Config{Limiter: testLimiter(t, memstore.New(memstore.Config{}), time.Second), Auth: testAuth(t), Upstream: upstreamEcho(t), Registerer: reg})
+	s, err := New(Config{Limiter: testLimiter(t, memstore.New(memstore.Config{}), time.Second), Auth: testAuth(t), Upstream: upstreamEcho(t), Registerer: reg, ForwardAuth: ForwardAuth{Gateway: "caddy"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -96,7 +96,7 @@ func TestOpenAPI(t *testing.T) {
 	board := dash.New(reg, adminToken)
 	board.Sample(time.Now())
 	l := testLimiter(t, memstore.New(memstore.Config{}), time.Second)
-	s, err := New(Config{Limiter: l, Auth: testAuth(t), Dashboard: board})
+	s, err := New(Config{Limiter: l, Auth: testAuth(t), Dashboard: board, ForwardAuth: ForwardAuth{Gateway: "traefik"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,6 +33,7 @@ import (
 	"github.com/fairgate/fairgate/httplimit"
 	"github.com/fairgate/fairgate/httplimit/problem"
 	"github.com/fairgate/fairgate/internal/auth"
+	"github.com/fairgate/fairgate/internal/gateway"
 	"github.com/fairgate/fairgate/limiter"
 	"github.com/fairgate/fairgate/quota"
 )
@@ -133,27 +134,28 @@ type Config struct {
 // dashboard) only by Internal, for a listener only the operator's own
 // services reach.
 type Server struct {
-	lim      *limiter.Limiter
-	metrics  *serverMetrics
-	internal http.Handler // nil without an upstream: one surface
-	form     httplimit.Form
-	id       atomic.Pointer[identity]
-	log      *slog.Logger
-	mux      *http.ServeMux
-	proxy    http.Handler
-	worker   *[sha256.Size]byte // the worker token's hash; nil: none required
-	itoken   *[sha256.Size]byte // the internal token's hash; nil: none required
-	ctlWait  time.Duration      // ControlTimeout
-	draining atomic.Bool
-	noPolicy atomic.Bool
-	warning  func() string // StoreWarning
-	conn     func() bool   // StoreConnected
-	jobs     fairq.Queue
-	kinds    fairq.Kinds
-	breakers *breaker.Set
-	tracer   trace.Tracer // nil: off
-	handler  http.Handler // the public surface: mux, traced
-	capacity gateHolder   // the proxy's upstream capacity gate
+	lim         *limiter.Limiter
+	metrics     *serverMetrics
+	internal    http.Handler // nil without an upstream: one surface
+	form        httplimit.Form
+	id          atomic.Pointer[identity]
+	log         *slog.Logger
+	mux         *http.ServeMux
+	proxy       http.Handler
+	worker      *[sha256.Size]byte // the worker token's hash; nil: none required
+	itoken      *[sha256.Size]byte // the internal token's hash; nil: none required
+	ctlWait     time.Duration      // ControlTimeout
+	draining    atomic.Bool
+	authzWarned atomic.Bool // /v1/authz without a gateway was logged
+	noPolicy    atomic.Bool
+	warning     func() string // StoreWarning
+	conn        func() bool   // StoreConnected
+	jobs        fairq.Queue
+	kinds       fairq.Kinds
+	breakers    *breaker.Set
+	tracer      trace.Tracer // nil: off
+	handler     http.Handler // the public surface: mux, traced
+	capacity    gateHolder   // the proxy's upstream capacity gate
 }
 
 // MaxBody is the largest request body accepted; larger ones get 413.
@@ -181,7 +183,9 @@ func New(c Config) (*Server, error) {
 	if s.metrics, err = newServerMetrics(c.Registerer, &s.capacity); err != nil {
 		return nil, err
 	}
-	s.SetIdentity(c.Auth, c.ClientIP, c.UpstreamHeaders, c.ForwardAuth)
+	if err := s.SetIdentity(c.Auth, c.ClientIP, c.UpstreamHeaders, c.ForwardAuth); err != nil {
+		return nil, err
+	}
 	s.SetCapacity(c.Capacity)
 	s.noPolicy.Store(c.NoPolicy)
 	if s.log == nil {
@@ -215,7 +219,8 @@ func New(c Config) (*Server, error) {
 	// Forward auth: the gateway forwards the client's own credential in
 	// Authorization, so the internal token cannot guard it; what a caller
 	// can charge is its own credential's tenant, or its own address.
-	in.HandleFunc("/v1/authz", s.needsPolicy(s.handleAuthz))
+	in.HandleFunc(gateway.AuthzPath, s.needsPolicy(s.handleAuthz))
+	in.HandleFunc(gateway.AuthzPath+"/", s.needsPolicy(s.handleAuthz)) // Envoy's ext_authz appends the original path
 	s.operatorRoutes(in, c)
 	notFound := func(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, problem.Details{Status: http.StatusNotFound, Detail: "no such endpoint: " + r.Method + " " + r.URL.Path})
@@ -226,11 +231,25 @@ func New(c Config) (*Server, error) {
 			return nil, err
 		}
 		pub.Handle("/", s.proxy)
-		s.internal = s.recovering(s.traced(in))
+		s.internal = s.recovering(s.traced(plainTargets(in)))
 	}
 	s.mux = pub
-	s.handler = s.traced(pub)
+	s.handler = s.traced(plainTargets(pub))
 	return s, nil
+}
+
+// plainTargets answers 400 to a request whose target upstreams read
+// differently (policy.TargetPath: a '#', an encoded slash or dot segment,
+// a backslash, …), before the mux sees it: ServeMux would redirect
+// "/v1/search#/../../healthz" to its own reading of it.
+func plainTargets(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := httplimit.RequestPath(r); err != nil && r.Method != http.MethodConnect {
+			problem.BadRequest(w, err.Error())
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // identity is what the server verifies credentials and finds client
@@ -242,7 +261,8 @@ type identity struct {
 	tenantHdr     string
 	planHdr       string
 	fa            ForwardAuth
-	unknownLog    sync.Map // plan claims already logged as unknown
+	gw            *gateway.Gateway // fa's gateway; nil: none named
+	unknownLog    sync.Map         // plan claims already logged as unknown
 	unknownLogged atomic.Int64
 }
 
@@ -253,17 +273,27 @@ type UpstreamHeaders struct{ Tenant, Plan string }
 
 // SetIdentity replaces the credentials, trusted proxies, upstream
 // identity headers and forward-auth settings, as a config reload does.
-// Requests in flight finish with the old ones.
-func (s *Server) SetIdentity(a *auth.Authenticator, ip auth.ClientIP, h UpstreamHeaders, fa ForwardAuth) {
+// Requests in flight finish with the old ones. Forward-auth settings
+// that name no gateway rightly are refused (ForwardAuth.Resolve), and
+// nothing changes.
+func (s *Server) SetIdentity(a *auth.Authenticator, ip auth.ClientIP, h UpstreamHeaders, fa ForwardAuth) error {
+	gw, err := fa.Resolve()
+	if err != nil {
+		return err
+	}
 	if fa.DenyStatus == 0 {
 		fa.DenyStatus = http.StatusTooManyRequests
+		if gw != nil {
+			fa.DenyStatus = gw.DenyStatus
+		}
 	}
 	if fa.TenantHeader != "" {
 		fa.TenantHeader = http.CanonicalHeaderKey(fa.TenantHeader)
 	}
-	s.id.Store(&identity{auth: a, ip: ip, fa: fa,
+	s.id.Store(&identity{auth: a, ip: ip, fa: fa, gw: gw,
 		tenantHdr: http.CanonicalHeaderKey(cmp.Or(h.Tenant, "X-Fairgate-Tenant")),
 		planHdr:   http.CanonicalHeaderKey(cmp.Or(h.Plan, "X-Fairgate-Plan"))})
+	return nil
 }
 
 // clientIP is the request's client address by the trusted proxies in force.

@@ -23,6 +23,7 @@ import (
 	"github.com/fairgate/fairgate/examples"
 	"github.com/fairgate/fairgate/fairq"
 	"github.com/fairgate/fairgate/fairq/redisq"
+	"github.com/fairgate/fairgate/httplimit/problem"
 	"github.com/fairgate/fairgate/internal/config"
 	"github.com/fairgate/fairgate/internal/redistest"
 	"github.com/fairgate/fairgate/limiter"
@@ -595,5 +596,55 @@ func standIn(f http.HandlerFunc) http.HandlerFunc {
 			return
 		}
 		f(w, r)
+	}
+}
+
+// TestPathsUpstreamsReadDifferentlyAreRefused: a request target that
+// upstreams split or resolve differently is refused with 400 on every
+// path (the proxy, /v1/authz, /v1/check) and never reaches the upstream.
+// Today "/v1/search#/../../healthz" was charged as the free /healthz
+// while a Node upstream served /v1/search.
+func TestPathsUpstreamsReadDifferentlyAreRefused(t *testing.T) {
+	var reached atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { reached.Add(1) }))
+	defer up.Close()
+	u, _ := url.Parse(up.URL)
+	s, err := New(Config{Limiter: testLimiter(t, memstore.New(memstore.Config{}), time.Second), Auth: testAuth(t), Upstream: u,
+		ForwardAuth: ForwardAuth{Gateway: "nginx"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := httptest.NewServer(s)
+	defer front.Close()
+	for _, target := range []string{
+		"/v1/search#/../../healthz", "/v1/search%2F..%2F..%2Fhealthz", "/v1/search/%2e%2e/%2e%2e/healthz",
+		`/v1/search\..\..\healthz`, "/v1/search//..", "/v1/search/..;/x", "/v1/sea%0arch",
+	} {
+		conn, err := net.Dial("tcp", front.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: api\r\nX-API-Key: key-acme\r\nConnection: close\r\n\r\n", target)
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		conn.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", target, err)
+		}
+		if resp.StatusCode != 400 || resp.Header.Get("Content-Type") != problem.ContentType {
+			t.Errorf("proxy, %s: %d, want 400 problem+json", target, resp.StatusCode)
+		}
+		if w := authz(s.Internal(), "GET", map[string]string{"X-API-Key": "key-acme", "X-Original-URI": target, "X-Original-Method": "GET"}); w.Code != 400 || !strings.Contains(w.Body.String(), "request target") {
+			t.Errorf("/v1/authz, %s: %d %s, want 400", target, w.Code, w.Body)
+		}
+		if code, m := check(t, s.Internal(), fmt.Sprintf(`{"tenant":"acme","route":%q}`, "GET "+target)); code != 400 || !strings.Contains(fmt.Sprint(m["detail"]), "route: request target") {
+			t.Errorf("/v1/check, %s: %d %v, want 400 naming the route", target, code, m)
+		}
+	}
+	if n := reached.Load(); n != 0 {
+		t.Errorf("the upstream was reached %d times", n)
+	}
+	// The query is not the path: a /v1/check route with one is the route.
+	if code, m := check(t, s.Internal(), `{"tenant":"acme","route":"GET /v1/search?q=a/../../healthz"}`); code != 200 || strings.Join(policies(m), " ") != "enterprise.search.1m enterprise.tenant.1m" {
+		t.Errorf("a route with a query: %d %v, want the search class", code, m)
 	}
 }
