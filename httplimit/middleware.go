@@ -139,6 +139,26 @@ func peerIP(r *http.Request) netip.Addr {
 	return a.Unmap()
 }
 
+// IsPreflight reports whether r is a CORS preflight: OPTIONS with Origin
+// and Access-Control-Request-Method, and no body. A browser sends it
+// without credentials, so it is decided as an anonymous request under the
+// policy's preflight limits, per client address (policy.Request.Preflight)
+// and never answered 401; its credential headers, if any, are not read.
+func IsPreflight(r *http.Request) bool {
+	return r.Method == http.MethodOptions && isPreflightHeaders(r.Header) && r.ContentLength == 0 && len(r.TransferEncoding) == 0
+}
+
+// isPreflightHeaders reports whether h carries a preflight's headers.
+func isPreflightHeaders(h http.Header) bool {
+	return h.Get("Origin") != "" && h.Get("Access-Control-Request-Method") != ""
+}
+
+// IsPreflightOf reports whether a request a gateway asks about, with
+// method and the client's headers h, is a CORS preflight.
+func IsPreflightOf(method string, h http.Header) bool {
+	return method == http.MethodOptions && isPreflightHeaders(h)
+}
+
 // RequestPath returns the path r's route is matched on: its request
 // line's, read by [policy.TargetPath] (r.URL.Path for a request made in
 // Go, without one), or an error naming a spelling that upstreams read
@@ -181,12 +201,16 @@ func Middleware(c Config) (func(http.Handler) http.Handler, error) {
 	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			id, err := c.Identify(r)
-			if err != nil {
-				WriteUnauthorized(w, err.Error())
-				return
+			var err error
+			var id policy.Identity
+			preflight := IsPreflight(r)
+			if !preflight {
+				if id, err = c.Identify(r); err != nil {
+					WriteUnauthorized(w, err.Error())
+					return
+				}
 			}
-			req := policy.Request{Tenant: id.Tenant, Plan: id.Plan, IP: clientIP(r), Hold: c.SlowDown}
+			req := policy.Request{Tenant: id.Tenant, Plan: id.Plan, IP: clientIP(r), Hold: c.SlowDown, Preflight: preflight}
 			if req.Method, req.Path, err = route(r); err != nil {
 				problem.BadRequest(w, err.Error())
 				return

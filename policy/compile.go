@@ -42,6 +42,7 @@ func CompileWith(p Policy, ov Overlay) (*Snapshot, error) {
 	s.compileTenants(&ps, p.Tenants, ov.Tenants)
 	s.compileRoutes(&ps, p.Routes)
 	s.compileAnonymous(&ps, p.Anonymous)
+	s.compilePreflight(&ps, p.Preflight)
 	if len(ps.list) > 0 {
 		return nil, ps.list
 	}
@@ -191,40 +192,74 @@ func (s *Snapshot) compileAnonymous(ps *problems, anon []AnonRoute) {
 	s.policy.Anonymous = slices.Clone(anon) // with defaults and the rules' derived names
 	for i, a := range anon {
 		path := fmt.Sprintf("anonymous[%d]", i)
-		if !nameRE.MatchString(a.Name) {
-			ps.add(path+".name", "name %q: want %s", a.Name, nameRule)
+		if a.Name == PreflightName {
+			ps.add(path+".name", "name %q is the CORS preflights' own (set their limits under preflight)", a.Name)
 		}
-		rules := make([]Rule, len(a.Rules))
-		for j, r := range a.Rules {
-			rules[j] = r.Rule
-		}
-		crs := compileRules(ps, path+".rules", rules)
-		a.Rules = slices.Clone(a.Rules)
-		for j := range a.Rules {
-			if j < len(crs) {
-				a.Rules[j].Rule = crs[j].Rule
-			}
-		}
-		if a.Cost == 0 {
-			a.Cost = 1
-		}
-		if a.Fail == FailDefault {
-			a.Fail = FailClosed
-		}
-		if a.Cost < 1 || a.Cost > algo.MaxCount {
-			ps.add(path+".cost", "cost %d is outside 1..%d", a.Cost, algo.MaxCount)
-		} else {
-			for j, r := range crs {
-				if a.Cost > r.capacity() {
-					ps.add(fmt.Sprintf("%s.rules[%d].burst", path, j), "cost %d exceeds the burst %d: such a request could never pass", a.Cost, r.capacity())
-				}
-			}
-		}
+		a = compileAnon(ps, path, a)
 		s.policy.Anonymous[i] = a
 		if s.register(ps, path+".route", a.Pattern) {
 			s.anon[a.Pattern] = &a
 		}
 	}
+}
+
+// compilePreflight validates the CORS preflights' limits, the defaults
+// for none.
+func (s *Snapshot) compilePreflight(ps *problems, pf *AnonRoute) {
+	a := DefaultPreflight()
+	if pf != nil {
+		a = *pf
+		for _, r := range a.Rules {
+			if r.By != ByIP {
+				ps.add("preflight.limits", "preflights carry no credential: they are limited per client address (by: ip)")
+			}
+		}
+		if len(a.Rules) == 0 {
+			ps.add("preflight.limits", "at least one limit is required")
+		}
+		if a.Fail == FailDefault {
+			a.Fail = FailOpen
+		}
+	}
+	a.Name, a.Pattern = PreflightName, ""
+	a = compileAnon(ps, "preflight", a)
+	s.preflight = &a
+	s.policy.Preflight = &a
+}
+
+// compileAnon validates an anonymous route's rules, cost and fail mode,
+// and returns it with its defaults.
+func compileAnon(ps *problems, path string, a AnonRoute) AnonRoute {
+	if !nameRE.MatchString(a.Name) {
+		ps.add(path+".name", "name %q: want %s", a.Name, nameRule)
+	}
+	rules := make([]Rule, len(a.Rules))
+	for j, r := range a.Rules {
+		rules[j] = r.Rule
+	}
+	crs := compileRules(ps, path+".rules", rules)
+	a.Rules = slices.Clone(a.Rules)
+	for j := range a.Rules {
+		if j < len(crs) {
+			a.Rules[j].Rule = crs[j].Rule
+		}
+	}
+	if a.Cost == 0 {
+		a.Cost = 1
+	}
+	if a.Fail == FailDefault {
+		a.Fail = FailClosed
+	}
+	if a.Cost < 1 || a.Cost > algo.MaxCount {
+		ps.add(path+".cost", "cost %d is outside 1..%d", a.Cost, algo.MaxCount)
+	} else {
+		for j, r := range crs {
+			if a.Cost > r.capacity() {
+				ps.add(fmt.Sprintf("%s.rules[%d].burst", path, j), "cost %d exceeds the burst %d: such a request could never pass", a.Cost, r.capacity())
+			}
+		}
+	}
+	return a
 }
 
 // crule is a validated rule.

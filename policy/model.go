@@ -206,6 +206,20 @@ type AnonRoute struct {
 	Shadow bool `json:"shadow,omitempty"`
 }
 
+// PreflightName names the CORS preflights' limits in policies and keys
+// ("anonymous.preflight.<rule>"); no anonymous route may take it.
+const PreflightName = "preflight"
+
+// DefaultPreflight is what CORS preflights get when the policy says
+// nothing: 120 a minute per client address (IPv6 per /64), 60 at once,
+// failing open. A browser sends one per URL and method it has not
+// cached (5 s by default; an API that answers Access-Control-Max-Age
+// keeps it far below this); raise it where many users share an address.
+func DefaultPreflight() AnonRoute {
+	return AnonRoute{Name: PreflightName, Fail: FailOpen, Cost: 1,
+		Rules: []AnonRule{{Rule: Rule{Limit: algo.Limit{Limit: 120, Period: time.Minute, Burst: 60}}, By: ByIP}}}
+}
+
 // RuleOverride changes one rule's limit or burst for one tenant. Zero keeps
 // the plan's value.
 type RuleOverride struct {
@@ -247,6 +261,11 @@ type Policy struct {
 	Routes []Route
 	// Anonymous are the routes limited per IP or credential.
 	Anonymous []AnonRoute
+	// Preflight limits CORS preflights (Request.Preflight), which carry
+	// no credential, per client address; its Name and Pattern are
+	// ignored, and its zero Fail means open. Nil means
+	// DefaultPreflight.
+	Preflight *AnonRoute
 	// Tenants by verified tenant ID.
 	Tenants map[string]Tenant
 	// Location is the time zone of calendar windows. Nil means UTC.

@@ -48,6 +48,11 @@ type Request struct {
 	// middleware does; leave it unset where the caller is another service
 	// asking for a decision (the /v1/check API), which holding would stall.
 	Hold bool
+	// Preflight marks a CORS preflight (OPTIONS with Origin and
+	// Access-Control-Request-Method, never a credential): it is decided
+	// as an anonymous request under the policy's Preflight limits, per
+	// client address, whatever its path.
+	Preflight bool
 	// RequireIP makes a request without a valid IP that an anonymous route
 	// matches an error ([ErrNoClientIP]) instead of sharing one key with
 	// every other such request. Set it where the caller asks on behalf of
@@ -136,6 +141,12 @@ var (
 func (s *Snapshot) Resolve(req Request, now time.Time) (Resolution, error) {
 	if len(req.Tenant) > MaxTenantID {
 		return Resolution{}, fmt.Errorf("%w: %d bytes, at most %d", ErrBadTenant, len(req.Tenant), MaxTenantID)
+	}
+	if req.Preflight {
+		if req.RequireIP && !req.IP.IsValid() {
+			return Resolution{Class: PreflightName, Anonymous: true}, ErrNoClientIP
+		}
+		return s.resolveAnon(s.preflight, req, now)
 	}
 	pattern := ""
 	if req.Class == "" {

@@ -21,6 +21,7 @@ type Snapshot struct {
 	planTenants map[string]*ctenant
 	routes      map[string]*Route
 	anon        map[string]*AnonRoute
+	preflight   *AnonRoute // CORS preflights' limits
 	mux         *http.ServeMux
 	patterns    map[string]string // the mux's patterns to the policy's
 	loc         *time.Location

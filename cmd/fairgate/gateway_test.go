@@ -408,7 +408,7 @@ http {
 	}
 	// Traefik passes every client header to fairgate unless
 	// authRequestHeaders lists them: only the credential may pass.
-	if fa.TrustForwardHeader || !slices.Equal(fa.AuthRequestHeaders, []string{"Authorization", "X-API-Key"}) {
+	if fa.TrustForwardHeader || !slices.Equal(fa.AuthRequestHeaders, []string{"Authorization", "X-API-Key", "Origin", "Access-Control-Request-Method"}) {
 		t.Fatalf("traefik forwardAuth passes client headers on: trustForwardHeader %v, authRequestHeaders %v", fa.TrustForwardHeader, fa.AuthRequestHeaders)
 	}
 	testEnvoyExample(t)
@@ -456,7 +456,7 @@ func testEnvoyExample(t *testing.T) {
 	for _, m := range hs.GetAuthorizationResponse().GetAllowedUpstreamHeaders().GetPatterns() {
 		upstream = append(upstream, m.GetExact()+m.GetPrefix())
 	}
-	if !slices.Equal(allowed, []string{"x-api-key", "x-forwarded-for"}) || !slices.Contains(upstream, "x-fairgate-tenant") {
+	if !slices.Equal(allowed, []string{"x-api-key", "x-forwarded-for", "origin", "access-control-request-method"}) || !slices.Contains(upstream, "x-fairgate-tenant") {
 		t.Fatalf("envoy.yaml passes %v to fairgate and %v to the upstream", allowed, upstream)
 	}
 }

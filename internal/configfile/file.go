@@ -117,7 +117,7 @@ func ParseWith(file string, data []byte, sections Sections, check func(d *Decode
 }
 
 // PolicySections are the top-level fields of the policy.
-var PolicySections = []string{"plans", "classes", "routes", "anonymous", "tenants", "default_plan", "default_class", "timezone", "route_match"}
+var PolicySections = []string{"plans", "classes", "routes", "anonymous", "preflight", "tenants", "default_plan", "default_class", "timezone", "route_match"}
 
 // givesPolicy reports whether the file gave any of PolicySections.
 func (d *Decoder) givesPolicy() bool {
@@ -183,7 +183,7 @@ func (d *Decoder) compile(p policy.Policy) {
 // The policy's paths that the file spells otherwise.
 var (
 	planRule   = regexp.MustCompile(`^(plans\.[^.\[]+)\.rules(?:\[(\d+)\])?(.*)$`)
-	anonRule   = regexp.MustCompile(`^(anonymous\[\d+\])\.rules(.*)$`)
+	anonRule   = regexp.MustCompile(`^(anonymous\[\d+\]|preflight)\.rules(.*)$`)
 	tenantRule = regexp.MustCompile(`^(tenants\..*)\.rules\.(.*)$`)
 )
 

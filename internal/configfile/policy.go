@@ -37,6 +37,7 @@ func (d *Decoder) policy(n *yaml.Node, sections Sections) policy.Policy {
 		"classes":   func(v *yaml.Node, path string) { d.classes(v, path, p.Classes) },
 		"routes":    func(v *yaml.Node, path string) { p.Routes = d.routes(v, path) },
 		"anonymous": func(v *yaml.Node, path string) { p.Anonymous = d.anonymous(v, path) },
+		"preflight": func(v *yaml.Node, path string) { p.Preflight = d.preflight(v, path) },
 		"tenants":   func(v *yaml.Node, path string) { d.tenants(v, path, p.Tenants) },
 		"route_match": func(v *yaml.Node, path string) {
 			d.Fields(v, path, Handlers{
@@ -138,6 +139,21 @@ func (d *Decoder) anonymous(n *yaml.Node, path string) []policy.AnonRoute {
 		out = append(out, a)
 	})
 	return out
+}
+
+// preflight decodes the CORS preflights' limits: per client address.
+func (d *Decoder) preflight(n *yaml.Node, path string) *policy.AnonRoute {
+	a := policy.AnonRoute{Name: policy.PreflightName}
+	d.Fields(n, path, Handlers{
+		"fail":   func(v *yaml.Node, path string) { a.Fail = d.Fail(v, path) },
+		"shadow": func(v *yaml.Node, path string) { a.Shadow = d.Bool(v, path) },
+		"limits": func(v *yaml.Node, path string) {
+			d.List(v, path, func(j int, v *yaml.Node, path string) {
+				a.Rules = append(a.Rules, policy.AnonRule{Rule: d.rule(v, path, nil), By: policy.ByIP})
+			})
+		},
+	})
+	return &a
 }
 
 // tenants decodes the tenant entries into ts.

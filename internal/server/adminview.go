@@ -192,9 +192,14 @@ func policyView(p policy.Policy, ov policy.Overlay) map[string]any {
 	for i, a := range p.Anonymous {
 		anon[i] = anonView(a)
 	}
+	pf := policy.DefaultPreflight()
+	if p.Preflight != nil {
+		pf = *p.Preflight
+	}
 	return map[string]any{
 		"timezone": loc, "default_plan": p.DefaultPlan, "default_class": p.DefaultClass,
 		"plans": plans, "classes": classes, "routes": routes, "anonymous": anon, "tenants": tenants,
+		"preflight":   anonView(pf),
 		"route_match": map[string]any{"case_sensitive": p.RouteMatch.CaseSensitive, "exact_trailing_slash": p.RouteMatch.ExactTrailingSlash},
 		"overlay":     overlayView(ov),
 	}

@@ -97,20 +97,25 @@ func (s *Server) handleAuthz(w http.ResponseWriter, r *http.Request) {
 		problem.BadRequest(w, err.Error())
 		return
 	}
-	who, err := s.identify(r)
-	if err != nil {
-		s.metrics.authz.WithLabelValues("unauthorized").Inc()
-		httplimit.WriteUnauthorized(w, err.Error())
-		return
+	// A CORS preflight carries no credential: it is decided per client
+	// address under the preflight limits, never answered 401.
+	preflight := httplimit.IsPreflightOf(method, r.Header)
+	var who policy.Identity
+	if !preflight {
+		if who, err = s.identify(r); err != nil {
+			s.metrics.authz.WithLabelValues("unauthorized").Inc()
+			httplimit.WriteUnauthorized(w, err.Error())
+			return
+		}
 	}
-	if who.Tenant == "" && id.fa.TenantHeader != "" && id.ip.Trusts(auth.PeerIP(r)) && len(r.Header.Values(id.fa.TenantHeader)) > 0 {
+	if who.Tenant == "" && !preflight && id.fa.TenantHeader != "" && id.ip.Trusts(auth.PeerIP(r)) && len(r.Header.Values(id.fa.TenantHeader)) > 0 {
 		if who.Tenant, err = gateway.Once(r.Header, id.fa.TenantHeader, id.gw.Name); err != nil {
 			s.metrics.authz.WithLabelValues("bad_request").Inc()
 			problem.BadRequest(w, err.Error())
 			return
 		}
 	}
-	req := policy.Request{Tenant: who.Tenant, Plan: who.Plan, Method: method, Path: path, IP: s.clientIP(r)}
+	req := policy.Request{Tenant: who.Tenant, Plan: who.Plan, Method: method, Path: path, IP: s.clientIP(r), Preflight: preflight}
 	d, err := s.lim.Decide(r.Context(), req)
 	switch {
 	case errors.Is(err, policy.ErrNoTenant):

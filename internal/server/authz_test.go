@@ -317,3 +317,25 @@ func TestAuthzTenantHeaderOnce(t *testing.T) {
 		t.Fatalf("two tenant headers: %d %s, want 400", w.Code, w.Body)
 	}
 }
+
+// TestAuthzPreflight: a CORS preflight a gateway asks about carries no
+// credential; it is decided per client address under the preflight
+// limits (burst 60 by default), never answered 401 (today it was).
+func TestAuthzPreflight(t *testing.T) {
+	s := authzServer(t, ForwardAuth{Gateway: "nginx", DenyStatus: 429})
+	ask := func(ip string) *httptest.ResponseRecorder {
+		return authz(s, "GET", map[string]string{"X-Original-URI": "/v1/users/1", "X-Original-Method": "OPTIONS",
+			"Origin": "https://app.example", "Access-Control-Request-Method": "PUT", "X-Forwarded-For": ip})
+	}
+	for i := range 60 {
+		if w := ask("198.51.100.7"); w.Code != 200 || w.Header().Get("X-Fairgate-Tenant") != "" {
+			t.Fatalf("preflight %d: %d %v", i, w.Code, w.Header())
+		}
+	}
+	if w := ask("198.51.100.7"); w.Code != 429 || w.Header().Get("Retry-After") == "" {
+		t.Fatalf("the 61st preflight from one address: %d %v, want 429 with Retry-After", w.Code, w.Header())
+	}
+	if w := ask("198.51.100.8"); w.Code != 200 {
+		t.Fatalf("a preflight from another address: %d, want 200", w.Code)
+	}
+}

@@ -322,3 +322,68 @@ func TestProxyCapacityAnonymousIsOneParty(t *testing.T) {
 		}
 	}
 }
+
+// preflight sends a CORS preflight (OPTIONS with Origin and
+// Access-Control-Request-Method, no credential) in the background.
+func preflight(base, path string) chan *http.Response {
+	out := make(chan *http.Response, 1)
+	go func() {
+		req, _ := http.NewRequest("OPTIONS", base+path, nil)
+		req.Header.Set("Origin", "https://app.example")
+		req.Header.Set("Access-Control-Request-Method", "POST")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			out <- &http.Response{StatusCode: -1, Status: err.Error()}
+			return
+		}
+		resp.Body.Close()
+		out <- resp
+	}()
+	return out
+}
+
+// TestPreflightsAreRequests: CORS preflights pass the capacity gate as
+// the anonymous party and the per-address preflight limit, answered 429
+// with Retry-After beyond it. Today they went straight to the upstream,
+// past both: 48 anonymous loops of slow preflights held every worker of
+// an upstream that does real work for OPTIONS.
+func TestPreflightsAreRequests(t *testing.T) {
+	up := newHeldUpstream(t)
+	ts, s, _ := capacityProxy(t, up.Server, "preflight: {limits: [{limit: 4, period: 1h}]}\nupstream_capacity: {limit: 2, max_queue: 1, max_wait: 10s}")
+	gate := s.capacity.cur.Load().gate
+	p1, p2 := preflight(ts.URL, "/slow/p1"), preflight(ts.URL, "/slow/p2")
+	<-up.arrived
+	<-up.arrived
+	if st := gate.Stats(); st.InFlight != 2 {
+		t.Fatalf("two slow preflights upstream, the gate holds %d: they must pass it", st.InFlight)
+	}
+	p3 := preflight(ts.URL, "/slow/p3")
+	waitFor(t, "the third preflight to wait in the gate", func() bool { return gate.Stats().Waiting == 1 })
+	wantShed(t, <-preflight(ts.URL, "/slow/p4"), "a fourth preflight, over the anonymous party's queue of 1")
+	// A tenant within its share still gets the next free slot.
+	n1 := getKey(ts.URL, "key-newco", "/fast/n1")
+	waitFor(t, "the tenant's request to wait", func() bool { return gate.Stats().Waiting == 2 })
+	up.release("p1")
+	if p := <-up.arrived; p != "/fast/n1" {
+		t.Fatalf("the freed slot went to %s, want the tenant's request", p)
+	}
+	up.release("p2")
+	up.release("p3")
+	<-up.arrived
+	for _, r := range []chan *http.Response{p1, p2, p3, n1} {
+		if resp := <-r; resp.StatusCode != 200 {
+			t.Fatalf("an admitted request: %d %s", resp.StatusCode, resp.Status)
+		}
+	}
+	// Four preflights a hour per address (the shed one took its token):
+	// the fifth is 429 with Retry-After and never reaches the upstream.
+	resp := <-preflight(ts.URL, "/fast/p5")
+	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("a preflight over the per-address limit: %d %v, want 429 with Retry-After", resp.StatusCode, resp.Header)
+	}
+	select {
+	case p := <-up.arrived:
+		t.Fatalf("a refused preflight reached the upstream: %s", p)
+	default:
+	}
+}

@@ -95,15 +95,10 @@ func (s *Server) newProxy(upstream *url.URL, timeout time.Duration) (http.Handle
 	}
 	direct := liftDeadlines(rp)
 	limited := mw(gated(direct))
-	return s.metrics.timed(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if isPreflight(r) {
-			// Browsers send CORS preflights without credentials; the
-			// upstream answers them. They are not charged to anyone.
-			direct.ServeHTTP(w, r)
-			return
-		}
-		limited.ServeHTTP(w, r)
-	})), nil
+	// CORS preflights are requests too: the middleware decides them per
+	// client address under the policy's preflight limits (they carry no
+	// credential), and they pass the capacity gate as the anonymous party.
+	return s.metrics.timed(limited), nil
 }
 
 // copyBuffers are the proxy's copy buffers: without them ReverseProxy
@@ -165,13 +160,6 @@ func (s *Server) rewrite(pr *httputil.ProxyRequest, upstream *url.URL) {
 		pr.Out.Header.Set(id.tenantHdr, who.Tenant)
 		pr.Out.Header.Set(id.planHdr, d.Resolution.Plan)
 	}
-}
-
-// isPreflight reports whether r is a CORS preflight: OPTIONS with Origin
-// and Access-Control-Request-Method, and no body.
-func isPreflight(r *http.Request) bool {
-	return r.Method == http.MethodOptions && r.Header.Get("Origin") != "" &&
-		r.Header.Get("Access-Control-Request-Method") != "" && r.ContentLength == 0 && len(r.TransferEncoding) == 0
 }
 
 // liftDeadlines lets a proxied response stream for as long as the upstream

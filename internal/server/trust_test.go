@@ -474,13 +474,14 @@ func TestMyLimitsHonoursThePlanClaim(t *testing.T) {
 }
 
 // TestCORSPreflightPasses: a browser's preflight (OPTIONS with Origin and
-// Access-Control-Request-Method, never a credential) reaches the upstream
-// uncharged; today it got 401.
+// Access-Control-Request-Method, never a credential) is decided as an
+// anonymous request under the default preflight limits and reaches the
+// upstream; it was once answered 401.
 func TestCORSPreflightPasses(t *testing.T) {
 	s := service(t, memstore.New(memstore.Config{}))
 	rec := call{method: "OPTIONS", path: "/v1/users/1", headers: map[string]string{"Origin": "https://app.example", "Access-Control-Request-Method": "PUT"}}.do(s)
-	if rec.Code != 200 || !strings.Contains(rec.Body.String(), `"path":"/v1/users/1"`) {
-		t.Fatalf("preflight: %d %s, want the upstream's answer", rec.Code, rec.Body)
+	if rec.Code != 200 || !strings.Contains(rec.Body.String(), `"path":"/v1/users/1"`) || rec.Header().Get("RateLimit-Limit") != "60" {
+		t.Fatalf("preflight: %d %v %s, want the upstream's answer under the preflight limit (burst 60)", rec.Code, rec.Header(), rec.Body)
 	}
 	if rec := (call{method: "OPTIONS", path: "/v1/users/1"}).do(s); rec.Code != 401 {
 		t.Fatalf("a plain OPTIONS without a credential: %d, want 401 like any request", rec.Code)
