@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"io"
@@ -10,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,15 +27,7 @@ import (
 // FAIRGATE_BIN, if set, is the binary to measure instead of this tree's
 // (to compare with another build).
 func BenchmarkFloodRSS(b *testing.B) {
-	bin := os.Getenv("FAIRGATE_BIN")
-	if bin == "" {
-		bin = filepath.Join(b.TempDir(), "fairgate")
-		build := exec.Command("go", "build", "-o", bin, "./cmd/fairgate")
-		build.Dir = ".." // the main module, not this one
-		if out, err := build.CombinedOutput(); err != nil {
-			b.Fatalf("go build: %v\n%s", err, out)
-		}
-	}
+	bin := fairgateBin(b)
 	logKey := func(i int) string {
 		return fmt.Sprintf(`{"key":"log-%d","limit":10000,"period_ms":3600000,"cost":10000,"algorithm":"sliding_log"}`, i)
 	}
@@ -70,6 +60,21 @@ func BenchmarkFloodRSS(b *testing.B) {
 			}
 		})
 	}
+}
+
+// fairgateBin is the binary FAIRGATE_BIN names, or else this tree's,
+// built into a temporary directory.
+func fairgateBin(b *testing.B) string {
+	if bin := os.Getenv("FAIRGATE_BIN"); bin != "" {
+		return bin
+	}
+	bin := filepath.Join(b.TempDir(), "fairgate")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/fairgate")
+	build.Dir = ".." // the main module, not this one
+	if out, err := build.CombinedOutput(); err != nil {
+		b.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
 }
 
 func post(url, body, apiKey string) *http.Request {
@@ -130,23 +135,5 @@ func flood(b *testing.B, bin string, n int, req func(base string, i int) *http.R
 		})
 	}
 	wg.Wait()
-	return vmHWM(b, cmd.Process.Pid), codes
-}
-
-// vmHWM reads a process's peak resident set size from /proc.
-func vmHWM(b *testing.B, pid int) int64 {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return kb << 10
-		}
-	}
-	b.Fatal("no VmHWM in /proc status")
-	return 0
+	return procStatus(b, cmd.Process.Pid, "VmHWM:"), codes
 }

@@ -174,6 +174,13 @@ func (d *decoder) rlsSettings(set *rls.Settings) configfile.Handlers {
 		"quota_mode":        func(v *yaml.Node, path string) { set.Quota = d.Bool(v, path) },
 		"dynamic_metadata":  func(v *yaml.Node, path string) { set.DynamicMetadata = d.Bool(v, path) },
 		"local_cache_bytes": func(v *yaml.Node, path string) { set.LocalCacheEntries = rls.LocalCacheEntries(int(d.Count(v, path))) },
+		"max_override_unit": func(v *yaml.Node, path string) {
+			u, ok := rls.ParseUnit(d.Str(v, path))
+			if !ok {
+				d.Add(v, path, "max_override_unit %q: want second, minute, hour, day (the default), week, month or year", v.Value)
+			}
+			set.MaxOverrideUnit = u
+		},
 		"response_headers": func(v *yaml.Node, path string) {
 			h := &set.Headers
 			d.Fields(v, path, configfile.Handlers{

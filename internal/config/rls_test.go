@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
 	"github.com/fairgate/fairgate/internal/rls"
 	"github.com/fairgate/fairgate/policy"
 )
@@ -60,6 +62,7 @@ func TestRLSSection(t *testing.T) {
 		{"rls:\n  fail_closed_code: teapot\n", `"teapot": want unavailable`},
 		{"rls:\n  algorithm: leaky\n", `unknown algorithm "leaky": want fixed_window`},
 		{"rls:\n  near_limit_ratio: 1.5\n", "near_limit_ratio 1.5: want a ratio above 0"},
+		{"rls:\n  max_override_unit: fortnight\n", `max_override_unit "fortnight": want second, minute, hour, day (the default)`},
 		{"rls:\n  response_headers: {limit: \"X Limit\"}\n", `"X Limit" is not an HTTP header name`},
 		{"rls:\n  files: [a.yaml]\n  domains: {a: {algorithm: sliding_log}}\n  config:\n    - domain: c\n      descriptors: [{key: x, rate_limit: {unit: hour, requests_per_unit: 20000}}]\n", ""},
 		{"rls:\n  files: [a.yaml]\n  domains: {a: {algorithm: sliding_log}}\n  config:\n    - domain: c\n      descriptors: [{key: x, rate_limit: {unit: second, requests_per_unit: 2000000}}]\n", "2000000 per second"},
@@ -102,7 +105,7 @@ func TestRLSSettings(t *testing.T) {
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "a.yaml"), []byte("domain: a\ndescriptors:\n  - key: k\n    value: x*y\n    share_threshold: true\n    quota_mode: true\n    value_to_metric: true\n    metadata: {team: {name: core}, n: 3}\n    rate_limit: {unit: second, requests_per_unit: 5}\n"), 0o600)
 	os.WriteFile(filepath.Join(dir, "b.yaml"), []byte("domain: b\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5}\n"), 0o600)
-	c, err := Parse(filepath.Join(dir, "f.yaml"), []byte("rls:\n  files: [a.yaml, b.yaml]\n  domains: {b: {algorithm: gcra, atomic: true}}\n  stop_increment_when_over_limit: true\n  near_limit_ratio: 0.9\n  shadow_mode: true\n  quota_mode: true\n  dynamic_metadata: true\n  local_cache_bytes: 12800\n  response_headers: {enabled: true, reset: X-Reset}\n"))
+	c, err := Parse(filepath.Join(dir, "f.yaml"), []byte("rls:\n  files: [a.yaml, b.yaml]\n  domains: {b: {algorithm: gcra, atomic: true}}\n  stop_increment_when_over_limit: true\n  near_limit_ratio: 0.9\n  shadow_mode: true\n  quota_mode: true\n  dynamic_metadata: true\n  local_cache_bytes: 12800\n  response_headers: {enabled: true, reset: X-Reset}\n  max_override_unit: Week\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +117,7 @@ func TestRLSSettings(t *testing.T) {
 	if !d.ShareThreshold || !d.QuotaMode || !d.ValueToMetric || d.Metadata.GetFields()["team"].GetStructValue().GetFields()["name"].GetStringValue() != "core" {
 		t.Errorf("descriptor: %+v", d)
 	}
-	if !set.StopIncrementWhenOverLimit || set.NearLimitRatio != 0.9 || !set.Shadow || !set.Quota || !set.DynamicMetadata || set.LocalCacheEntries != 100 || !set.Headers.Enabled || set.Headers.Reset != "X-Reset" {
+	if !set.StopIncrementWhenOverLimit || set.NearLimitRatio != 0.9 || !set.Shadow || !set.Quota || !set.DynamicMetadata || set.LocalCacheEntries != 100 || !set.Headers.Enabled || set.Headers.Reset != "X-Reset" || set.MaxOverrideUnit != rlspb.RateLimitResponse_RateLimit_WEEK {
 		t.Errorf("settings: %+v", set)
 	}
 }

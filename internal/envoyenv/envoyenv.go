@@ -265,7 +265,9 @@ func redisURL(get Lookup, p string) (string, error) {
 }
 
 // settings adds the service's settings to the rls section: the switches,
-// the response headers and statsd.
+// the response headers and statsd; and FAIRGATE_RLS_MAX_OVERRIDE_UNIT,
+// fairgate's own bound on a request's own limit (checked with the rest of
+// the config made).
 func settings(get Lookup, rls map[string]any) error {
 	set := func(key, name string, conv func(string) (any, error)) error {
 		v, ok := get(name)
@@ -282,6 +284,7 @@ func settings(get Lookup, rls map[string]any) error {
 	toBool := func(v string) (any, error) { return strconv.ParseBool(v) }
 	toFloat := func(v string) (any, error) { return strconv.ParseFloat(v, 64) }
 	toInt := func(v string) (any, error) { return strconv.Atoi(v) }
+	toString := func(v string) (any, error) { return v, nil }
 	for _, s := range []struct {
 		key, name string
 		conv      func(string) (any, error)
@@ -294,6 +297,8 @@ func settings(get Lookup, rls map[string]any) error {
 		{"quota_mode", "QUOTA_MODE", toBool},
 		{"dynamic_metadata", "RESPONSE_DYNAMIC_METADATA", toBool},
 		{"local_cache_bytes", "LOCAL_CACHE_SIZE_IN_BYTES", toInt},
+		// fairgate's own: that service has no bound on a request's own limit.
+		{"max_override_unit", "FAIRGATE_RLS_MAX_OVERRIDE_UNIT", toString},
 	} {
 		if err := set(s.key, s.name, s.conv); err != nil {
 			return err

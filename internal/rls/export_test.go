@@ -7,3 +7,10 @@ func LocalCacheLen(s *Service) int {
 	defer c.mu.Unlock()
 	return len(c.m)
 }
+
+// StatName and StatsdName are the statistics' key bounds and statsd form,
+// for tests.
+var (
+	StatName   = statName
+	StatsdName = statsdName
+)

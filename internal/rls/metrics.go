@@ -2,6 +2,7 @@ package rls
 
 import (
 	"math"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,9 +13,22 @@ import (
 )
 
 // MaxStatKeys bounds the distinct descriptor keys the statistics name: a
-// detailed_metric or value_to_metric rule names them by values the client
-// chooses, so past this many the rest are counted under "overflow".
+// detailed_metric or value_to_metric rule, and a descriptor with its own
+// limit, name them by values the client chooses, so past this many the
+// rest are counted under "overflow".
 const MaxStatKeys = 10_000
+
+// MaxStatName bounds a statistics key (domain.key_value…) in bytes: a
+// longer one, named by values the client chose, becomes its first bytes
+// (cut between characters), '#' and 24 characters of the SHA-256 of the
+// whole key, so that two long keys stay apart. With MaxStatKeys, it bounds
+// the names the statistics hold at (MaxStatKeys + one overflow key per
+// domain) × MaxStatName bytes, and so the /metrics scrape and each statsd
+// flush.
+const MaxStatName = 256
+
+// statHashChars is the length of a long key's hash in its name.
+const statHashChars = 24
 
 // The statistics of a rule, by envoyproxy/ratelimit's names.
 const (
@@ -46,8 +60,9 @@ type metrics struct {
 
 // ruleStats are one rule key's counters, by stat, made when first used.
 type ruleStats struct {
-	domain, rest, key string // the labels, and the statsd name's key
-	c                 [numStats]atomic.Pointer[prometheus.Counter]
+	domain, rest string // the labels
+	statsd       string // the key in statsd names
+	c            [numStats]atomic.Pointer[prometheus.Counter]
 }
 
 // The stats' indexes in ruleStats.
@@ -67,7 +82,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fairgate_rls_requests_total",
-			Help: "ShouldRateLimit calls by domain (configured ones; others are \"unknown\") and overall code.",
+			Help: "ShouldRateLimit calls by domain (configured ones; others are \"unknown\") and overall code: ok, over_limit, unavailable, or invalid (refused with InvalidArgument).",
 		}, []string{"domain", "code"}),
 		shadow: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fairgate_rls_shadow_over_limit_total",
@@ -75,7 +90,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"domain"}),
 		hits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fairgate_rls_rate_limit_hits_total",
-			Help: "envoyproxy/ratelimit's per-rule statistics: hits by domain, rule key (domain.key_value… less the domain; request values only where detailed_metric or value_to_metric asks, at most 10,000 keys, then \"overflow\") and stat (total_hits, over_limit, near_limit, within_limit, shadow_mode, over_limit_with_local_cache).",
+			Help: "envoyproxy/ratelimit's per-rule statistics: hits by domain, rule key (domain.key_value… less the domain; request values only where detailed_metric or value_to_metric asks or a descriptor has its own limit; at most 10,000 keys, then \"overflow\"; a key past 256 bytes is cut and ends in '#' and a hash) and stat (total_hits, over_limit, near_limit, within_limit, shadow_mode, over_limit_with_local_cache).",
 		}, []string{"domain", "key", "stat"}),
 		globalShadow: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fairgate_rls_global_shadow_mode_total",
@@ -94,23 +109,55 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, err
 }
 
-// stats returns the counters of a rule key (domain.key_value…), or past
-// MaxStatKeys keys, the domain's overflow ones.
+// stats returns the counters of a rule key (domain.key_value…, bounded
+// by statName), or past MaxStatKeys keys, the domain's overflow ones.
 func (m *metrics) stats(domain, key string) *ruleStats {
+	key = statName(key)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if rs := m.keys[key]; rs != nil {
 		return rs
 	}
 	if len(m.keys) >= MaxStatKeys {
-		key = domain + "." + overflowStatKey
+		key = statName(domain + "." + overflowStatKey)
 		if rs := m.keys[key]; rs != nil {
 			return rs
 		}
 	}
-	rs := &ruleStats{domain: domain, rest: strings.TrimPrefix(key, domain+"."), key: key}
+	rs := &ruleStats{domain: domain, rest: strings.TrimPrefix(key, domain+"."), statsd: statsdName(key)}
 	m.keys[key] = rs
 	return rs
+}
+
+// statName is key if it is at most MaxStatName bytes; else its first
+// bytes, cut between characters, '#' and statHashChars characters of the
+// SHA-256 of the whole key (see prefixHash.statName): a new string, so
+// that the key's own bytes are not kept.
+func statName(key string) string {
+	if len(key) <= MaxStatName {
+		return key
+	}
+	var buf [MaxStatName]byte
+	p := prefixHash{head: buf[:]}
+	p.str(key)
+	return p.statName()
+}
+
+// ipv4 is a dotted IPv4 address in a statistics key.
+var ipv4 = regexp.MustCompile(`[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}`)
+
+// statsdName is a statistics key as envoyproxy/ratelimit puts it in a
+// statsd name: ':' and '|' (the line format's separators) as '_', the
+// dots of an IPv4 address too ("remote_address_10_0_0_1"); and, so that
+// a value cannot start a line of its own, control characters as '_'.
+func statsdName(key string) string {
+	key = strings.Map(func(r rune) rune {
+		if r == ':' || r == '|' || r < ' ' || r == 0x7f {
+			return '_'
+		}
+		return r
+	}, key)
+	return ipv4.ReplaceAllStringFunc(key, func(ip string) string { return strings.ReplaceAll(ip, ".", "_") })
 }
 
 // add counts n hits of stat i.
@@ -127,7 +174,7 @@ func (m *metrics) add(rs *ruleStats, i int, n int64) {
 	}
 	(*c).Add(float64(n))
 	if m.sink != nil {
-		m.sink.Add("ratelimit.service.rate_limit."+rs.key+"."+statNames[i], uint64(n))
+		m.sink.Add("ratelimit.service.rate_limit."+rs.statsd+"."+statNames[i], uint64(n))
 	}
 }
 

@@ -1,9 +1,7 @@
 package rls
 
 import (
-	"crypto/sha256"
 	"encoding/base64"
-	"strconv"
 	"strings"
 	"time"
 
@@ -70,7 +68,7 @@ type Descriptor struct {
 	// the limit only when every quota descriptor of the request is.
 	QuotaMode bool
 	// DetailedMetric names the descriptor's statistics by the request's
-	// own values (bounded: see MaxStatKeys).
+	// own values (bounded: see MaxStatKeys and MaxStatName).
 	DetailedMetric bool
 	// ValueToMetric puts the request's value in the statistics' name where
 	// the rule matched by key alone or by a wildcard.
@@ -141,6 +139,24 @@ type Settings struct {
 	LocalCacheEntries int
 	// Headers are the response headers.
 	Headers Headers
+	// MaxOverrideUnit is the longest unit a descriptor's own limit
+	// (Envoy's per-route override) may have in a configured domain: its
+	// counter lives as long as its unit, so a longer one is refused with
+	// InvalidArgument. Zero means DefaultMaxOverrideUnit.
+	MaxOverrideUnit Unit
+}
+
+// DefaultMaxOverrideUnit is the longest unit of a descriptor's own limit
+// unless the settings say otherwise: a day, so that a counter a caller
+// makes with its own limit lives at most a day.
+const DefaultMaxOverrideUnit = rlspb.RateLimitResponse_RateLimit_DAY
+
+// maxOverride is the longest unit of a descriptor's own limit.
+func (s *Settings) maxOverride() Unit {
+	if s.MaxOverrideUnit == 0 {
+		return DefaultMaxOverrideUnit
+	}
+	return s.MaxOverrideUnit
 }
 
 // Config is the service's configuration.
@@ -234,8 +250,9 @@ type hit struct {
 func (root *node) match(entries []Entry) hit {
 	cur := root
 	var share []string
-	var stat strings.Builder
-	stat.WriteString(root.path)
+	var buf [MaxStatName]byte
+	stat := prefixHash{head: buf[:]}
+	stat.str(root.path)
 	for i, e := range entries {
 		next, pattern := cur.exact[[2]string{e.Key, e.Value}], ""
 		used := e.Value
@@ -262,17 +279,17 @@ func (root *node) match(entries []Entry) hit {
 		case next.d.ValueToMetric:
 			used = e.Value
 		}
-		stat.WriteByte('.')
-		stat.WriteString(e.Key)
+		stat.char('.')
+		stat.str(e.Key)
 		if used != "" {
-			stat.WriteByte('_')
-			stat.WriteString(used)
+			stat.char('_')
+			stat.str(used)
 		}
 		if i == len(entries)-1 {
 			if next.d.Limit == nil {
 				return hit{}
 			}
-			h := hit{n: next, share: share, stat: stat.String()}
+			h := hit{n: next, share: share, stat: stat.statName()}
 			if next.d.DetailedMetric {
 				h.stat = detailedStat(root.path, entries, share)
 			}
@@ -284,23 +301,25 @@ func (root *node) match(entries []Entry) hit {
 }
 
 // detailedStat names a detailed_metric descriptor's statistics by the
-// request's own keys and values (a shared wildcard's by its pattern).
+// request's own keys and values (a shared wildcard's by its pattern),
+// bounded as statName bounds it.
 func detailedStat(domain string, entries []Entry, share []string) string {
-	var b strings.Builder
-	b.WriteString(domain)
+	var buf [MaxStatName]byte
+	b := prefixHash{head: buf[:]}
+	b.str(domain)
 	for i, e := range entries {
-		b.WriteByte('.')
-		b.WriteString(e.Key)
+		b.char('.')
+		b.str(e.Key)
 		v := e.Value
 		if i < len(share) && share[i] != "" {
 			v = share[i]
 		}
 		if v != "" || share == nil {
-			b.WriteByte('_')
-			b.WriteString(v)
+			b.char('_')
+			b.str(v)
 		}
 	}
-	return b.String()
+	return b.statName()
 }
 
 // wildcardMatch reports whether value matches a pattern split at its
@@ -340,28 +359,27 @@ func storeKey(domain string, entries []Entry, tenantKey, override string) string
 	// The bytes hashed: "<len>:<domain>", "|override:<numbers>" for an
 	// override, then "|<len>:<key>=<len>:<value>" per entry.
 	var stack [256]byte
-	b := lenPrefixed(stack[:0], domain)
+	b := prefixHash{head: stack[:]}
+	b.lenPrefixed(domain)
 	if override != "" {
-		b = append(append(b, "|override:"...), override...)
+		b.str("|override:")
+		b.str(override)
 	}
 	tenant, hasTenant := "", false
 	for _, e := range entries {
-		b = lenPrefixed(append(b, '|'), e.Key)
-		b = lenPrefixed(append(b, '='), e.Value)
+		b.char('|')
+		b.lenPrefixed(e.Key)
+		b.char('=')
+		b.lenPrefixed(e.Value)
 		if tenantKey != "" && e.Key == tenantKey && !hasTenant {
 			tenant, hasTenant = e.Value, true
 		}
 	}
-	h := sha256.Sum256(b)
+	h := b.sum()
 	var out [24]byte
 	base64.RawURLEncoding.Encode(out[:], h[:18])
 	if hasTenant && tenant != "" {
 		return "rls:{" + policy.TenantTag(tenant) + "}:" + string(out[:])
 	}
 	return "rls:{d:" + string(out[:]) + "}"
-}
-
-// lenPrefixed appends "<len(s)>:<s>".
-func lenPrefixed(b []byte, s string) []byte {
-	return append(append(strconv.AppendInt(b, int64(len(s)), 10), ':'), s...)
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -23,7 +24,11 @@ import (
 )
 
 // Limits of a request, so that nothing a client sends can make a call
-// unbounded.
+// unbounded: at most MaxDescriptors descriptors of 1 to MaxEntries
+// entries each, in a message of at most MaxMessage bytes. A request past
+// them is refused with InvalidArgument. The length of a key or a value is
+// bounded only by the message: store keys are hashed, and statistics
+// names are bounded (MaxStatName).
 const (
 	MaxDescriptors = 64
 	MaxEntries     = 32
@@ -116,22 +121,27 @@ type outcome struct {
 
 // ShouldRateLimit implements the service.
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
-	switch {
-	case req.GetDomain() == "":
-		return nil, status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
-	case len(req.GetDescriptors()) == 0:
-		return nil, status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
-	case len(req.GetDescriptors()) > MaxDescriptors:
-		return nil, status.Errorf(codes.InvalidArgument, "%d descriptors: at most %d", len(req.GetDescriptors()), MaxDescriptors)
-	}
 	cfg := s.cfg.Load()
-	dom := cfg.dom[req.Domain]
-	label := req.Domain
+	dom := cfg.dom[req.GetDomain()]
+	label := req.GetDomain()
 	if dom == nil {
 		label = "unknown"
 	}
-	rules, err := s.rules(cfg, req)
+	var err error
+	switch {
+	case req.GetDomain() == "":
+		err = status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
+	case len(req.GetDescriptors()) == 0:
+		err = status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
+	case len(req.GetDescriptors()) > MaxDescriptors:
+		err = status.Errorf(codes.InvalidArgument, "%d descriptors in one request: at most %d", len(req.GetDescriptors()), MaxDescriptors)
+	}
+	var rules []rule
+	if err == nil {
+		rules, err = s.rules(cfg, req)
+	}
 	if err != nil {
+		s.m.requests.WithLabelValues(label, "invalid").Inc()
 		return nil, err
 	}
 	resp := &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK, Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, len(rules))}
@@ -193,8 +203,15 @@ func (s *Service) rules(cfg *compiled, req *rlspb.RateLimitRequest) ([]rule, err
 			// The request's own limit (Envoy's per-route override): never in
 			// shadow or quota mode, and counted apart from the configured
 			// limit, so that a caller's override can never change the state
-			// of the configured limit, nor one override another's.
-			r.lim = &RateLimit{RequestsPerUnit: o.GetRequestsPerUnit(), Unit: Unit(o.GetUnit())}
+			// of the configured limit, nor one override another's. Its
+			// counter lives as long as its unit: a unit past the settings'
+			// longest is refused rather than shortened, which would enforce
+			// a limit nobody asked for.
+			u, most := Unit(o.GetUnit()), cfg.cfg.Settings.maxOverride()
+			if Period(u) > Period(most) {
+				return nil, status.Errorf(codes.InvalidArgument, "descriptor %d has its own limit per %s, longer than max_override_unit (%s): its counter would live that long; use a shorter unit, or raise rls.max_override_unit (FAIRGATE_RLS_MAX_OVERRIDE_UNIT)", i, unitName(u), unitName(most))
+			}
+			r.lim = &RateLimit{RequestsPerUnit: o.GetRequestsPerUnit(), Unit: u}
 			r.key = storeKey(req.Domain, entries, cfg.cfg.TenantKey, fmt.Sprintf("%d/%d", o.GetRequestsPerUnit(), o.GetUnit()))
 			r.stat = overrideStat(req.Domain, entries)
 			continue
@@ -231,18 +248,21 @@ func (s *Service) rules(cfg *compiled, req *rlspb.RateLimitRequest) ([]rule, err
 }
 
 // overrideStat names the statistics of a request's own limit as
-// envoyproxy/ratelimit does: the domain and the descriptor's entries.
+// envoyproxy/ratelimit does: the domain and the descriptor's entries
+// (bounded as statName bounds it).
 func overrideStat(domain string, entries []Entry) string {
-	b := []byte(domain)
+	var buf [MaxStatName]byte
+	b := prefixHash{head: buf[:]}
+	b.str(domain)
 	for _, e := range entries {
-		b = append(b, '.')
-		b = append(b, e.Key...)
+		b.char('.')
+		b.str(e.Key)
 		if e.Value != "" {
-			b = append(b, '_')
-			b = append(b, e.Value...)
+			b.char('_')
+			b.str(e.Value)
 		}
 	}
-	return string(b)
+	return b.statName()
 }
 
 // finish sets what every domain answers the same way: the overall code
@@ -286,6 +306,9 @@ func (s *Service) finish(cfg *compiled, dom *Domain, req *rlspb.RateLimitRequest
 		resp.DynamicMetadata = dynamicMetadata(req, rules, resp)
 	}
 }
+
+// unitName is a unit as the config writes it, such as "day".
+func unitName(u Unit) string { return strings.ToLower(u.String()) }
 
 // unitSeconds is a unit's length in seconds.
 func unitSeconds(u Unit) int64 { return int64(Period(u) / time.Second) }

@@ -14,7 +14,7 @@ import (
 
 // TestOverrideKeySpace: a descriptor's own limit (Envoy's per-route
 // override) is counted apart from the configured limit, so one caller's
-// override of 1 per year cannot lock the configured limit's key, and two
+// override of 1 per day cannot lock the configured limit's key, and two
 // overrides of different numbers do not share a counter.
 func TestOverrideKeySpace(t *testing.T) {
 	cfg := rls.Config{TenantKey: "tenant", Domains: []rls.Domain{{Name: "api", Descriptors: []*rls.Descriptor{
@@ -39,15 +39,15 @@ func TestOverrideKeySpace(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			for i, want := range []rlspb.RateLimitResponse_Code{ok, over} {
-				if r := askReq(t, c, withOverride(1, typepb.RateLimitUnit_YEAR)); r.OverallCode != want {
+				if r := askReq(t, c, withOverride(1, typepb.RateLimitUnit_DAY)); r.OverallCode != want {
 					t.Fatalf("override call %d: %s, want %v", i, codesOf(r), want)
 				}
 			}
 			r := ask(t, c, "api", 1, desc("tenant=victim2"))
 			if r.OverallCode != ok || r.Statuses[0].LimitRemaining != 9 {
-				t.Fatalf("the configured limit after an override of 1 per year: %s remaining %d, want OK with 9 left", codesOf(r), r.Statuses[0].LimitRemaining)
+				t.Fatalf("the configured limit after an override of 1 per day: %s remaining %d, want OK with 9 left", codesOf(r), r.Statuses[0].LimitRemaining)
 			}
-			if r := askReq(t, c, withOverride(2, typepb.RateLimitUnit_YEAR)); r.OverallCode != ok || r.Statuses[0].LimitRemaining != 1 {
+			if r := askReq(t, c, withOverride(2, typepb.RateLimitUnit_DAY)); r.OverallCode != ok || r.Statuses[0].LimitRemaining != 1 {
 				t.Fatalf("another override's numbers: %s remaining %d, want a counter of its own", codesOf(r), r.Statuses[0].LimitRemaining)
 			}
 		})
