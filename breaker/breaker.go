@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
 	"net/http"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,21 +22,35 @@ import (
 // Settings configure one dependency's breaker. The zero value of each
 // field means its default.
 type Settings struct {
-	// ConsecutiveFailures opens the breaker after this many failures in
-	// a row. Zero means 5.
+	// ConsecutiveFailures opens a breaker after this many failures in a
+	// row. Zero means 5.
 	ConsecutiveFailures uint32
-	// FailureRatio opens the breaker when failures/calls over Window
-	// reach it, with at least MinRequests calls. Zero means 0.5.
+	// FailureRatio opens a breaker when failures/calls over Window reach
+	// it, with at least MinRequests calls. Zero means 0.5.
 	FailureRatio float64
 	// MinRequests: see FailureRatio. Zero means 20.
 	MinRequests uint32
-	// Window is the rolling window the ratio is counted over. Zero means
-	// 10 s.
+	// Window is the rolling window the ratio is counted over, and the
+	// time within which the parties' breakers must open to make a quorum.
+	// Zero means 10 s.
 	Window time.Duration
-	// Cooldown is how long the breaker stays open before a probe. Zero
+	// Cooldown is how long a breaker stays open before a probe. Zero
 	// means 30 s.
 	Cooldown time.Duration
+	// FailureStatuses are the response statuses a [Transport] counts as
+	// the dependency's failure. Empty means 502, 503 and 504: a 500 or a
+	// 501 is more often one request's fault than the dependency's.
+	FailureStatuses []int
+	// MinParties is the fewest parties whose own breakers must open
+	// within Window for the shared breaker to open (with at least half of
+	// the parties that called the dependency in that window). Zero means
+	// 2; it is never less, so that no one party is a quorum.
+	MinParties int
 }
+
+// DefaultFailureStatuses are the statuses counted as failures when
+// Settings.FailureStatuses is empty.
+var DefaultFailureStatuses = []int{http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout}
 
 // withDefaults fills in the zero fields.
 func (s Settings) withDefaults() Settings {
@@ -53,31 +69,52 @@ func (s Settings) withDefaults() Settings {
 	if s.Cooldown == 0 {
 		s.Cooldown = 30 * time.Second
 	}
+	if len(s.FailureStatuses) == 0 {
+		s.FailureStatuses = DefaultFailureStatuses
+	}
+	if s.MinParties == 0 {
+		s.MinParties = 2
+	}
 	return s
 }
 
-// Check validates s: the ratio in (0, 1], durations not negative.
+// Check validates s: the ratio in (0, 1], durations not negative,
+// statuses that are HTTP statuses, and a quorum of at least 2 parties.
 func (s Settings) Check() error {
 	switch {
 	case s.FailureRatio < 0 || s.FailureRatio > 1:
 		return fmt.Errorf("breaker: failure ratio %v is outside (0, 1]", s.FailureRatio)
 	case s.Window < 0 || s.Cooldown < 0:
 		return errors.New("breaker: negative window or cooldown")
+	case s.MinParties == 1 || s.MinParties < 0 || s.MinParties > 1000:
+		return fmt.Errorf("breaker: min_parties %d is outside 2..1000: one party's failures never open the breaker for everyone", s.MinParties)
+	}
+	for _, code := range s.FailureStatuses {
+		if code < 100 || code > 599 {
+			return fmt.Errorf("breaker: failure status %d is not an HTTP status", code)
+		}
 	}
 	return nil
 }
 
-// OpenError is a call refused because its dependency's breaker is open
-// (or half-open with its probe already out).
+// OpenError is a call refused because a breaker is open (or half-open
+// with its probes already out): the dependency's, or the caller's own.
 type OpenError struct {
 	Dependency string
 	// RetryAfter is how long until the breaker lets a probe through; at
 	// least one second, so it can be sent as Retry-After.
 	RetryAfter time.Duration
+	// Caller reports that the caller's own breaker refused it: the
+	// dependency failed this party's recent calls, and only its calls
+	// wait; others go through.
+	Caller bool
 }
 
 // Error says which dependency is open and when it is tried again.
 func (e *OpenError) Error() string {
+	if e.Caller {
+		return fmt.Sprintf("breaker: dependency %q failed this caller's recent calls and its breaker for this caller is open: retry in %v", e.Dependency, e.RetryAfter)
+	}
 	return fmt.Sprintf("breaker: dependency %q is failing and its breaker is open: retry in %v", e.Dependency, e.RetryAfter)
 }
 
@@ -90,14 +127,31 @@ type Set struct {
 	m    *metrics
 }
 
-// dep is one dependency's breaker and when it last opened.
+// dep is one dependency's shared breaker and its parties' own.
 type dep struct {
-	name     string
-	cb       *gobreaker.CircuitBreaker[any]
-	cooldown time.Duration
-	mu       sync.Mutex
-	opened   time.Time
+	name  string
+	st    Settings // with defaults
+	cb     *gobreaker.TwoStepCircuitBreaker[struct{}]
+	force  atomic.Bool  // the failure being reported makes a quorum: open
+	opened atomic.Int64 // when the shared breaker last opened, Unix ns
+	m      *metrics
+
+	// Lock order: mu (the parties) may be held while a breaker's state
+	// is read; no breaker calls back into it (state changes only store
+	// atomics), so a breaker's lock is never held while mu is taken.
+	mu sync.Mutex
+	ps parties
+
+	hmu  sync.Mutex      // guards half
+	half map[string]bool // the voters whose probes failed while half-open
 }
+
+// The outcomes a breaker is told: a failure that counts, and a call that
+// says nothing of the dependency (neither success nor failure).
+var (
+	errCounted  = errors.New("breaker: the dependency failed")
+	errExcluded = errors.New("breaker: not the dependency's doing")
+)
 
 // New returns breakers for deps by name. reg, if not nil, receives the
 // metrics.
@@ -112,57 +166,194 @@ func New(deps map[string]Settings, reg prometheus.Registerer) (*Set, error) {
 		if err := st.Check(); err != nil {
 			return nil, fmt.Errorf("dependency %q: %w", name, err)
 		}
-		st = st.withDefaults()
-		d := &dep{name: name, cooldown: st.Cooldown}
-		d.cb = gobreaker.NewCircuitBreaker[any](gobreaker.Settings{
-			Name:         name,
-			MaxRequests:  1,
-			BucketPeriod: st.Window / 10,
-			Interval:     st.Window,
-			Timeout:      st.Cooldown,
-			ReadyToTrip: func(c gobreaker.Counts) bool {
-				return c.ConsecutiveFailures >= st.ConsecutiveFailures ||
-					c.Requests >= st.MinRequests && float64(c.TotalFailures) >= st.FailureRatio*float64(c.Requests)
-			},
-			IsExcluded: func(err error) bool {
-				var ce *CallerError
-				return errors.Is(err, context.Canceled) || errors.As(err, &ce)
-			},
-			OnStateChange: func(name string, from, to gobreaker.State) {
-				if to == gobreaker.StateOpen {
-					d.mu.Lock()
-					d.opened = time.Now()
-					d.mu.Unlock()
-				}
-				m.state.WithLabelValues(name).Set(float64(to))
-			},
-		})
+		d := &dep{name: name, st: st.withDefaults(), m: m, ps: parties{tenants: map[string]*party{}, anonymous: map[string]*party{}}}
+		d.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](d.settings(name, 1, func(c gobreaker.Counts) bool {
+			return d.force.Load() || d.tripsOn(c)
+		}, func(_ string, from, to gobreaker.State) {
+			if to == gobreaker.StateOpen {
+				d.opened.Store(time.Now().UnixNano())
+			}
+			d.hmu.Lock()
+			d.half = nil
+			d.hmu.Unlock()
+			m.state.WithLabelValues(name).Set(float64(to))
+		}))
 		m.state.WithLabelValues(name).Set(0)
 		s.deps[name] = d
 	}
 	return s, nil
 }
 
-// Do calls f unless name's breaker is open, and counts its error as the
-// dependency's failure. An open breaker gives an *OpenError at once.
+// settings are gobreaker's settings for one of d's breakers.
+func (d *dep) settings(name string, probes uint32, trip func(gobreaker.Counts) bool, change func(string, gobreaker.State, gobreaker.State)) gobreaker.Settings {
+	return gobreaker.Settings{
+		Name:          name,
+		MaxRequests:   probes,
+		BucketPeriod:  d.st.Window / 10,
+		Interval:      d.st.Window,
+		Timeout:       d.st.Cooldown,
+		ReadyToTrip:   trip,
+		IsExcluded:    func(err error) bool { return err == errExcluded },
+		OnStateChange: change,
+	}
+}
+
+// tripsOn is the dependency's own rule: failures in a row, or the ratio.
+func (d *dep) tripsOn(c gobreaker.Counts) bool {
+	return c.ConsecutiveFailures >= d.st.ConsecutiveFailures ||
+		c.Requests >= d.st.MinRequests && float64(c.TotalFailures) >= d.st.FailureRatio*float64(c.Requests)
+}
+
+// Do calls f unless a breaker refuses it: the dependency's shared one,
+// or, for a call made for a party (WithParty), that party's own. An open
+// breaker gives an *OpenError at once. f's error is judged: nil is a
+// success; the caller's own doing (a cancellation, a *CallerError) is
+// nothing; a failure to reach the dependency at all (a dial error) counts
+// against the shared breaker; any other failure counts against the
+// party's own breaker, and against the shared one only when a quorum of
+// parties fails (or the call has no party). A call marked Uncounted
+// counts for nothing.
 func (s *Set) Do(ctx context.Context, name string, f func(context.Context) error) error {
 	d, ok := s.deps[name]
 	if !ok {
 		return fmt.Errorf("%w %q: configured are %v", ErrUnknown, name, s.Names())
 	}
-	_, err := d.cb.Execute(func() (any, error) { return nil, f(ctx) })
-	if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
+	p, hasParty := PartyFrom(ctx)
+	var e *party
+	var pdone func(error)
+	if hasParty {
+		d.mu.Lock()
+		e = d.ps.get(p, time.Now(), d.st.Window)
+		pcb := e.cb
+		d.mu.Unlock()
+		if pcb != nil {
+			var err error
+			if pdone, err = pcb.Allow(); err != nil {
+				s.m.partyRejections.WithLabelValues(name).Inc()
+				return &OpenError{Dependency: name, RetryAfter: d.partyRetryAfter(e), Caller: true}
+			}
+		}
+	}
+	sdone, err := d.cb.Allow()
+	if err != nil {
+		if pdone != nil {
+			pdone(errExcluded)
+		}
 		s.m.rejections.WithLabelValues(name).Inc()
 		return &OpenError{Dependency: name, RetryAfter: d.retryAfter()}
 	}
-	return err
+	ferr := f(ctx)
+	d.report(ctx, p, hasParty, e, pdone, sdone, ferr)
+	return ferr
+}
+
+// report tells the breakers how a call went.
+func (d *dep) report(ctx context.Context, p Party, hasParty bool, e *party, pdone, sdone func(error), ferr error) {
+	party := func(err error) {
+		if pdone != nil {
+			pdone(err)
+		}
+	}
+	switch {
+	case uncounted(ctx) || isCallers(ferr):
+		party(errExcluded)
+		sdone(errExcluded)
+	case ferr == nil:
+		party(nil)
+		sdone(nil)
+	case unreachable(ferr) || !hasParty:
+		// Nothing of the call reached the dependency, or the call is
+		// fairgate's own: the dependency's failure, as it comes.
+		party(errExcluded)
+		sdone(errCounted)
+	default:
+		if pdone == nil {
+			pdone = d.partyBreaker(e)
+		}
+		pdone(errCounted)
+		if d.judge(p, e) {
+			d.force.Store(true)
+			sdone(errCounted)
+			d.force.Store(false)
+		} else {
+			sdone(errExcluded)
+		}
+	}
+}
+
+// judge says whether a party's failure counts against the shared
+// breaker: when it makes a quorum (the shared breaker then opens at
+// once). While the shared breaker is half-open, failures of MinParties
+// distinct parties (all anonymous ones being one) open it again; one
+// party's cannot.
+func (d *dep) judge(p Party, e *party) bool {
+	now := time.Now()
+	if d.cb.State() == gobreaker.StateHalfOpen {
+		voter := "t:" + p.ID
+		if p.Anonymous {
+			voter = "anonymous"
+		}
+		d.hmu.Lock()
+		defer d.hmu.Unlock()
+		if d.half == nil {
+			d.half = map[string]bool{}
+		}
+		d.half[voter] = true
+		return len(d.half) >= d.st.MinParties
+	}
+	if !e.trippedWithin(now, d.st.Window) {
+		return false
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.ps.quorum(now, d.st.Window, d.st.MinParties)
+}
+
+// partyBreaker makes e's own breaker (on its first failure) and returns
+// the done of a call admitted by it.
+func (d *dep) partyBreaker(e *party) func(error) {
+	d.mu.Lock()
+	if e.cb == nil {
+		e.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](d.settings(d.name, 1, d.tripsOn, func(_ string, _, to gobreaker.State) {
+			if to == gobreaker.StateOpen {
+				e.tripped.Store(time.Now().UnixNano())
+				d.m.partyTrips.WithLabelValues(d.name).Inc()
+			}
+		}))
+	}
+	cb := e.cb
+	d.mu.Unlock()
+	done, err := cb.Allow()
+	if err != nil {
+		return func(error) {}
+	}
+	return done
+}
+
+// isCallers reports a failure of the caller's own making.
+func isCallers(err error) bool {
+	var ce *CallerError
+	return errors.Is(err, context.Canceled) || errors.As(err, &ce)
+}
+
+// unreachable reports a failure to reach the dependency at all: no
+// connection could be made, so no request of anyone's was read.
+func unreachable(err error) bool {
+	var op *net.OpError
+	var dns *net.DNSError
+	return errors.As(err, &op) && op.Op == "dial" || errors.As(err, &dns)
 }
 
 // retryAfter is the time left of the cooldown, at least one second.
-func (d *dep) retryAfter() time.Duration {
-	d.mu.Lock()
-	left := d.cooldown - time.Since(d.opened)
-	d.mu.Unlock()
+func (d *dep) retryAfter() time.Duration { return d.left(d.opened.Load()) }
+
+// partyRetryAfter is the time left of e's cooldown, at least one second.
+func (d *dep) partyRetryAfter(e *party) time.Duration { return d.left(e.tripped.Load()) }
+
+// left is the time left of a cooldown begun at opened (Unix ns), at
+// least one second.
+func (d *dep) left(opened int64) time.Duration {
+	left := d.st.Cooldown - time.Since(time.Unix(0, opened))
 	return max(left, time.Second).Round(time.Millisecond)
 }
 
@@ -186,10 +377,12 @@ type failure struct{ status int }
 
 func (f failure) Error() string { return fmt.Sprintf("status %d", f.status) }
 
-// Transport is an http.RoundTripper through one dependency's breaker: a
-// transport error or a 5xx response counts as a failure (the response is
-// still returned as it came); while the breaker is open requests fail at
-// once with an *OpenError.
+// Transport is an http.RoundTripper through one dependency's breakers:
+// a transport error, or a response whose status is one of the
+// dependency's FailureStatuses (502, 503 and 504 by default), is a
+// failure (the response is still returned as it came), judged as [Set.Do]
+// judges it, for the party of the request's context; while a breaker that
+// applies is open, requests fail at once with an *OpenError.
 type Transport struct {
 	Set  *Set
 	Name string
@@ -219,7 +412,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 				return &CallerError{Err: berr}
 			}
 		}
-		if err == nil && resp.StatusCode >= 500 {
+		if err == nil && t.Set.failing(t.Name, resp.StatusCode) {
 			return failure{resp.StatusCode}
 		}
 		return err
@@ -235,6 +428,12 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 	}
 	return resp, err
+}
+
+// failing reports whether status is one of name's failure statuses.
+func (s *Set) failing(name string, status int) bool {
+	d, ok := s.deps[name]
+	return ok && slices.Contains(d.st.FailureStatuses, status)
 }
 
 // CallerError is a call that failed because the caller's own request body
@@ -275,8 +474,10 @@ func (b *callerBody) failed() error {
 }
 
 type metrics struct {
-	state      *prometheus.GaugeVec
-	rejections *prometheus.CounterVec
+	state           *prometheus.GaugeVec
+	rejections      *prometheus.CounterVec
+	partyTrips      *prometheus.CounterVec
+	partyRejections *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -289,6 +490,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "fairgate_dependency_rejections_total",
 			Help: "Calls refused at once because the dependency's breaker was open.",
 		}, []string{"dependency"}),
+		partyTrips: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fairgate_dependency_party_trips_total",
+			Help: "Times a party's own breaker opened (the dependency failed that tenant's or client's calls); its calls alone are refused.",
+		}, []string{"dependency"}),
+		partyRejections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fairgate_dependency_party_rejections_total",
+			Help: "Calls refused at once because the caller's own breaker was open.",
+		}, []string{"dependency"}),
 	}
 	if reg == nil {
 		return m, nil
@@ -296,5 +505,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	var err error
 	promreg.Reuse(reg, &m.state, &err)
 	promreg.Reuse(reg, &m.rejections, &err)
+	promreg.Reuse(reg, &m.partyTrips, &err)
+	promreg.Reuse(reg, &m.partyRejections, &err)
 	return m, err
 }

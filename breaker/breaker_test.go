@@ -3,10 +3,13 @@ package breaker
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -198,5 +201,217 @@ func testTransport(t *testing.T) {
 	}
 	if _, err := New(map[string]Settings{"x": {FailureRatio: 2}}, nil); err == nil {
 		t.Fatal("a ratio of 2 was accepted")
+	}
+}
+
+// as returns ctx with the party of a tenant, or of an anonymous address.
+func as(id string, anon bool) context.Context {
+	return WithParty(context.Background(), Party{ID: id, Anonymous: anon})
+}
+
+func fail(context.Context) error { return errDown }
+func ok(context.Context) error   { return nil }
+
+// TestOnePartyMovesOnlyItsOwnBreaker: a tenant whose calls fail (today
+// five of them opened the one breaker for every tenant) opens its own
+// breaker only: its calls are refused, with Caller set; every other
+// party's go through, and the shared breaker stays closed.
+func TestOnePartyMovesOnlyItsOwnBreaker(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reg := prometheus.NewRegistry()
+		s, _ := New(map[string]Settings{"upstream": {Cooldown: 30 * time.Second}}, reg)
+		for range 50 {
+			s.Do(as("mallory", false), "upstream", fail)
+		}
+		var oe *OpenError
+		if err := s.Do(as("mallory", false), "upstream", ok); !errors.As(err, &oe) || !oe.Caller || oe.RetryAfter != 30*time.Second {
+			t.Fatalf("the failing tenant's next call: %v, want its own breaker's OpenError with 30s left", err)
+		}
+		for _, p := range []context.Context{as("victim", false), as("192.0.2.7", true), context.Background()} {
+			if err := s.Do(p, "upstream", ok); err != nil {
+				t.Fatalf("another party's call: %v", err)
+			}
+		}
+		if got := s.States()["upstream"]; got != "closed" {
+			t.Fatalf("shared breaker %s after one tenant's failures, want closed", got)
+		}
+		if got := testutil.ToFloat64(s.m.partyTrips.WithLabelValues("upstream")); got != 1 {
+			t.Errorf("party trips %v, want 1", got)
+		}
+		// Its cooldown over, one probe: a success closes its breaker.
+		time.Sleep(30*time.Second + time.Millisecond)
+		if err := s.Do(as("mallory", false), "upstream", ok); err != nil {
+			t.Fatalf("the tenant's probe after its cooldown: %v", err)
+		}
+		if err := s.Do(as("mallory", false), "upstream", ok); err != nil {
+			t.Fatalf("after a good probe: %v", err)
+		}
+	})
+}
+
+// TestQuorumOpensTheSharedBreaker: the shared breaker opens when at
+// least half of the parties that called in the window, and at least
+// MinParties, had their own breakers open in it.
+func TestQuorumOpensTheSharedBreaker(t *testing.T) {
+	for _, tc := range []struct {
+		name            string
+		failing, steady []string
+		want            string
+	}{
+		{"two of two", []string{"a", "b"}, nil, "open"},
+		{"two of three", []string{"a", "b"}, []string{"c"}, "open"},
+		{"two of five", []string{"a", "b"}, []string{"c", "d", "e"}, "closed"},
+		{"three of five", []string{"a", "b", "c"}, []string{"d", "e"}, "open"},
+		{"one alone", []string{"a"}, nil, "closed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				s, _ := New(map[string]Settings{"upstream": {ConsecutiveFailures: 3}}, nil)
+				for _, p := range tc.steady {
+					s.Do(as(p, false), "upstream", ok)
+				}
+				for _, p := range tc.failing {
+					for range 3 {
+						s.Do(as(p, false), "upstream", fail)
+					}
+				}
+				if got := s.States()["upstream"]; got != tc.want {
+					t.Fatalf("shared breaker %s, want %s", got, tc.want)
+				}
+				if tc.want == "open" {
+					var oe *OpenError
+					if err := s.Do(as("newcomer", false), "upstream", ok); !errors.As(err, &oe) || oe.Caller {
+						t.Fatalf("a newcomer while the shared breaker is open: %v", err)
+					}
+				}
+			})
+		})
+	}
+}
+
+// TestAnonymousClientsAreOneVote: many anonymous addresses failing are
+// one party of the quorum, so spreading a client's failures over
+// addresses does not open the shared breaker for a tenant.
+func TestAnonymousClientsAreOneVote(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, _ := New(map[string]Settings{"upstream": {ConsecutiveFailures: 2}}, nil)
+		s.Do(as("acme", false), "upstream", ok)
+		for i := range 200 {
+			ip := fmt.Sprintf("198.51.100.%d", i)
+			for range 2 {
+				s.Do(as(ip, true), "upstream", fail)
+			}
+		}
+		if got := s.States()["upstream"]; got != "closed" {
+			t.Fatalf("shared breaker %s after 200 failing anonymous addresses beside one steady tenant, want closed", got)
+		}
+		if err := s.Do(as("acme", false), "upstream", ok); err != nil {
+			t.Fatalf("the tenant: %v", err)
+		}
+		// A tenant failing too makes two votes of two.
+		for range 2 {
+			s.Do(as("acme", false), "upstream", fail)
+		}
+		if got := s.States()["upstream"]; got != "open" {
+			t.Fatalf("shared breaker %s with the tenant and the anonymous clients failing, want open", got)
+		}
+	})
+}
+
+// TestPartiesAreBounded: the parties a dependency remembers are bounded,
+// whatever number of addresses a client uses.
+func TestPartiesAreBounded(t *testing.T) {
+	s, _ := New(map[string]Settings{"upstream": {}}, nil)
+	for i := range 3 * maxAnonymous {
+		s.Do(as(fmt.Sprintf("2001:db8:%x::/64", i), true), "upstream", fail)
+	}
+	d := s.deps["upstream"]
+	d.mu.Lock()
+	n := len(d.ps.anonymous)
+	d.mu.Unlock()
+	if n > maxAnonymous {
+		t.Fatalf("%d anonymous parties remembered, want at most %d", n, maxAnonymous)
+	}
+}
+
+// TestHalfOpenNeedsSeveralParties: once open, the shared breaker's probe
+// failing for one party does not open it again (one client cannot hold it
+// open); failures of MinParties parties do; a success closes it.
+func TestHalfOpenNeedsSeveralParties(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, _ := New(map[string]Settings{"upstream": {ConsecutiveFailures: 1, Cooldown: 10 * time.Second}}, nil)
+		s.Do(context.Background(), "upstream", fail) // fairgate's own call: counted as it comes
+		if got := s.States()["upstream"]; got != "open" {
+			t.Fatalf("%s, want open", got)
+		}
+		time.Sleep(10*time.Second + time.Millisecond)
+		s.Do(as("mallory", false), "upstream", fail)
+		if got := s.States()["upstream"]; got != "half-open" {
+			t.Fatalf("after one party's failed probe: %s, want still half-open", got)
+		}
+		s.Do(as("bob", false), "upstream", fail)
+		if got := s.States()["upstream"]; got != "open" {
+			t.Fatalf("after two parties' failed probes: %s, want open", got)
+		}
+		time.Sleep(10*time.Second + time.Millisecond)
+		if err := s.Do(as("carol", false), "upstream", ok); err != nil || s.States()["upstream"] != "closed" {
+			t.Fatalf("a good probe: %v, %s; want closed", err, s.States()["upstream"])
+		}
+	})
+}
+
+// TestUnreachableAndUncounted: a dial error is the dependency's failure
+// whoever's call it was; a call marked Uncounted (a CORS preflight) is
+// counted for nothing.
+func TestUnreachableAndUncounted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, _ := New(map[string]Settings{"upstream": {ConsecutiveFailures: 3}}, nil)
+		for range 10 {
+			s.Do(Uncounted(as("192.0.2.1", true)), "upstream", fail)
+		}
+		if got := s.States()["upstream"]; got != "closed" {
+			t.Fatalf("after uncounted failures: %s", got)
+		}
+		if err := s.Do(as("192.0.2.1", true), "upstream", ok); err != nil {
+			t.Fatalf("the uncounted caller's own breaker: %v", err)
+		}
+		dial := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+		for range 3 {
+			s.Do(as("acme", false), "upstream", func(context.Context) error { return dial })
+		}
+		if got := s.States()["upstream"]; got != "open" {
+			t.Fatalf("after 3 refused connections: %s, want open", got)
+		}
+	})
+}
+
+// TestFailureStatuses: by default a 500 is a request's own failure, not
+// the dependency's; a dependency may count it.
+func TestFailureStatuses(t *testing.T) {
+	answer := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		w := httptest.NewRecorder()
+		w.WriteHeader(http.StatusInternalServerError)
+		return w.Result(), nil
+	})
+	for _, tc := range []struct {
+		statuses []int
+		want     string
+	}{{nil, "closed"}, {[]int{500, 502}, "open"}} {
+		s, _ := New(map[string]Settings{"api": {ConsecutiveFailures: 2, FailureStatuses: tc.statuses}}, nil)
+		c := &http.Client{Transport: &Transport{Set: s, Name: "api", Base: answer}}
+		for range 3 {
+			if resp, err := c.Get("http://api.test/"); err == nil {
+				resp.Body.Close()
+			}
+		}
+		if got := s.States()["api"]; got != tc.want {
+			t.Errorf("statuses %v, three 500s: %s, want %s", tc.statuses, got, tc.want)
+		}
+	}
+	if _, err := New(map[string]Settings{"x": {MinParties: 1}}, nil); err == nil {
+		t.Error("min_parties 1 was accepted")
+	}
+	if _, err := New(map[string]Settings{"x": {FailureStatuses: []int{99}}}, nil); err == nil {
+		t.Error("failure status 99 was accepted")
 	}
 }

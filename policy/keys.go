@@ -84,6 +84,11 @@ func hashB64(s string) string {
 
 // clientPrefix returns what an anonymous rule by IP keys on: the address
 // itself for IPv4 (and IPv4-mapped IPv6), its /64 for IPv6.
+// ClientPrefix is how a client address is told apart from others in
+// limits per address: an IPv4 address, or an IPv6 address's /64 (what
+// one subscriber is given), as a string.
+func ClientPrefix(a netip.Addr) string { return clientPrefix(a) }
+
 func clientPrefix(a netip.Addr) string {
 	a = a.Unmap()
 	if a.Is6() {

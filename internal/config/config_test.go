@@ -102,6 +102,8 @@ func TestValidationErrors(t *testing.T) {
 		{"preflight by", 20, "preflight: {limits: [{limit: 5, period: 1m, by: credential}]}", "preflight.limits[0].by: unknown field \"by\""},
 		{"preflight without limits", 20, "preflight: {fail: closed}", "preflight.limits: at least one limit is required"},
 		{"anonymous route named preflight", 17, "  - name: preflight", "anonymous[0].name: name \"preflight\" is the CORS preflights' own"},
+		{"breaker status", 20, "dependencies: {upstream: {failure_statuses: [503, 700]}}", "dependencies.upstream.failure_statuses[1]: 700 is not an HTTP status"},
+		{"breaker one party", 20, "dependencies: {upstream: {min_parties: 1}}", "dependencies.upstream.min_parties: 1 is outside 2..1000"},
 		{"breaker ratio", 20, "dependencies: {billing: {failure_ratio: 2}}", "dependencies.billing.failure_ratio: failure ratio 2 is outside (0, 1]"},
 		{"breaker cooldown", 20, "dependencies: {billing: {cooldown: -1s}}", "dependencies.billing.cooldown: duration \"-1s\" does not parse"},
 		{"capacity limit zero", 20, "upstream_capacity: {limit: 0}", "upstream_capacity.limit: 0 requests in flight: want 1 to 100000"},

@@ -187,6 +187,25 @@ func (d *decoder) dependencies(v *yaml.Node, path string, c *Config) {
 			"min_requests": func(v *yaml.Node, path string) { st.MinRequests = uint32(min(d.Count(v, path), 1<<31)) },
 			"window":       func(v *yaml.Node, path string) { st.Window = d.Duration(v, path) },
 			"cooldown":     func(v *yaml.Node, path string) { st.Cooldown = d.Duration(v, path) },
+			"failure_statuses": func(v *yaml.Node, path string) {
+				d.List(v, path, func(i int, v *yaml.Node, path string) {
+					code := d.Int(v, path)
+					if code < 100 || code > 599 {
+						d.Add(v, path, "%d is not an HTTP status", code)
+					}
+					st.FailureStatuses = append(st.FailureStatuses, int(code))
+				})
+				if len(st.FailureStatuses) == 0 {
+					d.Add(v, path, "want at least one status (omit the field for 502, 503 and 504)")
+				}
+			},
+			"min_parties": func(v *yaml.Node, path string) {
+				if n := d.Int(v, path); n < 2 || n > 1000 {
+					d.Add(v, path, "%d is outside 2..1000: one party's failures never open the breaker for everyone", n)
+				} else {
+					st.MinParties = int(n)
+				}
+			},
 		})
 		c.Dependencies[name] = st
 	})

@@ -166,15 +166,16 @@ func TestJobsInvalidInput(t *testing.T) {
 	}
 }
 
-// TestProxyBreaker: an upstream that keeps failing opens its breaker; the
-// proxy then answers 503 with Retry-After without calling it, and /readyz
-// shows the breaker open.
+// TestProxyBreaker: the upstream failing the requests of several tenants
+// (503s) opens its shared breaker: the proxy then answers 503 with
+// Retry-After without calling it, and /readyz shows the breaker open. One
+// tenant's failures open only its own breaker (TestOneTenantCannotOpenTheUpstream).
 func TestProxyBreaker(t *testing.T) {
 	t.Parallel()
 	var hits atomic.Int64
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		hits.Add(1)
-		w.WriteHeader(http.StatusInternalServerError)
+		w.WriteHeader(http.StatusServiceUnavailable)
 	}))
 	defer up.Close()
 	u, _ := url.Parse(up.URL)
@@ -187,16 +188,18 @@ func TestProxyBreaker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	get := func() *httptest.ResponseRecorder {
-		return call{method: "GET", path: "/v1/users/1", headers: asTenant("key-acme")}.do(s)
+	get := func(key string) *httptest.ResponseRecorder {
+		return call{method: "GET", path: "/v1/users/1", headers: asTenant(key)}.do(s)
 	}
-	for range 3 {
-		if rec := get(); rec.Code != 500 {
-			t.Fatalf("failing upstream: %d, want its 500 passed on", rec.Code)
+	for _, key := range []string{"key-acme", "key-newco"} {
+		for range 3 {
+			if rec := get(key); rec.Code != 503 || rec.Body.Len() != 0 {
+				t.Fatalf("failing upstream: %d %s, want its 503 passed on", rec.Code, rec.Body)
+			}
 		}
 	}
-	rec := get()
-	if rec.Code != 503 || rec.Header().Get("Retry-After") == "" || decodeMap(t, rec)["dependency"] != "upstream" || hits.Load() != 3 {
+	rec := call{method: "POST", path: "/v1/login"}.do(s) // a newcomer, anonymous
+	if m := decodeMap(t, rec); rec.Code != 503 || rec.Header().Get("Retry-After") == "" || m["dependency"] != "upstream" || m["scope"] != "all" || hits.Load() != 6 {
 		t.Fatalf("open breaker: %d %v %s (upstream hit %d times), want 503 with Retry-After and no call", rec.Code, rec.Header(), rec.Body, hits.Load())
 	}
 	rec = call{method: "GET", path: "/readyz"}.do(s.Internal())

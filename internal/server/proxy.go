@@ -15,6 +15,7 @@ import (
 	"github.com/fairgate/fairgate/httplimit"
 	"github.com/fairgate/fairgate/httplimit/problem"
 	"github.com/fairgate/fairgate/internal/auth"
+	"github.com/fairgate/fairgate/policy"
 )
 
 // UpstreamDependency is the name of the proxied upstream's circuit breaker
@@ -68,9 +69,13 @@ func (s *Server) newProxy(upstream *url.URL, timeout time.Duration) (http.Handle
 				return // the client went away: nobody to answer
 			}
 			if errors.As(err, &oe) {
+				detail, scope := "the upstream API is failing and its circuit breaker is open; retry later", "all"
+				if oe.Caller {
+					detail, scope = "the upstream API failed your recent requests, and its circuit breaker is open for you alone; retry later", "caller"
+				}
 				w.Header().Set("Retry-After", problem.RetryAfterSeconds(oe.RetryAfter))
-				problem.Write(w, problem.Details{Status: http.StatusServiceUnavailable, Detail: "the upstream API is failing and its circuit breaker is open; retry later",
-					Ext: map[string]any{"code": "dependency_unavailable", "dependency": oe.Dependency, "retry_after_seconds": problem.RetrySeconds(oe.RetryAfter)}})
+				problem.Write(w, problem.Details{Status: http.StatusServiceUnavailable, Detail: detail,
+					Ext: map[string]any{"code": "dependency_unavailable", "dependency": oe.Dependency, "scope": scope, "retry_after_seconds": problem.RetrySeconds(oe.RetryAfter)}})
 				return
 			}
 			s.log.Warn("upstream failed", slog.String("path", r.URL.Path), slog.String("error", err.Error()))
@@ -94,11 +99,33 @@ func (s *Server) newProxy(upstream *url.URL, timeout time.Duration) (http.Handle
 		return nil, err
 	}
 	direct := liftDeadlines(rp)
-	limited := mw(gated(direct))
+	limited := mw(gated(s.withParty(direct)))
 	// CORS preflights are requests too: the middleware decides them per
 	// client address under the policy's preflight limits (they carry no
 	// credential), and they pass the capacity gate as the anonymous party.
 	return s.metrics.timed(limited), nil
+}
+
+// withParty tells the upstream's breaker whom each request is made for:
+// its verified tenant, or its client address (IPv6 per /64), so that a
+// party's failures open its own breaker and move the shared one only
+// with a quorum of parties (package breaker). A CORS preflight counts for
+// nothing: an upstream may answer it 501 without failing.
+func (s *Server) withParty(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx := r.Context()
+		if who, ok := httplimit.IdentityFrom(ctx); ok {
+			ctx = breaker.WithParty(ctx, breaker.Party{ID: who.Tenant})
+		} else if ip := s.clientIP(r); ip.IsValid() {
+			ctx = breaker.WithParty(ctx, breaker.Party{ID: policy.ClientPrefix(ip), Anonymous: true})
+		} else {
+			ctx = breaker.WithParty(ctx, breaker.Party{ID: "unknown", Anonymous: true})
+		}
+		if httplimit.IsPreflight(r) {
+			ctx = breaker.Uncounted(ctx)
+		}
+		h.ServeHTTP(w, r.WithContext(ctx))
+	})
 }
 
 // copyBuffers are the proxy's copy buffers: without them ReverseProxy

@@ -556,7 +556,7 @@ func TestAdminSpeaksTheAPIsVocabulary(t *testing.T) {
 // the open-breaker 503 sent the string "30", and the queue's 503 floored
 // the body while the header rounded up).
 func TestRetryAfterSecondsIsOneNumber(t *testing.T) {
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(500) }))
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(503) }))
 	defer up.Close()
 	u, _ := url.Parse(up.URL)
 	b, err := breaker.New(map[string]breaker.Settings{UpstreamDependency: {ConsecutiveFailures: 1, Cooldown: 1500 * time.Millisecond}}, nil)
@@ -569,7 +569,7 @@ func TestRetryAfterSecondsIsOneNumber(t *testing.T) {
 		t.Fatal(err)
 	}
 	get := call{method: "GET", path: "/v1/users/1", headers: asTenant("key-acme")}
-	get.do(s) // the upstream's 500 opens the breaker
+	get.do(s) // the upstream's 503 opens acme's own breaker
 	enq := call{method: "POST", path: "/v1/jobs/small", body: `{}`, headers: asTenant("key-acme")}
 	enq.do(s) // fills the kind
 	for _, c := range []call{get, enq} {
@@ -647,5 +647,60 @@ func TestPathsUpstreamsReadDifferentlyAreRefused(t *testing.T) {
 	// The query is not the path: a /v1/check route with one is the route.
 	if code, m := check(t, s.Internal(), `{"tenant":"acme","route":"GET /v1/search?q=a/../../healthz"}`); code != 200 || strings.Join(policies(m), " ") != "enterprise.search.1m enterprise.tenant.1m" {
 		t.Errorf("a route with a query: %d %v, want the search class", code, m)
+	}
+}
+
+// TestOneTenantCannotOpenTheUpstream: one tenant's requests that the
+// upstream fails (a bad input that raises a 500, or a run of 503s), and
+// anonymous CORS preflights the upstream answers 501, move no breaker but
+// the tenant's own. Today five such requests from one tenant, or five
+// preflights without any credential, gave every other tenant 503
+// dependency_unavailable for 30 s.
+func TestOneTenantCannotOpenTheUpstream(t *testing.T) {
+	var hits atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		switch {
+		case r.Method == http.MethodOptions:
+			w.WriteHeader(http.StatusNotImplemented)
+		case r.URL.Query().Get("boom") == "500":
+			w.WriteHeader(http.StatusInternalServerError)
+		case r.URL.Query().Get("boom") == "503":
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	}))
+	defer up.Close()
+	u, _ := url.Parse(up.URL)
+	b, err := breaker.New(map[string]breaker.Settings{UpstreamDependency: {ConsecutiveFailures: 5, FailureStatuses: []int{500, 501, 502, 503, 504}, Cooldown: time.Minute}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Config{Limiter: testLimiter(t, memstore.New(memstore.Config{}), time.Second), Auth: testAuth(t), Upstream: u, Breakers: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func(key, query string) *httptest.ResponseRecorder {
+		return call{method: "GET", path: "/v1/users/1" + query, headers: asTenant(key)}.do(s)
+	}
+	for range 6 {
+		call{method: "OPTIONS", path: "/v1/users/1", headers: map[string]string{"Origin": "https://evil.example", "Access-Control-Request-Method": "DELETE"}}.do(s)
+	}
+	for range 5 {
+		get("key-acme", "?boom=500")
+	}
+	for range 5 {
+		get("key-acme", "?boom=503")
+	}
+	if st := b.States()[UpstreamDependency]; st != "closed" {
+		t.Fatalf("shared breaker %s after one tenant's failures and anonymous preflights, want closed", st)
+	}
+	if rec := get("key-newco", ""); rec.Code != 200 {
+		t.Fatalf("another tenant: %d %s, want 200", rec.Code, rec.Body)
+	}
+	// The failing tenant is refused by its own breaker, without a call.
+	n := hits.Load()
+	rec := get("key-acme", "")
+	if m := decodeMap(t, rec); rec.Code != 503 || m["scope"] != "caller" || rec.Header().Get("Retry-After") == "" || hits.Load() != n {
+		t.Fatalf("the failing tenant: %d %s (upstream hit %d more), want 503 from its own breaker", rec.Code, rec.Body, hits.Load()-n)
 	}
 }
