@@ -1,22 +1,36 @@
-// Package breaker keeps one circuit breaker per downstream dependency (a
+// Package breaker keeps circuit breakers per downstream dependency (a
 // billing API, a search cluster, the proxied upstream), built on
 // sony/gobreaker: rate limits enforce fairness at a chosen rate, but do not
 // protect a backend that is failing right now.
 //
-// A breaker opens after ConsecutiveFailures failures in a row, or when the
-// failure ratio over the rolling Window reaches FailureRatio with at least
-// MinRequests calls. While open, calls fail at once with an *OpenError
-// carrying how long until the breaker lets a probe through (answer 503 with
-// that Retry-After). After Cooldown it is half-open: one probe call goes
-// through (others fail fast); its success closes the breaker, its failure
-// opens it again.
+// A breaker every tenant shares must not be a switch one of them can
+// flip, so each dependency has a breaker per party (a tenant, or an
+// anonymous client by address: [Party], named in the call's context with
+// [WithParty]) and a shared one. A party's failures open its own breaker
+// only: after ConsecutiveFailures in a row, or when the failure ratio
+// over the rolling Window reaches FailureRatio with at least MinRequests
+// calls; then its calls alone fail at once with an *OpenError whose
+// Caller is set. The shared breaker, which refuses everyone, opens only
+// on evidence that the dependency itself is failing: the own breakers of
+// at least half of the parties that called it within Window, and at least
+// MinParties of them, opened in that window (all anonymous parties being
+// one vote); or the dependency refused connections; or calls made with no
+// party (the operator's own) failed, by the same rule. While open, calls
+// fail at once with an *OpenError carrying how long until a probe (answer
+// 503 with that Retry-After). After Cooldown a breaker is half-open: one
+// probe goes through; its success closes the breaker; the shared one
+// opens again only when probes of MinParties parties fail.
 //
-// [Set.Do] wraps a Go call, [Transport] an http.RoundTripper (a 5xx or a
-// transport error is a failure; the response is returned as it came). A
-// caller's own cancellation is not the dependency's failure and is not
-// counted. Every type is safe for concurrent use.
+// [Set.Do] wraps a Go call, [Transport] an http.RoundTripper (a transport
+// error, or a status among FailureStatuses, 502, 503 and 504 by default,
+// is a failure; the response is returned as it came). A caller's own
+// cancellation or unreadable request body is not the dependency's
+// failure, and a call marked [Uncounted] (a CORS preflight) counts for
+// nothing. Every type is safe for concurrent use.
 //
 // Metrics, labelled by dependency (a name from the config):
-// fairgate_dependency_breaker_state (0 closed, 1 half-open, 2 open) and
-// fairgate_dependency_rejections_total (calls refused while open).
+// fairgate_dependency_breaker_state (0 closed, 1 half-open, 2 open),
+// fairgate_dependency_rejections_total (calls refused by the shared
+// breaker), fairgate_dependency_party_trips_total and
+// fairgate_dependency_party_rejections_total (parties' own breakers).
 package breaker
