@@ -213,7 +213,8 @@ type ServeConfig struct {
 	// everything is served on Listen and this is unused.
 	InternalListen string
 	// InternalToken, if set, is the bearer token the internal endpoints
-	// require (all but /healthz and /readyz).
+	// require (all but /healthz, /readyz and the dashboard's page);
+	// /dashboard/data accepts it or the admin token.
 	InternalToken string
 	// ControlTimeout bounds each store call that is not a decision: admin
 	// reads and writes, job queue calls, /v1/me/limits. Zero means
@@ -289,7 +290,7 @@ func ParseServe(args []string, stderr io.Writer) (ServeConfig, error) {
 	fs.Func("upstream-timeout", "wait for the upstream's response headers (FAIRGATE_UPSTREAM_TIMEOUT, default 30s)", func(v string) error { upTimeout = v; return nil })
 	fs.StringVar(&c.InternalListen, "internal-listen", env("FAIRGATE_INTERNAL_LISTEN", "127.0.0.1:8090"), "with --upstream, address of the internal listener: /v1/take, /v1/check, /v1/outbound/*, worker job endpoints, /metrics, /readyz, /dashboard (FAIRGATE_INTERNAL_LISTEN)")
 	internalFile := ""
-	fs.StringVar(&internalFile, "internal-token-file", "", "file holding the bearer token the decision API, outbound, worker, /metrics and dashboard endpoints require (or FAIRGATE_INTERNAL_TOKEN); without one whoever reaches their listener may call them")
+	fs.StringVar(&internalFile, "internal-token-file", "", "file holding the bearer token the decision API, outbound, worker and /metrics endpoints require, and /dashboard/data accepts as it does the admin token (or FAIRGATE_INTERNAL_TOKEN); without one whoever reaches their listener may call them, and the dashboard's data shows no tenant IDs unless an admin token is set")
 	controlTimeout := env("FAIRGATE_CONTROL_TIMEOUT", "2s")
 	fs.Func("control-timeout", "deadline of each store call that is not a decision: admin writes, job queue calls, /v1/me/limits (FAIRGATE_CONTROL_TIMEOUT, default 2s)", func(v string) error { controlTimeout = v; return nil })
 	drain := env("FAIRGATE_DRAIN", "5s")

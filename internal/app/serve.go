@@ -187,7 +187,7 @@ func (d *daemon) build() error {
 	d.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fairgate_config_reloads_total", Help: "Config file reloads by result (applied, refused)."}, []string{"result"})
 	d.reg.MustRegister(d.reloads, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if d.cfg.Dashboard {
-		d.board = dash.New(d.reg, d.c.AdminToken)
+		d.board = dash.New(d.reg, d.c.AdminToken, d.c.InternalToken)
 	}
 	if d.cfg.NoPolicy && d.c.Upstream != "" {
 		return fmt.Errorf("serve: --upstream needs a policy to decide the proxied requests by: %s has no plans, classes or routes, only the rls section", d.cfg.File)
@@ -310,8 +310,8 @@ func (d *daemon) buildServer() error {
 	}
 	if d.board != nil {
 		sc.Dashboard = d.board
-		if c.AdminToken == "" {
-			log.Warn("the dashboard (/dashboard) needs no token: set FAIRGATE_ADMIN_TOKEN to lock it, or dashboard: off in the config")
+		if c.AdminToken == "" && c.InternalToken == "" {
+			log.Warn("the dashboard's data (/dashboard/data) needs no token, so it shows no tenant IDs: set FAIRGATE_ADMIN_TOKEN or FAIRGATE_INTERNAL_TOKEN to lock it and see them, or dashboard: off in the config")
 		}
 	}
 	if c.WorkerToken == "" && (len(cfg.Providers) > 0 || len(cfg.Queues) > 0) {

@@ -100,8 +100,9 @@ type Config struct {
 	// InternalToken, if not empty, is the bearer token every endpoint of
 	// the internal surface requires except /healthz and /readyz (probes):
 	// the decision API, outbound quotas, worker job endpoints and
-	// /metrics (the dashboard keeps the admin token of its own). Empty
-	// means whoever reaches the internal listener may call them.
+	// /metrics. The dashboard checks its own tokens (the admin and this
+	// one; package dash). Empty means whoever reaches the internal
+	// listener may call them.
 	InternalToken string
 	// ControlTimeout bounds each store call that is not a decision: the
 	// job queue's and /v1/me/limits' reads. Zero means
@@ -388,8 +389,8 @@ func (s *Server) operatorRoutes(in *http.ServeMux, c Config) {
 		}))
 	}
 	if c.Dashboard != nil {
-		// A browser cannot send the internal token; the dashboard's data
-		// needs the admin token instead (package dash).
+		// The page carries no data; the data needs the admin or the
+		// internal token, which the page asks for (package dash).
 		in.Handle("/dashboard", c.Dashboard)
 		in.Handle("/dashboard/", c.Dashboard)
 	}
