@@ -233,6 +233,10 @@ type ServeConfig struct {
 	// TraceTenants puts tenant IDs on decision spans (tracing is set up by
 	// the OTEL_* environment; see package tracing).
 	TraceTenants bool
+	// TrustTraceContext makes a caller's traceparent the parent of
+	// fairgate's server spans (for a service mesh); false starts a new
+	// trace linked to the caller's (server.Config.TrustTraceContext).
+	TrustTraceContext bool
 	// GRPCListen, if set, is the address of the Envoy rate limit service
 	// (gRPC, with the standard health service).
 	GRPCListen string
@@ -307,6 +311,7 @@ func ParseServe(args []string, stderr io.Writer) (ServeConfig, error) {
 	fs.StringVar(&workerFile, "worker-token-file", "", "file holding the bearer token /v1/outbound/* require (or FAIRGATE_WORKER_TOKEN); without one they are open to whoever reaches --listen")
 	tlsFlags(fs, &c)
 	fs.BoolVar(&c.TraceTenants, "trace-tenants", env("FAIRGATE_TRACE_TENANTS", "") == "true", "with tracing on (OTEL_TRACES_EXPORTER=otlp or an OTEL_EXPORTER_OTLP_ENDPOINT), put tenant IDs on decision spans (FAIRGATE_TRACE_TENANTS=true; off by default)")
+	fs.BoolVar(&c.TrustTraceContext, "trust-trace-context", env("FAIRGATE_TRUST_TRACE_CONTEXT", "") == "true", "with tracing on, make a caller's traceparent the parent of fairgate's spans and let its sampled flag decide a parent-based sampler, as a service mesh wants (FAIRGATE_TRUST_TRACE_CONTEXT=true); off by default: a new trace, linked to the caller's")
 	timeout := env("FAIRGATE_STORE_TIMEOUT", "100ms")
 	if e.StoreTimeout > 0 {
 		timeout = env("FAIRGATE_STORE_TIMEOUT", e.StoreTimeout.String())

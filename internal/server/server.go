@@ -46,9 +46,16 @@ type Config struct {
 	// endpoint's metrics.
 	Registerer prometheus.Registerer
 	// Tracer, if not nil, traces each request on the public and internal
-	// listeners (a server span, its parent from the request's traceparent)
-	// and passes the trace to the upstream. Nil means off.
+	// listeners (a server span) and passes the trace to the upstream. Nil
+	// means off.
 	Tracer trace.Tracer
+	// TrustTraceContext makes a request's traceparent the parent of its
+	// server span (and its sampled flag the sampling decision of a
+	// parent-based sampler), for callers whose trace context is the
+	// operator's own, as in a service mesh. False, the default, starts a
+	// new trace linked to the caller's: a client cannot force sampling or
+	// choose fairgate's trace IDs.
+	TrustTraceContext bool
 	// RLSJSON, if not nil, serves envoyproxy/ratelimit's /json endpoint
 	// (with /healthcheck) on the internal surface.
 	RLSJSON http.HandlerFunc
@@ -153,8 +160,10 @@ type Server struct {
 	kinds    fairq.Kinds
 	breakers *breaker.Set
 	tracer   trace.Tracer // nil: off
-	handler  http.Handler // the public surface: mux, traced
-	capacity gateHolder   // the proxy's upstream capacity gate
+	// trustTrace is Config.TrustTraceContext.
+	trustTrace bool
+	handler    http.Handler // the public surface: mux, traced
+	capacity   gateHolder   // the proxy's upstream capacity gate
 }
 
 // MaxBody is the largest request body accepted; larger ones get 413.
@@ -169,7 +178,7 @@ func New(c Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{lim: c.Limiter, form: form, log: c.Logger, jobs: c.Jobs, kinds: c.JobKinds, breakers: c.Breakers, ctlWait: c.ControlTimeout, warning: c.StoreWarning, conn: c.StoreConnected, tracer: c.Tracer}
+	s := &Server{lim: c.Limiter, form: form, log: c.Logger, jobs: c.Jobs, kinds: c.JobKinds, breakers: c.Breakers, ctlWait: c.ControlTimeout, warning: c.StoreWarning, conn: c.StoreConnected, tracer: c.Tracer, trustTrace: c.TrustTraceContext}
 	if s.ctlWait <= 0 {
 		s.ctlWait = DefaultControlTimeout
 	}
