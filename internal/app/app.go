@@ -176,6 +176,11 @@ func limitedHook(b *dash.Dashboard) func(string) {
 	return b.Limited
 }
 
+// DefaultMaxConnections is the open connections an HTTP listener holds at
+// most unless --max-connections says otherwise: at some 25 KB each, about
+// 100 MB, under DefaultMemoryLimit with room for the rest.
+const DefaultMaxConnections = 4096
+
 // DefaultMemoryLimit is the Go runtime's soft memory limit `fairgate serve`
 // sets when GOMEMLIMIT is not in the environment.
 const DefaultMemoryLimit = 384 << 20
@@ -230,6 +235,10 @@ type ServeConfig struct {
 	// ReadTimeout bounds the reading of a request's headers and body on
 	// every listener, the proxy's included. Zero means 30 s.
 	ReadTimeout time.Duration
+	// MaxConnections bounds the open connections of each HTTP listener
+	// (main, internal, admin); at the bound the connection idle the
+	// longest is closed to make room. Zero means DefaultMaxConnections.
+	MaxConnections int
 	// TraceTenants puts tenant IDs on decision spans (tracing is set up by
 	// the OTEL_* environment; see package tracing).
 	TraceTenants bool
@@ -243,7 +252,14 @@ type ServeConfig struct {
 	// TLS is each listener's TLS: a certificate and key (reloaded when
 	// they change), and for the internal and gRPC listeners a client CA
 	// that callers must present a certificate of. Empty means plain.
+	// Without Upstream, TLS is what ParseServe read for the internal
+	// listener (--listen serves the internal endpoints then), with its
+	// client CA, and InternalTLS is unused.
 	TLS, InternalTLS, AdminTLS, GRPCTLS TLSFiles
+	// Warnings are what ParseServe found set but unused without stopping
+	// the start (a listener address the container image sets for every
+	// mode); Serve logs them.
+	Warnings []string
 }
 
 // TLSFiles are one listener's TLS files.
@@ -303,6 +319,8 @@ func ParseServe(args []string, stderr io.Writer) (ServeConfig, error) {
 	fs.Func("shutdown-grace", "then how long requests in flight get to finish (FAIRGATE_SHUTDOWN_GRACE, default 25s)", func(v string) error { grace = v; return nil })
 	readTimeout := env("FAIRGATE_READ_TIMEOUT", "30s")
 	fs.Func("read-timeout", "deadline to read a request's headers and body, on every listener (FAIRGATE_READ_TIMEOUT, default 30s)", func(v string) error { readTimeout = v; return nil })
+	maxConns := env("FAIRGATE_MAX_CONNECTIONS", strconv.Itoa(DefaultMaxConnections))
+	fs.Func("max-connections", "open connections each HTTP listener holds at most; at the bound the one idle the longest is closed to make room (FAIRGATE_MAX_CONNECTIONS, default "+strconv.Itoa(DefaultMaxConnections)+")", func(v string) error { maxConns = v; return nil })
 	fs.StringVar(&c.GRPCListen, "grpc-listen", env("FAIRGATE_GRPC_LISTEN", e.GRPCListen), "serve Envoy's rate limit service (gRPC) here, such as 127.0.0.1:8082 (FAIRGATE_GRPC_LISTEN; default: not served)")
 	fs.StringVar(&c.AdminListen, "admin-listen", env("FAIRGATE_ADMIN_LISTEN", "127.0.0.1:8081"), "address of the admin API (FAIRGATE_ADMIN_LISTEN)")
 	tokenFile := ""
@@ -324,8 +342,14 @@ func ParseServe(args []string, stderr io.Writer) (ServeConfig, error) {
 		return c, fmt.Errorf("serve: unexpected argument %q", fs.Arg(0))
 	}
 	c.envoyDefaults(e)
+	if c.MaxConnections, err = strconv.Atoi(maxConns); err != nil || c.MaxConnections < 1 {
+		return c, fmt.Errorf("serve: max connections %q: want a positive number such as %d", maxConns, DefaultMaxConnections)
+	}
 	if err := c.durations(timeout, poll, upTimeout, controlTimeout, drain, grace, readTimeout); err != nil {
 		return c, err
+	}
+	if c.Upstream == "" && c.InternalTLS.on() && c.TLS.on() {
+		return c, errors.New("serve: --tls-cert-file and --internal-tls-cert-file (or their key files, or FAIRGATE_*TLS_* variables) both name --listen's certificate without --upstream, where --listen serves the internal endpoints: give one")
 	}
 	// A listener without a certificate of its own takes the main one's.
 	for _, l := range []*TLSFiles{&c.InternalTLS, &c.AdminTLS, &c.GRPCTLS} {
@@ -336,6 +360,15 @@ func ParseServe(args []string, stderr io.Writer) (ServeConfig, error) {
 	if c.TLS.ClientCA != "" || c.AdminTLS.ClientCA != "" {
 		return c, errors.New("serve: client certificates (mTLS) are for the internal and gRPC listeners: --internal-client-ca-file, --grpc-client-ca-file")
 	}
+	if c.Upstream == "" {
+		// A decision service: --listen serves the internal endpoints, so
+		// it takes the internal listener's TLS (its certificate, else the
+		// main one, and its client CA).
+		if c.InternalTLS.ClientCA != "" && !c.InternalTLS.on() {
+			return c, errors.New("serve: --internal-client-ca-file needs a certificate for --listen (without --upstream, the internal listener): --internal-tls-cert-file and --internal-tls-key-file, or --tls-cert-file and --tls-key-file")
+		}
+		c.TLS, c.InternalTLS = c.InternalTLS, TLSFiles{}
+	}
 	if c.InternalToken, err = token("internal", "FAIRGATE_INTERNAL_TOKEN", internalFile); err != nil {
 		return c, err
 	}
@@ -345,7 +378,9 @@ func ParseServe(args []string, stderr io.Writer) (ServeConfig, error) {
 	if c.WorkerToken, err = token("worker", "FAIRGATE_WORKER_TOKEN", workerFile); err != nil {
 		return c, err
 	}
-	return c, nil
+	cmdline := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { cmdline[f.Name] = true })
+	return c, checkModes(&c, cmdline, os.LookupEnv)
 }
 
 // envoyDefaults completes c, once its flags are parsed, with what

@@ -36,6 +36,7 @@ import (
 	"github.com/fairgate/fairgate/internal/apikeys"
 	"github.com/fairgate/fairgate/internal/auth"
 	"github.com/fairgate/fairgate/internal/config"
+	"github.com/fairgate/fairgate/internal/connlimit"
 	"github.com/fairgate/fairgate/internal/dash"
 	"github.com/fairgate/fairgate/internal/rls"
 	"github.com/fairgate/fairgate/internal/rlsxds"
@@ -162,8 +163,14 @@ func (d *daemon) build() error {
 			d.log.Warn("envoyproxy/ratelimit variables fairgate does not support (see docs/rls.md)", slog.Any("variables", e.Unsupported))
 		}
 	}
+	for _, w := range d.c.Warnings {
+		d.log.Warn("set but unused in this mode", slog.String("detail", w))
+	}
 	if d.cfg, d.raw, err = LoadConfig(d.c.Config, d.c.ConfigData); err != nil {
 		return err
+	}
+	if d.c.PerSecondStore != "" && d.c.GRPCListen == "" && !d.cfg.HasRLS {
+		return fmt.Errorf("serve: --per-second-store (FAIRGATE_PER_SECOND_STORE) does nothing here: it is the Envoy rate limit service's store for windows of one second, and needs --grpc-listen or an rls section in %s", d.cfg.File)
 	}
 	if d.be, err = OpenBackend(d.c.Store, d.c.StoreTimeout, d.log); err != nil {
 		return err
@@ -532,6 +539,10 @@ func (d *daemon) listen() (net.Listener, error) {
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(d.log.Handler(), slog.LevelWarn),
 	}
+	if ln, err = d.bound(ln, d.srv, "main"); err != nil {
+		ln.Close()
+		return nil, err
+	}
 	// With an upstream the proxy lifts the write deadline of a proxied
 	// response, and the read deadline once the request's body has arrived,
 	// so that responses may stream for as long as the upstream sends;
@@ -543,6 +554,28 @@ func (d *daemon) listen() (net.Listener, error) {
 		}
 	}
 	return ln, nil
+}
+
+// bound caps ln's open connections at --max-connections for srv (idle
+// ones reclaimed at the cap; package connlimit), with the listener's
+// metrics.
+func (d *daemon) bound(ln net.Listener, srv *http.Server, name string) (net.Listener, error) {
+	cl := connlimit.New(ln, cmp.Or(d.c.MaxConnections, DefaultMaxConnections))
+	srv.ConnState = cl.ConnState
+	labels := prometheus.Labels{"listener": name}
+	for _, c := range []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "fairgate_connections_open", Help: "Open connections by listener, at most --max-connections.", ConstLabels: labels},
+			func() float64 { return float64(cl.Open()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "fairgate_connections_idle", Help: "Idle keep-alive connections by listener: the ones closed first at the cap.", ConstLabels: labels},
+			func() float64 { return float64(cl.Idle()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "fairgate_connections_reclaimed_total", Help: "Idle connections closed to make room for new ones at --max-connections, by listener.", ConstLabels: labels},
+			func() float64 { return float64(cl.Reclaimed()) }),
+	} {
+		if err := d.reg.Register(c); err != nil {
+			return ln, err
+		}
+	}
+	return cl, nil
 }
 
 // listenInternal starts the internal listener of proxy mode.
@@ -557,6 +590,10 @@ func (d *daemon) listenInternal(readTimeout time.Duration) error {
 	}
 	isrv := &http.Server{Handler: ih, ReadHeaderTimeout: d.srv.ReadHeaderTimeout, ReadTimeout: readTimeout, WriteTimeout: 30 * time.Second,
 		IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10, ErrorLog: d.srv.ErrorLog}
+	if iln, err = d.bound(iln, isrv, "internal"); err != nil {
+		iln.Close()
+		return err
+	}
 	d.servers = append(d.servers, isrv)
 	if d.c.InternalToken == "" && !loopback(iln.Addr()) {
 		d.log.Warn("the internal listener is not on loopback and needs no token: set FAIRGATE_INTERNAL_TOKEN or --internal-token-file", slog.String("listen", iln.Addr().String()))
@@ -581,6 +618,10 @@ func (d *daemon) listenAdmin(readTimeout time.Duration) error {
 		return fmt.Errorf("serve: admin listen on %s: %w", d.c.AdminListen, err)
 	}
 	asrv := &http.Server{Handler: ah, ReadHeaderTimeout: d.srv.ReadHeaderTimeout, ReadTimeout: min(10*time.Second, readTimeout), WriteTimeout: 10 * time.Second, ErrorLog: d.srv.ErrorLog}
+	if aln, err = d.bound(aln, asrv, "admin"); err != nil {
+		aln.Close()
+		return err
+	}
 	d.servers = append(d.servers, asrv)
 	d.log.Info("admin API", slog.String("listen", aln.Addr().String()))
 	d.goCheck("admin listener", func() error { return serveOn(asrv, aln, d.tls.admin) })

@@ -326,6 +326,7 @@ func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Write(indexHTML)
 	case "/dashboard/data":
 		if d.AuthRequired() && !d.authorized(r) {
+			w.Header().Set("Connection", "close") // no use for it without a token
 			w.Header().Set("WWW-Authenticate", `Bearer realm="fairgate-dashboard"`)
 			problem.Write(w, problem.Details{Status: http.StatusUnauthorized, Detail: "the dashboard's data needs Authorization: Bearer <admin token or internal token>"})
 			return

@@ -240,8 +240,40 @@ func New(c Config) (*Server, error) {
 	}
 	s.mux = pub
 	s.handler = s.traced(pub)
+	if c.Upstream != nil {
+		s.handler = s.closeUnauthorized(s.handler)
+	}
 	return s, nil
 }
+
+// closeUnauthorized wraps the proxy's public surface: an answer 401 closes
+// its connection (Connection: close), unless the peer is a trusted proxy
+// whose connection carries other clients' requests. A client without a
+// valid credential then cannot keep idle connections open, each holding
+// memory until the idle timeout, for the price of one refused request.
+func (s *Server) closeUnauthorized(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.id.Load().ip.Trusts(auth.PeerIP(r)) {
+			h.ServeHTTP(w, r)
+			return
+		}
+		h.ServeHTTP(&closeOn401{ResponseWriter: w}, r)
+	})
+}
+
+// closeOn401 adds Connection: close to an answer 401. It unwraps to the
+// writer it wraps, so that http.ResponseController (flushes, deadlines,
+// hijacking) reaches the connection's.
+type closeOn401 struct{ http.ResponseWriter }
+
+func (w *closeOn401) WriteHeader(code int) {
+	if code == http.StatusUnauthorized {
+		w.Header().Set("Connection", "close")
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *closeOn401) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // identity is what the server verifies credentials and finds client
 // addresses with, and the headers it tells the upstream who the caller is
@@ -342,13 +374,16 @@ func tokenHash(what, tok string) (*[sha256.Size]byte, error) {
 }
 
 // bearer lets through requests that carry the token whose hash is sum
-// (any request when sum is nil) and answers the others 401 in realm.
+// (any request when sum is nil) and answers the others 401 in realm,
+// closing the connection: a caller without the operator's token has no
+// use for it.
 func bearer(sum *[sha256.Size]byte, realm, detail string, h http.HandlerFunc) http.HandlerFunc {
 	if sum == nil {
 		return h
 	}
 	return func(w http.ResponseWriter, r *http.Request) {
 		if !auth.BearerMatches(r, *sum) {
+			w.Header().Set("Connection", "close")
 			w.Header().Set("WWW-Authenticate", `Bearer realm="`+realm+`"`)
 			problem.Write(w, problem.Details{Status: http.StatusUnauthorized, Detail: detail})
 			return

@@ -95,6 +95,10 @@ func FromEnv(ctx context.Context) (Tracing, error) {
 	return Tracing{Provider: tp, Exporter: "otlp " + proto}, nil
 }
 
+// Requested reports whether the process's environment asks for traces
+// (as FromEnv reads it), or what is wrong with what it asks.
+func Requested() (bool, error) { return on() }
+
 // on reports whether the environment asks for traces, or what is wrong
 // with what it asks.
 func on() (bool, error) {
