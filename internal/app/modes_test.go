@@ -67,7 +67,11 @@ func TestServeFlagModes(t *testing.T) {
 		{name: "every refusal, one line each", args: []string{"--upstream-timeout=5s", "--config-poll=5s", "--grpc-client-ca-file=/ca.pem"},
 			err: "--upstream-timeout does nothing here: it bounds the wait for the proxied upstream's response headers, and needs --upstream\nserve: --grpc-client-ca-file does nothing here"},
 		// The flags of every mode are never refused.
-		{name: "every-mode flags, decision service", args: []string{"--listen=127.0.0.1:9", "--store=memory://", "--store-timeout=1s", "--control-timeout=1s", "--drain=0", "--shutdown-grace=1s", "--read-timeout=1s"},
+		{name: "store-timeout, the memory store", args: []string{"--store-timeout=1s"}, err: "--store-timeout does nothing here: it bounds each call to a shared store"},
+		{name: "store-timeout, Redis", args: []string{"--store=redis://127.0.0.1:9", "--store-timeout=1s"}},
+		{name: "store-timeout, a per-second Redis", args: []string{"--per-second-store=redis://127.0.0.1:9", "--store-timeout=1s"}},
+		{name: "FAIRGATE_STORE_TIMEOUT, the memory store (the chart's)", env: map[string]string{"FAIRGATE_STORE_TIMEOUT": "100ms"}, warn: "FAIRGATE_STORE_TIMEOUT (--store-timeout) is set but unused"},
+		{name: "every-mode flags, decision service", args: []string{"--listen=127.0.0.1:9", "--store=memory://", "--control-timeout=1s", "--drain=0", "--shutdown-grace=1s", "--read-timeout=1s"},
 			env: map[string]string{"FAIRGATE_INTERNAL_TOKEN": "internal-token-for-the-test", "FAIRGATE_WORKER_TOKEN": "worker-token-for-the-test-1"}},
 		// The internal listener's TLS acts in both modes: without an
 		// upstream it is --listen's (TestServeInternalTLSOnListen).
