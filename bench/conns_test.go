@@ -2,14 +2,10 @@ package bench
 
 import (
 	"bufio"
-	"bytes"
 	"errors"
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 )
@@ -25,15 +21,7 @@ import (
 //
 // FAIRGATE_BIN, if set, is the binary to measure instead of this tree's.
 func BenchmarkIdleConnsRSS(b *testing.B) {
-	bin := os.Getenv("FAIRGATE_BIN")
-	if bin == "" {
-		bin = filepath.Join(b.TempDir(), "fairgate")
-		build := exec.Command("go", "build", "-o", bin, "./cmd/fairgate")
-		build.Dir = ".."
-		if out, err := build.CombinedOutput(); err != nil {
-			b.Fatalf("go build: %v\n%s", err, out)
-		}
-	}
+	bin := fairgateBinary(b)
 	const n = 15_000
 	for _, m := range []struct {
 		name, path, header string
@@ -58,28 +46,13 @@ func BenchmarkIdleConnsRSS(b *testing.B) {
 // path, and returns the server's peak RSS and how many of the connections
 // it had not closed once all were open.
 func idleConns(b *testing.B, bin string, n int, proxy bool, path, header string) (int64, int) {
-	addr, internal := freeAddr(b), freeAddr(b)
-	args := []string{"serve", "--listen", addr}
+	addr := freeAddr(b)
+	var args []string
 	if proxy {
-		args = append(args, "--upstream", "http://127.0.0.1:1", "--internal-listen", internal)
+		args = []string{"--upstream", "http://127.0.0.1:1", "--internal-listen", freeAddr(b)}
 	}
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), "FAIRGATE_DRAIN=0", "FAIRGATE_ADMIN_TOKEN=")
-	var logs bytes.Buffer
-	cmd.Stderr = &logs
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
+	cmd := serveBinary(b, bin, addr, args...)
 	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	for start := time.Now(); ; time.Sleep(20 * time.Millisecond) {
-		if c, err := net.Dial("tcp", addr); err == nil {
-			c.Close()
-			break
-		}
-		if time.Since(start) > 10*time.Second {
-			b.Fatalf("fairgate did not start: %s", logs.String())
-		}
-	}
 	conns := make([]net.Conn, 0, n)
 	defer func() {
 		for _, c := range conns {

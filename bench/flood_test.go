@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -29,15 +28,7 @@ import (
 // FAIRGATE_BIN, if set, is the binary to measure instead of this tree's
 // (to compare with another build).
 func BenchmarkFloodRSS(b *testing.B) {
-	bin := os.Getenv("FAIRGATE_BIN")
-	if bin == "" {
-		bin = filepath.Join(b.TempDir(), "fairgate")
-		build := exec.Command("go", "build", "-o", bin, "./cmd/fairgate")
-		build.Dir = ".." // the main module, not this one
-		if out, err := build.CombinedOutput(); err != nil {
-			b.Fatalf("go build: %v\n%s", err, out)
-		}
-	}
+	bin := fairgateBinary(b)
 	logKey := func(i int) string {
 		return fmt.Sprintf(`{"key":"log-%d","limit":10000,"period_ms":3600000,"cost":10000,"algorithm":"sliding_log"}`, i)
 	}
@@ -81,33 +72,51 @@ func post(url, body, apiKey string) *http.Request {
 	return r
 }
 
-// flood runs the binary, sends n requests from 8 connections, and returns
-// the process's peak RSS in bytes and the count of each status answered.
-func flood(b *testing.B, bin string, n int, req func(base string, i int) *http.Request) (int64, map[int]int) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
+// fairgateBinary is FAIRGATE_BIN, if set (another build to compare with),
+// or this tree's fairgate, built.
+func fairgateBinary(b *testing.B) string {
+	if bin := os.Getenv("FAIRGATE_BIN"); bin != "" {
+		return bin
 	}
-	addr := ln.Addr().String()
-	ln.Close()
-	cmd := exec.Command(bin, "serve", "--listen", addr)
+	bin := filepath.Join(b.TempDir(), "fairgate")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/fairgate")
+	build.Dir = ".." // the main module, not this one
+	if out, err := build.CombinedOutput(); err != nil {
+		b.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// serveBinary runs `bin serve --listen addr` with args after, and waits
+// until its /healthz answers. The caller kills it.
+func serveBinary(b *testing.B, bin, addr string, args ...string) *exec.Cmd {
+	cmd := exec.Command(bin, append([]string{"serve", "--listen", addr}, args...)...)
 	cmd.Env = append(os.Environ(), "FAIRGATE_DRAIN=0", "FAIRGATE_ADMIN_TOKEN=")
 	var logs bytes.Buffer
 	cmd.Stderr = &logs
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	base := "http://" + addr
 	for start := time.Now(); ; time.Sleep(20 * time.Millisecond) {
-		if resp, err := http.Get(base + "/healthz"); err == nil {
+		if resp, err := http.Get("http://" + addr + "/healthz"); err == nil {
 			resp.Body.Close()
-			break
+			return cmd
 		}
 		if time.Since(start) > 10*time.Second {
+			cmd.Process.Kill()
+			cmd.Wait()
 			b.Fatalf("fairgate did not start: %s", logs.String())
 		}
 	}
+}
+
+// flood runs the binary, sends n requests from 8 connections, and returns
+// the process's peak RSS in bytes and the count of each status answered.
+func flood(b *testing.B, bin string, n int, req func(base string, i int) *http.Request) (int64, map[int]int) {
+	addr := freeAddr(b)
+	cmd := serveBinary(b, bin, addr)
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	base := "http://" + addr
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8}}
 	var next atomic.Int64
 	var mu sync.Mutex
