@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -86,33 +85,36 @@ func post(url, body, apiKey string) *http.Request {
 	return r
 }
 
-// flood runs the binary, sends n requests from 8 connections, and returns
-// the process's peak RSS in bytes and the count of each status answered.
-func flood(b *testing.B, bin string, n int, req func(base string, i int) *http.Request) (int64, map[int]int) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	cmd := exec.Command(bin, "serve", "--listen", addr)
+// serveBinary runs `bin serve --listen addr` with args after, and waits
+// until its /healthz answers. The caller kills it.
+func serveBinary(b *testing.B, bin, addr string, args ...string) *exec.Cmd {
+	cmd := exec.Command(bin, append([]string{"serve", "--listen", addr}, args...)...)
 	cmd.Env = append(os.Environ(), "FAIRGATE_DRAIN=0", "FAIRGATE_ADMIN_TOKEN=")
 	var logs bytes.Buffer
 	cmd.Stderr = &logs
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	base := "http://" + addr
 	for start := time.Now(); ; time.Sleep(20 * time.Millisecond) {
-		if resp, err := http.Get(base + "/healthz"); err == nil {
+		if resp, err := http.Get("http://" + addr + "/healthz"); err == nil {
 			resp.Body.Close()
-			break
+			return cmd
 		}
 		if time.Since(start) > 10*time.Second {
+			cmd.Process.Kill()
+			cmd.Wait()
 			b.Fatalf("fairgate did not start: %s", logs.String())
 		}
 	}
+}
+
+// flood runs the binary, sends n requests from 8 connections, and returns
+// the process's peak RSS in bytes and the count of each status answered.
+func flood(b *testing.B, bin string, n int, req func(base string, i int) *http.Request) (int64, map[int]int) {
+	addr := freeAddr(b)
+	cmd := serveBinary(b, bin, addr)
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	base := "http://" + addr
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8}}
 	var next atomic.Int64
 	var mu sync.Mutex

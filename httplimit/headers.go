@@ -150,7 +150,10 @@ func (hs *headers) emit(f Form, d limiter.Decision) {
 	if now.IsZero() {
 		now = time.Now()
 	}
-	if !d.Allowed && d.RetryAfter > 0 {
+	// Retry-After is set here and nowhere else: once, for a rejection
+	// with a wait, and always when the store is out and the route fails
+	// closed.
+	if !d.Allowed && (d.RetryAfter > 0 || d.Reason == limiter.ReasonUnavailable) {
 		set("Retry-After", RetryAfter(d.RetryAfter))
 	}
 	hs.concurrency(f, d)
@@ -222,7 +225,8 @@ func nonNeg(n int64) string { return strconv.FormatInt(max(n, 0), 10) }
 
 // AppendHeaders appends d's headers to dst as name, value pairs, in the
 // order SetHeaders sets them, named as HeaderMap names them: for callers
-// that encode them without a map.
+// that encode them without a map. No name comes twice (Retry-After
+// included): callers append nothing of their own to a decision's headers.
 func AppendHeaders(dst []string, f Form, d limiter.Decision) []string {
 	var hs headers
 	hs.emit(f, d)

@@ -234,3 +234,33 @@ func TestNoHoldByDefault(t *testing.T) {
 		})
 	}
 }
+
+// TestAppendHeadersNamesOnce: a decision's headers name each header once,
+// Retry-After included, in every form and for every kind of decision
+// (callers such as /v1/check encode them as one JSON object).
+func TestAppendHeadersNamesOnce(t *testing.T) {
+	slots := []limiter.SlotDecision{{SlotLayer: policy.SlotLayer{Policy: "free.tenant.concurrency", Limit: 4}, Allowed: false, InUse: 4}}
+	limited := decision(false, 0, 2*time.Second, time.Minute)
+	limited.Concurrency = slots
+	for name, d := range map[string]limiter.Decision{
+		"allowed":              decision(true, 10, 0, time.Minute),
+		"limited":              limited,
+		"unavailable":          {Reason: limiter.ReasonUnavailable, RetryAfter: limiter.UnavailableRetryAfter, Tightest: -1},
+		"unavailable, no wait": {Reason: limiter.ReasonUnavailable, Tightest: -1},
+		"no slot":              {Reason: limiter.ReasonLimited, RetryAfter: time.Second, Tightest: -1, Concurrency: slots},
+	} {
+		for _, f := range []Form{Draft, Structured, X} {
+			hs := AppendHeaders(nil, f, d)
+			seen := map[string]bool{}
+			for i := 0; i < len(hs); i += 2 {
+				if seen[hs[i]] {
+					t.Errorf("%s, form %s: %s twice in %q", name, f, hs[i], hs)
+				}
+				seen[hs[i]] = true
+			}
+			if !d.Allowed && !seen["Retry-After"] {
+				t.Errorf("%s, form %s: a rejection without Retry-After: %q", name, f, hs)
+			}
+		}
+	}
+}

@@ -33,9 +33,8 @@ const (
 // 503 with Retry-After when the store is out and the policy fails closed.
 // The rate-limit headers are written too.
 func WriteRejection(w http.ResponseWriter, f Form, d limiter.Decision) {
-	SetHeaders(w.Header(), f, d)
+	SetHeaders(w.Header(), f, d) // Retry-After with them
 	if d.Reason == limiter.ReasonUnavailable {
-		w.Header().Set("Retry-After", RetryAfter(d.RetryAfter))
 		problem.Write(w, problem.Details{
 			Type:   TypeUnavailable,
 			Title:  "Rate limiter unavailable",

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -123,5 +124,49 @@ func TestTLSListeners(t *testing.T) {
 			t.Fatalf("the renewed certificate was not served: %q %v", cn, err)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestServeInternalTLSOnListen: without --upstream, --listen serves the
+// internal endpoints, so --internal-tls-cert-file, --internal-tls-key-file
+// and --internal-client-ca-file are its own: plain HTTP and a caller
+// without a client certificate of that CA are refused; one with it is
+// served.
+func TestServeInternalTLSOnListen(t *testing.T) {
+	dir := t.TempDir()
+	if err := testcerts.Write(dir, "internal"); err != nil {
+		t.Fatal(err)
+	}
+	sv := startServe(t, "--listen", "127.0.0.1:0", "--internal-tls-cert-file", dir+"/server.crt", "--internal-tls-key-file", dir+"/server.key",
+		"--internal-client-ca-file", dir+"/ca.crt")
+	defer sv.stop()
+	pool := x509.NewCertPool()
+	pem, _ := os.ReadFile(filepath.Join(dir, "ca.crt"))
+	pool.AppendCertsFromPEM(pem)
+	check := func(scheme string, withCert bool) (int, error) {
+		cfg := &tls.Config{RootCAs: pool}
+		if withCert {
+			cert, err := tls.LoadX509KeyPair(filepath.Join(dir, "client.crt"), filepath.Join(dir, "client.key"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.Certificates = []tls.Certificate{cert}
+		}
+		c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg, DisableKeepAlives: true}}
+		resp, err := c.Post(scheme+"://"+sv.addr+"/v1/check", "application/json", strings.NewReader(`{"tenant":"acme","class":"read"}`))
+		if err != nil {
+			return 0, err
+		}
+		resp.Body.Close()
+		return resp.StatusCode, nil
+	}
+	if code, err := check("http", false); err == nil && code == http.StatusOK {
+		t.Fatal("plain HTTP, no client certificate: 200; --internal-* were ignored")
+	}
+	if code, err := check("https", false); err == nil {
+		t.Fatalf("TLS without a client certificate: %d, want the handshake refused", code)
+	}
+	if code, err := check("https", true); err != nil || code != http.StatusOK {
+		t.Fatalf("TLS with a client certificate: %d %v, want 200", code, err)
 	}
 }

@@ -42,8 +42,9 @@ func (o *otlpReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// TestServeKeysAndTraces runs the daemon as an operator would, with an
-// admin token, an upstream and an OTLP endpoint in the environment: a key
+// TestServeKeysAndTraces runs the daemon as an operator of a mesh would,
+// with an admin token, an upstream, an OTLP endpoint in the environment
+// and the callers' trace context trusted (--trust-trace-context): a key
 // made through the admin API is accepted by the proxy at once; the
 // client's trace reaches the upstream and the collector (the decision and
 // store spans included, the key nowhere); /metrics shows the trace ID as
@@ -65,7 +66,7 @@ func TestServeKeysAndTraces(t *testing.T) {
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", collector.URL)
 	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
 	adminAddr, internalAddr := freeAddr(t), freeAddr(t)
-	sv := startServe(t, "--listen", "127.0.0.1:0", "--admin-listen", adminAddr, "--internal-listen", internalAddr, "--upstream", up.URL)
+	sv := startServe(t, "--listen", "127.0.0.1:0", "--admin-listen", adminAddr, "--internal-listen", internalAddr, "--upstream", up.URL, "--trust-trace-context")
 
 	req, _ := http.NewRequest("POST", "http://"+adminAddr+"/admin/keys", strings.NewReader(`{"tenant":"acme","label":"trace test"}`))
 	req.Header.Set("Authorization", "Bearer "+token)

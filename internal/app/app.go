@@ -176,6 +176,11 @@ func limitedHook(b *dash.Dashboard) func(string) {
 	return b.Limited
 }
 
+// DefaultMaxConnections is the open connections an HTTP listener holds at
+// most unless --max-connections says otherwise: at some 25 KB each, about
+// 100 MB, under DefaultMemoryLimit with room for the rest.
+const DefaultMaxConnections = 4096
+
 // DefaultMemoryLimit is the Go runtime's soft memory limit `fairgate serve`
 // sets when GOMEMLIMIT is not in the environment.
 const DefaultMemoryLimit = 384 << 20
@@ -213,7 +218,8 @@ type ServeConfig struct {
 	// everything is served on Listen and this is unused.
 	InternalListen string
 	// InternalToken, if set, is the bearer token the internal endpoints
-	// require (all but /healthz and /readyz).
+	// require (all but /healthz, /readyz and the dashboard's page);
+	// /dashboard/data accepts it or the admin token.
 	InternalToken string
 	// ControlTimeout bounds each store call that is not a decision: admin
 	// reads and writes, job queue calls, /v1/me/limits. Zero means
@@ -229,16 +235,31 @@ type ServeConfig struct {
 	// ReadTimeout bounds the reading of a request's headers and body on
 	// every listener, the proxy's included. Zero means 30 s.
 	ReadTimeout time.Duration
+	// MaxConnections bounds the open connections of each HTTP listener
+	// (main, internal, admin); at the bound the connection idle the
+	// longest is closed to make room. Zero means DefaultMaxConnections.
+	MaxConnections int
 	// TraceTenants puts tenant IDs on decision spans (tracing is set up by
 	// the OTEL_* environment; see package tracing).
 	TraceTenants bool
+	// TrustTraceContext makes a caller's traceparent the parent of
+	// fairgate's server spans (for a service mesh); false starts a new
+	// trace linked to the caller's (server.Config.TrustTraceContext).
+	TrustTraceContext bool
 	// GRPCListen, if set, is the address of the Envoy rate limit service
 	// (gRPC, with the standard health service).
 	GRPCListen string
 	// TLS is each listener's TLS: a certificate and key (reloaded when
 	// they change), and for the internal and gRPC listeners a client CA
 	// that callers must present a certificate of. Empty means plain.
+	// Without Upstream, TLS is what ParseServe read for the internal
+	// listener (--listen serves the internal endpoints then), with its
+	// client CA, and InternalTLS is unused.
 	TLS, InternalTLS, AdminTLS, GRPCTLS TLSFiles
+	// Warnings are what ParseServe found set but unused without stopping
+	// the start (a listener address the container image sets for every
+	// mode); Serve logs them.
+	Warnings []string
 }
 
 // TLSFiles are one listener's TLS files.
@@ -289,7 +310,7 @@ func ParseServe(args []string, stderr io.Writer) (ServeConfig, error) {
 	fs.Func("upstream-timeout", "wait for the upstream's response headers (FAIRGATE_UPSTREAM_TIMEOUT, default 30s)", func(v string) error { upTimeout = v; return nil })
 	fs.StringVar(&c.InternalListen, "internal-listen", env("FAIRGATE_INTERNAL_LISTEN", "127.0.0.1:8090"), "with --upstream, address of the internal listener: /v1/take, /v1/check, /v1/outbound/*, worker job endpoints, /metrics, /readyz, /dashboard (FAIRGATE_INTERNAL_LISTEN)")
 	internalFile := ""
-	fs.StringVar(&internalFile, "internal-token-file", "", "file holding the bearer token the decision API, outbound, worker, /metrics and dashboard endpoints require (or FAIRGATE_INTERNAL_TOKEN); without one whoever reaches their listener may call them")
+	fs.StringVar(&internalFile, "internal-token-file", "", "file holding the bearer token the decision API, outbound, worker and /metrics endpoints require, and /dashboard/data accepts as it does the admin token (or FAIRGATE_INTERNAL_TOKEN); without one whoever reaches their listener may call them, and the dashboard's data shows no tenant IDs unless an admin token is set")
 	controlTimeout := env("FAIRGATE_CONTROL_TIMEOUT", "2s")
 	fs.Func("control-timeout", "deadline of each store call that is not a decision: admin writes, job queue calls, /v1/me/limits (FAIRGATE_CONTROL_TIMEOUT, default 2s)", func(v string) error { controlTimeout = v; return nil })
 	drain := env("FAIRGATE_DRAIN", "5s")
@@ -298,6 +319,8 @@ func ParseServe(args []string, stderr io.Writer) (ServeConfig, error) {
 	fs.Func("shutdown-grace", "then how long requests in flight get to finish (FAIRGATE_SHUTDOWN_GRACE, default 25s)", func(v string) error { grace = v; return nil })
 	readTimeout := env("FAIRGATE_READ_TIMEOUT", "30s")
 	fs.Func("read-timeout", "deadline to read a request's headers and body, on every listener (FAIRGATE_READ_TIMEOUT, default 30s)", func(v string) error { readTimeout = v; return nil })
+	maxConns := env("FAIRGATE_MAX_CONNECTIONS", strconv.Itoa(DefaultMaxConnections))
+	fs.Func("max-connections", "open connections each HTTP listener holds at most; at the bound the one idle the longest is closed to make room (FAIRGATE_MAX_CONNECTIONS, default "+strconv.Itoa(DefaultMaxConnections)+")", func(v string) error { maxConns = v; return nil })
 	fs.StringVar(&c.GRPCListen, "grpc-listen", env("FAIRGATE_GRPC_LISTEN", e.GRPCListen), "serve Envoy's rate limit service (gRPC) here, such as 127.0.0.1:8082 (FAIRGATE_GRPC_LISTEN; default: not served)")
 	fs.StringVar(&c.AdminListen, "admin-listen", env("FAIRGATE_ADMIN_LISTEN", "127.0.0.1:8081"), "address of the admin API (FAIRGATE_ADMIN_LISTEN)")
 	tokenFile := ""
@@ -306,6 +329,7 @@ func ParseServe(args []string, stderr io.Writer) (ServeConfig, error) {
 	fs.StringVar(&workerFile, "worker-token-file", "", "file holding the bearer token /v1/outbound/* require (or FAIRGATE_WORKER_TOKEN); without one they are open to whoever reaches --listen")
 	tlsFlags(fs, &c)
 	fs.BoolVar(&c.TraceTenants, "trace-tenants", env("FAIRGATE_TRACE_TENANTS", "") == "true", "with tracing on (OTEL_TRACES_EXPORTER=otlp or an OTEL_EXPORTER_OTLP_ENDPOINT), put tenant IDs on decision spans (FAIRGATE_TRACE_TENANTS=true; off by default)")
+	fs.BoolVar(&c.TrustTraceContext, "trust-trace-context", env("FAIRGATE_TRUST_TRACE_CONTEXT", "") == "true", "with tracing on, make a caller's traceparent the parent of fairgate's spans and let its sampled flag decide a parent-based sampler, as a service mesh wants (FAIRGATE_TRUST_TRACE_CONTEXT=true); off by default: a new trace, linked to the caller's")
 	timeout := env("FAIRGATE_STORE_TIMEOUT", "100ms")
 	if e.StoreTimeout > 0 {
 		timeout = env("FAIRGATE_STORE_TIMEOUT", e.StoreTimeout.String())
@@ -318,8 +342,14 @@ func ParseServe(args []string, stderr io.Writer) (ServeConfig, error) {
 		return c, fmt.Errorf("serve: unexpected argument %q", fs.Arg(0))
 	}
 	c.envoyDefaults(e)
+	if c.MaxConnections, err = strconv.Atoi(maxConns); err != nil || c.MaxConnections < 1 {
+		return c, fmt.Errorf("serve: max connections %q: want a positive number such as %d", maxConns, DefaultMaxConnections)
+	}
 	if err := c.durations(timeout, poll, upTimeout, controlTimeout, drain, grace, readTimeout); err != nil {
 		return c, err
+	}
+	if c.Upstream == "" && c.InternalTLS.on() && c.TLS.on() {
+		return c, errors.New("serve: --tls-cert-file and --internal-tls-cert-file (or their key files, or FAIRGATE_*TLS_* variables) both name --listen's certificate without --upstream, where --listen serves the internal endpoints: give one")
 	}
 	// A listener without a certificate of its own takes the main one's.
 	for _, l := range []*TLSFiles{&c.InternalTLS, &c.AdminTLS, &c.GRPCTLS} {
@@ -330,6 +360,15 @@ func ParseServe(args []string, stderr io.Writer) (ServeConfig, error) {
 	if c.TLS.ClientCA != "" || c.AdminTLS.ClientCA != "" {
 		return c, errors.New("serve: client certificates (mTLS) are for the internal and gRPC listeners: --internal-client-ca-file, --grpc-client-ca-file")
 	}
+	if c.Upstream == "" {
+		// A decision service: --listen serves the internal endpoints, so
+		// it takes the internal listener's TLS (its certificate, else the
+		// main one, and its client CA).
+		if c.InternalTLS.ClientCA != "" && !c.InternalTLS.on() {
+			return c, errors.New("serve: --internal-client-ca-file needs a certificate for --listen (without --upstream, the internal listener): --internal-tls-cert-file and --internal-tls-key-file, or --tls-cert-file and --tls-key-file")
+		}
+		c.TLS, c.InternalTLS = c.InternalTLS, TLSFiles{}
+	}
 	if c.InternalToken, err = token("internal", "FAIRGATE_INTERNAL_TOKEN", internalFile); err != nil {
 		return c, err
 	}
@@ -339,7 +378,9 @@ func ParseServe(args []string, stderr io.Writer) (ServeConfig, error) {
 	if c.WorkerToken, err = token("worker", "FAIRGATE_WORKER_TOKEN", workerFile); err != nil {
 		return c, err
 	}
-	return c, nil
+	cmdline := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { cmdline[f.Name] = true })
+	return c, checkModes(&c, cmdline, os.LookupEnv)
 }
 
 // envoyDefaults completes c, once its flags are parsed, with what

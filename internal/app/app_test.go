@@ -54,7 +54,7 @@ func TestParseServeEnvironment(t *testing.T) {
 	if c.Listen != "127.0.0.1:9999" || c.Store != "memory://?max_keys=5" || c.StoreTimeout != 20*time.Millisecond {
 		t.Errorf("from the environment: %+v", c)
 	}
-	c, err = ParseServe([]string{"--listen", ":1", "--store-timeout", "1s"}, io.Discard)
+	c, err = ParseServe([]string{"--listen", ":1", "--store", "redis://127.0.0.1:9", "--store-timeout", "1s"}, io.Discard)
 	if err != nil || c.Listen != ":1" || c.StoreTimeout != time.Second {
 		t.Errorf("flags over the environment: %+v %v", c, err)
 	}

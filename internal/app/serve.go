@@ -36,6 +36,7 @@ import (
 	"github.com/fairgate/fairgate/internal/apikeys"
 	"github.com/fairgate/fairgate/internal/auth"
 	"github.com/fairgate/fairgate/internal/config"
+	"github.com/fairgate/fairgate/internal/connlimit"
 	"github.com/fairgate/fairgate/internal/dash"
 	"github.com/fairgate/fairgate/internal/rls"
 	"github.com/fairgate/fairgate/internal/rlsxds"
@@ -162,8 +163,14 @@ func (d *daemon) build() error {
 			d.log.Warn("envoyproxy/ratelimit variables fairgate does not support (see docs/rls.md)", slog.Any("variables", e.Unsupported))
 		}
 	}
+	for _, w := range d.c.Warnings {
+		d.log.Warn("set but unused in this mode", slog.String("detail", w))
+	}
 	if d.cfg, d.raw, err = LoadConfig(d.c.Config, d.c.ConfigData); err != nil {
 		return err
+	}
+	if d.c.PerSecondStore != "" && d.c.GRPCListen == "" && !d.cfg.HasRLS {
+		return fmt.Errorf("serve: --per-second-store (FAIRGATE_PER_SECOND_STORE) does nothing here: it is the Envoy rate limit service's store for windows of one second, and needs --grpc-listen or an rls section in %s", d.cfg.File)
 	}
 	if d.be, err = OpenBackend(d.c.Store, d.c.StoreTimeout, d.log); err != nil {
 		return err
@@ -176,7 +183,7 @@ func (d *daemon) build() error {
 		return err
 	}
 	if d.tr.Provider != nil {
-		d.log.Info("tracing on", slog.String("exporter", d.tr.Exporter), slog.Bool("tenant_ids", d.c.TraceTenants))
+		d.log.Info("tracing on", slog.String("exporter", d.tr.Exporter), slog.Bool("tenant_ids", d.c.TraceTenants), slog.Bool("trust_trace_context", d.c.TrustTraceContext))
 		d.closers = append(d.closers, func() error {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
@@ -187,7 +194,7 @@ func (d *daemon) build() error {
 	d.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fairgate_config_reloads_total", Help: "Config file reloads by result (applied, refused)."}, []string{"result"})
 	d.reg.MustRegister(d.reloads, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if d.cfg.Dashboard {
-		d.board = dash.New(d.reg, d.c.AdminToken)
+		d.board = dash.New(d.reg, d.c.AdminToken, d.c.InternalToken)
 	}
 	if d.cfg.NoPolicy && d.c.Upstream != "" {
 		return fmt.Errorf("serve: --upstream needs a policy to decide the proxied requests by: %s has no plans, classes or routes, only the rls section", d.cfg.File)
@@ -293,7 +300,7 @@ func (d *daemon) buildServer() error {
 	sc := server.Config{
 		Limiter: d.lim, Headers: httplimit.Form(cfg.Headers), Auth: d.authn, ClientIP: auth.ClientIP{Trusted: cfg.TrustedProxies, Header: cfg.ClientIPHeader},
 		UpstreamHeaders: server.UpstreamHeaders(cfg.UpstreamHeaders), ForwardAuth: server.ForwardAuth(cfg.ForwardAuth),
-		UpstreamTimeout: c.UpstreamTimeout, Logger: log, NoPolicy: cfg.NoPolicy, Metrics: promhttp.HandlerFor(d.reg, promhttp.HandlerOpts{EnableOpenMetrics: true}), Tracer: d.tr.Tracer(),
+		UpstreamTimeout: c.UpstreamTimeout, Logger: log, NoPolicy: cfg.NoPolicy, Metrics: promhttp.HandlerFor(d.reg, promhttp.HandlerOpts{EnableOpenMetrics: true}), Tracer: d.tr.Tracer(), TrustTraceContext: c.TrustTraceContext,
 		Quotas: d.quotas, WorkerToken: c.WorkerToken, InternalToken: c.InternalToken, ControlTimeout: c.ControlTimeout,
 		Jobs: d.jobs, JobKinds: cfg.Queues, Breakers: d.breakers, Registerer: d.reg,
 		Capacity: (*server.Capacity)(cfg.UpstreamCapacity),
@@ -310,8 +317,8 @@ func (d *daemon) buildServer() error {
 	}
 	if d.board != nil {
 		sc.Dashboard = d.board
-		if c.AdminToken == "" {
-			log.Warn("the dashboard (/dashboard) needs no token: set FAIRGATE_ADMIN_TOKEN to lock it, or dashboard: off in the config")
+		if c.AdminToken == "" && c.InternalToken == "" {
+			log.Warn("the dashboard's data (/dashboard/data) needs no token, so it shows no tenant IDs: set FAIRGATE_ADMIN_TOKEN or FAIRGATE_INTERNAL_TOKEN to lock it and see them, or dashboard: off in the config")
 		}
 	}
 	if c.WorkerToken == "" && (len(cfg.Providers) > 0 || len(cfg.Queues) > 0) {
@@ -536,6 +543,10 @@ func (d *daemon) listen() (net.Listener, error) {
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(d.log.Handler(), slog.LevelWarn),
 	}
+	if ln, err = d.bound(ln, d.srv, "main"); err != nil {
+		ln.Close()
+		return nil, err
+	}
 	// With an upstream the proxy lifts the write deadline of a proxied
 	// response, and the read deadline once the request's body has arrived,
 	// so that responses may stream for as long as the upstream sends;
@@ -547,6 +558,28 @@ func (d *daemon) listen() (net.Listener, error) {
 		}
 	}
 	return ln, nil
+}
+
+// bound caps ln's open connections at --max-connections for srv (idle
+// ones reclaimed at the cap; package connlimit), with the listener's
+// metrics.
+func (d *daemon) bound(ln net.Listener, srv *http.Server, name string) (net.Listener, error) {
+	cl := connlimit.New(ln, cmp.Or(d.c.MaxConnections, DefaultMaxConnections))
+	srv.ConnState = cl.ConnState
+	labels := prometheus.Labels{"listener": name}
+	for _, c := range []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "fairgate_connections_open", Help: "Open connections by listener, at most --max-connections.", ConstLabels: labels},
+			func() float64 { return float64(cl.Open()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "fairgate_connections_idle", Help: "Idle keep-alive connections by listener: the ones closed first at the cap.", ConstLabels: labels},
+			func() float64 { return float64(cl.Idle()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "fairgate_connections_reclaimed_total", Help: "Idle connections closed to make room for new ones at --max-connections, by listener.", ConstLabels: labels},
+			func() float64 { return float64(cl.Reclaimed()) }),
+	} {
+		if err := d.reg.Register(c); err != nil {
+			return ln, err
+		}
+	}
+	return cl, nil
 }
 
 // listenInternal starts the internal listener of proxy mode.
@@ -561,6 +594,10 @@ func (d *daemon) listenInternal(readTimeout time.Duration) error {
 	}
 	isrv := &http.Server{Handler: ih, ReadHeaderTimeout: d.srv.ReadHeaderTimeout, ReadTimeout: readTimeout, WriteTimeout: 30 * time.Second,
 		IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10, ErrorLog: d.srv.ErrorLog}
+	if iln, err = d.bound(iln, isrv, "internal"); err != nil {
+		iln.Close()
+		return err
+	}
 	d.servers = append(d.servers, isrv)
 	if d.c.InternalToken == "" && !loopback(iln.Addr()) {
 		d.log.Warn("the internal listener is not on loopback and needs no token: set FAIRGATE_INTERNAL_TOKEN or --internal-token-file", slog.String("listen", iln.Addr().String()))
@@ -585,6 +622,10 @@ func (d *daemon) listenAdmin(readTimeout time.Duration) error {
 		return fmt.Errorf("serve: admin listen on %s: %w", d.c.AdminListen, err)
 	}
 	asrv := &http.Server{Handler: ah, ReadHeaderTimeout: d.srv.ReadHeaderTimeout, ReadTimeout: min(10*time.Second, readTimeout), WriteTimeout: 10 * time.Second, ErrorLog: d.srv.ErrorLog}
+	if aln, err = d.bound(aln, asrv, "admin"); err != nil {
+		aln.Close()
+		return err
+	}
 	d.servers = append(d.servers, asrv)
 	d.log.Info("admin API", slog.String("listen", aln.Addr().String()))
 	d.goCheck("admin listener", func() error { return serveOn(asrv, aln, d.tls.admin) })
@@ -610,7 +651,7 @@ func (d *daemon) listenGRPC(time.Duration) error {
 		opts = append(opts, grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: e.GRPCMaxConnAge, MaxConnectionAgeGrace: e.GRPCMaxConnAgeGrace}))
 	}
 	if t := d.tr.Tracer(); t != nil {
-		opts = append(opts, grpc.UnaryInterceptor(tracing.UnaryServer(t)))
+		opts = append(opts, grpc.UnaryInterceptor(tracing.UnaryServer(t, d.c.TrustTraceContext)))
 	}
 	d.grpc = rls.NewServer(d.rlsSvc, opts...)
 	d.log.Info("envoy rate limit service", slog.String("grpc_listen", gln.Addr().String()), slog.Int("domains", len(d.cfg.RLS.Domains)))

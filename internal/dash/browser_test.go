@@ -104,8 +104,10 @@ func traffic(t *testing.T, base, tenant string, n int) {
 
 // TestDashboardInBrowser loads the dashboard in headless Chromium: the page
 // loads without console errors, the chart draws, and the numbers change
-// once traffic is sent (a noisy tenant shows at the top of the limited
-// list). It saves a screenshot.
+// once traffic is sent; with no token set, the limited list says tenant
+// IDs need one instead of showing the noisy tenant
+// (TestDashboardAsksForToken shows it with the token). It saves a
+// screenshot.
 func TestDashboardInBrowser(t *testing.T) {
 	base := serve(t, "")
 	ctx, problems := browser(t)
@@ -140,7 +142,10 @@ func TestDashboardInBrowser(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if strings.Contains(top, "noisy-tenant") && paths != "0" && rate != before {
+		if strings.Contains(top, "noisy-tenant") {
+			t.Fatalf("with no token set the page shows a tenant ID: %q", top)
+		}
+		if strings.Contains(top, "shown only with a token") && paths != "0" && rate != before {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -174,7 +179,7 @@ func TestDashboardInBrowser(t *testing.T) {
 }
 
 // TestDashboardAsksForToken: with the admin token set the page asks for
-// it, and shows the data once given.
+// it, and shows the data once given, the limited tenants included.
 func TestDashboardAsksForToken(t *testing.T) {
 	const token = "admin-token-for-the-dashboard-1"
 	base := serve(t, token)
@@ -196,6 +201,20 @@ func TestDashboardAsksForToken(t *testing.T) {
 		chromedp.WaitVisible(chromedp.ID("chart")),
 	); err != nil {
 		t.Fatal(err)
+	}
+	traffic(t, base, "noisy-tenant", 200)
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		top, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("top")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(top, "noisy-tenant") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("with the token the page does not show the limited tenant: %q", top)
+		}
+		time.Sleep(300 * time.Millisecond)
 	}
 	// The failed fetch (401) before the login is expected; nothing else.
 	for _, p := range problems() {

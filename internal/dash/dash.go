@@ -59,6 +59,10 @@ type Data struct {
 	// (its store is out) is "unavailable" there, never left out.
 	Queues     map[string]any `json:"queues"`
 	TopLimited []Entry        `json:"top_limited"`
+	// TenantsHidden says TopLimited is left empty because the dashboard
+	// has no token to ask for: tenant IDs are shown only to a caller
+	// with a credential.
+	TenantsHidden bool `json:"tenants_hidden,omitempty"`
 	// Upstream is the proxy's upstream capacity gate; nil without one.
 	Upstream *Upstream `json:"upstream,omitempty"`
 }
@@ -80,9 +84,9 @@ type Upstream struct {
 // Dashboard samples a registry and serves the page. It is safe for
 // concurrent use.
 type Dashboard struct {
-	g     prometheus.Gatherer
-	top   *TopK
-	token *[sha256.Size]byte
+	g      prometheus.Gatherer
+	top    *TopK
+	tokens [][sha256.Size]byte // the hashes of the tokens the data accepts
 
 	mu       sync.Mutex
 	prev     map[string]float64 // counter values at the last sample
@@ -94,13 +98,17 @@ type Dashboard struct {
 }
 
 // New returns a dashboard over g. Limited tenants come through
-// Dashboard.Limited (wire it to limiter.Config.Limited). A non-empty token
-// is the bearer token /dashboard/data requires (the admin token).
-func New(g prometheus.Gatherer, token string) *Dashboard {
+// Dashboard.Limited (wire it to limiter.Config.Limited). The non-empty
+// tokens (the admin and the internal token) are the bearer tokens
+// /dashboard/data accepts: with any, it answers 401 to a request that
+// carries none of them; with none, it answers without tenant IDs (an
+// empty top_limited and tenants_hidden), which only a credential shows.
+func New(g prometheus.Gatherer, tokens ...string) *Dashboard {
 	d := &Dashboard{g: g, top: NewTopK(64), prev: map[string]float64{}}
-	if token != "" {
-		sum := sha256.Sum256([]byte(token))
-		d.token = &sum
+	for _, t := range tokens {
+		if t != "" {
+			d.tokens = append(d.tokens, sha256.Sum256([]byte(t)))
+		}
 	}
 	return d
 }
@@ -317,14 +325,18 @@ func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "no-store")
 		w.Write(indexHTML)
 	case "/dashboard/data":
-		if d.token != nil && !d.authorized(r) {
+		if d.AuthRequired() && !d.authorized(r) {
+			w.Header().Set("Connection", "close") // no use for it without a token
 			w.Header().Set("WWW-Authenticate", `Bearer realm="fairgate-dashboard"`)
-			problem.Write(w, problem.Details{Status: http.StatusUnauthorized, Detail: "the dashboard's data needs Authorization: Bearer <admin token>"})
+			problem.Write(w, problem.Details{Status: http.StatusUnauthorized, Detail: "the dashboard's data needs Authorization: Bearer <admin token or internal token>"})
 			return
 		}
 		d.mu.Lock()
 		data := d.data
 		d.mu.Unlock()
+		if !d.AuthRequired() {
+			data.TopLimited, data.TenantsHidden = nil, true
+		}
 		if data.History == nil { // arrays, never null (docs/openapi.json)
 			data.History = []Point{}
 		}
@@ -348,7 +360,15 @@ func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (d *Dashboard) authorized(r *http.Request) bool { return auth.BearerMatches(r, *d.token) }
+// authorized reports whether r carries one of the tokens.
+func (d *Dashboard) authorized(r *http.Request) bool {
+	ok := false
+	for _, sum := range d.tokens {
+		ok = auth.BearerMatches(r, sum) || ok // every one compared: no early answer
+	}
+	return ok
+}
 
-// AuthRequired reports whether the data needs a token.
-func (d *Dashboard) AuthRequired() bool { return d.token != nil }
+// AuthRequired reports whether the data needs a token; without one it is
+// served without tenant IDs.
+func (d *Dashboard) AuthRequired() bool { return len(d.tokens) > 0 }

@@ -105,8 +105,10 @@ func TestSampleUpstream(t *testing.T) {
 	}
 }
 
+// TestDataNeedsTheToken: with the admin and the internal token set, the
+// data needs one of them; the page does not (it asks for one).
 func TestDataNeedsTheToken(t *testing.T) {
-	d := New(prometheus.NewRegistry(), "admin-token-0123456789")
+	d := New(prometheus.NewRegistry(), "admin-token-0123456789", "", "internal-token-0123456789")
 	for _, c := range []struct {
 		path, auth string
 		code       int
@@ -115,6 +117,7 @@ func TestDataNeedsTheToken(t *testing.T) {
 		{"/dashboard/data", "", 401},
 		{"/dashboard/data", "Bearer wrong", 401},
 		{"/dashboard/data", "Bearer admin-token-0123456789", 200},
+		{"/dashboard/data", "Bearer internal-token-0123456789", 200},
 		{"/dashboard/nope", "", 404},
 	} {
 		r := httptest.NewRequest("GET", c.path, nil)
@@ -160,6 +163,34 @@ func TestDataDuringAnOutage(t *testing.T) {
 		d.ServeHTTP(w, r)
 		if w.Header().Get("Content-Type") != "application/problem+json" {
 			t.Errorf("%s %s: %d %q, want problem+json", r.Method, r.URL.Path, w.Code, w.Header().Get("Content-Type"))
+		}
+	}
+}
+
+// TestDataHidesTenantsWithoutToken: with no token to ask for, the data
+// is served without a tenant ID (tenants_hidden); with a token, the caller
+// that sends it sees the limited tenants.
+func TestDataHidesTenantsWithoutToken(t *testing.T) {
+	for _, tok := range []string{"", "internal-token-0123456789"} {
+		d := New(prometheus.NewRegistry(), "", tok)
+		d.Limited("acme-secret-customer")
+		d.Sample(time.Unix(1_800_000_000, 0))
+		r := httptest.NewRequest("GET", "/dashboard/data", nil)
+		if tok != "" {
+			r.Header.Set("Authorization", "Bearer "+tok)
+		}
+		w := httptest.NewRecorder()
+		d.ServeHTTP(w, r)
+		var got Data
+		if err := json.Unmarshal(w.Body.Bytes(), &got); w.Code != 200 || err != nil {
+			t.Fatalf("token %q: %d %s", tok, w.Code, w.Body)
+		}
+		shown := strings.Contains(w.Body.String(), "acme-secret-customer")
+		if tok == "" && (shown || !got.TenantsHidden || got.TopLimited == nil) {
+			t.Errorf("without a token: %s, want no tenant ID, tenants_hidden and an empty top_limited", w.Body)
+		}
+		if tok != "" && (!shown || got.TenantsHidden) {
+			t.Errorf("with the token: %s, want the limited tenant", w.Body)
 		}
 	}
 }

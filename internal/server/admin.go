@@ -84,6 +84,7 @@ func NewAdmin(c AdminConfig) (http.Handler, error) {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !a.authorized(r) {
+			w.Header().Set("Connection", "close") // no use for it without the token
 			w.Header().Set("WWW-Authenticate", `Bearer realm="fairgate-admin"`)
 			problem.Write(w, problem.Details{Status: http.StatusUnauthorized, Detail: "admin requests need Authorization: Bearer <admin token>"})
 			return

@@ -132,7 +132,6 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case d.Reason == limiter.ReasonUnavailable:
 		resp.Status = http.StatusServiceUnavailable
-		resp.Headers = append(resp.Headers, "Retry-After", httplimit.RetryAfter(d.RetryAfter))
 	case !d.Allowed:
 		resp.Status = http.StatusTooManyRequests
 	}

@@ -47,9 +47,16 @@ type Config struct {
 	// endpoint's metrics.
 	Registerer prometheus.Registerer
 	// Tracer, if not nil, traces each request on the public and internal
-	// listeners (a server span, its parent from the request's traceparent)
-	// and passes the trace to the upstream. Nil means off.
+	// listeners (a server span) and passes the trace to the upstream. Nil
+	// means off.
 	Tracer trace.Tracer
+	// TrustTraceContext makes a request's traceparent the parent of its
+	// server span (and its sampled flag the sampling decision of a
+	// parent-based sampler), for callers whose trace context is the
+	// operator's own, as in a service mesh. False, the default, starts a
+	// new trace linked to the caller's: a client cannot force sampling or
+	// choose fairgate's trace IDs.
+	TrustTraceContext bool
 	// RLSJSON, if not nil, serves envoyproxy/ratelimit's /json endpoint
 	// (with /healthcheck) on the internal surface.
 	RLSJSON http.HandlerFunc
@@ -101,8 +108,9 @@ type Config struct {
 	// InternalToken, if not empty, is the bearer token every endpoint of
 	// the internal surface requires except /healthz and /readyz (probes):
 	// the decision API, outbound quotas, worker job endpoints and
-	// /metrics (the dashboard keeps the admin token of its own). Empty
-	// means whoever reaches the internal listener may call them.
+	// /metrics. The dashboard checks its own tokens (the admin and this
+	// one; package dash). Empty means whoever reaches the internal
+	// listener may call them.
 	InternalToken string
 	// ControlTimeout bounds each store call that is not a decision: the
 	// job queue's and /v1/me/limits' reads. Zero means
@@ -154,6 +162,7 @@ type Server struct {
 	kinds       fairq.Kinds
 	breakers    *breaker.Set
 	tracer      trace.Tracer // nil: off
+	trustTrace  bool         // Config.TrustTraceContext
 	handler     http.Handler // the public surface: mux, traced
 	capacity    gateHolder   // the proxy's upstream capacity gate
 }
@@ -170,7 +179,7 @@ func New(c Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{lim: c.Limiter, form: form, log: c.Logger, jobs: c.Jobs, kinds: c.JobKinds, breakers: c.Breakers, ctlWait: c.ControlTimeout, warning: c.StoreWarning, conn: c.StoreConnected, tracer: c.Tracer}
+	s := &Server{lim: c.Limiter, form: form, log: c.Logger, jobs: c.Jobs, kinds: c.JobKinds, breakers: c.Breakers, ctlWait: c.ControlTimeout, warning: c.StoreWarning, conn: c.StoreConnected, tracer: c.Tracer, trustTrace: c.TrustTraceContext}
 	if s.ctlWait <= 0 {
 		s.ctlWait = DefaultControlTimeout
 	}
@@ -235,6 +244,9 @@ func New(c Config) (*Server, error) {
 	}
 	s.mux = pub
 	s.handler = s.traced(plainTargets(pub))
+	if c.Upstream != nil {
+		s.handler = s.closeUnauthorized(s.handler)
+	}
 	return s, nil
 }
 
@@ -251,6 +263,35 @@ func plainTargets(h http.Handler) http.Handler {
 		h.ServeHTTP(w, r)
 	})
 }
+
+// closeUnauthorized wraps the proxy's public surface: an answer 401 closes
+// its connection (Connection: close), unless the peer is a trusted proxy
+// whose connection carries other clients' requests. A client without a
+// valid credential then cannot keep idle connections open, each holding
+// memory until the idle timeout, for the price of one refused request.
+func (s *Server) closeUnauthorized(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.id.Load().ip.Trusts(auth.PeerIP(r)) {
+			h.ServeHTTP(w, r)
+			return
+		}
+		h.ServeHTTP(&closeOn401{ResponseWriter: w}, r)
+	})
+}
+
+// closeOn401 adds Connection: close to an answer 401. It unwraps to the
+// writer it wraps, so that http.ResponseController (flushes, deadlines,
+// hijacking) reaches the connection's.
+type closeOn401 struct{ http.ResponseWriter }
+
+func (w *closeOn401) WriteHeader(code int) {
+	if code == http.StatusUnauthorized {
+		w.Header().Set("Connection", "close")
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *closeOn401) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // identity is what the server verifies credentials and finds client
 // addresses with, and the headers it tells the upstream who the caller is
@@ -362,13 +403,16 @@ func tokenHash(what, tok string) (*[sha256.Size]byte, error) {
 }
 
 // bearer lets through requests that carry the token whose hash is sum
-// (any request when sum is nil) and answers the others 401 in realm.
+// (any request when sum is nil) and answers the others 401 in realm,
+// closing the connection: a caller without the operator's token has no
+// use for it.
 func bearer(sum *[sha256.Size]byte, realm, detail string, h http.HandlerFunc) http.HandlerFunc {
 	if sum == nil {
 		return h
 	}
 	return func(w http.ResponseWriter, r *http.Request) {
 		if !auth.BearerMatches(r, *sum) {
+			w.Header().Set("Connection", "close")
 			w.Header().Set("WWW-Authenticate", `Bearer realm="`+realm+`"`)
 			problem.Write(w, problem.Details{Status: http.StatusUnauthorized, Detail: detail})
 			return
@@ -418,8 +462,8 @@ func (s *Server) operatorRoutes(in *http.ServeMux, c Config) {
 		}))
 	}
 	if c.Dashboard != nil {
-		// A browser cannot send the internal token; the dashboard's data
-		// needs the admin token instead (package dash).
+		// The page carries no data; the data needs the admin or the
+		// internal token, which the page asks for (package dash).
 		in.Handle("/dashboard", c.Dashboard)
 		in.Handle("/dashboard/", c.Dashboard)
 	}

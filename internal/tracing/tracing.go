@@ -95,6 +95,10 @@ func FromEnv(ctx context.Context) (Tracing, error) {
 	return Tracing{Provider: tp, Exporter: "otlp " + proto}, nil
 }
 
+// Requested reports whether the process's environment asks for traces
+// (as FromEnv reads it), or what is wrong with what it asks.
+func Requested() (bool, error) { return on() }
+
 // on reports whether the environment asks for traces, or what is wrong
 // with what it asks.
 func on() (bool, error) {
@@ -122,18 +126,74 @@ func version() string {
 	return "devel"
 }
 
+// MaxTraceState is the longest tracestate fairgate keeps, in bytes: the
+// W3C Trace Context's 512, past which it lets a vendor truncate.
+const MaxTraceState = 512
+
+// maxTraceStateMember is the longest tracestate member kept when the whole
+// is over MaxTraceState: W3C Trace Context removes longer ones first.
+const maxTraceStateMember = 128
+
+// Remote reads a caller's trace context from carrier for the server span
+// of its request, and returns the context to start that span in with the
+// options it needs. The caller's baggage is read either way.
+//
+// Trusted, the caller's span is the span's parent (its sampled flag then
+// decides a parent-based sampler), as a service mesh whose proxies start
+// the traces wants. Untrusted (fairgate's default), a caller cannot steer
+// fairgate's traces: the span starts a new root, sampled by the root
+// sampler alone, and the caller's span is only a link. Either way the
+// caller's tracestate is bounded ([BoundTraceState]).
+func Remote(ctx context.Context, carrier propagation.TextMapCarrier, trusted bool) (context.Context, []trace.SpanStartOption) {
+	ctx = propagation.Baggage{}.Extract(ctx, carrier)
+	sc := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), carrier))
+	if !sc.IsValid() {
+		return ctx, []trace.SpanStartOption{trace.WithNewRoot()}
+	}
+	sc = sc.WithTraceState(BoundTraceState(sc.TraceState()))
+	if trusted {
+		return trace.ContextWithRemoteSpanContext(ctx, sc), nil
+	}
+	return ctx, []trace.SpanStartOption{trace.WithNewRoot(), trace.WithLinks(trace.Link{SpanContext: sc})}
+}
+
+// BoundTraceState returns ts if it is at most MaxTraceState bytes long;
+// else, as W3C Trace Context says, ts without its members over 128 bytes,
+// then without members from the end until it fits.
+func BoundTraceState(ts trace.TraceState) trace.TraceState {
+	if len(ts.String()) <= MaxTraceState {
+		return ts
+	}
+	var kept []string
+	ts.Walk(func(k, v string) bool {
+		if m := k + "=" + v; len(m) <= maxTraceStateMember {
+			kept = append(kept, m)
+		}
+		return true
+	})
+	for len(strings.Join(kept, ",")) > MaxTraceState {
+		kept = kept[:len(kept)-1]
+	}
+	out, err := trace.ParseTraceState(strings.Join(kept, ","))
+	if err != nil { // cannot be: the members came from a parsed state
+		return trace.TraceState{}
+	}
+	return out
+}
+
 // UnaryServer is a gRPC interceptor that, when tracer is not nil, makes a
-// server span of each call, its parent from the call's traceparent
-// metadata (as Envoy sends it with tracing on).
-func UnaryServer(tracer trace.Tracer) grpc.UnaryServerInterceptor {
+// server span of each call; the call's traceparent metadata (as Envoy
+// sends it with tracing on) is its parent when trusted, else a link (see
+// [Remote]).
+func UnaryServer(tracer trace.Tracer, trusted bool) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		if tracer == nil {
 			return h(ctx, req)
 		}
 		md, _ := metadata.FromIncomingContext(ctx)
-		ctx = Propagator.Extract(ctx, mdCarrier(md))
-		ctx, span := tracer.Start(ctx, strings.TrimPrefix(info.FullMethod, "/"), trace.WithSpanKind(trace.SpanKindServer),
-			trace.WithAttributes(attribute.String("rpc.system", "grpc"), attribute.String("rpc.method", info.FullMethod)))
+		ctx, opts := Remote(ctx, mdCarrier(md), trusted)
+		ctx, span := tracer.Start(ctx, strings.TrimPrefix(info.FullMethod, "/"), append(opts, trace.WithSpanKind(trace.SpanKindServer),
+			trace.WithAttributes(attribute.String("rpc.system", "grpc"), attribute.String("rpc.method", info.FullMethod)))...)
 		defer span.End()
 		resp, err := h(ctx, req)
 		if err != nil {

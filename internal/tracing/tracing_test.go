@@ -2,6 +2,7 @@ package tracing
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -9,8 +10,10 @@ import (
 	"strings"
 	"testing"
 
+	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 	collectorpb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -149,33 +152,129 @@ func TestOTLPGRPC(t *testing.T) {
 }
 
 // TestUnaryServer: a gRPC call's traceparent metadata (as Envoy sends it)
-// is the parent of the call's server span, and its handler's spans are
-// children of that.
+// is, trusted, the parent of the call's server span, and its handler's
+// spans are children of that; untrusted, the call's span starts a new
+// trace linked to the caller's.
 func TestUnaryServer(t *testing.T) {
-	exp := tracetest.NewInMemoryExporter()
-	tr := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp)).Tracer("test")
-	md := metadata.Pairs("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
-	ctx := metadata.NewIncomingContext(context.Background(), md)
-	info := &grpc.UnaryServerInfo{FullMethod: "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"}
-	_, err := UnaryServer(tr)(ctx, nil, info, func(ctx context.Context, _ any) (any, error) {
-		_, span := tr.Start(ctx, "fairgate.decide")
+	for _, trusted := range []bool{true, false} {
+		exp := tracetest.NewInMemoryExporter()
+		tr := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp)).Tracer("test")
+		md := metadata.Pairs("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+		ctx := metadata.NewIncomingContext(context.Background(), md)
+		info := &grpc.UnaryServerInfo{FullMethod: "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"}
+		_, err := UnaryServer(tr, trusted)(ctx, nil, info, func(ctx context.Context, _ any) (any, error) {
+			_, span := tr.Start(ctx, "fairgate.decide")
+			span.End()
+			return nil, nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		spans := exp.GetSpans()
+		if len(spans) != 2 {
+			t.Fatalf("%d spans, want 2", len(spans))
+		}
+		decide, call := spans[0], spans[1]
+		joined := call.Parent.SpanID().String() == "00f067aa0ba902b7" && call.SpanContext.TraceID().String() == "4bf92f3577b34da6a3ce929d0e0e4736"
+		linked := len(call.Links) == 1 && call.Links[0].SpanContext.SpanID().String() == "00f067aa0ba902b7" && !call.Parent.IsValid()
+		if call.Name != "envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit" || joined != trusted || linked == trusted || decide.Parent.SpanID() != call.SpanContext.SpanID() {
+			t.Errorf("trusted %v: call %s (parent %s, trace %s, links %v), decision's parent %s", trusted, call.Name, call.Parent.SpanID(), call.SpanContext.TraceID(), call.Links, decide.Parent.SpanID())
+		}
+		// Off, it adds nothing.
+		if _, err := UnaryServer(nil, trusted)(ctx, nil, info, func(context.Context, any) (any, error) { return nil, nil }); err != nil || len(exp.GetSpans()) != 2 {
+			t.Errorf("off: %v, %d spans", err, len(exp.GetSpans()))
+		}
+	}
+}
+
+// TestRemoteSampling: under parentbased_traceidratio with a ratio of 0, a
+// caller's sampled flag samples fairgate's span only when the caller's
+// trace context is trusted; untrusted, the span is a new root (sampled by
+// the ratio alone) with the caller's span as a link, and its tracestate is
+// bounded.
+func TestRemoteSampling(t *testing.T) {
+	long := make([]string, 24) // 24 members of 250 bytes: 6 KB
+	for i := range long {
+		long[i] = fmt.Sprintf("v%02d=%s", i, strings.Repeat("x", 246))
+	}
+	const caller, callerSpan = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+	for _, c := range []struct {
+		trusted bool
+		flags   string
+		sampled bool
+	}{
+		{false, "01", false},
+		{false, "00", false},
+		{true, "01", true},
+		{true, "00", false},
+	} {
+		exp := tracetest.NewInMemoryExporter()
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp), sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0))))
+		h := http.Header{}
+		h.Set("Traceparent", "00-"+caller+"-"+callerSpan+"-"+c.flags)
+		h.Set("Tracestate", "short=1,"+strings.Join(long, ","))
+		ctx, opts := Remote(context.Background(), propagation.HeaderCarrier(h), c.trusted)
+		_, span := tp.Tracer("test").Start(ctx, "fairgate GET", opts...)
 		span.End()
-		return nil, nil
-	})
-	if err != nil {
-		t.Fatal(err)
+		spans := exp.GetSpans()
+		if got := len(spans) == 1; got != c.sampled {
+			t.Errorf("trusted %v, flags %s: sampled %v, want %v", c.trusted, c.flags, got, c.sampled)
+		}
+		sc := span.SpanContext()
+		if (sc.TraceID().String() == caller) != c.trusted {
+			t.Errorf("trusted %v: trace %s, caller's %s", c.trusted, sc.TraceID(), caller)
+		}
+		if n := len(sc.TraceState().String()); n > MaxTraceState {
+			t.Errorf("trusted %v: the span's tracestate is %d bytes", c.trusted, n)
+		}
+		if len(spans) == 1 && !c.trusted {
+			l := spans[0].Links
+			if len(l) != 1 || l[0].SpanContext.TraceID().String() != caller || len(l[0].SpanContext.TraceState().String()) > MaxTraceState {
+				t.Errorf("untrusted: links %v, want the caller's span with a bounded tracestate", l)
+			}
+		}
 	}
+	// The root sampler alone decides an untrusted request: always_on
+	// samples it whatever the caller's flag says, with the caller's span
+	// as its link.
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	h := http.Header{}
+	h.Set("Traceparent", "00-"+caller+"-"+callerSpan+"-00")
+	h.Set("Tracestate", "short=1,"+strings.Join(long, ","))
+	ctx, opts := Remote(context.Background(), propagation.HeaderCarrier(h), false)
+	_, span := tp.Tracer("test").Start(ctx, "fairgate GET", opts...)
+	span.End()
 	spans := exp.GetSpans()
-	if len(spans) != 2 {
-		t.Fatalf("%d spans, want 2", len(spans))
+	if len(spans) != 1 || spans[0].Parent.IsValid() || len(spans[0].Links) != 1 || spans[0].Links[0].SpanContext.SpanID().String() != callerSpan {
+		t.Fatalf("untrusted, unsampled caller under always_on: %+v", spans)
 	}
-	decide, call := spans[0], spans[1]
-	if call.Name != "envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit" || call.Parent.SpanID().String() != "00f067aa0ba902b7" ||
-		call.SpanContext.TraceID().String() != "4bf92f3577b34da6a3ce929d0e0e4736" || decide.Parent.SpanID() != call.SpanContext.SpanID() {
-		t.Errorf("spans: call %s (parent %s, trace %s), decision's parent %s", call.Name, call.Parent.SpanID(), call.SpanContext.TraceID(), decide.Parent.SpanID())
+	if ts := spans[0].Links[0].SpanContext.TraceState().String(); len(ts) > MaxTraceState || !strings.HasPrefix(ts, "short=1") {
+		t.Errorf("the link's tracestate %q: want at most %d bytes, the short member kept", ts, MaxTraceState)
 	}
-	// Off, it adds nothing.
-	if _, err := UnaryServer(nil)(ctx, nil, info, func(context.Context, any) (any, error) { return nil, nil }); err != nil || len(exp.GetSpans()) != 2 {
-		t.Errorf("off: %v, %d spans", err, len(exp.GetSpans()))
+}
+
+// TestBoundTraceState: a tracestate over 512 bytes loses its members over
+// 128 bytes first, then members from the end, as W3C Trace Context says.
+func TestBoundTraceState(t *testing.T) {
+	// m is a member of n bytes, its key starting with k (a value is at
+	// most 256 bytes: long members have long keys too).
+	m := func(k string, n int) string {
+		k += strings.Repeat("k", max(0, n/2-len(k)))
+		return k + "=" + strings.Repeat("v", n-len(k)-1)
+	}
+	for _, c := range []struct{ in, want string }{
+		{"a=1,b=2", "a=1,b=2"},
+		{strings.Join([]string{m("a", 100), m("big", 400)}, ","), strings.Join([]string{m("a", 100), m("big", 400)}, ",")}, // 501: fits
+		{strings.Join([]string{m("a", 100), m("big", 450), m("c", 100)}, ","), strings.Join([]string{m("a", 100), m("c", 100)}, ",")},
+		{strings.Join([]string{m("a", 120), m("b", 120), m("c", 120), m("d", 120), m("e", 120)}, ","), strings.Join([]string{m("a", 120), m("b", 120), m("c", 120), m("d", 120)}, ",")},
+	} {
+		ts, err := trace.ParseTraceState(c.in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := BoundTraceState(ts).String(); got != c.want {
+			t.Errorf("BoundTraceState(%d bytes) = %d bytes %.60q…, want %d bytes", len(c.in), len(got), got, len(c.want))
+		}
 	}
 }
