@@ -77,7 +77,7 @@ func idleConns(b *testing.B, bin string, n int, proxy bool, path, header string)
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 	}
-	peak := vmHWM(b, cmd.Process.Pid)
+	peak := procStatus(b, cmd.Process.Pid, "VmHWM:")
 	held := 0
 	one := make([]byte, 1)
 	for _, c := range conns {
