@@ -55,7 +55,7 @@ func TestUnauthorizedClosesConnection(t *testing.T) {
 			ip.Trusted = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
 		}
 		s, err := New(Config{Limiter: testLimiter(t, memstore.New(memstore.Config{}), time.Second), Auth: testAuth(t), Upstream: up,
-			ClientIP: ip, InternalToken: "internal-token-for-the-test", Metrics: http.NotFoundHandler()})
+			ClientIP: ip, InternalToken: "internal-token-for-the-test", Metrics: http.NotFoundHandler(), ForwardAuth: ForwardAuth{Gateway: "traefik"}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -93,7 +93,7 @@ func TestUnauthorizedClosesConnection(t *testing.T) {
 			t.Fatalf("no internal token: %d, Connection: close %v; want 401 and the connection closed", code, closing)
 		}
 		c, br = dial(internal)
-		if code, closing := exchange(t, c, br, "/v1/authz", "X-API-Key: key-unknown\r\nX-Forwarded-Uri: /v1/users/1\r\n"); code != 401 || closing {
+		if code, closing := exchange(t, c, br, "/v1/authz", "X-API-Key: key-unknown\r\nX-Forwarded-Uri: /v1/users/1\r\nX-Forwarded-Method: GET\r\n"); code != 401 || closing {
 			t.Fatalf("forward auth's 401: %d, Connection: close %v; want the gateway's connection kept", code, closing)
 		}
 		if code, _ := exchange(t, c, br, "/healthz", ""); code != 200 {
