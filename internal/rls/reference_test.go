@@ -292,6 +292,13 @@ func TestReference(t *testing.T) {
 func runReference(t *testing.T, client rlspb.RateLimitServiceClient, rc reference) {
 	t.Helper()
 	run := strconv.FormatInt(time.Now().UnixNano(), 36)
+	// The cases count in fixed windows of a second to a minute, as
+	// envoyproxy/ratelimit's scripts do, and a case takes about a second:
+	// one begun in a minute's last seconds would see its counts reset
+	// half-way. Start it in a fresh minute instead.
+	if now := time.Now(); now.Second() >= 55 {
+		time.Sleep(now.Truncate(time.Minute).Add(time.Minute + 50*time.Millisecond).Sub(now))
+	}
 	for i, cl := range rc.calls {
 		before := time.Now()
 		r, err := client.ShouldRateLimit(context.Background(), cl.request(run))
