@@ -110,6 +110,9 @@ func (l *Limiter) hold(ctx context.Context, d time.Duration) bool {
 // count records d in the decisions metric and samples a log line of its
 // rejection; checks given directly are not a policy's decisions.
 func (l *Limiter) count(c *call, d *Decision) {
+	if c.slotsSkipped && d.Reason == ReasonAllowed {
+		d.Reason = ReasonDegradedOpen
+	}
 	if c.direct {
 		return
 	}
@@ -294,6 +297,10 @@ type call struct {
 	direct bool
 	// storeTime is how long the store call took, when traced.
 	storeTime time.Duration
+	// slotsSkipped marks a decision whose concurrency slots the store
+	// could not take, made without them by a fail-open policy: allowed,
+	// it is degraded_open, not allowed.
+	slotsSkipped bool
 }
 
 // decide is the pipeline: near cache (and hold), lease, one store call

@@ -304,5 +304,6 @@ func (l *Limiter) slotsFailed(ctx context.Context, c *call, err error) (Decision
 	}
 	l.m.failures.WithLabelValues("open").Inc()
 	l.log.Debug("slots skipped", slog.String("tenant", c.res.Tenant))
+	c.slotsSkipped = true // an allowed answer is degraded: it holds no slot
 	return l.decide(ctx, c, nil)
 }

@@ -110,7 +110,9 @@ func TestSlotsClassShare(t *testing.T) {
 
 // TestSlotsExactAcrossInstances: N concurrent requests from idle on two
 // instances sharing one Redis (standalone, then a Redis Cluster) get
-// exactly the tenant's 4 slots, 100 trials each.
+// exactly the tenant's 4 slots, 100 trials each. A slot call that missed
+// its deadline on a loaded machine once let a fail-open request through
+// as "allowed", without a slot: 6 of 4; it is degraded_open now.
 func TestSlotsExactAcrossInstances(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts Redis servers")
@@ -158,8 +160,12 @@ func TestSlotsExactAcrossInstances(t *testing.T) {
 					})
 				}
 				wg.Wait()
-				if got.Load() != 4 || failed.Load() != 0 {
-					t.Fatalf("trial %d: 12 requests on two instances, concurrency 4: %d allowed, %d failed; want exactly 4 and none", trial, got.Load(), failed.Load())
+				// Exact: never more than 4 slots, and 4 when every store
+				// call answered. A call that misses its deadline (a starved
+				// machine) is decided by the fail mode and says so
+				// (degraded_open), never passed off as a slot.
+				if n, f := got.Load(), failed.Load(); n > 4 || f == 0 && n != 4 {
+					t.Fatalf("trial %d: 12 requests on two instances, concurrency 4: %d allowed, %d decided by the fail mode; want exactly 4 (or at most 4 beside those)", trial, n, f)
 				}
 			}
 		})
