@@ -12,15 +12,25 @@
 // spending anything of the budget, so one tenant's campaign cannot eat the
 // budget of the others.
 //
-// When a provider answers 429 with Retry-After, [Quotas.Pause] holds the
-// provider's budget for that long in the shared store, so that every worker
-// of every instance stops; [Transport] does both around an http.Client.
+// Pauses. When a provider answers a call made for a tenant 429 or 503 with
+// Retry-After, [Quotas.PauseTenant] pauses that tenant's calls for that
+// long in the shared store, on every instance, and no one else's: many
+// providers limit per end user or per destination, and one tenant must not
+// stop the others. The provider itself, for every tenant, is paused only
+// on evidence that its account-wide budget is out: such answers for a
+// quorum of tenants within Window (at least half of the tenants that called
+// it through the instance in that window, and at least MinTenants, 2 by
+// default), an answer to the operator's own call ([ForOperator]), or the
+// operator's [Quotas.Pause]. [Transport] acquires and pauses around an
+// http.Client. The quorum is counted in each process (bounded); the
+// pauses are in the store.
 //
 // Keys. All of a provider's keys share one Redis Cluster hash tag, so the
-// share and the budget are decided in one script call:
+// pause, the share and the budget are decided in one script call:
 //
-//	ob:{p:<provider>}:all           the account-wide budget
-//	ob:{p:<provider>}:t:<tenant>    a tenant's share (the ID escaped as in package limiter)
+//	ob:{p:<provider>}:all                 the account-wide budget
+//	ob:{p:<provider>}:t:<tenant>          a tenant's share (the ID escaped as in package limiter)
+//	ob:{p:<provider>}:pause:t:<tenant>    a tenant's pause, living as long as the pause (at most MaxPause)
 //
 // A tenant ID cannot reach another tenant's key or another provider's tag:
 // it is escaped (and hashed once escaped past 64 bytes) by

@@ -12,6 +12,8 @@ type metrics struct {
 	wait     *prometheus.HistogramVec
 	requeues *prometheus.CounterVec
 	pauses   *prometheus.CounterVec
+	// tenantPauses counts the pauses of one tenant's calls.
+	tenantPauses *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -27,7 +29,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"provider"}),
 		pauses: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fairgate_outbound_pauses_total",
-			Help: "Pauses asked of a provider's budget (its Retry-After), by provider.",
+			Help: "Pauses of a provider for every tenant (the operator's, or a quorum of tenants asked to wait), by provider.",
+		}, []string{"provider"}),
+		tenantPauses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fairgate_outbound_tenant_pauses_total",
+			Help: "Pauses of one tenant's calls to a provider (its Retry-After to a call made for that tenant), by provider.",
 		}, []string{"provider"}),
 	}
 	if reg == nil {
@@ -37,6 +43,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	promreg.Reuse(reg, &m.wait, &err)
 	promreg.Reuse(reg, &m.requeues, &err)
 	promreg.Reuse(reg, &m.pauses, &err)
+	promreg.Reuse(reg, &m.tenantPauses, &err)
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package quota
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -39,6 +40,13 @@ const (
 	// than an inbound decision's (a worker waits for its provider anyway)
 	// and still ends a call to a stalled store well within DefaultMaxWait.
 	DefaultTimeout = 500 * time.Millisecond
+	// DefaultWindow is how long a tenant's call, and a provider's request
+	// that a tenant wait, count toward the quorum that pauses the
+	// provider (see [Quotas.PauseTenant]).
+	DefaultWindow = time.Minute
+	// DefaultMinTenants is the fewest tenants the provider must have
+	// asked to wait, within the window, for the provider to be paused.
+	DefaultMinTenants = 2
 )
 
 // Config configures Quotas.
@@ -59,6 +67,17 @@ type Config struct {
 	// not bounded by it). Zero means DefaultTimeout; negative means none,
 	// for an in-process store.
 	Timeout time.Duration
+	// Window is how long a tenant counts as calling a provider after its
+	// last call, and how long a provider's request that a tenant wait
+	// counts toward the quorum that pauses the provider for every tenant
+	// (see [Quotas.PauseTenant]). Zero means DefaultWindow.
+	Window time.Duration
+	// MinTenants is the fewest tenants the provider must have asked to
+	// wait within Window for the provider to be paused (with at least
+	// half of the tenants that called it in that window). Zero means
+	// DefaultMinTenants; it is never less than 2, so that no one tenant
+	// is a quorum.
+	MinTenants int
 	// Registerer, if not nil, receives the metrics (see [Quotas]).
 	Registerer prometheus.Registerer
 }
@@ -68,15 +87,27 @@ type Config struct {
 // Metrics, labelled by provider (a name from the config, never a tenant):
 // fairgate_outbound_wait_seconds, how long acquired calls waited;
 // fairgate_outbound_requeues_total, acquires that gave up with a
-// DeadlineError; fairgate_outbound_pauses_total, pauses asked for.
+// DeadlineError; fairgate_outbound_pauses_total, pauses of a provider for
+// every tenant; fairgate_outbound_tenant_pauses_total, pauses of one
+// tenant's calls.
 type Quotas struct {
-	st       store.Store
-	hold     store.Holder
-	provs    atomic.Pointer[map[string]Provider]
-	maxWait  time.Duration
-	maxPause time.Duration
-	timeout  time.Duration
-	m        *metrics
+	st         store.Store
+	hold       store.Holder
+	provs      atomic.Pointer[map[string]*provider]
+	maxWait    time.Duration
+	maxPause   time.Duration
+	timeout    time.Duration
+	window     time.Duration
+	minTenants int
+	m          *metrics
+}
+
+// provider is one configured provider, its budget's key and this
+// instance's tally of its tenants.
+type provider struct {
+	Provider
+	budget string
+	tally  *tally
 }
 
 // Errors.
@@ -84,7 +115,8 @@ var (
 	// ErrUnknownProvider means a provider is not in the config.
 	ErrUnknownProvider = errors.New("quota: unknown provider")
 	// ErrInvalid means a call or a provider is malformed: an empty
-	// tenant, a negative wait, a pause over the limit, a bad limit.
+	// tenant (outside [ForOperator]), a negative wait, a pause over the
+	// limit, a bad limit.
 	ErrInvalid = errors.New("quota: invalid")
 )
 
@@ -92,18 +124,25 @@ var (
 // re-queue the job to run after RetryAfter, when (given no other traffic)
 // it is admitted.
 type DeadlineError struct {
+	// Tenant is "" for the operator's own call ([ForOperator]).
 	Provider, Tenant string
 	// RetryAfter is how long from now until the call can be admitted.
 	RetryAfter time.Duration
+	// Paused reports that the tenant's own pause ([Quotas.PauseTenant]:
+	// the provider asked this tenant's calls to wait) holds the call.
+	Paused bool
 	// Share reports that the tenant's share, not the provider's budget,
-	// is what is exhausted.
+	// is what is exhausted (and the tenant is not paused).
 	Share bool
 }
 
 // Error says which call gave up and what delay to re-queue it with.
 func (e *DeadlineError) Error() string {
 	what := "budget"
-	if e.Share {
+	switch {
+	case e.Paused:
+		what = "tenant's pause (the provider asked this tenant's calls to wait)"
+	case e.Share:
 		what = "tenant share"
 	}
 	return fmt.Sprintf("quota: provider %q, tenant %q: the %s admits nothing within the wait limit; re-queue the job to run in %v", e.Provider, e.Tenant, what, e.RetryAfter)
@@ -118,7 +157,14 @@ func New(c Config) (*Quotas, error) {
 	if !ok {
 		return nil, fmt.Errorf("quota: the store %T cannot hold keys (store.Holder), so pauses could not work", c.Store)
 	}
-	q := &Quotas{st: c.Store, hold: h, maxWait: c.MaxWait, maxPause: c.MaxPause, timeout: c.Timeout}
+	q := &Quotas{st: c.Store, hold: h, maxWait: c.MaxWait, maxPause: c.MaxPause, timeout: c.Timeout,
+		window: cmp.Or(c.Window, DefaultWindow), minTenants: cmp.Or(c.MinTenants, DefaultMinTenants)}
+	if c.Window < 0 {
+		return nil, fmt.Errorf("%w: Config.Window %v is negative", ErrInvalid, c.Window)
+	}
+	if q.minTenants < 2 {
+		return nil, fmt.Errorf("%w: Config.MinTenants %d is under 2: one tenant's answers must never pause a provider for every tenant", ErrInvalid, c.MinTenants)
+	}
 	if q.timeout == 0 {
 		q.timeout = DefaultTimeout
 	}
@@ -141,11 +187,24 @@ func New(c Config) (*Quotas, error) {
 
 // SetProviders replaces the providers, as a config reload does. Invalid
 // providers give an error naming them and replace nothing. A provider's
-// budget state survives a change of its limits.
+// budget state, pauses and tally survive a change of its limits; a removed
+// provider's tally is forgotten.
 func (q *Quotas) SetProviders(p map[string]Provider) error {
-	next, err := checkProviders(p)
+	valid, err := checkProviders(p)
 	if err != nil {
 		return err
+	}
+	var prev map[string]*provider
+	if old := q.provs.Load(); old != nil {
+		prev = *old
+	}
+	next := make(map[string]*provider, len(valid))
+	for name, pr := range valid {
+		t := newTally()
+		if old, ok := prev[name]; ok {
+			t = old.tally
+		}
+		next[name] = &provider{Provider: pr, budget: budgetKey(name), tally: t}
 	}
 	q.provs.Store(&next)
 	return nil
@@ -187,9 +246,9 @@ func (q *Quotas) Providers() []string {
 	return slices.Sorted(maps.Keys(*q.provs.Load()))
 }
 
-// provider returns the named provider or an error naming it and the
+// lookup returns the named provider or an error naming it and the
 // configured ones.
-func (q *Quotas) provider(name string) (Provider, error) {
+func (q *Quotas) lookup(name string) (*provider, error) {
 	p, ok := (*q.provs.Load())[name]
 	if !ok {
 		known := q.Providers()
@@ -201,14 +260,22 @@ func (q *Quotas) provider(name string) (Provider, error) {
 	return p, nil
 }
 
-// budgetKey and shareKey are the store keys of a provider's budget and of a
-// tenant's share of it.
+// budgetKey, shareKey and pauseKey are the store keys of a provider's
+// budget, of a tenant's share of it and of the tenant's pause; tag is the
+// tenant's policy.TenantTag.
 func budgetKey(provider string) string { return "ob:{p:" + provider + "}:all" }
 
 // shareKey: see budgetKey.
-func shareKey(provider, tenant string) string {
-	return "ob:{p:" + provider + "}:" + policy.TenantTag(tenant)
-}
+func shareKey(provider, tag string) string { return "ob:{p:" + provider + "}:" + tag }
+
+// pauseKey: see budgetKey.
+func pauseKey(provider, tag string) string { return "ob:{p:" + provider + "}:pause:" + tag }
+
+// pauseLimit decides a tenant's pause key: 1,000 calls a millisecond, so
+// that it refuses nothing but a hold (whose key lives as long as the hold,
+// plus a millisecond), and an admitted call's write of it lives at most a
+// millisecond.
+var pauseLimit = algo.Limit{Limit: 1000, Period: time.Millisecond, Burst: 1000}
 
 // Acquire waits until provider admits one call for tenant, for at most the
 // configured MaxWait. See AcquireWithin.
@@ -217,10 +284,12 @@ func (q *Quotas) Acquire(ctx context.Context, provider, tenant string) error {
 	return err
 }
 
-// AcquireWithin waits until both the tenant's share and the provider's
-// budget admit one call, and takes it from both at once. Between tries it
-// sleeps the store's retry-after plus a little jitter (so that waiting
-// workers do not all wake together). When the next try would come after
+// AcquireWithin waits until the tenant's pause (if any) has ended and both
+// the tenant's share and the provider's budget admit one call, and takes
+// it from both at once. An empty tenant is an error unless ctx is from
+// [ForOperator]: the operator's own call, which draws on the budget
+// alone. Between tries it sleeps the store's retry-after plus a little
+// jitter (so that waiting workers do not all wake together). When the next try would come after
 // maxWait (or after ctx's deadline, if sooner) it gives up at once with a
 // *DeadlineError; maxWait 0 means try once. ctx's cancellation ends the
 // wait at once with ctx's error. It returns how long it waited.
@@ -229,27 +298,36 @@ func (q *Quotas) Acquire(ctx context.Context, provider, tenant string) error {
 // only place the budget is known across instances, so there is no fallback:
 // re-queue the job).
 func (q *Quotas) AcquireWithin(ctx context.Context, provider, tenant string, maxWait time.Duration) (time.Duration, error) {
-	p, err := q.provider(provider)
+	p, err := q.lookup(provider)
 	if err != nil {
 		return 0, err
 	}
-	if tenant == "" {
-		return 0, fmt.Errorf("%w: provider %q: empty tenant: name the tenant the call is for", ErrInvalid, provider)
+	own := tenant == "" && isOperator(ctx)
+	if tenant == "" && !own {
+		return 0, fmt.Errorf("%w: provider %q: empty tenant: name the tenant the call is for (or, for the operator's own call, pass a context from quota.ForOperator)", ErrInvalid, provider)
 	}
 	if maxWait < 0 {
 		return 0, fmt.Errorf("%w: provider %q: negative wait limit %v", ErrInvalid, provider, maxWait)
 	}
-	checks := make([]store.Check, 0, 2)
-	if p.Tenant != (algo.Limit{}) {
-		checks = append(checks, store.Check{Key: shareKey(provider, tenant), Limit: p.Tenant, Cost: 1})
+	// The checks: the tenant's pause, its share, the budget; the
+	// operator's own call has the budget alone.
+	checks := make([]store.Check, 0, 3)
+	var tag string
+	share := false
+	if !own {
+		tag = policy.TenantTag(tenant)
+		checks = append(checks, store.Check{Key: pauseKey(provider, tag), Limit: pauseLimit, Cost: 1})
+		if share = p.Tenant != (algo.Limit{}); share {
+			checks = append(checks, store.Check{Key: shareKey(provider, tag), Limit: p.Tenant, Cost: 1})
+		}
 	}
-	checks = append(checks, store.Check{Key: budgetKey(provider), Limit: p.Limit, Cost: 1})
+	checks = append(checks, store.Check{Key: p.budget, Limit: p.Limit, Cost: 1})
 	start := time.Now()
 	deadline := start.Add(maxWait)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	var res store.Result
+	res := store.Result{Decisions: make([]algo.Decision, 0, len(checks))}
 	var timer *time.Timer
 	for {
 		if err := q.take(ctx, checks, &res); err != nil {
@@ -264,6 +342,9 @@ func (q *Quotas) AcquireWithin(ctx context.Context, provider, tenant string, max
 		}
 		now := time.Now()
 		if res.Allowed {
+			if !own {
+				p.tally.call(tag, now, q.window)
+			}
 			waited := now.Sub(start)
 			q.m.wait.WithLabelValues(provider).Observe(waited.Seconds())
 			return waited, nil
@@ -271,8 +352,9 @@ func (q *Quotas) AcquireWithin(ctx context.Context, provider, tenant string, max
 		retry := res.RetryAfter()
 		if now.Add(retry).After(deadline) {
 			q.m.requeues.WithLabelValues(provider).Inc()
-			share := len(checks) == 2 && !res.Decisions[0].Allowed
-			return now.Sub(start), &DeadlineError{Provider: provider, Tenant: tenant, RetryAfter: retry, Share: share}
+			paused := !own && !res.Decisions[0].Allowed
+			return now.Sub(start), &DeadlineError{Provider: provider, Tenant: tenant, RetryAfter: retry,
+				Paused: paused, Share: !paused && share && !res.Decisions[1].Allowed}
 		}
 		sleep := min(retry+jitter(retry), deadline.Sub(now))
 		if timer == nil {
@@ -310,28 +392,91 @@ func jitter(d time.Duration) time.Duration {
 }
 
 // Pause makes provider admit nothing for d, for every tenant and every
-// instance sharing the store, as the provider's Retry-After asks. A pause
-// never shortens a longer one; d <= 0 does nothing. d over MaxPause is an
-// error (a provider's far-off date is more likely a clock or parsing error
-// than a real request; pass min(d, MaxPause) to pause anyway).
+// instance sharing the store: the operator's word that the provider's
+// account-wide budget is out (its Retry-After to a call made for no
+// tenant, or an operator's request). A pause never shortens a longer one;
+// d <= 0 does nothing. d over MaxPause is an error (a provider's far-off
+// date is more likely a clock or parsing error than a real request; pass
+// min(d, MaxPause) to pause anyway).
+//
+// An answer to a call made for a tenant goes to [Quotas.PauseTenant]
+// instead: a provider that limits per end user or per destination asks
+// one tenant to wait, and that must not stop the others.
 func (q *Quotas) Pause(ctx context.Context, provider string, d time.Duration) error {
-	p, err := q.provider(provider)
+	p, err := q.lookup(provider)
 	if err != nil {
 		return err
 	}
 	if d > q.maxPause {
 		return fmt.Errorf("%w: provider %q: pause of %v is over the %v limit", ErrInvalid, provider, d, q.maxPause)
 	}
+	return q.pause(ctx, provider, p, d)
+}
+
+// pause holds provider's budget for d.
+func (q *Quotas) pause(ctx context.Context, provider string, p *provider, d time.Duration) error {
 	if d <= 0 {
 		return nil
 	}
 	hctx, cancel := q.storeContext(ctx)
 	defer cancel()
-	if err := q.hold.Hold(hctx, budgetKey(provider), p.Limit, d); err != nil {
+	if err := q.hold.Hold(hctx, p.budget, p.Limit, d); err != nil {
 		return fmt.Errorf("quota: pausing provider %q: %w", provider, err)
 	}
 	q.m.pauses.WithLabelValues(provider).Inc()
 	return nil
+}
+
+// PauseTenant makes provider admit nothing for tenant for d, on every
+// instance sharing the store, as the provider's Retry-After to a call made
+// for tenant asks; the other tenants' calls go on. The pause is one store
+// key per paused tenant that lives as long as the pause. A pause never
+// shortens a longer one; d <= 0 does nothing; d over MaxPause is an error,
+// as for Pause.
+//
+// It is also the tenant's vote that the provider's account-wide budget is
+// out. When, within Window, the provider has asked at least half of the
+// tenants that called it through this instance to wait, and at least
+// MinTenants of them, the provider is paused for every tenant (as Pause
+// does) until the latest time that a quorum of those tenants were asked to
+// wait for, and providerPaused is true. No one tenant can make the quorum,
+// nor lengthen the provider's pause. The tally is kept in this process
+// (bounded to 10,000 tenants a provider); the pauses themselves are in the
+// store.
+//
+// On an error the tenant's vote is counted all the same (the provider did
+// answer); the error says which pause could not be stored.
+func (q *Quotas) PauseTenant(ctx context.Context, provider, tenant string, d time.Duration) (providerPaused bool, err error) {
+	p, err := q.lookup(provider)
+	if err != nil {
+		return false, err
+	}
+	switch {
+	case tenant == "":
+		return false, fmt.Errorf("%w: provider %q: empty tenant: name the tenant whose call the provider answered (Pause pauses the provider)", ErrInvalid, provider)
+	case d > q.maxPause:
+		return false, fmt.Errorf("%w: provider %q, tenant %q: pause of %v is over the %v limit", ErrInvalid, provider, tenant, d, q.maxPause)
+	case d <= 0:
+		return false, nil
+	}
+	tag := policy.TenantTag(tenant)
+	now := time.Now()
+	until, quorum := p.tally.pause(tag, now, now.Add(d), q.window, q.minTenants)
+	hctx, cancel := q.storeContext(ctx)
+	err = q.hold.Hold(hctx, pauseKey(provider, tag), pauseLimit, d)
+	cancel()
+	if err != nil {
+		err = fmt.Errorf("quota: pausing tenant %q of provider %q: %w", tenant, provider, err)
+	} else {
+		q.m.tenantPauses.WithLabelValues(provider).Inc()
+	}
+	if !quorum || !until.After(now) {
+		return false, err
+	}
+	if perr := q.pause(ctx, provider, p, until.Sub(now)); perr != nil {
+		return false, errors.Join(err, perr)
+	}
+	return true, err
 }
 
 // MaxPause is the longest pause Pause accepts.

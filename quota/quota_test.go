@@ -391,6 +391,14 @@ func TestErrors(t *testing.T) {
 		{"negative wait", func() error { _, err := q.AcquireWithin(ctx, "sms", "t", -1); return err }(), ErrInvalid, "negative wait"},
 		{"pause too long", q.Pause(ctx, "sms", 2*time.Hour), ErrInvalid, "over the 1h0m0s limit"},
 		{"pause unknown", q.Pause(ctx, "fax", time.Second), ErrUnknownProvider, `"fax"`},
+		{"tenant pause too long", func() error { _, err := q.PauseTenant(ctx, "sms", "t", 2*time.Hour); return err }(), ErrInvalid, `tenant "t": pause of 2h0m0s is over the 1h0m0s limit`},
+		{"tenant pause without tenant", func() error { _, err := q.PauseTenant(ctx, "sms", "", time.Second); return err }(), ErrInvalid, "empty tenant"},
+		{"tenant pause unknown", func() error { _, err := q.PauseTenant(ctx, "fax", "t", time.Second); return err }(), ErrUnknownProvider, `"fax"`},
+		{"min tenants 1", func() error { _, err := New(Config{Store: memstore.New(memstore.Config{}), MinTenants: 1}); return err }(), ErrInvalid, "MinTenants 1 is under 2"},
+		{"negative window", func() error {
+			_, err := New(Config{Store: memstore.New(memstore.Config{}), Window: -time.Second})
+			return err
+		}(), ErrInvalid, "Window -1s is negative"},
 		{"bad name", q.SetProviders(map[string]Provider{"SMS": sms}), ErrInvalid, `"SMS"`},
 		{"bad limit", q.SetProviders(map[string]Provider{"sms": {}}), ErrInvalid, `provider "sms": limit`},
 		{"not gcra", q.SetProviders(map[string]Provider{"sms": {Limit: algo.Limit{Limit: 1, Period: time.Second, Burst: 1, Algorithm: algo.TokenBucket}}}), ErrInvalid, "must use gcra"},
@@ -424,11 +432,16 @@ func TestMetrics(t *testing.T) {
 		q.AcquireWithin(ctx, "sms", "t", 0)
 	}
 	q.Pause(ctx, "sms", time.Second)
+	q.PauseTenant(ctx, "sms", "t", time.Second)
+	q.PauseTenant(ctx, "sms", "u", time.Second) // a quorum: the provider's second pause
 	if got := testutil.ToFloat64(q.m.requeues.WithLabelValues("sms")); got != 1 {
 		t.Errorf("requeues = %v, want 1", got)
 	}
-	if got := testutil.ToFloat64(q.m.pauses.WithLabelValues("sms")); got != 1 {
-		t.Errorf("pauses = %v, want 1", got)
+	if got := testutil.ToFloat64(q.m.pauses.WithLabelValues("sms")); got != 2 {
+		t.Errorf("pauses = %v, want 2", got)
+	}
+	if got := testutil.ToFloat64(q.m.tenantPauses.WithLabelValues("sms")); got != 2 {
+		t.Errorf("tenant pauses = %v, want 2", got)
 	}
 	if n, err := testutil.GatherAndCount(reg, "fairgate_outbound_wait_seconds"); err != nil || n != 1 {
 		t.Errorf("wait histogram series: %d, %v", n, err)

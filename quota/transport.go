@@ -23,12 +23,30 @@ func TenantFrom(ctx context.Context) string {
 	return t
 }
 
+type operatorKey struct{}
+
+// ForOperator returns a context saying its calls with no tenant are the
+// operator's own (an account check, a message for no tenant): they draw
+// on the provider's budget alone, and the provider's Retry-After to them
+// pauses the provider for every tenant. Without it a call with no tenant
+// is an error, so that a call that forgot its tenant can neither skip the
+// tenant's share nor pause the provider.
+func ForOperator(ctx context.Context) context.Context {
+	return context.WithValue(ctx, operatorKey{}, true)
+}
+
+// isOperator reports whether ctx is from ForOperator.
+func isOperator(ctx context.Context) bool { v, _ := ctx.Value(operatorKey{}).(bool); return v }
+
 // Transport is an http.RoundTripper for the calls to one provider. Before
 // each request it acquires a call for the request's tenant (see
-// [WithTenant]); when the provider answers 429 or 503 with a Retry-After
-// (seconds or an HTTP date) it pauses the provider for that long and
-// returns the response as it came. A failed acquire is the request's error:
-// a *DeadlineError says when to re-queue the job.
+// [WithTenant]). When the provider answers 429 or 503 with a Retry-After
+// (seconds or an HTTP date, at most MaxPause) it pauses that tenant's
+// calls for that long ([Quotas.PauseTenant], which pauses the provider
+// only on a quorum of tenants), or, for the operator's own call
+// ([ForOperator]), the provider ([Quotas.Pause]); the response is
+// returned as it came. A failed acquire is the request's error: a
+// *DeadlineError says when to re-queue the job.
 type Transport struct {
 	// Quotas decides the calls. Required.
 	Quotas *Quotas
@@ -73,7 +91,13 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
 		if d, ok := ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now()); ok && d > 0 {
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(req.Context()), pauseTimeout)
-			err := t.Quotas.Pause(ctx, t.Provider, min(d, t.Quotas.MaxPause()))
+			d = min(d, t.Quotas.MaxPause())
+			var err error
+			if tenant == "" {
+				err = t.Quotas.Pause(ctx, t.Provider, d)
+			} else {
+				_, err = t.Quotas.PauseTenant(ctx, t.Provider, tenant, d)
+			}
 			cancel()
 			if err != nil && t.OnPauseError != nil {
 				t.OnPauseError(err)

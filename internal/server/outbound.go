@@ -24,11 +24,17 @@ type acquireRequest struct {
 	MaxWaitMs *int64  `json:"max_wait_ms"`
 }
 
-// pauseRequest is the body of POST /v1/outbound/pause.
+// pauseRequest is the body of POST /v1/outbound/pause. Without a tenant
+// it pauses the provider; with one, that tenant's calls (and the provider
+// on a quorum of tenants, see quota.Quotas.PauseTenant).
 type pauseRequest struct {
 	Provider     *string `json:"provider"`
+	Tenant       *string `json:"tenant"`
 	RetryAfterMs *int64  `json:"retry_after_ms"`
 }
+
+// maxTenantBytes is the longest tenant ID the outbound endpoints accept.
+const maxTenantBytes = 16 << 10
 
 // outbound serves the outbound quota endpoints for workers.
 type outbound struct {
@@ -62,7 +68,7 @@ func (o *outbound) handleAcquire(w http.ResponseWriter, r *http.Request) {
 	case req.Tenant == nil || *req.Tenant == "":
 		problem.BadRequest(w, "tenant: required, the tenant the call is made for")
 		return
-	case len(*req.Tenant) > 16<<10:
+	case len(*req.Tenant) > maxTenantBytes:
 		problem.BadRequest(w, fmt.Sprintf("tenant: %d bytes is over the 16 KiB limit", len(*req.Tenant)))
 		return
 	case req.MaxWaitMs != nil && (*req.MaxWaitMs < 0 || *req.MaxWaitMs > MaxOutboundWait.Milliseconds()):
@@ -78,7 +84,10 @@ func (o *outbound) handleAcquire(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"acquired": true, "waited_ms": waited.Milliseconds()})
 	case errors.As(err, &de):
 		limited := "provider"
-		if de.Share {
+		switch {
+		case de.Paused:
+			limited = "tenant_pause"
+		case de.Share:
 			limited = "tenant_share"
 		}
 		w.Header().Set("Retry-After", problem.RetryAfterSeconds(de.RetryAfter))
@@ -104,6 +113,12 @@ func (o *outbound) handlePause(w http.ResponseWriter, r *http.Request) {
 	case req.Provider == nil || *req.Provider == "":
 		problem.BadRequest(w, "provider: required, a provider named in the config")
 		return
+	case req.Tenant != nil && *req.Tenant == "":
+		problem.BadRequest(w, "tenant: empty: name the tenant whose call the provider answered, or leave the field out to pause the provider for every tenant")
+		return
+	case req.Tenant != nil && len(*req.Tenant) > maxTenantBytes:
+		problem.BadRequest(w, fmt.Sprintf("tenant: %d bytes is over the 16 KiB limit", len(*req.Tenant)))
+		return
 	case req.RetryAfterMs == nil:
 		problem.BadRequest(w, "retry_after_ms: required, the provider's Retry-After in milliseconds")
 		return
@@ -112,9 +127,20 @@ func (o *outbound) handlePause(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d := time.Duration(*req.RetryAfterMs) * time.Millisecond
-	if err := o.q.Pause(r.Context(), *req.Provider, d); err != nil {
-		quotaProblem(w, err)
-		return
+	answer := map[string]any{"paused": true, "provider": *req.Provider, "retry_after_ms": *req.RetryAfterMs}
+	if req.Tenant == nil {
+		if err := o.q.Pause(r.Context(), *req.Provider, d); err != nil {
+			quotaProblem(w, err)
+			return
+		}
+		answer["provider_paused"] = d > 0
+	} else {
+		all, err := o.q.PauseTenant(r.Context(), *req.Provider, *req.Tenant, d)
+		if err != nil {
+			quotaProblem(w, err)
+			return
+		}
+		answer["tenant"], answer["provider_paused"] = *req.Tenant, all
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"paused": true, "provider": *req.Provider, "retry_after_ms": *req.RetryAfterMs})
+	writeJSON(w, http.StatusOK, answer)
 }

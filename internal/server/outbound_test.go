@@ -115,6 +115,9 @@ func TestOutboundInvalidInput(t *testing.T) {
 		{"/v1/outbound/pause", `{"provider":"sms","retry_after_ms":-5}`, "retry_after_ms: -5 is outside"},
 		{"/v1/outbound/pause", `{"provider":"sms","retry_after_ms":7200000}`, "retry_after_ms: 7200000 is outside 0..3600000"},
 		{"/v1/outbound/pause", `[]`, "body must be a JSON object"},
+		{"/v1/outbound/pause", `{"provider":"sms","tenant":"","retry_after_ms":1000}`, "tenant: empty: name the tenant"},
+		{"/v1/outbound/pause", `{"provider":"sms","tenant":"` + strings.Repeat("a", 17<<10) + `","retry_after_ms":1000}`, "tenant: 17408 bytes is over"},
+		{"/v1/outbound/pause", `{"provider":"sms","tenant":"acme","retry_after_ms":7200000}`, "retry_after_ms: 7200000 is outside"},
 	}
 	for _, c := range cases {
 		rec := call{method: "POST", path: c.path, body: c.body}.do(s)
@@ -188,5 +191,53 @@ func TestOutboundPauseAcrossInstances(t *testing.T) {
 	}
 	if waited := time.Since(paused); waited < pause-50*time.Millisecond {
 		t.Fatalf("admitted %v after the pause began, before its end at %v", waited, pause)
+	}
+}
+
+// TestOutboundPauseTenant: a pause naming a tenant stops that tenant's
+// calls only, until a quorum of the tenants calling the provider have
+// been asked to wait; one without a tenant pauses the provider.
+func TestOutboundPauseTenant(t *testing.T) {
+	for name, st := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			s := outboundServer(t, st, "")
+			acquire := func(tenant string) (int, map[string]any) {
+				rec := call{method: "POST", path: "/v1/outbound/acquire", body: `{"provider":"sms","tenant":"` + tenant + `","max_wait_ms":0}`}.do(s)
+				return rec.Code, decodeMap(t, rec)
+			}
+			pause := func(body string) map[string]any {
+				rec := call{method: "POST", path: "/v1/outbound/pause", body: body}.do(s)
+				if rec.Code != 200 {
+					t.Fatalf("pause %s: %d %s", body, rec.Code, rec.Body)
+				}
+				return decodeMap(t, rec)
+			}
+			for _, tenant := range []string{"acme", "globex", "initech", "umbrella"} {
+				if code, m := acquire(tenant); code != 200 {
+					t.Fatalf("%s: %d %v", tenant, code, m)
+				}
+			}
+			m := pause(`{"provider":"sms","tenant":"acme","retry_after_ms":60000}`)
+			if m["tenant"] != "acme" || m["provider_paused"] != false || m["paused"] != true {
+				t.Fatalf("acme's pause: %v, want acme paused and not the provider", m)
+			}
+			if code, m := acquire("acme"); code != 429 || m["limited_by"] != "tenant_pause" || m["retry_after_ms"].(float64) < 59000 {
+				t.Fatalf("acme during its pause: %d %v, want 429 limited by its pause", code, m)
+			}
+			if code, m := acquire("globex"); code != 200 {
+				t.Fatalf("globex during acme's pause: %d %v, want admitted", code, m)
+			}
+			// Two of the four tenants asked to wait: the provider pauses,
+			// until the latest time both were asked to wait for.
+			if m := pause(`{"provider":"sms","tenant":"globex","retry_after_ms":30000}`); m["provider_paused"] != true {
+				t.Fatalf("globex's pause: %v, want the provider paused on the quorum", m)
+			}
+			if code, m := acquire("initech"); code != 429 || m["limited_by"] != "provider" || m["retry_after_ms"].(float64) > 30000 {
+				t.Fatalf("initech during the provider's pause: %d %v, want 429 limited by the provider for up to 30 s", code, m)
+			}
+			if m := pause(`{"provider":"sms","retry_after_ms":60000}`); m["provider_paused"] != true || m["tenant"] != nil {
+				t.Fatalf("the operator's pause: %v", m)
+			}
+		})
 	}
 }
