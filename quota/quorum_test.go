@@ -101,13 +101,10 @@ func TestQuorumPausesProvider(t *testing.T) {
 	}
 }
 
-// TestTransportQuorum: a provider whose account-wide budget is out
-// answers every tenant 429; the second tenant's answer, of four calling,
-// pauses the provider for all of them.
-func TestTransportQuorum(t *testing.T) {
-	t.Parallel()
-	var out atomic.Bool
-	var calls atomic.Int64
+// outOfBudget is a provider that answers every call 429 with Retry-After:
+// 30 while out is true, and 200 otherwise; it counts the calls.
+func outOfBudget(t *testing.T, out *atomic.Bool) (string, *atomic.Int64) {
+	calls := new(atomic.Int64)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		calls.Add(1)
 		if out.Load() {
@@ -116,13 +113,23 @@ func TestTransportQuorum(t *testing.T) {
 		}
 	}))
 	t.Cleanup(srv.Close)
+	return srv.URL, calls
+}
+
+// TestTransportQuorum: a provider whose account-wide budget is out
+// answers every tenant 429; the second tenant's answer, of four calling,
+// pauses the provider for all of them.
+func TestTransportQuorum(t *testing.T) {
+	t.Parallel()
+	var out atomic.Bool
+	url, calls := outOfBudget(t, &out)
 	for name, qs := range pairs(t, Config{Providers: map[string]Provider{"sms": roomy}, MaxWait: time.Millisecond}) {
 		t.Run(name, func(t *testing.T) {
 			calls.Store(0)
 			out.Store(false)
 			client := &http.Client{Transport: &Transport{Quotas: qs[0], Provider: "sms"}}
 			send := func(tenant string) (*http.Response, error) {
-				req, _ := http.NewRequestWithContext(WithTenant(context.Background(), tenant), "GET", srv.URL, nil)
+				req, _ := http.NewRequestWithContext(WithTenant(context.Background(), tenant), "GET", url, nil)
 				resp, err := client.Do(req)
 				if err == nil {
 					resp.Body.Close()
@@ -164,18 +171,14 @@ func TestTransportQuorum(t *testing.T) {
 // with no tenant outside ForOperator is refused before it is sent.
 func TestOperatorCallPausesProvider(t *testing.T) {
 	t.Parallel()
-	var calls atomic.Int64
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		calls.Add(1)
-		w.Header().Set("Retry-After", "30")
-		w.WriteHeader(http.StatusTooManyRequests)
-	}))
-	t.Cleanup(srv.Close)
+	var out atomic.Bool
+	out.Store(true)
+	url, calls := outOfBudget(t, &out)
 	for name, qs := range pairs(t, Config{Providers: map[string]Provider{"sms": sms}, MaxWait: time.Millisecond}) {
 		t.Run(name, func(t *testing.T) {
 			calls.Store(0)
 			client := &http.Client{Transport: &Transport{Quotas: qs[0], Provider: "sms"}}
-			req, _ := http.NewRequest("GET", srv.URL, nil)
+			req, _ := http.NewRequest("GET", url, nil)
 			if _, err := client.Do(req); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "ForOperator") {
 				t.Fatalf("a call with no tenant: %v, want ErrInvalid naming ForOperator", err)
 			}
@@ -185,7 +188,7 @@ func TestOperatorCallPausesProvider(t *testing.T) {
 			if paused, _ := providerPaused(t, qs[1], "sms"); paused {
 				t.Fatal("paused before the operator's call")
 			}
-			req, _ = http.NewRequestWithContext(ForOperator(context.Background()), "GET", srv.URL, nil)
+			req, _ = http.NewRequestWithContext(ForOperator(context.Background()), "GET", url, nil)
 			resp, err := client.Do(req)
 			if err != nil || resp.StatusCode != 429 {
 				t.Fatalf("the operator's call: %v %v", resp, err)
