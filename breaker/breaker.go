@@ -129,8 +129,8 @@ type Set struct {
 
 // dep is one dependency's shared breaker and its parties' own.
 type dep struct {
-	name  string
-	st    Settings // with defaults
+	name   string
+	st     Settings // with defaults
 	cb     *gobreaker.TwoStepCircuitBreaker[struct{}]
 	force  atomic.Bool  // the failure being reported makes a quorum: open
 	opened atomic.Int64 // when the shared breaker last opened, Unix ns
