@@ -1,7 +1,6 @@
 package fairshare
 
 import (
-	"cmp"
 	"math"
 	"slices"
 	"time"
@@ -14,16 +13,18 @@ import (
 // has seen for its kind (a route class), so that an expensive route's
 // long service time is not read as queueing, and no party can lower
 // another's baseline; the ratio says how much requests queue in the
-// upstream. The limit is decided once per window of max(10, limit,
-// voters) answers. Each party answered in the window gets a score, the
-// median of its ratios there (just over the tolerance at least if any of
-// its requests failed), which is its vote for voteFor. Then:
+// upstream. A party votes once per voteSamples of its answers (or with
+// fewer, once the oldest is voteFor/2 old): its vote is the median of
+// their ratios, or just over the tolerance at least if any failed, and
+// counts for voteFor. The limit is decided once per window of max(10,
+// limit, voters) answers:
 //
 //   - If a strict majority of the votes are over the tolerance (the lower
 //     median of the votes is), the limit shrinks in proportion to that
-//     median, by at most 30%. With two voters both must see congestion:
-//     a party whose own requests are slow or fail is one vote, however
-//     many it sends.
+//     median, by at most 30%, and those votes are spent: each congested
+//     vote shrinks the limit once. With two voters both must see
+//     congestion: a party whose own requests are slow or fail is one
+//     vote, however many it sends.
 //   - Otherwise it grows by one if a party whose vote sees no congestion
 //     wanted more room (one of its requests found none at once), or, when
 //     no vote sees congestion, if the window's peak in flight reached
@@ -38,7 +39,8 @@ import (
 // manner of TCP Vegas and of Netflix's concurrency-limits, chosen against
 // BenchmarkFairConcurrency and BenchmarkCapacityAttack (see
 // bench/RESULTS.md): a per-request gradient swung the limit from 4 to 35,
-// and a window's mean ratio let the noise of a busy machine shrink it.
+// and votes of a window's few answers let the noise of a busy machine
+// shrink it.
 //
 // The least latency only falls: an upstream that becomes slower for good
 // (a slower release) is taken for a queueing one, and the limit stays
@@ -52,8 +54,7 @@ type gradient struct {
 	parties  map[string]*party
 	overflow party    // the parties past maxParties, as one
 	mins     int      // least latencies remembered, all parties
-	answered []*party // parties answered in the window
-	samples  []sample // the window's answers
+	pending  []*party // parties with answers not yet voted on
 	voters   []*party // parties whose vote counts
 	wanting  []*party // parties that wanted room in the window
 	scores   []float64
@@ -66,23 +67,19 @@ type gradient struct {
 	lone float64
 }
 
-// sample is one answer's latency ratio, by the slot of its party.
-type sample struct {
-	slot  int
-	ratio float64
-}
-
 // party is one party's part in the learned limit.
 type party struct {
-	mins     map[string]float64 // least latency by kind, ns
-	seen     time.Time          // last answered
-	slot     int                // index in answered, while answered in the window
-	n        int                // answers in the window
-	failures int
-	score    float64   // the last window's verdict
-	scored   time.Time // when
-	voting   bool      // in voters
-	wanted   bool      // in wanting
+	mins   map[string]float64 // least latency by kind, ns
+	seen   time.Time          // last answered
+	ratios [voteSamples]float64
+	n      int       // answers in ratios
+	first  time.Time // when the first of them came
+	failed bool      // one of them failed
+	score  float64   // its vote
+	scored time.Time // when
+	spent  bool      // the vote, congested, has shrunk the limit
+	voting bool      // in voters
+	wanted bool      // in wanting
 }
 
 const (
@@ -95,6 +92,8 @@ const (
 	voteFor = time.Second
 	// forgetAfter is how long an idle party's least latencies are kept.
 	forgetAfter = 5 * time.Minute
+	// voteSamples is how many answers a party votes on.
+	voteSamples = 8
 )
 
 // configure takes c's bounds, tolerance and fixedness, and moves the
@@ -146,19 +145,36 @@ func (g *gradient) observe(name, kind string, rtt float64, inflight int, failed 
 		ratio = rtt / m
 	}
 	if p.n == 0 {
-		p.slot = len(g.answered)
-		g.answered = append(g.answered, p)
+		p.first = now
+		g.pending = append(g.pending, p)
 	}
 	p.seen = now
+	p.ratios[p.n] = ratio
 	p.n++
-	g.samples = append(g.samples, sample{p.slot, ratio})
-	if failed {
-		p.failures++
+	p.failed = p.failed || failed
+	if p.n == voteSamples {
+		g.vote(p, now)
 	}
 	g.n++
 	g.peak = max(g.peak, inflight)
 	if g.n >= max(10, int(g.limit), len(g.voters)) {
 		g.decide(now)
+	}
+}
+
+// vote makes p's vote of its answers so far, at now.
+func (g *gradient) vote(p *party, now time.Time) {
+	rs := p.ratios[:p.n]
+	slices.Sort(rs)
+	p.score = (rs[(p.n-1)/2] + rs[p.n/2]) / 2
+	if p.failed {
+		p.score = math.Max(p.score, g.tolerance/0.95)
+	}
+	p.scored, p.spent = now, false
+	p.n, p.failed = 0, false
+	if !p.voting {
+		p.voting = true
+		g.voters = append(g.voters, p)
 	}
 }
 
@@ -184,34 +200,14 @@ func (g *gradient) party(name string, now time.Time) *party {
 	return p
 }
 
-// decide ends the window: it scores the parties answered in it and moves
-// the limit by the votes.
+// decide ends the window: it moves the limit by the votes.
 func (g *gradient) decide(now time.Time) {
-	slices.SortFunc(g.samples, func(a, b sample) int {
-		if a.slot != b.slot {
-			return a.slot - b.slot
+	g.pending = slices.DeleteFunc(g.pending, func(p *party) bool {
+		if p.n > 0 && now.Sub(p.first) >= voteFor/2 {
+			g.vote(p, now)
 		}
-		return cmp.Compare(a.ratio, b.ratio)
+		return p.n == 0
 	})
-	rest := g.samples
-	for _, p := range g.answered {
-		// The party's answers come next in the samples, sorted: its
-		// score is their median.
-		rs := rest[:p.n]
-		rest = rest[p.n:]
-		p.score = (rs[(p.n-1)/2].ratio + rs[p.n/2].ratio) / 2
-		if p.failures > 0 {
-			p.score = math.Max(p.score, g.tolerance/0.95)
-		}
-		p.scored = now
-		p.n, p.failures = 0, 0
-		if !p.voting {
-			p.voting = true
-			g.voters = append(g.voters, p)
-		}
-	}
-	clear(g.answered)
-	g.answered, g.samples = g.answered[:0], g.samples[:0]
 	g.voters = slices.DeleteFunc(g.voters, func(p *party) bool {
 		p.voting = now.Sub(p.scored) < voteFor
 		return !p.voting
@@ -219,15 +215,25 @@ func (g *gradient) decide(now time.Time) {
 	g.scores = g.scores[:0]
 	congested, wanted := false, false
 	for _, p := range g.voters {
-		g.scores = append(g.scores, p.score)
-		congested = congested || p.score > g.tolerance
-		wanted = wanted || p.wanted && p.score <= g.tolerance
+		sees := p.score > g.tolerance
+		congested = congested || sees
+		wanted = wanted || p.wanted && !sees
+		if p.spent {
+			g.scores = append(g.scores, g.tolerance) // counts for neither
+		} else {
+			g.scores = append(g.scores, p.score)
+		}
 	}
 	for _, p := range g.wanting {
 		p.wanted = false
 	}
 	clear(g.wanting)
 	g.wanting = g.wanting[:0]
+	peak := g.peak
+	g.n, g.peak = 0, 0
+	if len(g.scores) == 0 { // every party answered is still to vote
+		return
+	}
 	slices.Sort(g.scores)
 	// The lower median: with two voters the lesser, so that a shrink
 	// needs a strict majority.
@@ -240,25 +246,28 @@ func (g *gradient) decide(now time.Time) {
 			g.lone = g.limit
 		}
 		g.limit = math.Max(g.floor, g.limit*math.Max(0.7, math.Min(0.95, g.tolerance/med)))
+		for _, p := range g.voters {
+			p.spent = p.spent || p.score > g.tolerance
+		}
 	case !alone && g.lone > 0:
 		g.limit = math.Min(g.ceiling, math.Max(g.limit, g.lone))
 		g.lone = 0
-	case wanted || !congested && float64(g.peak) >= g.limit-1:
+	case wanted || !congested && float64(peak) >= g.limit-1:
 		g.limit = math.Min(g.ceiling, g.limit+1)
 	}
-	g.n, g.peak = 0, 0
 	if now.Sub(g.swept) >= forgetAfter/10 {
 		g.forget(now)
 	}
 }
 
 // forget drops the parties idle for forgetAfter, with their least
-// latencies; a party whose vote or window is still open stays, so that a
-// name never has two records at once.
+// latencies and answers; a party whose vote still counts stays, so that a
+// name never has two votes at once.
 func (g *gradient) forget(now time.Time) {
 	g.swept = now
 	for name, p := range g.parties {
-		if now.Sub(p.seen) >= forgetAfter && now.Sub(p.scored) >= voteFor && p.n == 0 && !p.wanted {
+		if now.Sub(p.seen) >= forgetAfter && now.Sub(p.scored) >= voteFor && !p.wanted {
+			p.n = 0 // answers that old are no vote
 			g.mins -= len(p.mins)
 			delete(g.parties, name)
 		}
