@@ -436,25 +436,38 @@ func TestMaxWaiting(t *testing.T) {
 }
 
 // BenchmarkGate is the gate's cost per request with room: Acquire, then
-// Answered and Done, from parallel callers of 100 tenants.
+// Answered and Done, from parallel callers of 100 tenants; with a fixed
+// limit, and with a learned one (its floor and ceiling 64, so that it
+// learns, votes and decides but always has room).
 //
 //	go test -run '^$' -bench Gate -benchmem ./fairshare/
 func BenchmarkGate(b *testing.B) {
-	g := New(Config{Initial: 1 << 20, Fixed: true})
-	names := make([]string, 100)
-	for i := range names {
-		names[i] = "tenant-" + string(rune('a'+i%26)) + string(rune('a'+i/26))
-	}
-	var n atomic.Int64
-	b.RunParallel(func(pb *testing.PB) {
-		req := Request{Tenant: names[n.Add(1)%100], Kind: "read"}
-		for pb.Next() {
-			tk, err := g.Acquire(context.Background(), req)
-			if err != nil {
-				b.Fatal(err)
+	for _, bc := range []struct {
+		name string
+		c    Config
+	}{
+		{"fixed", Config{Initial: 1 << 20, Fixed: true}},
+		{"learned", Config{Floor: 64, Ceiling: 64, Initial: 64}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			g := New(bc.c)
+			names := make([]string, 100)
+			for i := range names {
+				names[i] = "tenant-" + string(rune('a'+i%26)) + string(rune('a'+i/26))
 			}
-			tk.Answered(false)
-			tk.Done(false)
-		}
-	})
+			var n atomic.Int64
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				req := Request{Tenant: names[n.Add(1)%100], Kind: "read"}
+				for pb.Next() {
+					tk, err := g.Acquire(context.Background(), req)
+					if err != nil {
+						b.Fatal(err)
+					}
+					tk.Answered(false)
+					tk.Done(false)
+				}
+			})
+		})
+	}
 }
