@@ -1,7 +1,11 @@
 // Package fairshare shares an upstream's concurrency between tenants. A
 // [Gate] admits requests up to a limit of requests in flight, fixed or
 // learned from the upstream's latency (AIMD on how much requests queue,
-// compared per route kind, between a floor and a ceiling).
+// compared per route kind, between a floor and a ceiling). No single
+// tenant moves the learned limit: each tenant's requests give it one
+// vote on whether the upstream is congested, the limit shrinks only when
+// most votes say so, and an upload's latency counts from when its body
+// was sent ([Request.Upload], [Ticket.Sent]).
 //
 // While the upstream has room, a tenant may borrow what the others leave,
 // less a headroom kept for the requests within their tenants' shares: the

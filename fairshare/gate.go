@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -183,18 +184,45 @@ type Ticket struct {
 	t      *tenant
 	kind   string
 	fair   bool
+	upload bool
 	start  time.Time
+	sent   atomic.Int64 // 1 + ns from start to Sent; zero before
 	answer sync.Once
 	once   sync.Once
 }
 
+// Sent reports that the request's body has been read to its end (by the
+// upstream's transport, or the handler): a request admitted with
+// [Request.Upload] counts its latency from here. Only the first call
+// counts; it is safe to call from any goroutine.
+func (tk *Ticket) Sent() { tk.sent.CompareAndSwap(0, 1+int64(time.Since(tk.start))) }
+
 // Answered teaches the limit the request's latency: the time since
-// admission, compared with the least seen for the request's kind. Call it
-// when the upstream's answer begins (its response headers), so that a
-// long stream's body is not read as queueing; failed reports an upstream
-// failure or timeout, which shrinks the limit. Only the first call counts.
+// admission (since [Ticket.Sent] for an upload), compared with the least
+// its tenant has seen for the request's kind. Call it when the upstream's
+// answer begins (its response headers), so that a long stream's body, or
+// a client slow to read it, is not read as queueing; failed reports an
+// upstream failure or timeout, which counts against the limit. An upload
+// answered before Sent teaches only its failure, if it failed: its time
+// is the client's. Only the first call counts.
 func (tk *Ticket) Answered(failed bool) {
-	tk.answer.Do(func() { tk.g.observe(tk, time.Since(tk.start), failed) })
+	tk.answer.Do(func() {
+		now := time.Now()
+		held := now.Sub(tk.start)
+		rtt := held
+		if tk.upload {
+			s := tk.sent.Load()
+			switch {
+			case s == 0 && !failed:
+				return
+			case s == 0:
+				rtt = -1 // not known
+			default:
+				rtt = held - time.Duration(s-1)
+			}
+		}
+		tk.g.observe(tk, rtt, held, failed, now)
+	})
 }
 
 // Skip marks the request as one the limit should not learn from: its
@@ -222,6 +250,10 @@ type Request struct {
 	Kind string
 	// Critical requests may use the reserve.
 	Critical bool
+	// Upload reports a request whose body is still to be sent: the
+	// latency the limit learns counts from [Ticket.Sent], so that a slow
+	// upload is not read as the upstream's queueing.
+	Upload bool
 }
 
 // Acquire admits r, waiting up to MaxWait for room. The error is a
@@ -245,9 +277,10 @@ func (g *Gate) Acquire(ctx context.Context, r Request) (*Ticket, error) {
 	if g.waiting == 0 && g.room(critical, fair) {
 		g.admit(t, fair, now)
 		g.mu.Unlock()
-		return &Ticket{g: g, t: t, kind: r.Kind, fair: fair, start: now}, nil
+		return &Ticket{g: g, t: t, kind: r.Kind, fair: fair, upload: r.Upload, start: now}, nil
 	}
 	if why := g.full(t, fair); why != "" {
+		g.lim.want(name)
 		g.forget(t)
 		ra := g.retryAfter()
 		g.mu.Unlock()
@@ -265,20 +298,23 @@ func (g *Gate) Acquire(ctx context.Context, r Request) (*Ticket, error) {
 		g.rr = append(g.rr, t)
 	}
 	g.dispatch()
+	if !w.granted {
+		g.lim.want(name)
+	}
 	g.mu.Unlock()
 
-	return g.wait(ctx, t, w, r.Kind)
+	return g.wait(ctx, t, w, r)
 }
 
 // wait waits for w, queued for t, to be granted room, for MaxWait at
 // most.
-func (g *Gate) wait(ctx context.Context, t *tenant, w *waiter, kind string) (*Ticket, error) {
+func (g *Gate) wait(ctx context.Context, t *tenant, w *waiter, r Request) (*Ticket, error) {
 	timer := time.NewTimer(g.c.MaxWait)
 	defer timer.Stop()
 	var why string
 	select {
 	case <-w.ready:
-		return &Ticket{g: g, t: t, kind: kind, fair: w.fair, start: time.Now()}, nil
+		return &Ticket{g: g, t: t, kind: r.Kind, fair: w.fair, upload: r.Upload, start: time.Now()}, nil
 	case <-timer.C:
 		why = "no room within the wait"
 	case <-ctx.Done():
@@ -489,12 +525,14 @@ func (g *Gate) retryAfter() time.Duration {
 	return max(time.Millisecond, time.Duration(g.lim.base))
 }
 
-func (g *Gate) observe(tk *Ticket, rtt time.Duration, failed bool) {
+// observe learns from tk's answer at now: rtt is its latency (negative
+// when not known), held the time it has held its room.
+func (g *Gate) observe(tk *Ticket, rtt, held time.Duration, failed bool, now time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.lim.observe(tk.kind, float64(rtt), g.inflight, failed)
+	g.lim.observe(tk.t.name, tk.kind, float64(rtt), g.inflight, failed, now)
 	if tk.fair {
-		g.demand.took(rtt)
+		g.demand.took(held)
 	}
 	g.dispatch() // the limit may have grown
 }

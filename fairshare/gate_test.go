@@ -125,10 +125,12 @@ func TestForgets(t *testing.T) {
 func TestLearnsCapacity(t *testing.T) {
 	g := gradient{limit: 4, floor: 4, ceiling: 1000, tolerance: 1.5}
 	const base = 5e6 // 5 ms
-	for range 20000 {
+	now := time.Unix(0, 0)
+	for i := range 20000 {
 		inflight := int(g.limit) // a saturating load: always at the limit
 		rtt := base * max(1, float64(inflight)/16)
-		g.observe("read", rtt, inflight, false)
+		now = now.Add(time.Millisecond)
+		g.observe([]string{"a", "b", "c"}[i%3], "read", rtt, inflight, false, now)
 	}
 	if g.limit < 14 || g.limit > 40 {
 		t.Fatalf("learned %.1f for 16 workers, want near 16 (the latency knee)", g.limit)
@@ -137,10 +139,11 @@ func TestLearnsCapacity(t *testing.T) {
 	for i := range 20000 {
 		inflight := int(mixed.limit)
 		q := max(1, float64(inflight)/16)
+		now = now.Add(time.Millisecond)
 		if i%2 == 0 {
-			mixed.observe("cheap", 5e6*q, inflight, false)
+			mixed.observe("a", "cheap", 5e6*q, inflight, false, now)
 		} else {
-			mixed.observe("costly", 200e6*q, inflight, false)
+			mixed.observe("b", "costly", 200e6*q, inflight, false, now)
 		}
 	}
 	if mixed.limit < 14 || mixed.limit > 40 {
@@ -218,31 +221,77 @@ func TestSetConfig(t *testing.T) {
 }
 
 // TestAnsweredOnce: Answered teaches the limit once; Done after it only
-// frees the room; a skipped request teaches nothing.
+// frees the room; a skipped request teaches nothing, and an upload
+// answered before its body was sent only its failure.
 func TestAnsweredOnce(t *testing.T) {
 	g := New(Config{Initial: 20, Floor: 1})
+	taught := func() (n int, failed bool) {
+		if p := g.lim.parties["a"]; p != nil {
+			return p.n, p.failed
+		}
+		return 0, false
+	}
 	tk := mustAcquire(t, g, "a", false)
 	tk.Answered(true)
 	tk.Answered(false)
 	tk.Done(false)
 	tk.Done(false)
-	if g.lim.n != 1 || g.lim.failures != 1 {
-		t.Fatalf("%d samples, %d failures; want one failed sample", g.lim.n, g.lim.failures)
+	if n, f := taught(); n != 1 || !f {
+		t.Fatalf("%d samples, failed %v; want one failed sample", n, f)
 	}
 	if s := g.Stats(); s.InFlight != 0 || s.Tenants != 0 {
 		t.Fatalf("%+v, want nothing held", s)
 	}
 	mustAcquire(t, g, "a", false).Done(true)
-	if g.lim.n != 2 || g.lim.failures != 2 {
-		t.Fatalf("Done without Answered: %d samples, %d failures; want 2 and 2", g.lim.n, g.lim.failures)
+	if n, _ := taught(); n != 2 {
+		t.Fatalf("Done without Answered: %d samples; want 2", n)
 	}
 	tk = mustAcquire(t, g, "a", false)
 	tk.Skip()
 	tk.Answered(true)
 	tk.Done(true)
-	if g.lim.n != 2 || g.Stats().InFlight != 0 {
-		t.Fatalf("a skipped request taught the limit (%d samples) or kept its room (%+v)", g.lim.n, g.Stats())
+	if n, _ := taught(); n != 2 || g.Stats().InFlight != 0 {
+		t.Fatalf("a skipped request taught the limit (%d samples) or kept its room (%+v)", n, g.Stats())
 	}
+	upload := func() *Ticket {
+		tk, err := g.Acquire(context.Background(), Request{Tenant: "a", Upload: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tk
+	}
+	upload().Done(false)
+	if n, _ := taught(); n != 2 || g.Stats().InFlight != 0 {
+		t.Fatalf("an upload answered before it was sent taught the limit (%d samples) or kept its room (%+v)", n, g.Stats())
+	}
+	g.lim.parties["a"].failed = false
+	upload().Done(true)
+	if n, f := taught(); n != 3 || !f {
+		t.Fatalf("an upload that failed before it was sent: %d samples, failed %v; want its failure counted", n, f)
+	}
+}
+
+// TestUploadNotLatency: an upload's latency counts from when its body was
+// sent, so a body that takes a second to arrive is not queueing.
+func TestUploadNotLatency(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := New(Config{Initial: 10, Floor: 1})
+		for i := range 30 {
+			tk, err := g.Acquire(context.Background(), Request{Tenant: "a", Upload: i > 0})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if i > 0 {
+				time.Sleep(time.Second) // the client's upload
+				tk.Sent()
+			}
+			time.Sleep(5 * time.Millisecond) // the upstream's work
+			tk.Done(false)
+		}
+		if l := g.Limit(); l < 10 {
+			t.Fatalf("limit %d after slow uploads answered in 5 ms, want 10 (nothing queued)", l)
+		}
+	})
 }
 
 // TestShareGrowsWhileWaiting: a request over its tenant's share waits
@@ -387,25 +436,38 @@ func TestMaxWaiting(t *testing.T) {
 }
 
 // BenchmarkGate is the gate's cost per request with room: Acquire, then
-// Answered and Done, from parallel callers of 100 tenants.
+// Answered and Done, from parallel callers of 100 tenants; with a fixed
+// limit, and with a learned one (its floor and ceiling 64, so that it
+// learns, votes and decides but always has room).
 //
 //	go test -run '^$' -bench Gate -benchmem ./fairshare/
 func BenchmarkGate(b *testing.B) {
-	g := New(Config{Initial: 1 << 20, Fixed: true})
-	names := make([]string, 100)
-	for i := range names {
-		names[i] = "tenant-" + string(rune('a'+i%26)) + string(rune('a'+i/26))
-	}
-	var n atomic.Int64
-	b.RunParallel(func(pb *testing.PB) {
-		req := Request{Tenant: names[n.Add(1)%100], Kind: "read"}
-		for pb.Next() {
-			tk, err := g.Acquire(context.Background(), req)
-			if err != nil {
-				b.Fatal(err)
+	for _, bc := range []struct {
+		name string
+		c    Config
+	}{
+		{"fixed", Config{Initial: 1 << 20, Fixed: true}},
+		{"learned", Config{Floor: 64, Ceiling: 64, Initial: 64}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			g := New(bc.c)
+			names := make([]string, 100)
+			for i := range names {
+				names[i] = "tenant-" + string(rune('a'+i%26)) + string(rune('a'+i/26))
 			}
-			tk.Answered(false)
-			tk.Done(false)
-		}
-	})
+			var n atomic.Int64
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				req := Request{Tenant: names[n.Add(1)%100], Kind: "read"}
+				for pb.Next() {
+					tk, err := g.Acquire(context.Background(), req)
+					if err != nil {
+						b.Fatal(err)
+					}
+					tk.Answered(false)
+					tk.Done(false)
+				}
+			})
+		})
+	}
 }

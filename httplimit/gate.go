@@ -2,6 +2,7 @@ package httplimit
 
 import (
 	"errors"
+	"io"
 	"net/http"
 	"time"
 
@@ -42,7 +43,12 @@ type GateConfig struct {
 // route class its kind. The gate learns from the next handler's status,
 // when it writes one: a 502, 503 or 504 is a failure, anything under 400
 // a success, and other answers (a 404, say, which may come at once) teach
-// nothing, nor does a request whose client gave up. Put it inside
+// nothing, nor does a request whose client gave up. Its latency runs
+// from admission to that status, or for a request with a body from when
+// the next handler (a proxy's transport) has read the body to its end: a
+// slow upload is the client's time, not the upstream's, and an answer
+// that begins before the body was read whole teaches nothing. A client
+// slow to read the answer is not counted either. Put it inside
 // Middleware:
 //
 //	h := httplimit.Middleware(cfg)(httplimit.Gated(gc)(handler))
@@ -62,7 +68,8 @@ func Gated(c GateConfig) (func(http.Handler) http.Handler, error) {
 				next.ServeHTTP(w, r)
 				return
 			}
-			req := fairshare.Request{Tenant: AnonymousParty, Kind: d.Resolution.Class, Weight: weight, Critical: critical}
+			upload := r.Body != nil && r.Body != http.NoBody
+			req := fairshare.Request{Tenant: AnonymousParty, Kind: d.Resolution.Class, Weight: weight, Critical: critical, Upload: upload}
 			if tenant != "" {
 				req.Tenant = "t:" + tenant
 			}
@@ -85,6 +92,9 @@ func Gated(c GateConfig) (func(http.Handler) http.Handler, error) {
 					done()
 				}
 			}()
+			if upload {
+				r.Body = &sentAtEOF{ReadCloser: r.Body, tk: tk}
+			}
 			next.ServeHTTP(&answerWriter{ResponseWriter: w, tk: tk}, r)
 		})
 	}, nil
@@ -132,3 +142,18 @@ func (w *answerWriter) Write(b []byte) (int, error) {
 
 // Unwrap returns the writer w wraps.
 func (w *answerWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// sentAtEOF tells the gate's ticket when the request's body has been read
+// to its end: the upstream's time starts there.
+type sentAtEOF struct {
+	io.ReadCloser
+	tk *fairshare.Ticket
+}
+
+func (b *sentAtEOF) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		b.tk.Sent()
+	}
+	return n, err
+}

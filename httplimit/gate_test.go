@@ -3,10 +3,12 @@ package httplimit
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/fairgate/fairgate/algo"
@@ -140,6 +142,71 @@ func TestAnswerWriter(t *testing.T) {
 			if shrunk := g.Limit() < 10; shrunk != tc.shrink {
 				t.Fatalf("limit %d after ten %ds, want shrunk %v", g.Limit(), tc.status, tc.shrink)
 			}
+		})
+	}
+}
+
+// slowBody is a request body whose client takes a second to send it.
+type slowBody struct{ sent bool }
+
+func (b *slowBody) Read(p []byte) (int, error) {
+	if b.sent {
+		return 0, io.EOF
+	}
+	time.Sleep(time.Second)
+	b.sent = true
+	return copy(p, "{}"), nil
+}
+
+func (b *slowBody) Close() error { return nil }
+
+// slowReader is a client that takes a second to read each write of the
+// answer.
+type slowReader struct{ *httptest.ResponseRecorder }
+
+func (w slowReader) Write(p []byte) (int, error) {
+	time.Sleep(time.Second)
+	return w.ResponseRecorder.Write(p)
+}
+
+// TestGatedClientTime: the time a request waits for its own client, a
+// slow upload or a slow reading of the answer, is not the upstream's: a
+// learned limit whose answers come at once does not shrink for it. In
+// virtual time (testing/synctest).
+func TestGatedClientTime(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		serve func(h http.Handler, req *http.Request)
+	}{
+		{"a body trickled over a second", func(h http.Handler, req *http.Request) {
+			req.Method, req.Body, req.ContentLength = "POST", &slowBody{}, -1
+			h.ServeHTTP(httptest.NewRecorder(), req)
+		}},
+		{"an answer read over a second", func(h http.Handler, req *http.Request) {
+			h.ServeHTTP(slowReader{httptest.NewRecorder()}, req)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				g := fairshare.New(fairshare.Config{Initial: 10, Floor: 1})
+				h := gatedHandler(t, g, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					io.Copy(io.Discard, r.Body) // the upstream reads the body, then answers at once
+					w.WriteHeader(200)
+					w.Write([]byte("ok"))
+				}))
+				for i := range 30 {
+					req := httptest.NewRequest("GET", "/x", nil)
+					req.Header.Set("X-Key", "acme")
+					if i == 0 { // a quick one first: the least latency
+						h.ServeHTTP(httptest.NewRecorder(), req)
+						continue
+					}
+					tc.serve(h, req)
+				}
+				if l := g.Limit(); l < 10 {
+					t.Fatalf("limit %d, want 10: the upstream answered every request at once", l)
+				}
+			})
 		})
 	}
 }

@@ -3,9 +3,12 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -385,5 +388,114 @@ func TestPreflightsAreRequests(t *testing.T) {
 	case p := <-up.arrived:
 		t.Fatalf("a refused preflight reached the upstream: %s", p)
 	default:
+	}
+}
+
+// workerUpstream is an upstream of 16 workers: a request holds one while
+// it reads its body and for its service time, 50 ms (or ?sleep=N ms);
+// beyond 16 they queue. /fail answers 503 at once.
+func workerUpstream(t *testing.T) *httptest.Server {
+	workers := make(chan struct{}, 16)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/fail" {
+			http.Error(w, "overloaded", http.StatusServiceUnavailable)
+			return
+		}
+		select {
+		case workers <- struct{}{}:
+		case <-r.Context().Done():
+			return
+		}
+		defer func() { <-workers }()
+		io.Copy(io.Discard, r.Body)
+		d := 50 * time.Millisecond
+		if ms, err := strconv.Atoi(r.URL.Query().Get("sleep")); err == nil {
+			d = time.Duration(ms) * time.Millisecond
+		}
+		time.Sleep(d)
+		w.Write([]byte("ok"))
+	}))
+	t.Cleanup(up.Close)
+	return up
+}
+
+// trickled is a body of ten bytes sent one every 30 ms.
+func trickled() io.Reader {
+	pr, pw := io.Pipe()
+	go func() {
+		for range 10 {
+			time.Sleep(30 * time.Millisecond)
+			if _, err := pw.Write([]byte("x")); err != nil {
+				return
+			}
+		}
+		pw.Close()
+	}()
+	return pr
+}
+
+// TestProxyCapacityNoSingleParty: before an upstream of 16 workers, with
+// the learned limit starting at 16, a tenant inside its limits cannot
+// talk the limit down for another that keeps the upstream busy: not with
+// six slow requests at a time, nor with bodies trickled over 300 ms, nor
+// with a stream of fast 503s. The limit stays near the 16 workers (it
+// falls to the floor of 4 when one tenant's answers teach it alone).
+func TestProxyCapacityNoSingleParty(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		clients int
+		request func(base string) *http.Request
+	}{
+		{"six slow requests", 6, func(base string) *http.Request {
+			req, _ := http.NewRequest("GET", base+"/work?sleep=300", nil)
+			return req
+		}},
+		{"six bodies trickled over 300 ms", 6, func(base string) *http.Request {
+			req, _ := http.NewRequest("POST", base+"/work", trickled())
+			return req
+		}},
+		{"fast 503s, 200 a second", 2, func(base string) *http.Request {
+			time.Sleep(10 * time.Millisecond)
+			req, _ := http.NewRequest("GET", base+"/fail", nil)
+			return req
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ts, s, _ := capacityProxy(t, workerUpstream(t), "upstream_capacity: {floor: 4, ceiling: 64, initial: 16}")
+			gate := s.capacity.cur.Load().gate
+			ctx, cancel := context.WithCancel(context.Background())
+			var wg sync.WaitGroup
+			defer wg.Wait()
+			defer cancel()
+			loop := func(key string, clients int, request func(string) *http.Request) {
+				for range clients {
+					wg.Go(func() {
+						for ctx.Err() == nil {
+							req := request(ts.URL).WithContext(ctx)
+							req.Header.Set("X-API-Key", key)
+							if resp, err := http.DefaultClient.Do(req); err == nil {
+								io.Copy(io.Discard, resp.Body)
+								resp.Body.Close()
+							}
+						}
+					})
+				}
+			}
+			loop("key-newco", 16, func(base string) *http.Request { // the victim keeps the upstream busy
+				req, _ := http.NewRequest("GET", base+"/work", nil)
+				return req
+			})
+			time.Sleep(300 * time.Millisecond)
+			loop("key-acme", tc.clients, tc.request)
+			var limits []int
+			for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+				limits = append(limits, gate.Limit())
+			}
+			t.Logf("the limit every 10 ms under the attack: %v", limits)
+			slices.Sort(limits)
+			if med := limits[len(limits)/2]; med < 12 {
+				t.Fatalf("the learned limit's median under one tenant's attack: %d, want it near the upstream's 16 workers (12 at least)", med)
+			}
+		})
 	}
 }
