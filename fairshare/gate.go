@@ -519,10 +519,11 @@ func (g *Gate) forget(t *tenant) {
 	}
 }
 
-// retryAfter estimates when room frees: the learned base latency, at
-// least 1 ms.
+// retryAfter estimates when room frees: the typical latency (the median
+// of the parties' averages, so that no one party's slow requests lengthen
+// everyone's Retry-After), at least 1 ms.
 func (g *Gate) retryAfter() time.Duration {
-	return max(time.Millisecond, time.Duration(g.lim.base))
+	return max(time.Millisecond, time.Duration(g.lim.typical(time.Now())))
 }
 
 // observe learns from tk's answer at now: rtt is its latency (negative

@@ -471,3 +471,28 @@ func BenchmarkGate(b *testing.B) {
 		})
 	}
 }
+
+// TestTypicalLatencyIgnoresOneParty: the latency a shed request's
+// Retry-After comes from is the median of the parties' averages, so one
+// tenant's 30 s requests do not tell every other tenant to wait 30 s (the
+// average of all answers did).
+func TestTypicalLatencyIgnoresOneParty(t *testing.T) {
+	var g gradient
+	g.configure(Config{Floor: 4, Ceiling: 64, Tolerance: 1.25, Fixed: true})
+	now := time.Unix(1_800_000_000, 0)
+	for i := range 200 {
+		now = now.Add(time.Millisecond)
+		for _, p := range []string{"t:a", "t:b", "t:c"} {
+			g.observe(p, "read", float64(10*time.Millisecond), 1, false, now)
+		}
+		if i%2 == 0 {
+			g.observe("t:mallory", "read", float64(30*time.Second), 1, false, now)
+		}
+	}
+	if got := time.Duration(g.typical(now)); got != 10*time.Millisecond {
+		t.Fatalf("typical latency %v with one slow party among four, want the others' 10ms", got)
+	}
+	if avg := time.Duration(g.base); avg < time.Second {
+		t.Fatalf("the average of all answers is %v: the test no longer shows what one party did to it", avg)
+	}
+}

@@ -49,7 +49,7 @@ type gradient struct {
 	limit, floor, ceiling float64
 	tolerance             float64
 	fixed                 bool
-	base                  float64 // ns, the average latency
+	base                  float64 // ns, the average latency of all answers
 
 	parties  map[string]*party
 	overflow party    // the parties past maxParties, as one
@@ -62,6 +62,11 @@ type gradient struct {
 
 	n    int // the window's answers
 	peak int // most in flight in the window
+	// typ is typical's last answer, made at typAt: it is made again at
+	// most every 100 ms, so that a storm of sheds does not sort the
+	// parties for each.
+	typ   float64
+	typAt time.Time
 	// lone is the limit a party alone started shrinking from; zero
 	// when it has not, or a window of several voters decided since.
 	lone float64
@@ -69,6 +74,7 @@ type gradient struct {
 
 // party is one party's part in the learned limit.
 type party struct {
+	base   float64            // its average latency, ns
 	mins   map[string]float64 // least latency by kind, ns
 	seen   time.Time          // last answered
 	ratios [voteSamples]float64
@@ -119,16 +125,21 @@ func (g *gradient) want(name string) {
 // upstream failure. A negative rtt is a latency not known (an upload
 // that failed before it was sent): only the failure counts.
 func (g *gradient) observe(name, kind string, rtt float64, inflight int, failed bool, now time.Time) {
+	p := g.party(name, now)
 	if rtt >= 0 {
 		if g.base == 0 {
 			g.base = rtt
 		}
 		g.base += (rtt - g.base) / 100
+		if p.base == 0 {
+			p.base = rtt
+		}
+		p.base += (rtt - p.base) / 20
 	}
 	if g.fixed {
+		p.seen = now
 		return
 	}
-	p := g.party(name, now)
 	ratio := 1.0
 	if rtt >= 0 {
 		m, ok := p.mins[kind]
@@ -160,6 +171,33 @@ func (g *gradient) observe(name, kind string, rtt float64, inflight int, failed 
 	if g.n >= max(10, int(g.limit), len(g.voters)) {
 		g.decide(now)
 	}
+}
+
+// typical is how long an answer typically takes: the median of the
+// average latencies of the parties answered within voteFor×10 of now
+// (each party one value, so that one party's slow requests cannot set
+// it), or the average of all answers when none was.
+func (g *gradient) typical(now time.Time) float64 {
+	if now.Sub(g.typAt) < 100*time.Millisecond && g.typ > 0 {
+		return g.typ
+	}
+	g.typ, g.typAt = g.median(now), now
+	return g.typ
+}
+
+func (g *gradient) median(now time.Time) float64 {
+	g.scores = g.scores[:0]
+	for _, p := range g.parties {
+		if p.base > 0 && now.Sub(p.seen) <= 10*voteFor {
+			g.scores = append(g.scores, p.base)
+		}
+	}
+	if len(g.scores) == 0 {
+		return g.base
+	}
+	slices.Sort(g.scores)
+	n := len(g.scores)
+	return (g.scores[(n-1)/2] + g.scores[n/2]) / 2
 }
 
 // vote makes p's vote of its answers so far, at now.
