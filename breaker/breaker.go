@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -129,21 +128,16 @@ type Set struct {
 
 // dep is one dependency's shared breaker and its parties' own.
 type dep struct {
-	name   string
-	st     Settings // with defaults
-	cb     *gobreaker.TwoStepCircuitBreaker[struct{}]
-	force  atomic.Bool  // the failure being reported makes a quorum: open
-	opened atomic.Int64 // when the shared breaker last opened, Unix ns
-	m      *metrics
+	name string
+	st   Settings // with defaults
+	sh   *shared
+	m    *metrics
 
-	// Lock order: mu (the parties) may be held while a breaker's state
-	// is read; no breaker calls back into it (state changes only store
-	// atomics), so a breaker's lock is never held while mu is taken.
+	// Lock order: mu (the parties) may be held while a party's breaker's
+	// state is read; no breaker calls back into it (state changes only
+	// store atomics), so a breaker's lock is never held while mu is taken.
 	mu sync.Mutex
 	ps parties
-
-	hmu  sync.Mutex      // guards half
-	half map[string]bool // the voters whose probes failed while half-open
 }
 
 // The outcomes a breaker is told: a failure that counts, and a call that
@@ -167,18 +161,9 @@ func New(deps map[string]Settings, reg prometheus.Registerer) (*Set, error) {
 			return nil, fmt.Errorf("dependency %q: %w", name, err)
 		}
 		d := &dep{name: name, st: st.withDefaults(), m: m, ps: parties{tenants: map[string]*party{}, anonymous: map[string]*party{}}}
-		d.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](d.settings(name, 1, func(c gobreaker.Counts) bool {
-			return d.force.Load() || d.tripsOn(c)
-		}, func(_ string, from, to gobreaker.State) {
-			if to == gobreaker.StateOpen {
-				d.opened.Store(time.Now().UnixNano())
-			}
-			d.hmu.Lock()
-			d.half = nil
-			d.hmu.Unlock()
-			m.state.WithLabelValues(name).Set(float64(to))
-		}))
-		m.state.WithLabelValues(name).Set(0)
+		gauge := m.state.WithLabelValues(name)
+		d.sh = newShared(d.st, func(to gobreaker.State) { gauge.Set(float64(to)) })
+		gauge.Set(0)
 		s.deps[name] = d
 	}
 	return s, nil
@@ -234,8 +219,15 @@ func (s *Set) Do(ctx context.Context, name string, f func(context.Context) error
 			}
 		}
 	}
-	sdone, err := d.cb.Allow()
-	if err != nil {
+	key := "" // fairgate's own calls probe one at a time
+	if hasParty {
+		key = "t:" + p.ID
+		if p.Anonymous {
+			key = "a:" + p.ID
+		}
+	}
+	tk, ok := d.sh.allow(key, time.Now())
+	if !ok {
 		if pdone != nil {
 			pdone(errExcluded)
 		}
@@ -243,70 +235,63 @@ func (s *Set) Do(ctx context.Context, name string, f func(context.Context) error
 		return &OpenError{Dependency: name, RetryAfter: d.retryAfter()}
 	}
 	ferr := f(ctx)
-	d.report(ctx, p, hasParty, e, pdone, sdone, ferr)
+	d.report(ctx, p, hasParty, e, pdone, tk, ferr)
 	return ferr
 }
 
-// report tells the breakers how a call went.
-func (d *dep) report(ctx context.Context, p Party, hasParty bool, e *party, pdone, sdone func(error), ferr error) {
+// report tells the breakers how a call admitted with tk went.
+func (d *dep) report(ctx context.Context, p Party, hasParty bool, e *party, pdone func(error), tk ticket, ferr error) {
 	party := func(err error) {
 		if pdone != nil {
 			pdone(err)
 		}
 	}
+	now := time.Now()
 	switch {
 	case uncounted(ctx) || isCallers(ferr):
 		party(errExcluded)
-		sdone(errExcluded)
+		d.sh.done(tk, nothing, "", now)
 	case ferr == nil:
 		party(nil)
-		sdone(nil)
+		d.sh.done(tk, success, "", now)
 	case unreachable(ferr) || !hasParty:
 		// Nothing of the call reached the dependency, or the call is
 		// fairgate's own: the dependency's failure, as it comes.
 		party(errExcluded)
-		sdone(errCounted)
+		d.sh.done(tk, counted, "", now)
 	default:
 		if pdone == nil {
 			pdone = d.partyBreaker(e)
 		}
 		pdone(errCounted)
-		if d.judge(p, e) {
-			d.force.Store(true)
-			sdone(errCounted)
-			d.force.Store(false)
-		} else {
-			sdone(errExcluded)
-		}
+		d.sh.done(tk, d.judge(p, e, tk, now), "t:"+p.ID, now)
 	}
 }
 
-// judge says whether a party's failure counts against the shared
-// breaker: when it makes a quorum (the shared breaker then opens at
-// once). While the shared breaker is half-open, failures of MinParties
-// distinct parties (all anonymous ones being one) open it again; one
-// party's cannot.
-func (d *dep) judge(p Party, e *party) bool {
-	now := time.Now()
-	if d.cb.State() == gobreaker.StateHalfOpen {
-		voter := "t:" + p.ID
-		if p.Anonymous {
-			voter = "anonymous"
-		}
-		d.hmu.Lock()
-		defer d.hmu.Unlock()
-		if d.half == nil {
-			d.half = map[string]bool{}
-		}
-		d.half[voter] = true
-		return len(d.half) >= d.st.MinParties
+// judge says what one party's failure is to the shared breaker. Only
+// tenants vote: an anonymous client's address is too cheap to come by
+// to be a party of a quorum (one actor on two addresses would be two
+// votes), so anonymous failures move only their own breakers. While the
+// shared breaker is half-open, a tenant's failed probe is its vote, and
+// MinParties of them open it again; while it is closed, a tenant whose own
+// breaker opened makes a quorum when at least half of the tenants active
+// in the window, and MinParties of them, did.
+func (d *dep) judge(p Party, e *party, tk ticket, now time.Time) outcome {
+	if p.Anonymous {
+		return nothing
+	}
+	if tk.probe != closedTicket {
+		return probeBad
 	}
 	if !e.trippedWithin(now, d.st.Window) {
-		return false
+		return nothing
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.ps.quorum(now, d.st.Window, d.st.MinParties)
+	if d.ps.quorum(now, d.st.Window, d.st.MinParties) {
+		return quorum
+	}
+	return nothing
 }
 
 // partyBreaker makes e's own breaker (on its first failure) and returns
@@ -344,8 +329,11 @@ func unreachable(err error) bool {
 	return errors.As(err, &op) && op.Op == "dial" || errors.As(err, &dns)
 }
 
-// retryAfter is the time left of the cooldown, at least one second.
-func (d *dep) retryAfter() time.Duration { return d.left(d.opened.Load()) }
+// retryAfter is the time left of the shared cooldown, at least one
+// second.
+func (d *dep) retryAfter() time.Duration {
+	return max(d.sh.left(time.Now()), time.Second).Round(time.Millisecond)
+}
 
 // partyRetryAfter is the time left of e's cooldown, at least one second.
 func (d *dep) partyRetryAfter(e *party) time.Duration { return d.left(e.tripped.Load()) }
@@ -367,7 +355,7 @@ func (s *Set) Names() []string { return slices.Sorted(maps.Keys(s.deps)) }
 func (s *Set) States() map[string]string {
 	out := make(map[string]string, len(s.deps))
 	for name, d := range s.deps {
-		out[name] = d.cb.State().String()
+		out[name] = d.sh.now(time.Now()).String()
 	}
 	return out
 }

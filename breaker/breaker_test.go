@@ -289,31 +289,71 @@ func TestQuorumOpensTheSharedBreaker(t *testing.T) {
 	}
 }
 
-// TestAnonymousClientsAreOneVote: many anonymous addresses failing are
-// one party of the quorum, so spreading a client's failures over
-// addresses does not open the shared breaker for a tenant.
-func TestAnonymousClientsAreOneVote(t *testing.T) {
+// TestAnonymousClientsDoNotVote: anonymous clients' failures open their
+// own breakers only. An address is too cheap to come by to be a vote: an
+// attacker's tenant and two of its addresses once made two votes of a
+// quorum, opening the shared breaker beside a steady tenant.
+func TestAnonymousClientsDoNotVote(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s, _ := New(map[string]Settings{"upstream": {ConsecutiveFailures: 2}}, nil)
-		s.Do(as("acme", false), "upstream", ok)
+		s.Do(as("victim", false), "upstream", ok)
 		for i := range 200 {
 			ip := fmt.Sprintf("198.51.100.%d", i)
 			for range 2 {
 				s.Do(as(ip, true), "upstream", fail)
 			}
 		}
-		if got := s.States()["upstream"]; got != "closed" {
-			t.Fatalf("shared breaker %s after 200 failing anonymous addresses beside one steady tenant, want closed", got)
-		}
-		if err := s.Do(as("acme", false), "upstream", ok); err != nil {
-			t.Fatalf("the tenant: %v", err)
-		}
-		// A tenant failing too makes two votes of two.
 		for range 2 {
-			s.Do(as("acme", false), "upstream", fail)
+			s.Do(as("mallory", false), "upstream", fail)
+		}
+		if got := s.States()["upstream"]; got != "closed" {
+			t.Fatalf("shared breaker %s after one tenant and 200 anonymous addresses failed beside a steady tenant, want closed", got)
+		}
+		if err := s.Do(as("victim", false), "upstream", ok); err != nil {
+			t.Fatalf("the steady tenant: %v", err)
+		}
+		// A second tenant failing makes the quorum (2 of 2 tenants).
+		for range 2 {
+			s.Do(as("victim", false), "upstream", fail)
 		}
 		if got := s.States()["upstream"]; got != "open" {
-			t.Fatalf("shared breaker %s with the tenant and the anonymous clients failing, want open", got)
+			t.Fatalf("shared breaker %s with both tenants failing, want open", got)
+		}
+	})
+}
+
+// TestHalfOpenProbePerParty: a half-open shared breaker lets one probe
+// per party through, so a party cannot hold the way back by keeping its
+// probe out (a body trickled for 30 s, which then counts for nothing):
+// another party's probe goes through beside it and its success closes
+// the breaker.
+func TestHalfOpenProbePerParty(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, _ := New(map[string]Settings{"upstream": {ConsecutiveFailures: 1, Cooldown: 10 * time.Second}}, nil)
+		s.Do(context.Background(), "upstream", fail)
+		time.Sleep(10*time.Second + time.Millisecond)
+		release := make(chan struct{})
+		held := make(chan struct{})
+		go s.Do(as("mallory", false), "upstream", func(context.Context) error {
+			close(held)
+			<-release
+			return &CallerError{Err: errors.New("the body came too slowly")}
+		})
+		<-held
+		var oe *OpenError
+		if err := s.Do(as("mallory", false), "upstream", ok); !errors.As(err, &oe) {
+			t.Fatalf("a second probe of the same party: %v, want refused", err)
+		}
+		if err := s.Do(as("bob", false), "upstream", ok); err != nil {
+			t.Fatalf("another party's probe beside the held one: %v", err)
+		}
+		if got := s.States()["upstream"]; got != "closed" {
+			t.Fatalf("after another party's good probe: %s, want closed", got)
+		}
+		close(release)
+		synctest.Wait()
+		if got := s.States()["upstream"]; got != "closed" {
+			t.Fatalf("after the held probe ended: %s, want closed", got)
 		}
 	})
 }

@@ -12,14 +12,19 @@
 // calls; then its calls alone fail at once with an *OpenError whose
 // Caller is set. The shared breaker, which refuses everyone, opens only
 // on evidence that the dependency itself is failing: the own breakers of
-// at least half of the parties that called it within Window, and at least
-// MinParties of them, opened in that window (all anonymous parties being
-// one vote); or the dependency refused connections; or calls made with no
-// party (the operator's own) failed, by the same rule. While open, calls
-// fail at once with an *OpenError carrying how long until a probe (answer
-// 503 with that Retry-After). After Cooldown a breaker is half-open: one
-// probe goes through; its success closes the breaker; the shared one
-// opens again only when probes of MinParties parties fail.
+// at least half of the tenants that called it within Window, and at least
+// MinParties of them, opened in that window (anonymous parties do not
+// vote: an address is too cheap to come by); or the dependency refused
+// connections; or calls made with no party (the operator's own) failed,
+// by the same rule. While open, calls fail at once with an *OpenError
+// carrying how long until a probe (answer 503 with that Retry-After).
+// After Cooldown a breaker is half-open. A party's own lets one probe
+// through; the shared one lets one probe per party through (so no party
+// can hold the way back by keeping its probe out), closes on the first
+// success, and opens again on a failure no party caused or when the
+// probes of MinParties tenants fail. The parties' breakers are
+// gobreakers; the shared one is this package's, since a gobreaker's one
+// half-open probe is a slot any one client could hold.
 //
 // [Set.Do] wraps a Go call, [Transport] an http.RoundTripper (a transport
 // error, or a status among FailureStatuses, 502, 503 and 504 by default,

@@ -12,13 +12,13 @@ import (
 // Party is who a call is made for: a tenant, or an anonymous client (by
 // its address; IPv6 per /64). Its failures open its own breaker, which
 // refuses its own calls only; the shared breaker, which refuses everyone,
-// opens only when a quorum of parties fails (see the package doc).
+// opens only when a quorum of tenants fails (see the package doc).
 type Party struct {
 	// ID tells the party apart: the tenant's ID, or the client address.
 	ID string
-	// Anonymous marks a party without a credential. All anonymous
-	// parties together are one vote in the shared breaker's quorum, so
-	// that spreading calls over addresses gains a client nothing.
+	// Anonymous marks a party without a credential. Anonymous parties
+	// have breakers of their own but no vote in the shared breaker's
+	// quorum: spreading calls over addresses gains a client nothing.
 	Anonymous bool
 }
 
@@ -142,18 +142,12 @@ func vote(m map[string]*party, now time.Time, window time.Duration) (active, tri
 	return active, tripped
 }
 
-// quorum reports whether the parties' own breakers say the dependency
-// itself is failing: of the parties that called it within window (all
-// anonymous ones being one, which counts as tripped when a quorum of
-// them did), at least half, and at least min, tripped within window.
+// quorum reports whether the tenants' own breakers say the dependency
+// itself is failing: of the tenants that called it within window, at
+// least half, and at least min, tripped within window. Anonymous clients
+// do not vote (see dep.judge).
 func (ps *parties) quorum(now time.Time, window time.Duration, min int) bool {
 	active, tripped := vote(ps.tenants, now, window)
-	if aa, at := vote(ps.anonymous, now, window); aa > 0 {
-		active++
-		if at >= need(aa, min) {
-			tripped++
-		}
-	}
 	return tripped >= need(active, min)
 }
 

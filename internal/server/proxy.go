@@ -109,7 +109,7 @@ func (s *Server) newProxy(upstream *url.URL, timeout time.Duration) (http.Handle
 // withParty tells the upstream's breaker whom each request is made for:
 // its verified tenant, or its client address (IPv6 per /64), so that a
 // party's failures open its own breaker and move the shared one only
-// with a quorum of parties (package breaker). A CORS preflight counts for
+// with a quorum of tenants (package breaker). A CORS preflight counts for
 // nothing: an upstream may answer it 501 without failing.
 func (s *Server) withParty(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
