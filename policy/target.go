@@ -33,6 +33,11 @@ var ErrBadTarget = errors.New("request target")
 //     and newlines, others keep them;
 //   - a malformed percent-encoding.
 //
+//   - a path that begins with "//": WHATWG reads "//x/v1/search" as the
+//     host x and the path /v1/search, Go as the path //x/v1/search;
+//   - an absolute URL whose host is not a host name and port (a gateway's
+//     X-Original-URL built from a client's "Host: x?").
+//
 // The query is dropped.
 func TargetPath(target string) (string, error) {
 	if target == "" {
@@ -46,15 +51,19 @@ func TargetPath(target string) (string, error) {
 		if !ok {
 			return "", targetErr("want a path that begins with '/' (or an http:// or https:// URL)")
 		}
-		// The authority ends at the first '/' or '?': a host holds neither
-		// (gateways refuse a Host header with '/').
-		i := strings.IndexAny(rest, "/?")
-		switch {
-		case i < 0 || rest[i] == '?':
-			target = "/"
-		default:
-			target = rest[i:]
+		// The path begins at the first '/' after the host: a gateway
+		// builds such a URL from the client's Host header and the request
+		// line (ingress-nginx's X-Original-URL is
+		// $scheme://$http_host$request_uri), so a host with '?' in it
+		// ("Host: x?") would otherwise turn the path into a query.
+		host, path, _ := strings.Cut(rest, "/")
+		if !isHost(host) {
+			return "", targetErr("the URL's host is not a host name and port")
 		}
+		target = "/" + path
+	}
+	if strings.HasPrefix(target, "//") {
+		return "", targetErr("it begins with '//', which a WHATWG parser (Node) reads as a host and the rest as the path")
 	}
 	p, _, _ := strings.Cut(target, "?")
 	if !strings.ContainsAny(p, "%\\") && clean7(p) {
@@ -140,6 +149,21 @@ func cutScheme(s string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// isHost reports whether s is a host and optional port: a name, an IPv4
+// address or a bracketed IPv6 one. No userinfo, query or escape.
+func isHost(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte(".-_:[]", c) >= 0) {
+			return false
+		}
+	}
+	return true
 }
 
 // clean7 reports whether s holds no control character or space.

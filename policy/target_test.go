@@ -24,9 +24,9 @@ func TestTargetPath(t *testing.T) {
 		{target: "/v1/%2e%2e%2e/x", want: "/v1/.../x"},
 		{target: "http://api.example/v1/search?x", want: "/v1/search"},
 		{target: "HTTPS://api.example", want: "/"},
-		{target: "https://api.example?x=/v1", want: "/"},
+		{target: "http://[2001:db8::1]:8080/v1/search", want: "/v1/search"},
 		{target: "/", want: "/"},
-		{target: "//v1//search/", want: "//v1//search/"},
+		{target: "/v1//search/", want: "/v1//search/"},
 		{target: "/v1/search/../x//", want: "/v1/search/../x//"},
 
 		{target: "", err: "empty"},
@@ -51,6 +51,13 @@ func TestTargetPath(t *testing.T) {
 		{target: "/v1/a/..;/b", err: "';' parameters"},
 		{target: "/v1/a/.;x/b", err: "';' parameters"},
 		{target: "/v1//search/x/..", err: "after an empty segment"},
+		{target: "//x/v1/search", err: "begins with '//'"},
+		{target: "///h/v1/search", err: "begins with '//'"},
+		{target: "http://api.example//x/v1/search", err: "begins with '//'"},
+		{target: "http://x?/v1/search", err: "host"},
+		{target: "https://api.example?x=/v1", err: "host"},
+		{target: "http://user@api.example/v1", err: "host"},
+		{target: "http:///v1/search", err: "host"},
 		{target: "*", err: "begins with '/'"},
 		{target: "api.example:443", err: "begins with '/'"},
 		{target: "ftp://x/y", err: "begins with '/'"},
@@ -77,7 +84,7 @@ func FuzzTargetPathAgrees(f *testing.F) {
 		"/v1/search", "/v1/search#/../../healthz", "/v1/search%23/../../healthz", `/v1/search\..\..\healthz`,
 		"/v1/search%2F..%2F..%2Fhealthz", "/v1/search/%2e%2e/%2e%2e/healthz", "/v1/search/.%2E/x", "/v1/x/../search",
 		"//v1//search/", "/v1/search;x", "/v1/search;/../../healthz", "/v1/sea%09rch", "/v1/%73earch?q=#", "/v1/a%3B/../b",
-		"/v1/caf%C3%A9/..", "/v1/\x00/x", "/%zz/..",
+		"/v1/caf%C3%A9/..", "/v1/\x00/x", "/%zz/..", "//x/v1/search", "/\t/x/v1/search", "///h/v1/search",
 	} {
 		f.Add(s)
 	}
@@ -108,6 +115,10 @@ func FuzzTargetPathAgrees(f *testing.F) {
 func whatwgPath(target string) string {
 	target = strings.NewReplacer("\t", "", "\n", "", "\r", "").Replace(target)
 	target = strings.ReplaceAll(target, `\`, "/")
+	if rest, ok := strings.CutPrefix(target, "//"); ok { // a network-path reference: a host, then the path
+		_, path, _ := strings.Cut(rest, "/")
+		target = "/" + path
+	}
 	target, _, _ = strings.Cut(target, "#")
 	target, _, _ = strings.Cut(target, "?")
 	var out []string

@@ -52,7 +52,14 @@ type upstreamAPI struct {
 	tenants []string
 	limits  []string // the RateLimit-Limit each request reached it with
 	paths   []string // the path each request reached it with, as a WHATWG parser (Node) routes it
+	// lookalikes are headers that reached it looking like fairgate's
+	// with '_' for '-' (X_Fairgate_Tenant): CGI, WSGI and Rack read them
+	// as fairgate's own.
+	lookalikes []string
 }
+
+// apiBase is the base URL the API resolves request targets against.
+var apiBase, _ = url.Parse("http://api/")
 
 func newUpstreamAPI(t *testing.T) *upstreamAPI {
 	u := &upstreamAPI{}
@@ -61,10 +68,15 @@ func newUpstreamAPI(t *testing.T) *upstreamAPI {
 		u.tenants = append(u.tenants, r.Header.Get("X-Fairgate-Tenant")+"/"+r.Header.Get("X-Fairgate-Plan"))
 		u.limits = append(u.limits, r.Header.Get("RateLimit-Limit"))
 		routed := "?"
-		if pu, err := url.Parse(r.RequestURI); err == nil { // cut at a raw '#', dots resolved
-			routed = path.Clean(pu.Path)
+		if ref, err := url.Parse(r.RequestURI); err == nil { // as Node's new URL(req.url, base): cut at a raw '#', "//x" a host, dots resolved
+			routed = path.Clean("/" + apiBase.ResolveReference(ref).Path)
 		}
 		u.paths = append(u.paths, routed)
+		for k := range r.Header {
+			if d := strings.ToLower(strings.ReplaceAll(k, "_", "-")); d != strings.ToLower(k) && (strings.HasPrefix(d, "x-fairgate-") || strings.HasPrefix(d, "ratelimit-")) {
+				u.lookalikes = append(u.lookalikes, k)
+			}
+		}
 		u.mu.Unlock()
 		w.Write([]byte("ok"))
 	}))
@@ -243,6 +255,8 @@ func testGatewaySpoofing(t *testing.T, base string, api *upstreamAPI) {
 	if r := gwDo(t, c, "GET", base+"/v1/search", "", spoofs("/v1/login", "POST")...); r.code != 401 {
 		t.Errorf("no credential on a tenant route, spoofed as a login: %d, want 401", r.code)
 	}
+	// Look-alikes of the identity headers never reach the API.
+	gwDo(t, c, "GET", base+"/v1/users/1", "key-newco", "X_Fairgate_Tenant", "acme", "X_Fairgate_Plan", "enterprise")
 	// X-Tenant is fairgate's tenant_header here: the gateway must not
 	// pass the client's on.
 	if r := gwDo(t, c, "GET", base+"/v1/users/1", "", "X-Tenant", "acme"); r.code != 401 {
@@ -262,8 +276,21 @@ func testGatewaySpoofing(t *testing.T, base string, api *upstreamAPI) {
 			}
 		}
 	}
+	// A leading "//": Node reads "//x/v1/search" as the host x and the
+	// path /v1/search; it was charged as /x/v1/search, the default class.
+	if code := rawGet(t, base, "//x/v1/search", "key-newco"); code == 200 {
+		api.mu.Lock()
+		routed := api.paths[len(api.paths)-1]
+		api.mu.Unlock()
+		if routed != "/x/v1/search" {
+			t.Errorf("GET //x/v1/search passed as another class while the API routed %s", routed)
+		}
+	}
 	api.mu.Lock()
 	defer api.mu.Unlock()
+	if len(api.lookalikes) > 0 {
+		t.Errorf("the API saw %v: look-alikes of fairgate's identity headers, with '_' for '-'", api.lookalikes)
+	}
 	for i, id := range api.tenants {
 		if strings.Contains(id, "{") || strings.Contains(id, "acme") || strings.Contains(api.limits[i], "{") {
 			t.Errorf("the API saw the identity %q, RateLimit-Limit %q: never a placeholder or the client's", id, api.limits[i])

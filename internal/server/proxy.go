@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/fairgate/fairgate/breaker"
@@ -179,13 +180,33 @@ func (s *Server) rewrite(pr *httputil.ProxyRequest, upstream *url.URL) {
 	pr.SetXForwarded()
 	s.injectTrace(pr.Out)
 	// The upstream learns who the caller is from fairgate alone:
-	// client-sent copies of the identity headers are removed.
-	pr.Out.Header.Del(id.tenantHdr)
-	pr.Out.Header.Del(id.planHdr)
+	// client-sent copies of the identity headers are removed, and so are
+	// their look-alikes with '_' for '-' (X_Fairgate_Tenant), which CGI,
+	// WSGI and Rack servers read as the same HTTP_X_FAIRGATE_TENANT.
+	dropLookalikes(pr.Out.Header, id.tenantHdr, id.planHdr)
 	if who, ok := httplimit.IdentityFrom(pr.In.Context()); ok {
 		d, _ := httplimit.DecisionFrom(pr.In.Context())
 		pr.Out.Header.Set(id.tenantHdr, who.Tenant)
 		pr.Out.Header.Set(id.planHdr, d.Resolution.Plan)
+	}
+}
+
+// dropLookalikes removes from h the headers named names, in any case,
+// and any whose name is one of them with '_' for '-'.
+func dropLookalikes(h http.Header, names ...string) {
+	for _, n := range names {
+		h.Del(n)
+	}
+	for k := range h {
+		if strings.IndexByte(k, '_') < 0 {
+			continue
+		}
+		dashed := strings.ReplaceAll(k, "_", "-")
+		for _, n := range names {
+			if strings.EqualFold(dashed, n) {
+				delete(h, k)
+			}
+		}
 	}
 }
 

@@ -411,7 +411,7 @@ func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(
 // same class; today they escaped the search class into the default one.
 func TestRoutesAreClassifiedAsTheUpstreamSeesThem(t *testing.T) {
 	in := service(t, memstore.New(memstore.Config{})).Internal()
-	for _, route := range []string{"GET /v1/search", "GET /v1/search/", "GET /v1/search;x", "GET /v1/Search", "get /v1/search", "GET /v1/x/../search", "GET //v1//search", "GET /v1/SEARCH;a=b/"} {
+	for _, route := range []string{"GET /v1/search", "GET /v1/search/", "GET /v1/search;x", "GET /v1/Search", "get /v1/search", "GET /v1/x/../search", "GET /v1//search", "GET /v1/SEARCH;a=b/"} {
 		code, m := check(t, in, fmt.Sprintf(`{"tenant":"acme","route":%q}`, route))
 		if got := strings.Join(policies(m), " "); code != 200 || got != "enterprise.search.1m enterprise.tenant.1m" {
 			t.Errorf("%s: %d %s, want the search class", route, code, got)
@@ -447,6 +447,21 @@ func TestUpstreamLearnsTheVerifiedIdentity(t *testing.T) {
 	call{method: "POST", path: "/v1/login", headers: map[string]string{"X-Tenant": "globex"}}.do(s)
 	if h, _ := got.Load().(http.Header); h.Get("X-Tenant") != "" {
 		t.Fatalf("an anonymous request reached the upstream with X-Tenant %q", h.Get("X-Tenant"))
+	}
+	// Look-alikes with '_' for '-': CGI, WSGI and Rack read X_Tenant as
+	// HTTP_X_TENANT, the same as X-Tenant. They once passed through.
+	for _, c := range []call{
+		{method: "POST", path: "/v1/login", headers: map[string]string{"X_Tenant": "globex", "x_plan": "enterprise"}},
+		{method: "GET", path: "/v1/users/1", headers: map[string]string{"X-API-Key": "key-acme", "X_TENANT": "globex"}},
+	} {
+		got.Store(http.Header{})
+		c.do(s)
+		h, _ := got.Load().(http.Header)
+		for k := range h {
+			if d := strings.ReplaceAll(k, "_", "-"); d != k && (strings.EqualFold(d, "X-Tenant") || strings.EqualFold(d, "X-Plan")) {
+				t.Fatalf("%s %s: the upstream saw the client's %s: %v", c.method, c.path, k, h)
+			}
+		}
 	}
 }
 
@@ -619,7 +634,7 @@ func TestPathsUpstreamsReadDifferentlyAreRefused(t *testing.T) {
 	defer front.Close()
 	for _, target := range []string{
 		"/v1/search#/../../healthz", "/v1/search%2F..%2F..%2Fhealthz", "/v1/search/%2e%2e/%2e%2e/healthz",
-		`/v1/search\..\..\healthz`, "/v1/search//..", "/v1/search/..;/x", "/v1/sea%0arch",
+		`/v1/search\..\..\healthz`, "/v1/search//..", "/v1/search/..;/x", "/v1/sea%0arch", "//x/v1/search",
 	} {
 		conn, err := net.Dial("tcp", front.Listener.Addr().String())
 		if err != nil {
