@@ -248,7 +248,7 @@ func (l *Limiter) DecideAt(ctx context.Context, now time.Time, req policy.Reques
 		return d, nil
 	}
 	c := call{now: now, res: res, hold: req.Hold, near: l.near != nil && !res.NoNearCache}
-	if len(res.Slots) > 0 && l.slots.store != nil {
+	if len(res.Slots) > 0 && l.slots.store != nil && !req.NoSlots {
 		return l.decideWithSlots(ctx, &c)
 	}
 	return l.decide(ctx, &c, nil)

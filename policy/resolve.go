@@ -48,6 +48,11 @@ type Request struct {
 	// middleware does; leave it unset where the caller is another service
 	// asking for a decision (the /v1/check API), which holding would stall.
 	Hold bool
+	// NoSlots decides the rate layers alone, leaving the concurrency
+	// layers' slots untaken: for a caller that cannot say when the
+	// request ends, such as /v1/check (a slot taken there would be held
+	// until its lease ran out).
+	NoSlots bool
 	// Preflight marks a CORS preflight (OPTIONS with Origin and
 	// Access-Control-Request-Method, never a credential): it is decided
 	// as an anonymous request under the policy's Preflight limits, per

@@ -115,8 +115,11 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// An anonymous route is limited per client address: without one every
-	// such caller would share one bucket.
-	lr.RequireIP = true
+	// such caller would share one bucket. A check has no end to give
+	// concurrency slots back at, so it takes none (docs/concurrency.md):
+	// a gateway holds slots with /v1/concurrency/acquire or /v1/authz's
+	// lease.
+	lr.RequireIP, lr.NoSlots = true, true
 	d, err := s.lim.Decide(r.Context(), lr)
 	if err != nil {
 		problem.BadRequest(w, checkError(err, lr))

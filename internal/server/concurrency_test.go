@@ -14,6 +14,7 @@ import (
 
 	"github.com/fairgate/fairgate/internal/config"
 	"github.com/fairgate/fairgate/limiter"
+	"github.com/fairgate/fairgate/policy"
 )
 
 // concurrencyProxy is a proxy to up whose tenants (key-acme is acme) may
@@ -241,5 +242,27 @@ func TestAuthzLease(t *testing.T) {
 	}
 	if c := authz(); c.Code != 200 {
 		t.Fatalf("after the upstream released one: %d, want 200", c.Code)
+	}
+}
+
+// TestCheckTakesNoSlots: /v1/check decides a tenant on a concurrency plan
+// by its rate layers alone: a check has no end to give a slot back at.
+// Today two checks took both of acme's slots, the third was refused, and
+// every request of acme's was locked out until the leases ran out (40 s).
+func TestCheckTakesNoSlots(t *testing.T) {
+	up := httptest.NewServer(http.NotFoundHandler())
+	defer up.Close()
+	_, lim := concurrencyProxy(t, up)
+	s, err := New(Config{Limiter: lim})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if code, m := check(t, s, `{"tenant":"acme","route":"GET /v1/items"}`); code != 200 || m["allowed"] != true {
+			t.Fatalf("check %d: %d %v, want allowed: a check takes no slot", i, code, m)
+		}
+	}
+	if d, err := lim.Decide(context.Background(), policy.Request{Tenant: "acme", Method: "GET", Path: "/v1/items"}); err != nil || !d.Allowed || d.Slots == nil {
+		t.Fatalf("a proxied request after the checks: %+v %v, want a slot of its own", d, err)
 	}
 }
