@@ -133,6 +133,7 @@ func testSustained(t *testing.T, s store.Store, d time.Duration) {
 			key := p + "sustained:" + a.String()
 			var mu sync.Mutex
 			var admitted []int64
+			var attempts atomic.Int64
 			deadline := time.Now().Add(d)
 			var wg sync.WaitGroup
 			for w := range 8 {
@@ -144,6 +145,7 @@ func testSustained(t *testing.T, s store.Store, d time.Duration) {
 							t.Error(err)
 							return
 						}
+						attempts.Add(1)
 						if res.Allowed {
 							mu.Lock()
 							admitted = append(admitted, res.Now.UnixMicro())
@@ -158,9 +160,12 @@ func testSustained(t *testing.T, s store.Store, d time.Duration) {
 			if msg := CheckBound(l, admitted); msg != "" {
 				t.Fatalf("seed %d: %s", seed, msg)
 			}
-			// It must also admit: at least half the sustained rate over the run.
-			if want := int64(d/l.Period) * l.Limit / 2; int64(len(admitted)) < want {
-				t.Fatalf("seed %d: %v admitted %d in %v, want at least %d", seed, l, len(admitted), d, want)
+			// It must also admit: at least half the sustained rate over the
+			// run, or half of what was asked where a loaded machine asked
+			// for less (how fast the callers ask is the machine's, not the
+			// store's).
+			if want := min(int64(d/l.Period)*l.Limit/2, attempts.Load()/2); int64(len(admitted)) < want {
+				t.Fatalf("seed %d: %v admitted %d of %d in %v, want at least %d", seed, l, len(admitted), attempts.Load(), d, want)
 			}
 		})
 	}
