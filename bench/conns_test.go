@@ -3,9 +3,14 @@ package bench
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -40,6 +45,120 @@ func BenchmarkIdleConnsRSS(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkSilentConns is BenchmarkIdleConnsRSS's sibling for connections
+// that send nothing: a flood of them from one address, each reconnecting
+// as soon as the server closes it, against `fairgate serve` with
+// --max-connections max, and meanwhile a client's GETs of /healthz, one at
+// a time on new connections, as in issue 32's attack (where each GET
+// waited for the 5 s header deadline to close a silent connection). It
+// reports the client's median and slowest latency, how many GETs failed
+// (-v logs why), and the flood's connections per second.
+//
+//	cd bench && go test -run '^$' -bench SilentConns -benchtime 1x -count 3
+//
+// FAIRGATE_BIN, if set, is the binary to measure instead of this tree's.
+func BenchmarkSilentConns(b *testing.B) {
+	bin := fairgateBin(b)
+	for _, m := range []struct{ max, flood int }{{200, 400}, {4096, 9000}} {
+		b.Run(fmt.Sprintf("max=%d/flood=%d", m.max, m.flood), func(b *testing.B) {
+			for b.Loop() {
+				lat, failed, rate := silentConns(b, bin, m.max, m.flood)
+				b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1e3, "legit-p50-ms")
+				b.ReportMetric(float64(lat[len(lat)-1].Microseconds())/1e3, "legit-max-ms")
+				b.ReportMetric(float64(failed), "legit-failed")
+				b.ReportMetric(rate, "flood-conns/s")
+			}
+		})
+	}
+}
+
+// silentConns runs the binary with --max-connections max, keeps flood
+// silent connections to it from 127.0.0.1, and times 9 GETs of /healthz
+// made meanwhile, 200 ms apart, each on a new connection. It returns the
+// latencies sorted, how many GETs failed, and how many connections a
+// second the flood made while they ran.
+func silentConns(b *testing.B, bin string, max, flood int) ([]time.Duration, int, float64) {
+	addr := freeAddr(b)
+	cmd := serveBinary(b, bin, addr, "--max-connections", strconv.Itoa(max))
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	var (
+		mu      sync.Mutex
+		live    = map[net.Conn]bool{}
+		stopped bool
+		dials   atomic.Int64
+		wg      sync.WaitGroup
+	)
+	for range flood {
+		wg.Go(func() {
+			d := net.Dialer{Timeout: 10 * time.Second}
+			one := make([]byte, 1)
+			for {
+				c, err := d.Dial("tcp", addr)
+				mu.Lock()
+				if stopped {
+					mu.Unlock()
+					if err == nil {
+						c.Close()
+					}
+					return
+				}
+				if err != nil {
+					mu.Unlock()
+					time.Sleep(50 * time.Millisecond)
+					continue
+				}
+				live[c] = true
+				mu.Unlock()
+				dials.Add(1)
+				for {
+					if _, err := c.Read(one); err != nil {
+						break
+					}
+				}
+				mu.Lock()
+				delete(live, c)
+				mu.Unlock()
+				c.Close()
+			}
+		})
+	}
+	defer func() {
+		mu.Lock()
+		stopped = true
+		for c := range live {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	}()
+	// Until the flood has made its connections (those past the server's
+	// bound and the kernel's queue keep trying).
+	for start := time.Now(); dials.Load() < int64(flood) && time.Since(start) < 3*time.Second; {
+		time.Sleep(50 * time.Millisecond)
+	}
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	var lat []time.Duration
+	failed := 0
+	from, began := dials.Load(), time.Now()
+	for range 9 {
+		t := time.Now()
+		resp, err := client.Get("http://" + addr + "/healthz")
+		if err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		if err != nil || resp.StatusCode != http.StatusOK {
+			failed++
+			b.Logf("GET /healthz under the flood: %v %v", err, resp)
+		}
+		lat = append(lat, time.Since(t))
+		time.Sleep(200 * time.Millisecond)
+	}
+	rate := float64(dials.Load()-from) / time.Since(began).Seconds()
+	slices.Sort(lat)
+	return lat, failed, rate
 }
 
 // idleConns runs the binary, opens n connections each sending one GET of

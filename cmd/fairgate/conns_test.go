@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -83,12 +84,69 @@ func TestServeBoundsIdleConnections(t *testing.T) {
 	if open := metric(t, base, `fairgate_connections_open{listener="main"}`); open > 20 {
 		t.Errorf("%v connections open, want at most 20", open)
 	}
-	if n := metric(t, base, `fairgate_connections_reclaimed_total{listener="main"}`); n < 80 {
+	if n := metric(t, base, `fairgate_connections_reclaimed_total{listener="main",state="idle"}`); n < 80 {
 		t.Errorf("%v idle connections reclaimed, want at least 80", n)
 	}
 	for i, h := range conns[:50] {
 		if !closedByServer(h.c, h.br) {
 			t.Fatalf("idle connection %d of the first 50 is still open", i)
+		}
+	}
+}
+
+// TestServeServesPastSilentConnections: with --max-connections 20 held by
+// 20 connections that sent nothing, a new client's GET /healthz is served
+// by closing the one silent the longest (once silent for
+// connlimit.SilentGrace), not once the 5 s header deadline closes one:
+// when it is answered the oldest is closed, the 19 others are still open,
+// and the listener counts one silent connection reclaimed.
+func TestServeServesPastSilentConnections(t *testing.T) {
+	sv := startServe(t, "--listen", "127.0.0.1:0", "--max-connections", "20")
+	defer sv.stop()
+	var silent []net.Conn
+	for range 20 {
+		c, err := net.Dial("tcp", sv.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		silent = append(silent, c)
+	}
+	c, br, resp := keepAlive(t, sv.addr, "/healthz", "")
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET /healthz past 20 silent connections: %d", resp.StatusCode)
+	}
+	if !closedByServer(silent[0], bufio.NewReader(silent[0])) {
+		t.Fatal("the connection silent the longest is still open")
+	}
+	one := make([]byte, 1)
+	for i, s := range silent[1:] {
+		// One the server holds waits for the short deadline; the header
+		// deadline would have closed them all at once.
+		s.SetReadDeadline(time.Now().Add(time.Millisecond))
+		var ne net.Error
+		if _, err := s.Read(one); !errors.As(err, &ne) || !ne.Timeout() {
+			t.Fatalf("silent connection %d of 20 was closed too (%v): the new client waited for the header deadline", i+2, err)
+		}
+	}
+	// The count, read on the served client's own connection (so that no
+	// other is reclaimed for it).
+	if _, err := io.WriteString(c, "GET /metrics HTTP/1.1\r\nHost: fairgate\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	mresp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(mresp.Body)
+	mresp.Body.Close()
+	for _, want := range []string{
+		`fairgate_connections_reclaimed_total{listener="main",state="silent"} 1` + "\n",
+		`fairgate_connections_reclaimed_total{listener="main",state="idle"} 0` + "\n",
+		`fairgate_connections_silent{listener="main"} 19` + "\n",
+	} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("/metrics lacks %q", want)
 		}
 	}
 }

@@ -237,7 +237,8 @@ type ServeConfig struct {
 	ReadTimeout time.Duration
 	// MaxConnections bounds the open connections of each HTTP listener
 	// (main, internal, admin); at the bound the connection idle the
-	// longest is closed to make room. Zero means DefaultMaxConnections.
+	// longest, else the one silent the longest past connlimit.SilentGrace,
+	// is closed to make room. Zero means DefaultMaxConnections.
 	MaxConnections int
 	// TraceTenants puts tenant IDs on decision spans (tracing is set up by
 	// the OTEL_* environment; see package tracing).
@@ -320,7 +321,7 @@ func ParseServe(args []string, stderr io.Writer) (ServeConfig, error) {
 	readTimeout := env("FAIRGATE_READ_TIMEOUT", "30s")
 	fs.Func("read-timeout", "deadline to read a request's headers and body, on every listener (FAIRGATE_READ_TIMEOUT, default 30s)", func(v string) error { readTimeout = v; return nil })
 	maxConns := env("FAIRGATE_MAX_CONNECTIONS", strconv.Itoa(DefaultMaxConnections))
-	fs.Func("max-connections", "open connections each HTTP listener holds at most; at the bound the one idle the longest is closed to make room (FAIRGATE_MAX_CONNECTIONS, default "+strconv.Itoa(DefaultMaxConnections)+")", func(v string) error { maxConns = v; return nil })
+	fs.Func("max-connections", "open connections each HTTP listener holds at most; at the bound the one idle the longest, else the one silent (no request yet) the longest past 500 ms, is closed to make room (FAIRGATE_MAX_CONNECTIONS, default "+strconv.Itoa(DefaultMaxConnections)+")", func(v string) error { maxConns = v; return nil })
 	fs.StringVar(&c.GRPCListen, "grpc-listen", env("FAIRGATE_GRPC_LISTEN", e.GRPCListen), "serve Envoy's rate limit service (gRPC) here, such as 127.0.0.1:8082 (FAIRGATE_GRPC_LISTEN; default: not served)")
 	fs.StringVar(&c.AdminListen, "admin-listen", env("FAIRGATE_ADMIN_LISTEN", "127.0.0.1:8081"), "address of the admin API (FAIRGATE_ADMIN_LISTEN)")
 	tokenFile := ""

@@ -561,19 +561,24 @@ func (d *daemon) listen() (net.Listener, error) {
 }
 
 // bound caps ln's open connections at --max-connections for srv (idle
-// ones reclaimed at the cap; package connlimit), with the listener's
-// metrics.
+// ones, then silent ones, reclaimed at the cap; package connlimit), with
+// the listener's metrics.
 func (d *daemon) bound(ln net.Listener, srv *http.Server, name string) (net.Listener, error) {
 	cl := connlimit.New(ln, cmp.Or(d.c.MaxConnections, DefaultMaxConnections))
 	srv.ConnState = cl.ConnState
 	labels := prometheus.Labels{"listener": name}
+	const reclaimedHelp = "Connections closed to make room for new ones at --max-connections, by listener and state: idle (keep-alive, closed first) or silent (no request yet, after 500 ms)."
 	for _, c := range []prometheus.Collector{
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "fairgate_connections_open", Help: "Open connections by listener, at most --max-connections.", ConstLabels: labels},
 			func() float64 { return float64(cl.Open()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "fairgate_connections_idle", Help: "Idle keep-alive connections by listener: the ones closed first at the cap.", ConstLabels: labels},
 			func() float64 { return float64(cl.Idle()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "fairgate_connections_reclaimed_total", Help: "Idle connections closed to make room for new ones at --max-connections, by listener.", ConstLabels: labels},
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "fairgate_connections_silent", Help: "Connections without a request yet (or a finished TLS handshake) by listener: closed at the cap, after the idle ones, once silent for 500 ms.", ConstLabels: labels},
+			func() float64 { return float64(cl.Silent()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "fairgate_connections_reclaimed_total", Help: reclaimedHelp, ConstLabels: prometheus.Labels{"listener": name, "state": "idle"}},
 			func() float64 { return float64(cl.Reclaimed()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "fairgate_connections_reclaimed_total", Help: reclaimedHelp, ConstLabels: prometheus.Labels{"listener": name, "state": "silent"}},
+			func() float64 { return float64(cl.ReclaimedSilent()) }),
 	} {
 		if err := d.reg.Register(c); err != nil {
 			return ln, err

@@ -88,6 +88,12 @@ var (
 	// ErrBadCredential means the credential is unknown, expired or not
 	// valid for this API.
 	ErrBadCredential = errors.New("auth: credential not accepted")
+	// ErrAmbiguousCredential means the request carries a credential header
+	// more than once (or a list in one), two credentials that differ, or a
+	// header that some upstreams read as a credential header: fairgate
+	// could charge one tenant while the upstream serves another, so it
+	// believes none.
+	ErrAmbiguousCredential = errors.New("auth: more than one credential")
 )
 
 // Authenticator verifies credentials. It is safe for concurrent use.
@@ -242,12 +248,52 @@ func (a *Authenticator) Enabled() bool {
 	return len(a.keys) > 0 || a.parser != nil || a.stored != nil && a.stored.Len() > 0
 }
 
-// credential is the bearer token or X-API-Key of r.
-func credential(r *http.Request) string {
-	if h := r.Header.Get("Authorization"); h != "" {
-		return bearerToken(h)
+// credential is the one credential of r: the token of its Authorization
+// if that is a bearer token, else its X-API-Key; both may come only if
+// they are the same. Authorization of another scheme (Basic, Digest) is
+// not fairgate's: it is left to the upstream. A credential header that
+// comes twice, holds a comma-separated list, or has a twin that upstreams
+// reading '_' as '-' (CGI, WSGI, PHP) take for it, is an error wrapping
+// ErrAmbiguousCredential: whichever copy fairgate read, another reader
+// could take the other and serve another tenant than the one charged.
+func credential(r *http.Request) (string, error) {
+	authz, key := r.Header.Values("Authorization"), r.Header.Values("X-Api-Key")
+	for _, h := range []struct {
+		name string
+		vs   []string
+	}{{"Authorization", authz}, {"X-API-Key", key}} {
+		if len(h.vs) > 1 {
+			return "", fmt.Errorf("%w: %s came %d times; send it once", ErrAmbiguousCredential, h.name, len(h.vs))
+		}
 	}
-	return r.Header.Get("X-API-Key")
+	for name := range r.Header {
+		if !strings.Contains(name, "_") {
+			continue
+		}
+		for _, cred := range []string{"Authorization", "X-API-Key"} {
+			if strings.EqualFold(strings.ReplaceAll(name, "_", "-"), cred) {
+				return "", fmt.Errorf("%w: a header %s, which some upstreams read as %s; send only %s", ErrAmbiguousCredential, name, cred, cred)
+			}
+		}
+	}
+	var bearer, apiKey string
+	if len(authz) == 1 {
+		bearer = bearerToken(authz[0])
+	}
+	if len(key) == 1 {
+		apiKey = key[0]
+	}
+	switch {
+	case strings.Contains(bearer, ","):
+		return "", fmt.Errorf("%w: Authorization holds a comma-separated list; send one bearer token", ErrAmbiguousCredential)
+	case strings.Contains(apiKey, ","):
+		return "", fmt.Errorf("%w: X-API-Key holds a comma-separated list; send one key", ErrAmbiguousCredential)
+	case bearer != "" && apiKey != "" && bearer != apiKey:
+		return "", fmt.Errorf("%w: Authorization and X-API-Key carry different credentials; send one", ErrAmbiguousCredential)
+	case bearer != "":
+		return bearer, nil
+	}
+	return apiKey, nil
 }
 
 // bearer returns the token of an Authorization value "Bearer <token>"; the
@@ -261,9 +307,13 @@ func bearerToken(h string) string {
 }
 
 // Authenticate returns the identity of r's credential, ErrNoCredential when
-// it has none, or an error wrapping ErrBadCredential.
+// it has none, an error wrapping ErrAmbiguousCredential when it has more
+// than one (see credential), or an error wrapping ErrBadCredential.
 func (a *Authenticator) Authenticate(r *http.Request) (Identity, error) {
-	tok := credential(r)
+	tok, err := credential(r)
+	if err != nil {
+		return Identity{}, err
+	}
 	if tok == "" {
 		return Identity{}, ErrNoCredential
 	}
@@ -325,11 +375,15 @@ func jwtReason(err error) string {
 	return "malformed token"
 }
 
-// BearerMatches reports whether r carries "Authorization: Bearer <token>"
-// for the token whose SHA-256 is sum, compared in constant time (of
+// BearerMatches reports whether r carries "Authorization: Bearer <token>",
+// once, for the token whose SHA-256 is sum, compared in constant time (of
 // hashes, so the length does not show either).
 func BearerMatches(r *http.Request, sum [sha256.Size]byte) bool {
-	tok := bearerToken(r.Header.Get("Authorization"))
+	vs := r.Header.Values("Authorization")
+	if len(vs) != 1 {
+		return false
+	}
+	tok := bearerToken(vs[0])
 	if tok == "" {
 		return false
 	}

@@ -54,6 +54,63 @@ func TestAPIKeys(t *testing.T) {
 	}
 }
 
+// TestOneCredential: a request's credential is read one way only. A
+// credential header twice, a comma-joined list, a bearer token beside a
+// different X-API-Key, or an underscore twin is ErrAmbiguousCredential;
+// the same key in both is one credential; an Authorization of another
+// scheme is not fairgate's, and X-API-Key is the credential then; and an
+// operator token counts only from a single Authorization.
+func TestOneCredential(t *testing.T) {
+	a, err := New(context.Background(), Config{APIKeys: []APIKey{{SHA256: sum("k-acme"), Tenant: "acme"}, {SHA256: sum("k-globex"), Tenant: "globex"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		kv     []string // header name, value, …
+		tenant string
+		err    error
+	}{
+		{"X-API-Key", []string{"X-API-Key", "k-acme"}, "acme", nil},
+		{"bearer", []string{"Authorization", "Bearer k-acme"}, "acme", nil},
+		{"the same key in both", []string{"Authorization", "Bearer k-acme", "X-API-Key", "k-acme"}, "acme", nil},
+		{"Basic and X-API-Key", []string{"Authorization", "Basic dXNlcjpwYXNz", "X-API-Key", "k-globex"}, "globex", nil},
+		{"an empty bearer and X-API-Key", []string{"Authorization", "Bearer ", "X-API-Key", "k-globex"}, "globex", nil},
+		{"Basic alone", []string{"Authorization", "Basic dXNlcjpwYXNz"}, "", ErrNoCredential},
+		{"X-API-Key twice", []string{"X-API-Key", "k-acme", "X-API-Key", "k-globex"}, "", ErrAmbiguousCredential},
+		{"X-API-Key twice, the same", []string{"X-API-Key", "k-acme", "X-API-Key", "k-acme"}, "", ErrAmbiguousCredential},
+		{"an empty X-API-Key first", []string{"X-API-Key", "", "X-API-Key", "k-acme"}, "", ErrAmbiguousCredential},
+		{"X-API-Key list", []string{"X-API-Key", "k-acme,k-globex"}, "", ErrAmbiguousCredential},
+		{"Authorization twice", []string{"Authorization", "Bearer k-acme", "Authorization", "Bearer k-globex"}, "", ErrAmbiguousCredential},
+		{"Basic then a bearer", []string{"Authorization", "Basic dXNlcjpwYXNz", "Authorization", "Bearer k-globex"}, "", ErrAmbiguousCredential},
+		{"Authorization list", []string{"Authorization", "Bearer k-acme, Bearer k-globex"}, "", ErrAmbiguousCredential},
+		{"bearer and another X-API-Key", []string{"Authorization", "Bearer k-acme", "X-API-Key", "k-globex"}, "", ErrAmbiguousCredential},
+		{"X_API_KEY", []string{"X_API_KEY", "k-acme"}, "", ErrAmbiguousCredential},
+		{"x_api-key beside X-API-Key", []string{"X-API-Key", "k-acme", "x_api-key", "k-globex"}, "", ErrAmbiguousCredential},
+		{"AUTHORIZATION_", []string{"X-API-Key", "k-acme", "Authorization_", "Bearer k-globex"}, "acme", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := httptest.NewRequest("GET", "/", nil)
+			for i := 0; i+1 < len(tc.kv); i += 2 {
+				r.Header.Add(tc.kv[i], tc.kv[i+1])
+			}
+			id, err := a.Authenticate(r)
+			if id.Tenant != tc.tenant || !errors.Is(err, tc.err) {
+				t.Fatalf("Authenticate = %+v, %v; want tenant %q, %v", id, err, tc.tenant, tc.err)
+			}
+		})
+	}
+	op := sha256.Sum256([]byte("op-token"))
+	r := bearer("op-token")
+	if !BearerMatches(r, op) {
+		t.Fatal("the operator token did not match")
+	}
+	r.Header.Add("Authorization", "Bearer other")
+	if BearerMatches(r, op) {
+		t.Error("the operator token matched in one of two Authorization headers")
+	}
+}
+
 func rsaKey(t *testing.T) *rsa.PrivateKey {
 	k, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {

@@ -13,8 +13,9 @@ import (
 )
 
 // FuzzAuthenticate: whatever credential a client sends, the authenticator
-// answers without panicking, and names a tenant only for the real API key
-// or a token signed with the real secret.
+// answers without panicking, names a tenant only for the real API key or
+// a token signed with the real secret, and never when the bearer token and
+// X-API-Key differ or one is a comma-separated list.
 func FuzzAuthenticate(f *testing.F) {
 	secret := []byte("0123456789abcdef0123456789abcdef")
 	sum := sha256.Sum256([]byte("the-real-key"))
@@ -31,6 +32,9 @@ func FuzzAuthenticate(f *testing.F) {
 	f.Add("Bearer the-real-key", "")
 	f.Add("Bearer eyJhbGciOiJub25lIn0.eyJ0ZW5hbnQiOiJ4In0.", "")
 	f.Add("Basic dXNlcjpwYXNz", "x")
+	f.Add("Basic dXNlcjpwYXNz", "the-real-key")
+	f.Add("Bearer the-real-key", "other-key")
+	f.Add("", "the-real-key,other-key")
 	f.Add("BeAreR the-real-key", "\xd0l\x97\x97\xf0\xa7\xa1`") // the scheme is case-insensitive (found by CI's fuzzing)
 	f.Fuzz(func(t *testing.T, authz, apiKey string) {
 		r := httptest.NewRequest("GET", "/", nil)
@@ -50,16 +54,24 @@ func FuzzAuthenticate(f *testing.F) {
 			bearer = ""
 		}
 		bearer = strings.TrimSpace(bearer)
+		if bearer != "" && apiKey != "" && bearer != apiKey || strings.Contains(bearer+apiKey, ",") {
+			t.Fatalf("tenant %q from two credentials %q / %q", id.Tenant, authz, apiKey)
+		}
+		// The one credential: the bearer token, else X-API-Key.
+		cred := bearer
+		if cred == "" {
+			cred = apiKey
+		}
 		switch id.Tenant {
 		case "acme":
-			if bearer != "the-real-key" && (authz != "" || apiKey != "the-real-key") {
+			if cred != "the-real-key" {
 				t.Fatalf("acme from %q / %q", authz, apiKey)
 			}
 		case "globex":
-			if bearer != good {
-				tok, _, err := jwt.NewParser().ParseUnverified(bearer, jwt.MapClaims{})
+			if cred != good {
+				tok, _, err := jwt.NewParser().ParseUnverified(cred, jwt.MapClaims{})
 				if err != nil || tok.Method.Alg() != "HS256" {
-					t.Fatalf("globex from %q", authz)
+					t.Fatalf("globex from %q / %q", authz, apiKey)
 				}
 			}
 		default:
