@@ -172,7 +172,7 @@ func checkError(err error, lr policy.Request) string {
 func (s *Server) identify(r *http.Request) (policy.Identity, error) {
 	a := s.id.Load().auth
 	if a == nil || !a.Enabled() {
-		if r.Header.Get("Authorization") != "" || r.Header.Get("X-API-Key") != "" {
+		if len(r.Header.Values("Authorization")) > 0 || len(r.Header.Values("X-API-Key")) > 0 {
 			return policy.Identity{}, errors.New("no credentials are configured: this service accepts none")
 		}
 		return policy.Identity{}, nil
