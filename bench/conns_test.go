@@ -2,17 +2,23 @@ package bench
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 )
 
 // BenchmarkIdleConnsRSS starts the real `fairgate serve` binary and opens
@@ -209,4 +215,121 @@ func idleConns(b *testing.B, bin string, n int, proxy bool, path, header string)
 		}
 	}
 	return peak, held
+}
+
+// BenchmarkIdleGRPCConnsRSS starts the real `fairgate serve` binary with
+// the Envoy rate limit service and opens 15,000 HTTP/2 connections to its
+// gRPC listener that each make one call (a health check) and then stay
+// idle, as a client holding memory would (15,000 such connections held
+// 290 MB once, for as long as the client kept them). It reports the
+// server's peak resident memory (VmHWM) and how many of the connections
+// it still held at the end: at most --max-connections (4096), the one
+// idle the longest closed to make room for each new one.
+//
+//	cd bench && go test -run '^$' -bench IdleGRPCConnsRSS -benchtime 1x
+//
+// FAIRGATE_BIN, if set, is the binary to measure instead of this tree's.
+func BenchmarkIdleGRPCConnsRSS(b *testing.B) {
+	bin := fairgateBin(b)
+	cfg := filepath.Join(b.TempDir(), "rls.yaml")
+	if err := os.WriteFile(cfg, []byte("rls:\n  config:\n    - domain: edge\n      descriptors:\n        - key: remote_address\n          rate_limit: {unit: second, requests_per_unit: 10}\n"), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	const n = 15_000
+	b.Run(fmt.Sprintf("conns=%d", n), func(b *testing.B) {
+		for b.Loop() {
+			addr, grpcAddr := freeAddr(b), freeAddr(b)
+			cmd := start(b, addr, bin, "serve", "--listen", addr, "--grpc-listen", grpcAddr, "--config", cfg)
+			conns := make([]net.Conn, 0, n)
+			for i := range n {
+				c, err := net.Dial("tcp", grpcAddr)
+				if err != nil {
+					b.Fatalf("connection %d: %v", i, err)
+				}
+				conns = append(conns, c)
+				if err := healthCheck(c); err != nil {
+					b.Fatalf("connection %d: %v", i, err)
+				}
+			}
+			peak := procStatus(b, cmd.Process.Pid, "VmHWM:")
+			held := 0
+			for _, c := range conns {
+				if stillOpen(c) {
+					held++
+				}
+				c.Close()
+			}
+			b.ReportMetric(float64(peak)/(1<<20), "peak-MiB")
+			b.ReportMetric(float64(held), "held-conns")
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+}
+
+// healthCheck makes one gRPC health check on c, in HTTP/2 frames, and
+// reads its answer to the end; c stays open.
+func healthCheck(c net.Conn) error {
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	defer c.SetDeadline(time.Time{})
+	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
+		return err
+	}
+	fr := http2.NewFramer(c, c)
+	if err := fr.WriteSettings(); err != nil {
+		return err
+	}
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", "/grpc.health.v1.Health/Check"}, {":authority", "fairgate"}, {"content-type", "application/grpc"}, {"te", "trailers"}} {
+		enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndHeaders: true}); err != nil {
+		return err
+	}
+	if err := fr.WriteData(1, true, []byte{0, 0, 0, 0, 0}); err != nil { // an empty HealthCheckRequest
+		return err
+	}
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			return err
+		}
+		switch f := f.(type) {
+		case *http2.SettingsFrame:
+			if !f.IsAck() {
+				fr.WriteSettingsAck()
+			}
+		case *http2.PingFrame:
+			if !f.IsAck() {
+				fr.WritePing(true, f.Data)
+			}
+		case *http2.HeadersFrame:
+			if f.StreamID == 1 && f.StreamEnded() {
+				return nil // the trailers
+			}
+		case *http2.RSTStreamFrame:
+			return fmt.Errorf("stream reset: %v", f.ErrCode)
+		case *http2.GoAwayFrame:
+			return fmt.Errorf("GOAWAY: %v", f.ErrCode)
+		}
+	}
+}
+
+// stillOpen reports whether the server still holds c: a connection it
+// closed reads to its end at once (after whatever it sent before), one
+// it holds waits for the short deadline.
+func stillOpen(c net.Conn) bool {
+	buf := make([]byte, 4096)
+	for {
+		c.SetReadDeadline(time.Now().Add(time.Millisecond))
+		_, err := c.Read(buf)
+		var ne net.Error
+		switch {
+		case errors.As(err, &ne) && ne.Timeout():
+			return true
+		case err != nil:
+			return false
+		}
+	}
 }

@@ -29,7 +29,11 @@ import (
 // resident memory 3 s after the last answer (VmRSS, after-MiB), the bytes
 // and seconds of one /metrics scrape then, and the peak resident memory of
 // the whole run, the scrape's included (VmHWM), against the 512 MiB
-// ceiling of docs/service.md.
+// ceiling of docs/service.md. The streams=1200 mix keeps 1,200 calls in
+// flight at once, as a client can: fairgate holds at most --rls-max-calls
+// (128) of them and refuses the rest with RESOURCE_EXHAUSTED before
+// reading their messages (refused-calls); maxcalls=N runs it at another
+// bound.
 //
 //	cd bench && go test -run '^$' -bench RLSFloodRSS -benchtime 1x
 //
@@ -41,17 +45,26 @@ func BenchmarkRLSFloodRSS(b *testing.B) {
 		b.Fatal(err)
 	}
 	for _, mix := range []struct {
-		calls, valueBytes, streams int
+		calls, valueBytes, streams, maxCalls int
 	}{
-		{805, 1_000_000, 4},   // issue 32's mix
-		{805, 1_000_000, 256}, // the same, with many calls at once
-		{10_500, 1_000, 4},    // every statistics key named, each past the longest name
+		{805, 1_000_000, 4, 0},      // issue 32's mix
+		{805, 1_000_000, 256, 0},    // the same, with many calls at once
+		{2400, 1_000_000, 1200, 0},  // 1,200 calls in flight, as the attacker kept
+		{2400, 1_000_000, 1200, 64}, // the same, at other bounds
+		{2400, 1_000_000, 1200, 256},
+		{10_500, 1_000, 4, 0}, // every statistics key named, each past the longest name
 	} {
 		calls, valueBytes := mix.calls, mix.valueBytes
-		b.Run(fmt.Sprintf("calls=%d/value=%dB/streams=%d", calls, valueBytes, mix.streams), func(b *testing.B) {
+		name := fmt.Sprintf("calls=%d/value=%dB/streams=%d", calls, valueBytes, mix.streams)
+		args := []string{"serve", "--config", cfg}
+		if mix.maxCalls > 0 {
+			name += fmt.Sprintf("/maxcalls=%d", mix.maxCalls)
+			args = append(args, "--rls-max-calls", fmt.Sprint(mix.maxCalls))
+		}
+		b.Run(name, func(b *testing.B) {
 			for b.Loop() {
 				addr, grpcAddr := freeAddr(b), freeAddr(b)
-				cmd := start(b, addr, bin, "serve", "--listen", addr, "--grpc-listen", grpcAddr, "--config", cfg, "--internal-listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0")
+				cmd := start(b, addr, bin, append(args, "--listen", addr, "--grpc-listen", grpcAddr)...)
 				pid := cmd.Process.Pid
 				before := procStatus(b, pid, "VmRSS:")
 				answers := rlsFlood(b, grpcAddr, calls, valueBytes, mix.streams)
@@ -65,6 +78,7 @@ func BenchmarkRLSFloodRSS(b *testing.B) {
 				b.ReportMetric(float64(after)/(1<<20), "after-MiB")
 				b.ReportMetric(float64(scrape)/(1<<20), "scrape-MiB")
 				b.ReportMetric(took.Seconds(), "scrape-s")
+				b.ReportMetric(float64(answers["ResourceExhausted"]), "refused-calls")
 				b.Logf("%d calls, answers %v; RSS %d MiB before, peak %d MiB, %d MiB after; /metrics %d bytes in %v",
 					calls, answers, before>>20, peak>>20, after>>20, scrape, took.Round(time.Millisecond))
 				cmd.Process.Kill()

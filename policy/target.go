@@ -20,21 +20,28 @@ var ErrBadTarget = errors.New("request target")
 // every spelling on which common upstreams (Go's net/http, Node and the
 // WHATWG URL parser, nginx, Tomcat) disagree about where the path ends or
 // which segments it has:
+//
 //   - a '#' anywhere: no client sends a fragment, and the WHATWG parser
 //     ends the path there while Go and nginx keep it in the path (so
 //     "/v1/search#/../../healthz" was charged as /healthz and served as
 //     /v1/search);
+//
 //   - a backslash, raw or encoded (%5C): WHATWG reads it as '/';
+//
 //   - an encoded slash (%2F): nginx decodes it into a separator, Go's
 //     ServeMux and Node keep it inside a segment;
+//
 //   - an encoded dot segment ("%2e%2e"): WHATWG resolves it, Express and
 //     Go's ServeMux do not;
+//
 //   - control characters and spaces, raw or encoded: WHATWG strips tabs
 //     and newlines, others keep them;
+//
 //   - a malformed percent-encoding.
 //
 //   - a path that begins with "//": WHATWG reads "//x/v1/search" as the
 //     host x and the path /v1/search, Go as the path //x/v1/search;
+//
 //   - an absolute URL whose host is not a host name and port (a gateway's
 //     X-Original-URL built from a client's "Host: x?").
 //

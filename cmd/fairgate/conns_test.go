@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -11,6 +12,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	commonpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/fairgate/fairgate/internal/rls"
 )
 
 // keepAlive opens a connection to addr, sends one GET of path with the
@@ -170,5 +180,84 @@ func TestServeClosesAfterUnauthorized(t *testing.T) {
 	}
 	if open := metric(t, "http://"+internal, `fairgate_connections_open{listener="main"}`); open != 0 {
 		t.Errorf("%v connections open on the public listener after 100 answered 401, want 0", open)
+	}
+}
+
+// TestServeBoundsGRPC: the gRPC listener holds at most rls.DefaultMaxCalls
+// calls in flight, each counted when its headers arrive, before its
+// message is read (a client that sends calls of 1 MB messages and keeps
+// hundreds in flight grew the process without bound): past them a call
+// is refused with RESOURCE_EXHAUSTED, and calls pass again once one ends.
+// Its connections are bounded by --max-connections, idle ones (no call in
+// flight) closed to make room, as the HTTP listeners'.
+func TestServeBoundsGRPC(t *testing.T) {
+	grpcAddr := freeAddr(t)
+	sv := startServe(t, "--listen", "127.0.0.1:0", "--grpc-listen", grpcAddr, "--max-connections", "8")
+	defer sv.stop()
+	base := "http://" + sv.addr
+	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	req := &rlspb.RateLimitRequest{Domain: "edge", Descriptors: []*commonpb.RateLimitDescriptor{
+		{Entries: []*commonpb.RateLimitDescriptor_Entry{{Key: "remote_address", Value: "192.0.2.9"}}},
+	}}
+	c := rlspb.NewRateLimitServiceClient(conn)
+	// Calls that send their headers and not their message.
+	var cancels []context.CancelFunc
+	for range rls.DefaultMaxCalls {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		cancels = append(cancels, cancel)
+		if _, err := conn.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, rlspb.RateLimitService_ShouldRateLimit_FullMethodName); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for metric(t, base, "fairgate_rls_calls_in_flight") < rls.DefaultMaxCalls {
+		if time.Now().After(deadline) {
+			t.Fatalf("%v calls in flight, want %d", metric(t, base, "fairgate_rls_calls_in_flight"), rls.DefaultMaxCalls)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := c.ShouldRateLimit(ctx, req); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("a call past %d in flight: %v, want RESOURCE_EXHAUSTED", rls.DefaultMaxCalls, err)
+	}
+	if n := metric(t, base, "fairgate_rls_calls_refused_total"); n != 1 {
+		t.Errorf("fairgate_rls_calls_refused_total %v, want 1", n)
+	}
+	cancels[0]()
+	for {
+		r, err := c.ShouldRateLimit(ctx, req)
+		if err == nil && r.OverallCode == rlspb.RateLimitResponse_OK {
+			break
+		}
+		if status.Code(err) != codes.ResourceExhausted {
+			t.Fatalf("with a place free: %v %v", r, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, cancel := range cancels {
+		cancel()
+	}
+	// 40 connections, each idle after one call: at most 8 stay open.
+	for i := range 40 {
+		cc, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cc.Close()
+		if _, err := rlspb.NewRateLimitServiceClient(cc).ShouldRateLimit(ctx, req); err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+	}
+	if open := metric(t, base, `fairgate_connections_open{listener="grpc"}`); open > 8 {
+		t.Errorf("%v gRPC connections open, want at most 8", open)
+	}
+	if n := metric(t, base, `fairgate_connections_reclaimed_total{listener="grpc"}`); n < 32 {
+		t.Errorf("%v idle gRPC connections reclaimed, want at least 32", n)
 	}
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/fairgate/fairgate/internal/config"
 	"github.com/fairgate/fairgate/internal/dash"
 	"github.com/fairgate/fairgate/internal/envoyenv"
+	"github.com/fairgate/fairgate/internal/rls"
 	"github.com/fairgate/fairgate/internal/server"
 	"github.com/fairgate/fairgate/limiter"
 	"github.com/fairgate/fairgate/store"
@@ -240,6 +241,10 @@ type ServeConfig struct {
 	// longest, else the one silent the longest past connlimit.SilentGrace,
 	// is closed to make room. Zero means DefaultMaxConnections.
 	MaxConnections int
+	// RLSMaxCalls bounds the Envoy rate limit service's calls in flight,
+	// gRPC (any method) and /json together (rls.Limits.MaxCalls). Zero
+	// means rls.DefaultMaxCalls.
+	RLSMaxCalls int
 	// TraceTenants puts tenant IDs on decision spans (tracing is set up by
 	// the OTEL_* environment; see package tracing).
 	TraceTenants bool
@@ -321,7 +326,9 @@ func ParseServe(args []string, stderr io.Writer) (ServeConfig, error) {
 	readTimeout := env("FAIRGATE_READ_TIMEOUT", "30s")
 	fs.Func("read-timeout", "deadline to read a request's headers and body, on every listener (FAIRGATE_READ_TIMEOUT, default 30s)", func(v string) error { readTimeout = v; return nil })
 	maxConns := env("FAIRGATE_MAX_CONNECTIONS", strconv.Itoa(DefaultMaxConnections))
-	fs.Func("max-connections", "open connections each HTTP listener holds at most; at the bound the one idle the longest, else the one silent (no request yet) the longest past 500 ms, is closed to make room (FAIRGATE_MAX_CONNECTIONS, default "+strconv.Itoa(DefaultMaxConnections)+")", func(v string) error { maxConns = v; return nil })
+	fs.Func("max-connections", "open connections each listener (HTTP and gRPC) holds at most; at the bound the one idle the longest, else the one silent (no request yet) the longest past 500 ms, is closed to make room (FAIRGATE_MAX_CONNECTIONS, default "+strconv.Itoa(DefaultMaxConnections)+")", func(v string) error { maxConns = v; return nil })
+	maxCalls := env("FAIRGATE_RLS_MAX_CALLS", "")
+	fs.Func("rls-max-calls", "calls the Envoy rate limit service holds in flight at once, gRPC (any method) and /json together, each counted before its message is read; past it a call is refused (gRPC RESOURCE_EXHAUSTED, /json 503) (FAIRGATE_RLS_MAX_CALLS, default "+strconv.Itoa(rls.DefaultMaxCalls)+")", func(v string) error { maxCalls = v; return nil })
 	fs.StringVar(&c.GRPCListen, "grpc-listen", env("FAIRGATE_GRPC_LISTEN", e.GRPCListen), "serve Envoy's rate limit service (gRPC) here, such as 127.0.0.1:8082 (FAIRGATE_GRPC_LISTEN; default: not served)")
 	fs.StringVar(&c.AdminListen, "admin-listen", env("FAIRGATE_ADMIN_LISTEN", "127.0.0.1:8081"), "address of the admin API (FAIRGATE_ADMIN_LISTEN)")
 	tokenFile := ""
@@ -329,8 +336,16 @@ func ParseServe(args []string, stderr io.Writer) (ServeConfig, error) {
 	workerFile := ""
 	fs.StringVar(&workerFile, "worker-token-file", "", "file holding the bearer token /v1/outbound/* require (or FAIRGATE_WORKER_TOKEN); without one they are open to whoever reaches --listen")
 	tlsFlags(fs, &c)
-	fs.BoolVar(&c.TraceTenants, "trace-tenants", env("FAIRGATE_TRACE_TENANTS", "") == "true", "with tracing on (OTEL_TRACES_EXPORTER=otlp or an OTEL_EXPORTER_OTLP_ENDPOINT), put tenant IDs on decision spans (FAIRGATE_TRACE_TENANTS=true; off by default)")
-	fs.BoolVar(&c.TrustTraceContext, "trust-trace-context", env("FAIRGATE_TRUST_TRACE_CONTEXT", "") == "true", "with tracing on, make a caller's traceparent the parent of fairgate's spans and let its sampled flag decide a parent-based sampler, as a service mesh wants (FAIRGATE_TRUST_TRACE_CONTEXT=true); off by default: a new trace, linked to the caller's")
+	var envErrs []error
+	boolEnv := func(name string) bool {
+		on, err := envBool(name)
+		if err != nil {
+			envErrs = append(envErrs, err)
+		}
+		return on
+	}
+	fs.BoolVar(&c.TraceTenants, "trace-tenants", boolEnv("FAIRGATE_TRACE_TENANTS"), "with tracing on (OTEL_TRACES_EXPORTER=otlp or an OTEL_EXPORTER_OTLP_ENDPOINT), put tenant IDs on decision spans (FAIRGATE_TRACE_TENANTS=true; off by default)")
+	fs.BoolVar(&c.TrustTraceContext, "trust-trace-context", boolEnv("FAIRGATE_TRUST_TRACE_CONTEXT"), "with tracing on, make a caller's traceparent the parent of fairgate's spans and let its sampled flag decide a parent-based sampler, as a service mesh wants (FAIRGATE_TRUST_TRACE_CONTEXT=true); off by default: a new trace, linked to the caller's")
 	timeout := env("FAIRGATE_STORE_TIMEOUT", "100ms")
 	if e.StoreTimeout > 0 {
 		timeout = env("FAIRGATE_STORE_TIMEOUT", e.StoreTimeout.String())
@@ -342,9 +357,17 @@ func ParseServe(args []string, stderr io.Writer) (ServeConfig, error) {
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("serve: unexpected argument %q", fs.Arg(0))
 	}
+	if err := errors.Join(envErrs...); err != nil {
+		return c, err
+	}
 	c.envoyDefaults(e)
 	if c.MaxConnections, err = strconv.Atoi(maxConns); err != nil || c.MaxConnections < 1 {
 		return c, fmt.Errorf("serve: max connections %q: want a positive number such as %d", maxConns, DefaultMaxConnections)
+	}
+	if maxCalls != "" {
+		if c.RLSMaxCalls, err = strconv.Atoi(maxCalls); err != nil || c.RLSMaxCalls < 1 {
+			return c, fmt.Errorf("serve: rls max calls %q: want a positive number such as %d", maxCalls, rls.DefaultMaxCalls)
+		}
 	}
 	if err := c.durations(timeout, poll, upTimeout, controlTimeout, drain, grace, readTimeout); err != nil {
 		return c, err
@@ -446,6 +469,22 @@ func tlsFlags(fs *flag.FlagSet, c *ServeConfig) {
 			fs.StringVar(&l.f.ClientCA, l.name+"client-ca-file", env(ce, ""), "PEM CA whose client certificate "+l.what+" requires (mTLS; "+ce+")")
 		}
 	}
+}
+
+// envBool reads the boolean environment variable name: unset or empty is
+// false; otherwise what strconv.ParseBool takes (true, false, 1, 0, t, f,
+// in any of their cases it accepts), and anything else is an error naming
+// the variable, rather than a switch silently left off.
+func envBool(name string) (bool, error) {
+	v := os.Getenv(name)
+	if v == "" {
+		return false, nil
+	}
+	on, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("serve: %s=%q: want true or false (or 1, 0, t, f, TRUE, FALSE)", name, v)
+	}
+	return on, nil
 }
 
 // token reads a bearer token from file, or else from the environment

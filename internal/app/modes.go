@@ -8,12 +8,13 @@ import (
 	"github.com/fairgate/fairgate/internal/tracing"
 )
 
-// modal is a `fairgate serve` flag that acts only in some modes. Given in
-// another (on the command line, or its environment variable not empty) it
-// stops the start with a line naming it and what it needs, rather than
-// be silently ignored: a TLS file or a token that protects nothing is
-// worse than a refused start.
+// modal is a `fairgate serve` flag, or an environment variable of no
+// flag, that acts only in some modes. Given in another (on the command
+// line, or its environment variable not empty) it stops the start with a
+// line naming it and what it needs, rather than be silently ignored: a
+// TLS file or a token that protects nothing is worse than a refused start.
 type modal struct {
+	// flag is "" for a variable with no flag.
 	flag, env string
 	// needs ends the refusal: what the flag does and what it needs.
 	needs string
@@ -34,6 +35,10 @@ func proxyMode(c *ServeConfig) bool { return c.Upstream != "" }
 func adminOn(c *ServeConfig) bool   { return c.AdminToken != "" }
 func grpcOn(c *ServeConfig) bool    { return c.GRPCListen != "" }
 func watched(c *ServeConfig) bool   { return c.Config != "" || c.ConfigData != nil }
+
+// envoyConfig reports whether the config is the one made from
+// envoyproxy/ratelimit's environment (no config file given).
+func envoyConfig(c *ServeConfig) bool { return c.Config == "" && c.ConfigData != nil }
 
 // sharedStore reports whether a store is shared (Redis): the memory store
 // answers in-process, with no deadline.
@@ -60,7 +65,8 @@ const (
 // --shutdown-grace, --read-timeout, --max-connections; --upstream and
 // --grpc-listen choose the modes. The internal listener's TLS flags act
 // in both modes: without --upstream they are --listen's (ParseServe).
-// --per-second-store depends on the config file and is checked by Serve.
+// --per-second-store and --rls-max-calls depend on the config file and
+// are checked by Serve.
 var modals = []modal{
 	{flag: "store-timeout", env: "FAIRGATE_STORE_TIMEOUT", acts: sharedStore, soft: true,
 		needs: "it bounds each call to a shared store, and needs a Redis --store; the memory store answers in-process"},
@@ -80,6 +86,8 @@ var modals = []modal{
 		asks: func(c *ServeConfig) bool { return c.TraceTenants }},
 	{flag: "trust-trace-context", env: "FAIRGATE_TRUST_TRACE_CONTEXT", acts: tracingOn, needs: needsTracing,
 		asks: func(c *ServeConfig) bool { return c.TrustTraceContext }},
+	{env: "FAIRGATE_RLS_MAX_OVERRIDE_UNIT", acts: envoyConfig,
+		needs: "it goes into the config made from envoyproxy/ratelimit's environment (RUNTIME_ROOT, RUNTIME_SUBDIRECTORY or CONFIG_TYPE, and no --config); with a config file, set rls.max_override_unit in the file"},
 }
 
 // checkModes refuses every modal flag given where it does nothing (one
@@ -90,7 +98,7 @@ func checkModes(c *ServeConfig, cmdline map[string]bool, lookup func(string) (st
 	var errs []error
 	for _, m := range modals {
 		fromEnv := false
-		if !cmdline[m.flag] {
+		if m.flag == "" || !cmdline[m.flag] {
 			v, _ := lookup(m.env)
 			if v == "" {
 				continue
@@ -101,6 +109,8 @@ func checkModes(c *ServeConfig, cmdline map[string]bool, lookup func(string) (st
 			continue
 		}
 		switch {
+		case m.flag == "":
+			errs = append(errs, fmt.Errorf("serve: %s does nothing here: %s", m.env, m.needs))
 		case fromEnv && m.soft:
 			c.Warnings = append(c.Warnings, fmt.Sprintf("%s (--%s) is set but unused: %s", m.env, m.flag, m.needs))
 		case fromEnv:

@@ -3,6 +3,8 @@ package app
 import (
 	"io"
 	"os"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -139,5 +141,148 @@ func TestInternalTLSIsListensWithoutUpstream(t *testing.T) {
 	}
 	if c.TLS.on() || c.InternalTLS != (TLSFiles{Cert: "/c.pem", Key: "/k.pem", ClientCA: "/ca.pem"}) {
 		t.Errorf("proxy: --listen %+v, internal %+v", c.TLS, c.InternalTLS)
+	}
+}
+
+// boolVars are the FAIRGATE_* variables of serve's boolean flags, read
+// from its usage (a boolean flag's line has no type after its name), so
+// that a boolean flag added later is tested with the rest.
+func boolVars(t *testing.T) []string {
+	t.Helper()
+	clearServeEnv(t)
+	var usage strings.Builder
+	if _, err := ParseServe([]string{"-h"}, &usage); err == nil {
+		t.Fatal("-h: no usage")
+	}
+	var names []string
+	lines := strings.Split(usage.String(), "\n")
+	for i, line := range lines {
+		f := strings.Fields(line)
+		if !strings.HasPrefix(line, "  -") || len(f) != 1 || i+1 == len(lines) {
+			continue
+		}
+		v := regexp.MustCompile(`FAIRGATE_[A-Z_]+`).FindString(lines[i+1])
+		if v == "" {
+			t.Fatalf("boolean flag %s names no FAIRGATE_* variable: %q", f[0], lines[i+1])
+		}
+		names = append(names, v)
+	}
+	if len(names) < 2 {
+		t.Fatalf("boolean variables %v: want FAIRGATE_TRACE_TENANTS and FAIRGATE_TRUST_TRACE_CONTEXT at least", names)
+	}
+	return names
+}
+
+// TestServeBoolVariables: every boolean FAIRGATE_* variable takes what
+// strconv.ParseBool takes, and anything else stops the start with one
+// line naming the variable, rather than leave the switch silently off.
+func TestServeBoolVariables(t *testing.T) {
+	otlp := "http://127.0.0.1:4318" // tracing on, so that the switches act
+	for _, name := range boolVars(t) {
+		for _, c := range []struct {
+			value string
+			on    bool
+			err   bool
+		}{
+			{"true", true, false}, {"TRUE", true, false}, {"True", true, false}, {"1", true, false}, {"t", true, false}, {"T", true, false},
+			{"false", false, false}, {"FALSE", false, false}, {"0", false, false}, {"f", false, false}, {"", false, false},
+			{"yes", false, true}, {"on", false, true}, {"no", false, true}, {"2", false, true}, {" true", false, true}, {"garbage", false, true},
+		} {
+			t.Run(name+"="+c.value, func(t *testing.T) {
+				clearServeEnv(t)
+				t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp)
+				t.Setenv(name, c.value)
+				got, err := ParseServe(nil, io.Discard)
+				if c.err {
+					want := "serve: " + name + "=" + strconv.Quote(c.value) + ": want true or false"
+					if err == nil || !strings.HasPrefix(err.Error(), want) || strings.Contains(err.Error(), "\n") {
+						t.Fatalf("error %v, want one line starting %q", err, want)
+					}
+					return
+				}
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				on := map[string]bool{"FAIRGATE_TRACE_TENANTS": got.TraceTenants, "FAIRGATE_TRUST_TRACE_CONTEXT": got.TrustTraceContext}
+				v, known := on[name]
+				if !known {
+					t.Fatalf("%s: the test does not know its field; add it", name)
+				}
+				if v != c.on {
+					t.Errorf("%s=%q: %v, want %v", name, c.value, v, c.on)
+				}
+			})
+		}
+	}
+}
+
+// TestServeMaxOverrideUnitVariable: FAIRGATE_RLS_MAX_OVERRIDE_UNIT goes
+// into the config made from envoyproxy/ratelimit's environment; with a
+// config file (or the embedded example) it would be ignored, so it stops
+// the start, saying to set rls.max_override_unit in the file.
+func TestServeMaxOverrideUnitVariable(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		err  string
+	}{
+		{name: "with --config", args: []string{"--config=/etc/fairgate.yaml"}, env: map[string]string{"FAIRGATE_RLS_MAX_OVERRIDE_UNIT": "second"},
+			err: "serve: FAIRGATE_RLS_MAX_OVERRIDE_UNIT does nothing here: it goes into the config made from envoyproxy/ratelimit's environment (RUNTIME_ROOT, RUNTIME_SUBDIRECTORY or CONFIG_TYPE, and no --config); with a config file, set rls.max_override_unit in the file"},
+		{name: "garbage with --config", args: []string{"--config=/etc/fairgate.yaml"}, env: map[string]string{"FAIRGATE_RLS_MAX_OVERRIDE_UNIT": "garbage"}, err: "FAIRGATE_RLS_MAX_OVERRIDE_UNIT does nothing here"},
+		{name: "the embedded example", env: map[string]string{"FAIRGATE_RLS_MAX_OVERRIDE_UNIT": "hour"}, err: "FAIRGATE_RLS_MAX_OVERRIDE_UNIT does nothing here"},
+		{name: "with --config and a runtime directory", args: []string{"--config=/etc/fairgate.yaml"}, env: map[string]string{"FAIRGATE_RLS_MAX_OVERRIDE_UNIT": "hour", "RUNTIME_ROOT": "/srv/runtime"}, err: "set rls.max_override_unit in the file"},
+		{name: "the environment's config", env: map[string]string{"FAIRGATE_RLS_MAX_OVERRIDE_UNIT": "hour", "RUNTIME_ROOT": "/srv/runtime", "RUNTIME_SUBDIRECTORY": "ratelimit"}},
+		{name: "the environment's config over xDS", env: map[string]string{"FAIRGATE_RLS_MAX_OVERRIDE_UNIT": "hour", "CONFIG_TYPE": "GRPC_XDS_SOTW"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			clearServeEnv(t)
+			for _, k := range []string{"RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "CONFIG_TYPE"} {
+				t.Setenv(k, "")
+				os.Unsetenv(k)
+			}
+			for k, v := range c.env {
+				t.Setenv(k, v)
+			}
+			got, err := ParseServe(c.args, io.Discard)
+			switch {
+			case c.err == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err)):
+				t.Fatalf("error %v, want one saying %q", err, c.err)
+			case c.err == "" && !strings.Contains(string(got.ConfigData), "max_override_unit: hour"):
+				t.Errorf("config made:\n%s\nwant max_override_unit: hour", got.ConfigData)
+			}
+		})
+	}
+}
+
+// TestServeRLSMaxCalls: --rls-max-calls (FAIRGATE_RLS_MAX_CALLS) takes a
+// positive number; zero means the default.
+func TestServeRLSMaxCalls(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		env  string
+		want int
+		err  string
+	}{
+		{want: 0},
+		{args: []string{"--rls-max-calls=64"}, want: 64},
+		{env: "32", want: 32},
+		{args: []string{"--rls-max-calls=64"}, env: "32", want: 64},
+		{args: []string{"--rls-max-calls=0"}, err: `serve: rls max calls "0": want a positive number such as 128`},
+		{env: "many", err: `serve: rls max calls "many"`},
+	} {
+		clearServeEnv(t)
+		if c.env != "" {
+			t.Setenv("FAIRGATE_RLS_MAX_CALLS", c.env)
+		}
+		got, err := ParseServe(c.args, io.Discard)
+		switch {
+		case c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err)):
+			t.Errorf("%v %q: %v, want an error saying %q", c.args, c.env, err, c.err)
+		case c.err == "" && (err != nil || got.RLSMaxCalls != c.want):
+			t.Errorf("%v %q: %d %v, want %d", c.args, c.env, got.RLSMaxCalls, err, c.want)
+		}
 	}
 }

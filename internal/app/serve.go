@@ -103,6 +103,9 @@ type daemon struct {
 	jobs         fairq.Queue
 	weights      *atomic.Pointer[map[string]int]
 	rlsSvc       *rls.Service
+	// rlsBound bounds the Envoy service's calls in flight, gRPC and /json
+	// together, and marks the gRPC listener's idle connections.
+	rlsBound *rls.Bound
 	// rlsMu guards the two sources of the Envoy service's domains: the
 	// config file's and xDS's.
 	rlsMu   sync.Mutex
@@ -240,6 +243,18 @@ func (d *daemon) buildDeciders() error {
 		return err
 	}
 	d.rlsFile = d.cfg.RLS
+	if d.c.RLSMaxCalls != 0 && d.c.GRPCListen == "" && !d.cfg.HasRLS {
+		return fmt.Errorf("serve: --rls-max-calls (FAIRGATE_RLS_MAX_CALLS) does nothing here: it bounds the Envoy rate limit service's calls in flight, and needs --grpc-listen or an rls section in %s", d.cfg.File)
+	}
+	d.rlsBound = rls.NewBound(rls.Limits{MaxCalls: d.c.RLSMaxCalls, CallTimeout: d.readTimeout()})
+	if err := d.reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "fairgate_rls_calls_in_flight", Help: "The Envoy rate limit service's calls in flight (gRPC of any method, and /json), at most --rls-max-calls."},
+		func() float64 { return float64(d.rlsBound.InFlight()) })); err != nil {
+		return err
+	}
+	if err := d.reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "fairgate_rls_calls_refused_total", Help: "Envoy rate limit service calls refused at --rls-max-calls (gRPC RESOURCE_EXHAUSTED, /json 503)."},
+		func() float64 { return float64(d.rlsBound.Refused()) })); err != nil {
+		return err
+	}
 	if err := d.buildPerSecond(); err != nil {
 		return err
 	}
@@ -309,7 +324,7 @@ func (d *daemon) buildServer() error {
 		log.Warn("upstream_capacity shares a proxied upstream's concurrency: it does nothing without --upstream")
 	}
 	if cfg.HasRLS {
-		sc.RLSJSON = d.rlsSvc.ServeJSON
+		sc.RLSJSON = d.rlsBound.JSON(d.rlsSvc.ServeJSON)
 	}
 	if z := d.be.lazy; z != nil {
 		sc.StoreWarning = z.Warning
@@ -533,7 +548,7 @@ func (d *daemon) listen() (net.Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("serve: listen on %s: %w", c.Listen, err)
 	}
-	readTimeout := cmp.Or(c.ReadTimeout, 30*time.Second)
+	readTimeout := d.readTimeout()
 	d.srv = &http.Server{
 		Handler:           d.h,
 		ReadHeaderTimeout: min(5*time.Second, readTimeout),
@@ -560,12 +575,25 @@ func (d *daemon) listen() (net.Listener, error) {
 	return ln, nil
 }
 
+// readTimeout bounds the reading of a request on every listener.
+func (d *daemon) readTimeout() time.Duration { return cmp.Or(d.c.ReadTimeout, 30*time.Second) }
+
 // bound caps ln's open connections at --max-connections for srv (idle
 // ones, then silent ones, reclaimed at the cap; package connlimit), with
 // the listener's metrics.
 func (d *daemon) bound(ln net.Listener, srv *http.Server, name string) (net.Listener, error) {
-	cl := connlimit.New(ln, cmp.Or(d.c.MaxConnections, DefaultMaxConnections))
+	cl, err := d.limitConns(ln, name)
+	if err != nil {
+		return ln, err
+	}
 	srv.ConnState = cl.ConnState
+	return cl, nil
+}
+
+// limitConns caps ln's open connections at --max-connections, with the
+// listener's metrics; the server on it says which connections are idle.
+func (d *daemon) limitConns(ln net.Listener, name string) (*connlimit.Listener, error) {
+	cl := connlimit.New(ln, cmp.Or(d.c.MaxConnections, DefaultMaxConnections))
 	labels := prometheus.Labels{"listener": name}
 	const reclaimedHelp = "Connections closed to make room for new ones at --max-connections, by listener and state: idle (keep-alive, closed first) or silent (no request yet, after 500 ms)."
 	for _, c := range []prometheus.Collector{
@@ -581,7 +609,7 @@ func (d *daemon) bound(ln net.Listener, srv *http.Server, name string) (net.List
 			func() float64 { return float64(cl.ReclaimedSilent()) }),
 	} {
 		if err := d.reg.Register(c); err != nil {
-			return ln, err
+			return cl, err
 		}
 	}
 	return cl, nil
@@ -637,28 +665,44 @@ func (d *daemon) listenAdmin(readTimeout time.Duration) error {
 	return nil
 }
 
-// listenGRPC starts Envoy's rate limit service, when asked.
-func (d *daemon) listenGRPC(time.Duration) error {
+// GRPCIdleTimeout is how long a gRPC connection with no call in flight
+// stays open before the server sends it away (GOAWAY), as the HTTP
+// listeners' idle keep-alive connections close.
+const GRPCIdleTimeout = 2 * time.Minute
+
+// listenGRPC starts Envoy's rate limit service, when asked: its calls in
+// flight bounded by --rls-max-calls, each within the read timeout, its
+// connections by --max-connections (idle ones reclaimed at the bound) and
+// GRPCIdleTimeout.
+func (d *daemon) listenGRPC(readTimeout time.Duration) error {
 	if d.c.GRPCListen == "" {
 		return nil
 	}
-	gln, err := net.Listen("tcp", d.c.GRPCListen)
+	ln, err := net.Listen("tcp", d.c.GRPCListen)
 	if err != nil {
 		return fmt.Errorf("serve: grpc listen on %s: %w", d.c.GRPCListen, err)
 	}
-	var opts []grpc.ServerOption
+	cl, err := d.limitConns(ln, "grpc")
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	gln := d.rlsBound.Listener(cl)
+	// The handshake (TLS and HTTP/2's preface) within the header deadline
+	// of the HTTP listeners.
+	opts := []grpc.ServerOption{grpc.ConnectionTimeout(min(5*time.Second, readTimeout))}
 	if d.tls.grpc != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(d.tls.grpc)))
 	}
-	if e := d.c.Env; e.GRPCMaxConnAge > 0 {
-		// envoyproxy/ratelimit's GRPC_MAX_CONNECTION_AGE(_GRACE): clients
-		// reconnect now and then, so that a new instance gets its share.
-		opts = append(opts, grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: e.GRPCMaxConnAge, MaxConnectionAgeGrace: e.GRPCMaxConnAgeGrace}))
-	}
+	// envoyproxy/ratelimit's GRPC_MAX_CONNECTION_AGE(_GRACE), if set:
+	// clients reconnect now and then, so that a new instance gets its
+	// share.
+	e := d.c.Env
+	opts = append(opts, grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: GRPCIdleTimeout, MaxConnectionAge: e.GRPCMaxConnAge, MaxConnectionAgeGrace: e.GRPCMaxConnAgeGrace}))
 	if t := d.tr.Tracer(); t != nil {
 		opts = append(opts, grpc.UnaryInterceptor(tracing.UnaryServer(t, d.c.TrustTraceContext)))
 	}
-	d.grpc = rls.NewServer(d.rlsSvc, opts...)
+	d.grpc = rls.NewServer(d.rlsSvc, d.rlsBound, opts...)
 	d.log.Info("envoy rate limit service", slog.String("grpc_listen", gln.Addr().String()), slog.Int("domains", len(d.cfg.RLS.Domains)))
 	d.goCheck("grpc listener", func() error { return d.grpc.Serve(gln) })
 	if len(d.cfg.RLS.Domains) == 0 {

@@ -21,4 +21,10 @@
 //   - a store outage follows the domain's fail mode: open (answer OK from
 //     the in-process fallback limiter) or closed (UNAVAILABLE, or
 //     OVER_LIMIT, as configured).
+//
+// Whoever calls, a [Bound] holds the memory of calls in flight: gRPC
+// reads a call's whole message (up to MaxMessage) before any handler
+// runs, so every call, of any method, and every /json request takes a
+// place when its headers arrive, before its message is read, and past
+// Limits.MaxCalls is refused at once (RESOURCE_EXHAUSTED; /json 503).
 package rls

@@ -114,7 +114,7 @@ func serveServiceConn(t testing.TB, svc *rls.Service) (rlspb.RateLimitServiceCli
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := rls.NewServer(svc)
+	g := rls.NewServer(svc, nil)
 	go g.Serve(ln)
 	t.Cleanup(g.Stop)
 	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
