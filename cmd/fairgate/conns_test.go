@@ -257,7 +257,7 @@ func TestServeBoundsGRPC(t *testing.T) {
 	if open := metric(t, base, `fairgate_connections_open{listener="grpc"}`); open > 8 {
 		t.Errorf("%v gRPC connections open, want at most 8", open)
 	}
-	if n := metric(t, base, `fairgate_connections_reclaimed_total{listener="grpc"}`); n < 32 {
+	if n := metric(t, base, `fairgate_connections_reclaimed_total{listener="grpc",state="idle"}`); n < 32 {
 		t.Errorf("%v idle gRPC connections reclaimed, want at least 32", n)
 	}
 }
