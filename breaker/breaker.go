@@ -226,7 +226,7 @@ func (s *Set) Do(ctx context.Context, name string, f func(context.Context) error
 			key = "a:" + p.ID
 		}
 	}
-	tk, ok := d.sh.allow(key, time.Now())
+	tk, ok := d.sh.allow(key, hasParty && p.Anonymous, time.Now())
 	if !ok {
 		if pdone != nil {
 			pdone(errExcluded)

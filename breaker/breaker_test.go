@@ -455,3 +455,38 @@ func TestFailureStatuses(t *testing.T) {
 		t.Error("failure status 99 was accepted")
 	}
 }
+
+// TestAnonymousCannotHoldHalfOpen: anonymous calls hold no place in a
+// half-open shared breaker. A slot per address once let 64 addresses,
+// each trickling a body, keep every tenant out of a recovered upstream
+// (0 of 70 answers over 68 s): now a tenant's probe goes through beside
+// any number of held anonymous calls, and anonymous callers get through
+// by chance, a sixteenth of them.
+func TestAnonymousCannotHoldHalfOpen(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, _ := New(map[string]Settings{"upstream": {ConsecutiveFailures: 1, Cooldown: 10 * time.Second}}, nil)
+		s.Do(context.Background(), "upstream", fail)
+		time.Sleep(10*time.Second + time.Millisecond)
+		release := make(chan struct{})
+		var held atomic.Int64
+		for i := range 2000 {
+			go s.Do(as(fmt.Sprintf("2001:db8:%x::/64", i), true), "upstream", func(context.Context) error {
+				held.Add(1)
+				<-release
+				return &CallerError{Err: errors.New("the body came too slowly")}
+			})
+		}
+		synctest.Wait()
+		if n := held.Load(); n == 0 || n > 400 {
+			t.Fatalf("%d of 2000 anonymous calls let through half-open, want some, about 1 in 16", n)
+		}
+		if err := s.Do(as("acme", false), "upstream", ok); err != nil {
+			t.Fatalf("a tenant's probe beside %d held anonymous calls: %v", held.Load(), err)
+		}
+		if got := s.States()["upstream"]; got != "closed" {
+			t.Fatalf("after the tenant's good probe: %s, want closed", got)
+		}
+		close(release)
+		synctest.Wait()
+	})
+}

@@ -19,10 +19,11 @@
 // by the same rule. While open, calls fail at once with an *OpenError
 // carrying how long until a probe (answer 503 with that Retry-After).
 // After Cooldown a breaker is half-open. A party's own lets one probe
-// through; the shared one lets one probe per party through (so no party
-// can hold the way back by keeping its probe out), closes on the first
-// success, and opens again on a failure no party caused or when the
-// probes of MinParties tenants fail. The parties' breakers are
+// through; the shared one lets one probe per tenant through, and an
+// anonymous call by chance (1 in 16, holding no place), so that no party
+// and no number of addresses can hold the way back by keeping probes
+// out; it closes on the first success, and opens again on a failure no
+// party caused or when the probes of MinParties tenants fail. The parties' breakers are
 // gobreakers; the shared one is this package's, since a gobreaker's one
 // half-open probe is a slot any one client could hold.
 //

@@ -1,24 +1,34 @@
 package breaker
 
 import (
+	"math/rand/v2"
 	"sync"
 	"time"
 
 	"github.com/sony/gobreaker/v2"
 )
 
-// maxProbes bounds the calls a half-open shared breaker lets through at
-// once.
-const maxProbes = 64
+// maxProbes bounds the tenants' probes a half-open shared breaker lets
+// through at once (one per tenant).
+const maxProbes = 1024
+
+// anonProbeOdds is the chance an anonymous call is let through a
+// half-open shared breaker: 1 in anonProbeOdds, drawn afresh for each
+// call, so that no number of addresses holding calls open can keep the
+// others out (a slot per address once let 64 trickled bodies hold every
+// slot), while the upstream sees a sixteenth of the anonymous traffic
+// until a success closes the breaker.
+const anonProbeOdds = 16
 
 // shared is a dependency's shared breaker. It is not a gobreaker: a
 // gobreaker's half-open state lets one call through at a time and opens
 // again on any failure, so one party could hold it (a probe whose body
 // trickles for 30 s, then counts for nothing, taken again at once) or
 // open it again (a probe that fails on purpose). Here a half-open breaker
-// lets one probe per party through (up to maxProbes), the first success
-// closes it, and it opens again only on a failure no party caused or on
-// failed probes of MinParties tenants.
+// lets one probe per tenant through (up to maxProbes), and an anonymous
+// call with odds of 1 in anonProbeOdds, holding no place; the first
+// success closes it, and it opens again only on a failure no party caused
+// or on failed probes of MinParties tenants.
 type shared struct {
 	st Settings // with defaults
 
@@ -59,9 +69,10 @@ func newShared(st Settings, change func(gobreaker.State)) *shared {
 	return &shared{st: st, change: change}
 }
 
-// allow admits a call with probe key k (one per party; "" for
-// fairgate's own calls) or says how long until a probe may go.
-func (s *shared) allow(k string, now time.Time) (ticket, bool) {
+// allow admits a call with probe key k (one per tenant; "" for
+// fairgate's own calls; anon for an anonymous client's, which hold no
+// place) or refuses it.
+func (s *shared) allow(k string, anon bool, now time.Time) (ticket, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.state == gobreaker.StateOpen {
@@ -71,6 +82,12 @@ func (s *shared) allow(k string, now time.Time) (ticket, bool) {
 		s.set(gobreaker.StateHalfOpen, now)
 	}
 	if s.state == gobreaker.StateHalfOpen {
+		if anon {
+			if rand.IntN(anonProbeOdds) != 0 {
+				return ticket{}, false
+			}
+			return ticket{gen: s.gen, probe: anonTicket}, true
+		}
 		if s.probes[k] || len(s.probes) >= maxProbes {
 			return ticket{}, false
 		}
@@ -80,8 +97,12 @@ func (s *shared) allow(k string, now time.Time) (ticket, bool) {
 	return ticket{gen: s.gen, probe: closedTicket}, true
 }
 
-// closedTicket is the probe key of a call admitted while closed.
-const closedTicket = "\x00closed"
+// closedTicket is the probe key of a call admitted while closed;
+// anonTicket of an anonymous call admitted while half-open.
+const (
+	closedTicket = "\x00closed"
+	anonTicket   = "\x00anonymous"
+)
 
 // done reports an admitted call's outcome; voter names the tenant of a
 // probeBad.
