@@ -73,7 +73,7 @@ func newUpstreamAPI(t *testing.T) *upstreamAPI {
 		}
 		u.paths = append(u.paths, routed)
 		for k := range r.Header {
-			if d := strings.ToLower(strings.ReplaceAll(k, "_", "-")); d != strings.ToLower(k) && (strings.HasPrefix(d, "x-fairgate-") || strings.HasPrefix(d, "ratelimit-")) {
+			if d := strings.ToLower(strings.NewReplacer("_", "-", ".", "-").Replace(k)); d != strings.ToLower(k) && (strings.HasPrefix(d, "x-fairgate-") || strings.HasPrefix(d, "ratelimit-")) {
 				u.lookalikes = append(u.lookalikes, k)
 			}
 		}
@@ -257,6 +257,7 @@ func testGatewaySpoofing(t *testing.T, base string, api *upstreamAPI) {
 	}
 	// Look-alikes of the identity headers never reach the API.
 	gwDo(t, c, "GET", base+"/v1/users/1", "key-newco", "X_Fairgate_Tenant", "acme", "X_Fairgate_Plan", "enterprise")
+	gwDo(t, c, "GET", base+"/v1/users/1", "key-newco", "X.Fairgate.Tenant", "acme", "X-Fairgate.Plan", "enterprise", "X_Fairgate.Tenant", "acme")
 	// X-Tenant is fairgate's tenant_header here: the gateway must not
 	// pass the client's on.
 	if r := gwDo(t, c, "GET", base+"/v1/users/1", "", "X-Tenant", "acme"); r.code != 401 {

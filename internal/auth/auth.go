@@ -249,13 +249,16 @@ func (a *Authenticator) Enabled() bool {
 }
 
 // credential is the one credential of r: the token of its Authorization
-// if that is a bearer token, else its X-API-Key; both may come only if
-// they are the same. Authorization of another scheme (Basic, Digest) is
-// not fairgate's: it is left to the upstream. A credential header that
-// comes twice, holds a comma-separated list, or has a twin that upstreams
-// reading '_' as '-' (CGI, WSGI, PHP) take for it, is an error wrapping
-// ErrAmbiguousCredential: whichever copy fairgate read, another reader
-// could take the other and serve another tenant than the one charged.
+// if that is a bearer token, else its X-API-Key. Authorization of another
+// scheme (Basic, Digest) is not fairgate's and is left to the upstream, but
+// only alone: beside an X-API-Key, Authorization must be the same key as a
+// bearer token, since an upstream reading the other header ("Token k",
+// "Basic" with a key as its user name) would serve another tenant than the
+// one charged. A credential header that comes twice, holds a
+// comma-separated list, is malformed (a tab or a control character
+// where the scheme ends), or has a look-alike that upstreams take for it
+// (X_API_KEY or X.API.KEY: CGI, WSGI, Rack and PHP read '_' and '.' as
+// '-') is an error wrapping ErrAmbiguousCredential.
 func credential(r *http.Request) (string, error) {
 	authz, key := r.Header.Values("Authorization"), r.Header.Values("X-Api-Key")
 	for _, h := range []struct {
@@ -267,18 +270,18 @@ func credential(r *http.Request) (string, error) {
 		}
 	}
 	for name := range r.Header {
-		if !strings.Contains(name, "_") {
-			continue
-		}
 		for _, cred := range []string{"Authorization", "X-API-Key"} {
-			if strings.EqualFold(strings.ReplaceAll(name, "_", "-"), cred) {
+			if LookAlike(name, cred) {
 				return "", fmt.Errorf("%w: a header %s, which some upstreams read as %s; send only %s", ErrAmbiguousCredential, name, cred, cred)
 			}
 		}
 	}
 	var bearer, apiKey string
 	if len(authz) == 1 {
-		bearer = bearerToken(authz[0])
+		var err error
+		if bearer, err = bearerToken(authz[0]); err != nil {
+			return "", err
+		}
 	}
 	if len(key) == 1 {
 		apiKey = key[0]
@@ -288,22 +291,55 @@ func credential(r *http.Request) (string, error) {
 		return "", fmt.Errorf("%w: Authorization holds a comma-separated list; send one bearer token", ErrAmbiguousCredential)
 	case strings.Contains(apiKey, ","):
 		return "", fmt.Errorf("%w: X-API-Key holds a comma-separated list; send one key", ErrAmbiguousCredential)
-	case bearer != "" && apiKey != "" && bearer != apiKey:
-		return "", fmt.Errorf("%w: Authorization and X-API-Key carry different credentials; send one", ErrAmbiguousCredential)
+	case apiKey != "" && len(authz) == 1 && bearer != apiKey:
+		return "", fmt.Errorf("%w: Authorization and X-API-Key are both present and differ; send one credential", ErrAmbiguousCredential)
 	case bearer != "":
 		return bearer, nil
 	}
 	return apiKey, nil
 }
 
-// bearer returns the token of an Authorization value "Bearer <token>"; the
-// scheme is case-insensitive (RFC 9110 §11.1), so "bearer" works too.
-func bearerToken(h string) string {
+// LookAlike reports whether header name is not canonical but reads as it
+// where '_', '.' and other punctuation stand for '-', as CGI, WSGI, Rack
+// and PHP servers read header names (X_Api_Key, X.API.KEY for X-API-Key).
+func LookAlike(name, canonical string) bool {
+	if strings.EqualFold(name, canonical) || len(name) != len(canonical) {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		if fold(name[i]) != fold(canonical[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// fold is c lower-cased, with every byte but a letter or a digit read as
+// '-'.
+func fold(c byte) byte {
+	switch {
+	case 'A' <= c && c <= 'Z':
+		return c + 'a' - 'A'
+	case 'a' <= c && c <= 'z', '0' <= c && c <= '9':
+		return c
+	}
+	return '-'
+}
+
+// bearerToken returns the token of an Authorization value "Bearer
+// <token>"; the scheme is case-insensitive (RFC 9110 §11.1), so "bearer"
+// works too; "" for another scheme. A value whose scheme does not end at
+// one space (a tab, a control character) is malformed: upstreams split it
+// differently.
+func bearerToken(h string) (string, error) {
+	if i := strings.IndexFunc(h, func(r rune) bool { return r < ' ' || r == 0x7f }); i >= 0 {
+		return "", fmt.Errorf("%w: Authorization holds a control character (a tab?): separate the scheme with one space", ErrAmbiguousCredential)
+	}
 	scheme, tok, ok := strings.Cut(h, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return ""
+		return "", nil
 	}
-	return strings.TrimSpace(tok)
+	return strings.TrimSpace(tok), nil
 }
 
 // Authenticate returns the identity of r's credential, ErrNoCredential when
@@ -383,8 +419,8 @@ func BearerMatches(r *http.Request, sum [sha256.Size]byte) bool {
 	if len(vs) != 1 {
 		return false
 	}
-	tok := bearerToken(vs[0])
-	if tok == "" {
+	tok, err := bearerToken(vs[0])
+	if err != nil || tok == "" {
 		return false
 	}
 	got := sha256.Sum256([]byte(tok))

@@ -55,10 +55,12 @@ func TestAPIKeys(t *testing.T) {
 }
 
 // TestOneCredential: a request's credential is read one way only. A
-// credential header twice, a comma-joined list, a bearer token beside a
-// different X-API-Key, or an underscore twin is ErrAmbiguousCredential;
-// the same key in both is one credential; an Authorization of another
-// scheme is not fairgate's, and X-API-Key is the credential then; and an
+// credential header twice, a comma-joined list, an Authorization of any
+// scheme beside a different X-API-Key (an upstream reading "Token k" or a
+// key in Basic's user name would serve another tenant), a malformed
+// scheme ("Bearer<TAB>k"), or a look-alike (X_API_KEY, X.API.KEY) is
+// ErrAmbiguousCredential; the same key in both is one credential; an
+// Authorization of another scheme alone is not fairgate's; and an
 // operator token counts only from a single Authorization.
 func TestOneCredential(t *testing.T) {
 	a, err := New(context.Background(), Config{APIKeys: []APIKey{{SHA256: sum("k-acme"), Tenant: "acme"}, {SHA256: sum("k-globex"), Tenant: "globex"}}})
@@ -74,8 +76,14 @@ func TestOneCredential(t *testing.T) {
 		{"X-API-Key", []string{"X-API-Key", "k-acme"}, "acme", nil},
 		{"bearer", []string{"Authorization", "Bearer k-acme"}, "acme", nil},
 		{"the same key in both", []string{"Authorization", "Bearer k-acme", "X-API-Key", "k-acme"}, "acme", nil},
-		{"Basic and X-API-Key", []string{"Authorization", "Basic dXNlcjpwYXNz", "X-API-Key", "k-globex"}, "globex", nil},
-		{"an empty bearer and X-API-Key", []string{"Authorization", "Bearer ", "X-API-Key", "k-globex"}, "globex", nil},
+		{"Basic and X-API-Key", []string{"Authorization", "Basic dXNlcjpwYXNz", "X-API-Key", "k-globex"}, "", ErrAmbiguousCredential},
+		{"Token and X-API-Key", []string{"Authorization", "Token k-globex", "X-API-Key", "k-acme"}, "", ErrAmbiguousCredential},
+		{"a bare key and X-API-Key", []string{"Authorization", "k-globex", "X-API-Key", "k-acme"}, "", ErrAmbiguousCredential},
+		{"an empty bearer and X-API-Key", []string{"Authorization", "Bearer ", "X-API-Key", "k-globex"}, "", ErrAmbiguousCredential},
+		{"a tab after Bearer beside X-API-Key", []string{"Authorization", "Bearer\tk-globex", "X-API-Key", "k-acme"}, "", ErrAmbiguousCredential},
+		{"a tab after Bearer alone", []string{"Authorization", "Bearer\tk-globex"}, "", ErrAmbiguousCredential},
+		{"a dotted look-alike", []string{"X-API-Key", "k-acme", "X.API.KEY", "k-globex"}, "", ErrAmbiguousCredential},
+		{"a mixed look-alike", []string{"X-API-Key", "k-acme", "X_API.KEY", "k-globex"}, "", ErrAmbiguousCredential},
 		{"Basic alone", []string{"Authorization", "Basic dXNlcjpwYXNz"}, "", ErrNoCredential},
 		{"X-API-Key twice", []string{"X-API-Key", "k-acme", "X-API-Key", "k-globex"}, "", ErrAmbiguousCredential},
 		{"X-API-Key twice, the same", []string{"X-API-Key", "k-acme", "X-API-Key", "k-acme"}, "", ErrAmbiguousCredential},

@@ -19,8 +19,10 @@ import (
 // /v1/me/limits and /v1/authz, and never reaches the upstream: fairgate
 // read the first copy while an upstream or gateway reading another
 // would serve another tenant than the one charged. The same key in both
-// headers is one credential, and an Authorization of another scheme
-// (Basic) is the upstream's: X-API-Key names the tenant then.
+// headers is one credential; an Authorization of another scheme (Basic,
+// "Token", a tab after Bearer) beside a different X-API-Key is refused
+// too, since an upstream reading it would serve another tenant (the
+// second attacker review passed "Bearer<TAB>k" beside another key).
 func TestOneCredentialPerRequest(t *testing.T) {
 	var reached atomic.Int64
 	var seen atomic.Value
@@ -62,11 +64,14 @@ func TestOneCredentialPerRequest(t *testing.T) {
 		{"X-API-Key comma-joined", []string{"X-API-Key", "key-acme, key-newco"}, "", "X-API-Key holds a comma-separated list"},
 		{"Authorization twice", []string{"Authorization", "Bearer key-acme", "Authorization", "Bearer key-newco"}, "", "Authorization came 2 times"},
 		{"Authorization comma-joined", []string{"Authorization", "Bearer key-acme, Bearer key-newco"}, "", "Authorization holds a comma-separated list"},
-		{"bearer and another X-API-Key", []string{"Authorization", "Bearer key-acme", "X-API-Key", "key-newco"}, "", "Authorization and X-API-Key carry different credentials"},
+		{"bearer and another X-API-Key", []string{"Authorization", "Bearer key-acme", "X-API-Key", "key-newco"}, "", "Authorization and X-API-Key are both present and differ"},
+		{"a tab after Bearer beside another X-API-Key", []string{"Authorization", "Bearer\tkey-newco", "X-API-Key", "key-acme"}, "", "control character"},
+		{"Token beside another X-API-Key", []string{"Authorization", "Token key-newco", "X-API-Key", "key-acme"}, "", "both present and differ"},
+		{"a dotted twin", []string{"X-API-Key", "key-acme", "X.API.KEY", "key-newco"}, "", "read as X-API-Key"},
 		{"an underscore twin", []string{"X-API-Key", "key-acme", "X_Api_Key", "key-newco"}, "", "a header X_api_key, which some upstreams read as X-API-Key"},
 		{"an underscore twin alone", []string{"X_API_KEY", "key-newco"}, "", "read as X-API-Key"},
 		{"the same key in both", []string{"Authorization", "Bearer key-acme", "X-API-Key", "key-acme"}, "acme", ""},
-		{"Basic for the upstream, X-API-Key for fairgate", []string{"Authorization", "Basic dXNlcjpwYXNz", "X-API-Key", "key-newco"}, "newco", ""},
+		{"Basic beside X-API-Key", []string{"Authorization", "Basic dXNlcjpwYXNz", "X-API-Key", "key-newco"}, "", "both present and differ"},
 	} {
 		for _, s := range surfaces {
 			t.Run(tc.name+"/"+s.name, func(t *testing.T) {

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"strings"
 	"time"
 
 	"github.com/fairgate/fairgate/breaker"
@@ -181,8 +180,8 @@ func (s *Server) rewrite(pr *httputil.ProxyRequest, upstream *url.URL) {
 	s.injectTrace(pr.Out)
 	// The upstream learns who the caller is from fairgate alone:
 	// client-sent copies of the identity headers are removed, and so are
-	// their look-alikes with '_' for '-' (X_Fairgate_Tenant), which CGI,
-	// WSGI and Rack servers read as the same HTTP_X_FAIRGATE_TENANT.
+	// their look-alikes (X_Fairgate_Tenant, X.Fairgate.Tenant), which CGI,
+	// WSGI, Rack and PHP servers read as the same HTTP_X_FAIRGATE_TENANT.
 	dropLookalikes(pr.Out.Header, id.tenantHdr, id.planHdr)
 	if who, ok := httplimit.IdentityFrom(pr.In.Context()); ok {
 		d, _ := httplimit.DecisionFrom(pr.In.Context())
@@ -191,19 +190,17 @@ func (s *Server) rewrite(pr *httputil.ProxyRequest, upstream *url.URL) {
 	}
 }
 
-// dropLookalikes removes from h the headers named names, in any case,
-// and any whose name is one of them with '_' for '-'.
+// dropLookalikes removes from h the headers named names, and any that
+// reads as one of them where '_', '.' or other punctuation stand for '-'
+// (X_Fairgate_Tenant, X.Fairgate.Tenant: CGI, WSGI, Rack and PHP read
+// them as X-Fairgate-Tenant).
 func dropLookalikes(h http.Header, names ...string) {
 	for _, n := range names {
 		h.Del(n)
 	}
 	for k := range h {
-		if strings.IndexByte(k, '_') < 0 {
-			continue
-		}
-		dashed := strings.ReplaceAll(k, "_", "-")
 		for _, n := range names {
-			if strings.EqualFold(dashed, n) {
+			if auth.LookAlike(k, n) {
 				delete(h, k)
 			}
 		}

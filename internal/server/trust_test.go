@@ -453,12 +453,13 @@ func TestUpstreamLearnsTheVerifiedIdentity(t *testing.T) {
 	for _, c := range []call{
 		{method: "POST", path: "/v1/login", headers: map[string]string{"X_Tenant": "globex", "x_plan": "enterprise"}},
 		{method: "GET", path: "/v1/users/1", headers: map[string]string{"X-API-Key": "key-acme", "X_TENANT": "globex"}},
+		{method: "GET", path: "/v1/users/1", headers: map[string]string{"X-API-Key": "key-acme", "X.Tenant": "globex", "x.plan": "enterprise"}},
 	} {
 		got.Store(http.Header{})
 		c.do(s)
 		h, _ := got.Load().(http.Header)
 		for k := range h {
-			if d := strings.ReplaceAll(k, "_", "-"); d != k && (strings.EqualFold(d, "X-Tenant") || strings.EqualFold(d, "X-Plan")) {
+			if d := strings.NewReplacer("_", "-", ".", "-").Replace(k); d != k && (strings.EqualFold(d, "X-Tenant") || strings.EqualFold(d, "X-Plan")) {
 				t.Fatalf("%s %s: the upstream saw the client's %s: %v", c.method, c.path, k, h)
 			}
 		}
