@@ -264,3 +264,34 @@ func TestAppendHeadersNamesOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestMethodOverride: a method override that differs from the request's
+// method is refused, by any header frameworks read or a look-alike of
+// one, or by _method in the query; one that names the method itself
+// passes.
+func TestMethodOverride(t *testing.T) {
+	for _, tc := range []struct {
+		method string
+		h      http.Header
+		query  string
+		bad    bool
+	}{
+		{"POST", nil, "", false},
+		{"POST", http.Header{"X-Http-Method-Override": {"GET"}}, "", true},
+		{"POST", http.Header{"X-Http-Method": {"DELETE"}}, "", true},
+		{"POST", http.Header{"X-Method-Override": {"put"}}, "", true},
+		{"POST", http.Header{"X_http_method_override": {"GET"}}, "", true},
+		{"POST", http.Header{"X.Http.Method.Override": {"GET"}}, "", true},
+		{"POST", http.Header{"X-Http-Method-Override": {"post"}}, "", false},
+		{"POST", nil, "q=1&_method=GET", true},
+		{"POST", nil, "_METHOD=get", true},
+		{"POST", nil, "_method=POST", false},
+		{"GET", nil, "method=x&q=_method", false},
+		{"POST", nil, "_method=%zz", true},
+	} {
+		err := MethodOverride(tc.method, tc.h, tc.query)
+		if (err != nil) != tc.bad {
+			t.Errorf("%s %v ?%s: %v, want refused %v", tc.method, tc.h, tc.query, err, tc.bad)
+		}
+	}
+}

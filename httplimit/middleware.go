@@ -3,10 +3,13 @@ package httplimit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
+	"strings"
 
 	"github.com/fairgate/fairgate/httplimit/problem"
 	"github.com/fairgate/fairgate/limiter"
@@ -158,6 +161,54 @@ func IsPreflightOf(method string, h http.Header) bool {
 	return method == http.MethodOptions && isPreflightHeaders(h)
 }
 
+// overrideHeaders are the headers web frameworks read as a method
+// override (Express's method-override, Rack::MethodOverride, Symfony,
+// Google's APIs).
+var overrideHeaders = []string{"X-Http-Method-Override", "X-Http-Method", "X-Method-Override"}
+
+// MethodOverride returns an error naming a method override that a
+// request of method with headers h and query rawQuery carries and that
+// differs from method: an X-HTTP-Method-Override header (or
+// X-HTTP-Method, X-Method-Override, or a look-alike of one) or a _method
+// query parameter. Some upstreams serve such a POST as the method it
+// names and others as a POST, so fairgate cannot know which route it
+// charges: it refuses instead of guessing (a POST /v1/search overridden
+// to GET was charged as a POST and served as the search). An override
+// that names the request's own method changes nothing and passes. A
+// _method in a form body is not read.
+func MethodOverride(method string, h http.Header, rawQuery string) error {
+	for name, vs := range h {
+		for _, o := range overrideHeaders {
+			if !strings.EqualFold(name, o) && !policy.LookAlike(name, o) {
+				continue
+			}
+			for _, v := range vs {
+				if !strings.EqualFold(strings.TrimSpace(v), method) {
+					return fmt.Errorf("the request carries a method override (%s: %q): upstreams differ on whether they honour it, so send the method itself", name, v)
+				}
+			}
+		}
+	}
+	if rawQuery == "" || !strings.Contains(strings.ToLower(rawQuery), "method") {
+		return nil
+	}
+	q, err := url.ParseQuery(rawQuery)
+	if err != nil && strings.Contains(strings.ToLower(rawQuery), "_method") {
+		return errors.New("the query holds a _method parameter that does not parse: send the method itself")
+	}
+	for k, vs := range q {
+		if !strings.EqualFold(k, "_method") {
+			continue
+		}
+		for _, v := range vs {
+			if !strings.EqualFold(strings.TrimSpace(v), method) {
+				return fmt.Errorf("the query overrides the method (_method=%s): upstreams differ on whether they honour it, so send the method itself", v)
+			}
+		}
+	}
+	return nil
+}
+
 // RequestPath returns the path r's route is matched on: its request
 // line's, read by [policy.TargetPath] (r.URL.Path for a request made in
 // Go, without one), or an error naming a spelling that upstreams read
@@ -182,6 +233,9 @@ func Middleware(c Config) (func(http.Handler) http.Handler, error) {
 	}
 	route := func(r *http.Request) (string, string, error) {
 		p, err := RequestPath(r)
+		if err == nil {
+			err = MethodOverride(r.Method, r.Header, r.URL.RawQuery)
+		}
 		return r.Method, p, err
 	}
 	if c.Route != nil {

@@ -203,3 +203,30 @@ func unhex(c byte) byte {
 	}
 	return c - 'a' + 10
 }
+
+// LookAlike reports whether header name is not canonical but reads as it
+// where '_', '.' and other punctuation stand for '-', as CGI, WSGI, Rack
+// and PHP servers read header names (X_Api_Key, X.API.KEY for X-API-Key).
+func LookAlike(name, canonical string) bool {
+	if strings.EqualFold(name, canonical) || len(name) != len(canonical) {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		if fold(name[i]) != fold(canonical[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// fold is c lower-cased, with every byte but a letter or a digit read as
+// '-'.
+func fold(c byte) byte {
+	switch {
+	case 'A' <= c && c <= 'Z':
+		return c + 'a' - 'A'
+	case 'a' <= c && c <= 'z', '0' <= c && c <= '9':
+		return c
+	}
+	return '-'
+}

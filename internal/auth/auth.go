@@ -20,6 +20,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/fairgate/fairgate/internal/apikeys"
+	"github.com/fairgate/fairgate/policy"
 )
 
 // APIKey is one configured API key: the SHA-256 of the key (never the key
@@ -271,7 +272,7 @@ func credential(r *http.Request) (string, error) {
 	}
 	for name := range r.Header {
 		for _, cred := range []string{"Authorization", "X-API-Key"} {
-			if LookAlike(name, cred) {
+			if policy.LookAlike(name, cred) {
 				return "", fmt.Errorf("%w: a header %s, which some upstreams read as %s; send only %s", ErrAmbiguousCredential, name, cred, cred)
 			}
 		}
@@ -297,33 +298,6 @@ func credential(r *http.Request) (string, error) {
 		return bearer, nil
 	}
 	return apiKey, nil
-}
-
-// LookAlike reports whether header name is not canonical but reads as it
-// where '_', '.' and other punctuation stand for '-', as CGI, WSGI, Rack
-// and PHP servers read header names (X_Api_Key, X.API.KEY for X-API-Key).
-func LookAlike(name, canonical string) bool {
-	if strings.EqualFold(name, canonical) || len(name) != len(canonical) {
-		return false
-	}
-	for i := 0; i < len(name); i++ {
-		if fold(name[i]) != fold(canonical[i]) {
-			return false
-		}
-	}
-	return true
-}
-
-// fold is c lower-cased, with every byte but a letter or a digit read as
-// '-'.
-func fold(c byte) byte {
-	switch {
-	case 'A' <= c && c <= 'Z':
-		return c + 'a' - 'A'
-	case 'a' <= c && c <= 'z', '0' <= c && c <= '9':
-		return c
-	}
-	return '-'
 }
 
 // bearerToken returns the token of an Authorization value "Bearer

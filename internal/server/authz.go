@@ -189,5 +189,11 @@ func original(g *gateway.Gateway, r *http.Request) (method, path string, err err
 	if path, err = policy.TargetPath(target); err != nil {
 		return "", "", fmt.Errorf("the original %v", err)
 	}
+	// The gateway passes the client's headers on: a method override
+	// among them is the upstream's to honour or not.
+	_, query, _ := strings.Cut(target, "?")
+	if err := httplimit.MethodOverride(method, r.Header, query); err != nil {
+		return "", "", err
+	}
 	return method, path, nil
 }

@@ -76,6 +76,10 @@ func parseCheck(req *checkRequest) (policy.Request, string) {
 		// /v1/authz read theirs: the query dropped, spellings that
 		// upstreams read differently refused.
 		path, err := policy.TargetPath(p)
+		if err == nil {
+			_, query, _ := strings.Cut(p, "?")
+			err = httplimit.MethodOverride(m, nil, query)
+		}
 		if err != nil {
 			return lr, fmt.Sprintf("route: %v", err)
 		}

@@ -200,7 +200,7 @@ func dropLookalikes(h http.Header, names ...string) {
 	}
 	for k := range h {
 		for _, n := range names {
-			if auth.LookAlike(k, n) {
+			if policy.LookAlike(k, n) {
 				delete(h, k)
 			}
 		}

@@ -720,3 +720,42 @@ func TestOneTenantCannotOpenTheUpstream(t *testing.T) {
 		t.Fatalf("the failing tenant: %d %s (upstream hit %d more), want 503 from its own breaker", rec.Code, rec.Body, hits.Load()-n)
 	}
 }
+
+// TestMethodOverrideIsRefused: a request that overrides its method is
+// refused on every path, since upstreams differ on whether they honour
+// it. A POST /v1/search with X-HTTP-Method-Override: GET was charged as a
+// POST (the default class) while Express's method-override served the
+// search (300 searches passed a search burst of 200).
+func TestMethodOverrideIsRefused(t *testing.T) {
+	var reached atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { reached.Add(1) }))
+	defer up.Close()
+	u, _ := url.Parse(up.URL)
+	s, err := New(Config{Limiter: testLimiter(t, memstore.New(memstore.Config{}), time.Second), Auth: testAuth(t), Upstream: u,
+		ForwardAuth: ForwardAuth{Gateway: "caddy"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []call{
+		{method: "POST", path: "/v1/search", headers: map[string]string{"X-API-Key": "key-acme", "X-HTTP-Method-Override": "GET"}},
+		{method: "POST", path: "/v1/search", headers: map[string]string{"X-API-Key": "key-acme", "X_HTTP_Method_Override": "GET"}},
+		{method: "POST", path: "/v1/search?_method=GET", headers: map[string]string{"X-API-Key": "key-acme"}},
+	} {
+		if rec := c.do(s); rec.Code != 400 || !strings.Contains(rec.Body.String(), "override") {
+			t.Errorf("proxy %s %s %v: %d %s, want 400", c.method, c.path, c.headers, rec.Code, rec.Body)
+		}
+	}
+	if n := reached.Load(); n != 0 {
+		t.Errorf("the upstream was reached %d times", n)
+	}
+	if rec := (call{method: "POST", path: "/v1/users", headers: map[string]string{"X-API-Key": "key-acme", "X-HTTP-Method-Override": "POST"}}).do(s); rec.Code != 200 {
+		t.Errorf("an override naming the method itself: %d, want 200", rec.Code)
+	}
+	w := authzAs(s.Internal(), "GET", "/v1/authz", "X-Forwarded-Uri", "/v1/search", "X-Forwarded-Method", "POST", "X-API-Key", "key-acme", "X-Http-Method-Override", "GET")
+	if w.Code != 400 || !strings.Contains(w.Body.String(), "override") {
+		t.Errorf("/v1/authz with an override: %d %s, want 400", w.Code, w.Body)
+	}
+	if code, m := check(t, s.Internal(), `{"tenant":"acme","route":"POST /v1/search?_method=GET"}`); code != 400 || !strings.Contains(fmt.Sprint(m["detail"]), "override") {
+		t.Errorf("/v1/check with _method: %d %v, want 400", code, m)
+	}
+}
