@@ -110,8 +110,11 @@ func (l *Limiter) hold(ctx context.Context, d time.Duration) bool {
 // count records d in the decisions metric and samples a log line of its
 // rejection; checks given directly are not a policy's decisions.
 func (l *Limiter) count(c *call, d *Decision) {
-	if c.slotsSkipped && d.Reason == ReasonAllowed {
+	switch {
+	case c.slotsSkipped && d.Reason == ReasonAllowed:
 		d.Reason = ReasonDegradedOpen
+	case c.shadowSlot && d.Reason == ReasonAllowed:
+		d.Reason = ReasonShadowLimited
 	}
 	if c.direct {
 		return
@@ -301,6 +304,9 @@ type call struct {
 	// could not take, made without them by a fail-open policy: allowed,
 	// it is degraded_open, not allowed.
 	slotsSkipped bool
+	// shadowSlot marks a decision a shadow concurrency layer would have
+	// refused: allowed, it is shadow_limited.
+	shadowSlot bool
 }
 
 // decide is the pipeline: near cache (and hold), lease, one store call

@@ -211,6 +211,15 @@ func (l *Limiter) takeSlots(ctx context.Context, c *call, id string, lease time.
 			return nil, nil, err
 		}
 		d := SlotDecision{SlotLayer: sl, Allowed: r.Acquired, InUse: r.InUse, Remaining: max(0, sl.Limit-r.InUse)}
+		if !r.Acquired && sl.Shadow {
+			// A shadow class's layer enforces nothing: the request goes on
+			// without its slot, counted as the shadow rejection it is.
+			c.shadowSlot = true
+			l.m.shadow.WithLabelValues(sl.Policy).Inc()
+			l.log.Info("shadow limit would reject", slog.String("tenant", c.res.Tenant), slog.String("policy", sl.Policy))
+			sd = append(sd, d)
+			continue
+		}
 		if !r.Acquired {
 			d.RetryAfter = l.slots.retryAfter(r)
 			l.releaseSlots(ctx, c.res.Slots[:i], id)

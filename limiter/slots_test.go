@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/fairgate/fairgate/algo"
 	"github.com/fairgate/fairgate/internal/redistest"
 	"github.com/fairgate/fairgate/policy"
@@ -202,5 +204,44 @@ func TestSlotsBehindBreaker(t *testing.T) {
 	}
 	if n := st.calls.Load(); n > 10 {
 		t.Fatalf("%d of 50 slot calls reached a store that is out, want the breaker to stop them after a few", n)
+	}
+}
+
+// TestShadowClassSlotsEnforceNothing: a shadow class's concurrency layer
+// refuses nothing: past it a request is admitted (shadow_limited) and
+// counted as a shadow rejection, holding the tenant's slot only. It was
+// enforced: a second export got 429 from a class the config says
+// enforces nothing.
+func TestShadowClassSlotsEnforceNothing(t *testing.T) {
+	p := slotPolicy()
+	p.Classes["export"] = policy.Class{Name: "export", Share: 0.5, Shadow: true}
+	l, err := New(Config{Store: memstore.New(memstore.Config{}), Policy: p, NoNearCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held []Decision
+	for i := range 3 {
+		d := decideSlot(t, l, "acme", "/export")
+		want := ReasonAllowed
+		if i == 2 {
+			want = ReasonShadowLimited // over the class's 2 of 4
+		}
+		if !d.Allowed || d.Reason != want {
+			t.Fatalf("export %d: %+v, want allowed (%s)", i, d, want)
+		}
+		held = append(held, d)
+	}
+	if got := testutil.ToFloat64(l.m.shadow.WithLabelValues("pro.export.concurrency")); got != 1 {
+		t.Errorf("shadow rejections of the class layer: %v, want 1", got)
+	}
+	// The tenant's own layer is enforced: 4 in flight at most.
+	if d := decideSlot(t, l, "acme", "/x"); !d.Allowed {
+		t.Fatalf("a fourth request: %+v, want allowed (4 of the tenant's 4)", d)
+	}
+	if d := decideSlot(t, l, "acme", "/export"); d.Allowed {
+		t.Fatalf("a fifth request: %+v, want limited by the tenant's 4", d)
+	}
+	for _, d := range held {
+		d.Slots.Release(context.Background())
 	}
 }

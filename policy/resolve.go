@@ -123,6 +123,10 @@ type SlotLayer struct {
 	Class string
 	// Limit is how many requests may be in flight.
 	Limit int64
+	// Shadow reports that the layer is not enforced (a shadow class's):
+	// a request it has no slot for is admitted and counted as a shadow
+	// rejection.
+	Shadow bool
 }
 
 // Errors of resolution.

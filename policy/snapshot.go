@@ -162,7 +162,7 @@ func (t *ctenant) slotLayers(c *Class, tag string) []SlotLayer {
 	out := []SlotLayer{{Policy: t.plan + ".tenant.concurrency", Key: "rl:{t:" + tag + "}:conc", Limit: t.concurrency}}
 	if share := t.share(c); share < 1 {
 		out = append(out, SlotLayer{Policy: t.plan + "." + c.Name + ".concurrency", Key: "rl:{t:" + tag + "}:conc:" + c.Name, Class: c.Name,
-			Limit: max(1, int64(math.Ceil(float64(t.concurrency)*share)))})
+			Limit: max(1, int64(math.Ceil(float64(t.concurrency)*share))), Shadow: c.Shadow})
 	}
 	return out
 }
