@@ -103,7 +103,7 @@ func TargetPath(target string) (string, error) {
 			continue
 		case c == '/':
 			if encodedInSeg && isDots(b.String()[segStart:]) {
-				return "", targetErr("it holds an encoded dot segment (%2e): upstreams disagree on whether it climbs a level")
+				return "", targetErr("it holds a dot segment with an escape in it (%2e, or %3B making '..;'): upstreams disagree on whether it climbs a level")
 			}
 			b.WriteByte(c)
 			segStart, encodedInSeg = b.Len(), false
@@ -113,7 +113,7 @@ func TargetPath(target string) (string, error) {
 	}
 	out := b.String()
 	if encodedInSeg && isDots(out[segStart:]) {
-		return "", targetErr("it holds an encoded dot segment (%2e): upstreams disagree on whether it climbs a level")
+		return "", targetErr("it holds a dot segment with an escape in it (%2e, or %3B making '..;'): upstreams disagree on whether it climbs a level")
 	}
 	return out, checkDots(out)
 }
