@@ -60,17 +60,27 @@ func BenchmarkIdleConnsRSS(b *testing.B) {
 // a time on new connections, as in issue 32's attack (where each GET
 // waited for the 5 s header deadline to close a silent connection). It
 // reports the client's median and slowest latency, how many GETs failed
-// (-v logs why), and the flood's connections per second.
+// (-v logs why), and the flood's connections per second. In the body=
+// stalled runs each flood connection sends a POST /v1/check whose
+// Content-Length says 100,000 and 1 byte of it, then nothing (the second
+// attacker review's slow body).
 //
 //	cd bench && go test -run '^$' -bench SilentConns -benchtime 1x -count 3
 //
 // FAIRGATE_BIN, if set, is the binary to measure instead of this tree's.
 func BenchmarkSilentConns(b *testing.B) {
 	bin := fairgateBin(b)
-	for _, m := range []struct{ max, flood int }{{200, 400}, {4096, 9000}} {
-		b.Run(fmt.Sprintf("max=%d/flood=%d", m.max, m.flood), func(b *testing.B) {
+	for _, m := range []struct {
+		max, flood int
+		body       string
+	}{{200, 400, ""}, {4096, 9000, ""}, {200, 400, "stalled"}, {1024, 2048, "stalled"}} {
+		name := fmt.Sprintf("max=%d/flood=%d", m.max, m.flood)
+		if m.body != "" {
+			name += "/body=" + m.body
+		}
+		b.Run(name, func(b *testing.B) {
 			for b.Loop() {
-				lat, failed, rate := silentConns(b, bin, m.max, m.flood)
+				lat, failed, rate := silentConns(b, bin, m.max, m.flood, m.body != "")
 				b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1e3, "legit-p50-ms")
 				b.ReportMetric(float64(lat[len(lat)-1].Microseconds())/1e3, "legit-max-ms")
 				b.ReportMetric(float64(failed), "legit-failed")
@@ -81,11 +91,12 @@ func BenchmarkSilentConns(b *testing.B) {
 }
 
 // silentConns runs the binary with --max-connections max, keeps flood
-// silent connections to it from 127.0.0.1, and times 9 GETs of /healthz
+// silent connections to it from 127.0.0.1 (with stalled, each sends a
+// request whose body stalls after 1 byte), and times 9 GETs of /healthz
 // made meanwhile, 200 ms apart, each on a new connection. It returns the
 // latencies sorted, how many GETs failed, and how many connections a
 // second the flood made while they ran.
-func silentConns(b *testing.B, bin string, max, flood int) ([]time.Duration, int, float64) {
+func silentConns(b *testing.B, bin string, max, flood int, stalled bool) ([]time.Duration, int, float64) {
 	addr := freeAddr(b)
 	cmd := serveBinary(b, bin, addr, "--max-connections", strconv.Itoa(max))
 	defer func() { cmd.Process.Kill(); cmd.Wait() }()
@@ -118,6 +129,9 @@ func silentConns(b *testing.B, bin string, max, flood int) ([]time.Duration, int
 				live[c] = true
 				mu.Unlock()
 				dials.Add(1)
+				if stalled {
+					io.WriteString(c, "POST /v1/check HTTP/1.1\r\nHost: fairgate\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{")
+				}
 				for {
 					if _, err := c.Read(one); err != nil {
 						break

@@ -3,13 +3,20 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +28,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/fairgate/fairgate/internal/rls"
+	"github.com/fairgate/fairgate/internal/testcerts"
 )
 
 // keepAlive opens a connection to addr, sends one GET of path with the
@@ -259,5 +267,184 @@ func TestServeBoundsGRPC(t *testing.T) {
 	}
 	if n := metric(t, base, `fairgate_connections_reclaimed_total{listener="grpc",state="idle"}`); n < 32 {
 		t.Errorf("%v idle gRPC connections reclaimed, want at least 32", n)
+	}
+}
+
+// TestServeServesPastUnreadBodies: with --max-connections 20, 20
+// connections that each send GET /healthz with a Content-Length of
+// 200,000, one byte of it and then nothing (a body /healthz never reads)
+// are each answered at once with Connection: close and closed by the
+// server, though their clients send nothing more (the server used to
+// read the rest of such a body, at the client's pace, until the 30 s read
+// deadline, holding the place meanwhile); a new client's GET /healthz is
+// then served. Plain and over TLS.
+func TestServeServesPastUnreadBodies(t *testing.T) {
+	dir := t.TempDir()
+	if err := testcerts.Write(dir, "bodies"); err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	caPEM, err := os.ReadFile(filepath.Join(dir, "ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots.AppendCertsFromPEM(caPEM)
+	for _, tc := range []struct {
+		name string
+		args []string
+		dial func(addr string) (net.Conn, error)
+	}{
+		{"plain", nil, func(addr string) (net.Conn, error) { return net.Dial("tcp", addr) }},
+		{"TLS", []string{"--tls-cert-file", dir + "/server.crt", "--tls-key-file", dir + "/server.key"}, func(addr string) (net.Conn, error) {
+			return tls.Dial("tcp", addr, &tls.Config{RootCAs: roots})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sv := startServe(t, append([]string{"--listen", "127.0.0.1:0", "--max-connections", "20"}, tc.args...)...)
+			defer sv.stop()
+			for i := range 20 {
+				c, err := tc.dial(sv.addr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 200000\r\n\r\na"); err != nil {
+					t.Fatal(err)
+				}
+				c.SetReadDeadline(time.Now().Add(10 * time.Second))
+				br := bufio.NewReader(c)
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					t.Fatalf("connection %d with an unread body: no answer: %v", i, err)
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 || !resp.Close {
+					t.Fatalf("connection %d with an unread body: %d, Connection: close %v; want 200 and close", i, resp.StatusCode, resp.Close)
+				}
+				if !closedByServer(c, br) {
+					t.Fatalf("connection %d with an unread body is still open after its answer", i)
+				}
+			}
+			c, err := tc.dial(sv.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+			c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil || resp.StatusCode != 200 || resp.Close {
+				t.Fatalf("a new client after them: %v %v", resp, err)
+			}
+		})
+	}
+}
+
+// TestServeReclaimsStalledUploads: in proxy mode, with --max-connections
+// 20 held by 19 proxied uploads that each sent 1 byte of 100,000 and
+// stalled (the upstream reading their bodies) and one request whose body
+// has arrived and that waits for the upstream's answer, a new client's
+// GET /healthz is served by closing the upload stalled the longest (once
+// past connlimit.BodyGrace), not once the 30 s read deadline closes one:
+// when it is answered the first upload's connection is closed, the 18
+// others are still open, the request waiting for the upstream is answered
+// when the upstream answers, and the listener counts one stalled
+// connection reclaimed.
+func TestServeReclaimsStalledUploads(t *testing.T) {
+	started := make(chan struct{}, 32)
+	release := make(chan struct{})
+	var once sync.Once
+	defer once.Do(func() { close(release) })
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		first := make([]byte, 1)
+		r.Body.Read(first)
+		started <- struct{}{}
+		b, err := io.ReadAll(r.Body)
+		if r.URL.Path == "/up/wait" {
+			<-release
+		}
+		fmt.Fprintf(w, "%d %v", len(b)+1, err)
+	}))
+	defer up.Close()
+	cfg := filepath.Join(t.TempDir(), "fairgate.yaml")
+	if err := os.WriteFile(cfg, []byte(`default_plan: free
+default_class: read
+classes: {read: {}}
+plans:
+  free:
+    - {limit: 100000, period: 1h}
+anonymous:
+  - name: upload
+    route: "POST /up/{x...}"
+    limits: [{limit: 100000, period: 1h, by: ip}]
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	internal := freeAddr(t)
+	sv := startServe(t, "--listen", "127.0.0.1:0", "--max-connections", "20", "--upstream", up.URL, "--internal-listen", internal, "--config", cfg)
+	defer sv.stop()
+	var conns []net.Conn
+	defer func() { // before the server stops: it waits for requests
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	open := func(req string) (net.Conn, *bufio.Reader) {
+		c, err := net.Dial("tcp", sv.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		if _, err := io.WriteString(c, req); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-started: // the upstream has its first byte: fairgate waits for the next
+		case <-time.After(10 * time.Second):
+			t.Fatal("the upstream did not get the request")
+		}
+		return c, bufio.NewReader(c)
+	}
+	waiting, wbr := open("POST /up/wait HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello")
+	var stalled []net.Conn
+	for range 19 {
+		c, _ := open("POST /up/stall HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\na")
+		stalled = append(stalled, c)
+		time.Sleep(10 * time.Millisecond) // the first stalls the longest
+	}
+	if _, _, resp := keepAlive(t, sv.addr, "/healthz", ""); resp.StatusCode != 200 {
+		t.Fatalf("GET /healthz past 19 stalled uploads: %d", resp.StatusCode)
+	}
+	if !closedByServer(stalled[0], bufio.NewReader(stalled[0])) {
+		t.Fatal("the upload stalled the longest is still open")
+	}
+	one := make([]byte, 1)
+	for i, s := range append(stalled[1:], waiting) {
+		s.SetReadDeadline(time.Now().Add(time.Millisecond))
+		var ne net.Error
+		if _, err := s.Read(one); !errors.As(err, &ne) || !ne.Timeout() {
+			t.Fatalf("connection %d of the 19 others was closed too (%v)", i+2, err)
+		}
+	}
+	once.Do(func() { close(release) })
+	waiting.SetReadDeadline(time.Now().Add(10 * time.Second))
+	wresp, err := http.ReadResponse(wbr, nil)
+	if err != nil {
+		t.Fatalf("the request waiting for the upstream: %v", err)
+	}
+	b, _ := io.ReadAll(wresp.Body)
+	if wresp.StatusCode != 200 || string(b) != "5 <nil>" {
+		t.Fatalf("the request waiting for the upstream: %d %q", wresp.StatusCode, b)
+	}
+	base := "http://" + internal
+	for name, want := range map[string]float64{
+		`fairgate_connections_reclaimed_total{listener="main",state="stalled"}`: 1,
+		`fairgate_connections_reclaimed_total{listener="main",state="silent"}`:  0,
+		`fairgate_connections_reclaimed_total{listener="main",state="idle"}`:    0,
+	} {
+		if got := metric(t, base, name); got != want {
+			t.Errorf("%s %v, want %v", name, got, want)
+		}
 	}
 }

@@ -239,6 +239,7 @@ type ServeConfig struct {
 	// MaxConnections bounds the open connections of each HTTP listener
 	// (main, internal, admin); at the bound the connection idle the
 	// longest, else the one silent the longest past connlimit.SilentGrace,
+	// else the one whose request body stalls the most (connlimit.BodyGrace),
 	// is closed to make room. Zero means DefaultMaxConnections.
 	MaxConnections int
 	// RLSMaxCalls bounds the Envoy rate limit service's calls in flight,

@@ -579,14 +579,17 @@ func (d *daemon) listen() (net.Listener, error) {
 func (d *daemon) readTimeout() time.Duration { return cmp.Or(d.c.ReadTimeout, 30*time.Second) }
 
 // bound caps ln's open connections at --max-connections for srv (idle
-// ones, then silent ones, reclaimed at the cap; package connlimit), with
-// the listener's metrics.
+// ones, then silent ones, then stalled request bodies, reclaimed at the
+// cap; package connlimit), with the listener's metrics; a body the
+// handler leaves unread is drained for connlimit.DrainGrace at most.
 func (d *daemon) bound(ln net.Listener, srv *http.Server, name string) (net.Listener, error) {
 	cl, err := d.limitConns(ln, name)
 	if err != nil {
 		return ln, err
 	}
 	srv.ConnState = cl.ConnState
+	srv.ConnContext = cl.ConnContext
+	srv.Handler = cl.Handler(srv.Handler)
 	return cl, nil
 }
 
@@ -595,7 +598,7 @@ func (d *daemon) bound(ln net.Listener, srv *http.Server, name string) (net.List
 func (d *daemon) limitConns(ln net.Listener, name string) (*connlimit.Listener, error) {
 	cl := connlimit.New(ln, cmp.Or(d.c.MaxConnections, DefaultMaxConnections))
 	labels := prometheus.Labels{"listener": name}
-	const reclaimedHelp = "Connections closed to make room for new ones at --max-connections, by listener and state: idle (keep-alive, closed first) or silent (no request yet, after 500 ms)."
+	const reclaimedHelp = "Connections closed to make room for new ones at --max-connections, by listener and state: idle (keep-alive, closed first), silent (no request yet, after 500 ms) or stalled (a request body waited for 2 s in all, arriving under 4 KiB/s)."
 	for _, c := range []prometheus.Collector{
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "fairgate_connections_open", Help: "Open connections by listener, at most --max-connections.", ConstLabels: labels},
 			func() float64 { return float64(cl.Open()) }),
@@ -607,6 +610,8 @@ func (d *daemon) limitConns(ln net.Listener, name string) (*connlimit.Listener, 
 			func() float64 { return float64(cl.Reclaimed()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "fairgate_connections_reclaimed_total", Help: reclaimedHelp, ConstLabels: prometheus.Labels{"listener": name, "state": "silent"}},
 			func() float64 { return float64(cl.ReclaimedSilent()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "fairgate_connections_reclaimed_total", Help: reclaimedHelp, ConstLabels: prometheus.Labels{"listener": name, "state": "stalled"}},
+			func() float64 { return float64(cl.ReclaimedStalled()) }),
 	} {
 		if err := d.reg.Register(c); err != nil {
 			return cl, err

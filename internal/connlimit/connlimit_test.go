@@ -1,16 +1,20 @@
 package connlimit
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"io"
 	"log"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -399,5 +403,86 @@ func TestServerServesPastSilentConnections(t *testing.T) {
 			t.Fatal(err)
 		}
 		synctest.Wait()
+	})
+}
+
+// TestStalledBodiesReclaimed: a real http.Server over pipes, bound to 3
+// connections, each serving a POST: one whose body comes at 8 KiB/s
+// (twice MinBodyRate), one whose handler waits 10 s before it reads a body
+// that has come whole (a slow upstream, not a slow client), and one whose
+// client sent 1 byte of 100,000 and stopped. A new connection is accepted
+// by closing the stalled one once its handler has waited BodyGrace for
+// it, and only it; the time is synctest's.
+func TestStalledBodiesReclaimed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newPipes()
+		l := New(p, 3)
+		read := make(chan string, 3)
+		srv := &http.Server{
+			Handler: l.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/later" {
+					time.Sleep(10 * time.Second)
+				}
+				b, err := io.ReadAll(r.Body)
+				read <- fmt.Sprint(r.URL.Path, " ", len(b), " ", err)
+			})),
+			ConnState:   l.ConnState,
+			ConnContext: l.ConnContext,
+			ErrorLog:    log.New(io.Discard, "", 0),
+		}
+		go srv.Serve(l)
+		defer srv.Close()
+		post := func(path string, n int, first []byte, then func(c net.Conn)) net.Conn {
+			c := p.dial()
+			go func() {
+				fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", path, n, first)
+				then(c)
+			}()
+			return c
+		}
+		fast := post("/fast", 64<<10, nil, func(fast net.Conn) { // 8 KiB every second
+			for range 8 {
+				if _, err := fast.Write(make([]byte, 8<<10)); err != nil {
+					return
+				}
+				time.Sleep(time.Second)
+			}
+		})
+		later := post("/later", 5, []byte("hello"), func(net.Conn) {})
+		stalled := post("/stalled", 100000, []byte("a"), func(net.Conn) {})
+		synctest.Wait()
+		start := time.Now()
+		fourth := p.dial()
+		go io.WriteString(fourth, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+		if !closedByServer(stalled) {
+			t.Fatal("the stalled connection was not closed")
+		}
+		if waited := time.Since(start); waited < BodyGrace || waited > BodyGrace+BodyGrace/4 {
+			t.Errorf("room made after %v, want BodyGrace (%v) and a look", waited, BodyGrace)
+		}
+		if l.ReclaimedStalled() != 1 || l.ReclaimedSilent() != 0 || l.Reclaimed() != 0 {
+			t.Fatalf("reclaimed stalled %d silent %d idle %d; want 1, 0, 0", l.ReclaimedStalled(), l.ReclaimedSilent(), l.Reclaimed())
+		}
+		if resp, err := http.ReadResponse(bufio.NewReader(fourth), nil); err != nil || resp.StatusCode != 200 {
+			t.Fatalf("the new connection's GET: %v %v", resp, err)
+		}
+		got := []string{<-read, <-read} // the stalled handler's read fails; the GET's has nothing
+		slices.Sort(got)
+		if got[0] != "/ 0 <nil>" || !strings.HasPrefix(got[1], "/stalled 1 ") || got[1] == "/stalled 1 <nil>" {
+			t.Fatalf("the handlers read %q, want the GET's nothing and the stalled body's error", got)
+		}
+		for range 2 {
+			go io.Copy(io.Discard, fast)
+			go io.Copy(io.Discard, later)
+		}
+		want := map[string]bool{"/fast 65536 <nil>": true, "/later 5 <nil>": true}
+		for range 2 {
+			if got := <-read; !want[got] {
+				t.Errorf("a handler read %q, want one of %v", got, want)
+			}
+		}
+		for _, c := range []net.Conn{fast, later, fourth} {
+			c.Close()
+		}
 	})
 }
