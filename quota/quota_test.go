@@ -200,8 +200,11 @@ func TestFairShares(t *testing.T) {
 	secs := (run - warm).Seconds()
 	for tn := range 9 {
 		tenant := fmt.Sprintf("quiet-%d", tn)
-		if got, want := float64(counts[tenant]), quietRate*secs; got < 0.9*want || got > 1.1*want {
-			t.Errorf("%s: %v admitted in %v s, want %v within 10%%", tenant, got, secs, want)
+		// Within 20% below: the quiet senders pace themselves by sleeping,
+		// and a loaded machine wakes them late (the flood, held to its
+		// share, takes no more than the rest either way).
+		if got, want := float64(counts[tenant]), quietRate*secs; got < 0.8*want || got > 1.1*want {
+			t.Errorf("%s: %v admitted in %v s, want %v (-20%%, +10%%)", tenant, got, secs, want)
 		}
 	}
 	// The budget left over is 100 - 9×9 = 19/s, under the flooder's share
@@ -335,19 +338,23 @@ func TestShareSparesTheBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
+	start := time.Now()
 	for i := range 50 {
 		_, err := q.AcquireWithin(ctx, "sms", "greedy", 0)
 		if i < int(sms.Tenant.Burst) != (err == nil) {
 			t.Fatalf("acquire %d: %v", i, err)
 		}
 	}
-	// The 45 refused calls spent nothing of the budget: 20 - 5 are left.
+	// The 45 refused calls spent nothing of the budget: 20 - 5 are left,
+	// plus what refilled meanwhile (100 a second: a loaded machine takes
+	// tens of milliseconds here). Had they spent it, none would be.
 	var res store.Result
 	if err := st.Take(ctx, []store.Check{{Key: budgetKey("sms"), Limit: sms.Limit}}, &res); err != nil {
 		t.Fatal(err)
 	}
-	if got := res.Decisions[0].Remaining; got < 14 || got > 15 {
-		t.Fatalf("budget remaining %d after 5 admitted calls, want 15", got)
+	refilled := int64(time.Since(start).Seconds()*float64(sms.Limit.Limit)) + 1
+	if got := res.Decisions[0].Remaining; got < 14 || got > 15+refilled {
+		t.Fatalf("budget remaining %d after 5 admitted calls, want 15 (and up to %d refilled)", got, refilled)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -68,23 +69,11 @@ func TestTLSListeners(t *testing.T) {
 	}
 	// gRPC: no client certificate, refused; with one, served.
 	health := func(withCert bool) error {
-		cfg := &tls.Config{RootCAs: roots(a), ServerName: "localhost"}
+		client := ""
 		if withCert {
-			cert, err := tls.LoadX509KeyPair(filepath.Join(a, "client.crt"), filepath.Join(a, "client.key"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			cfg.Certificates = []tls.Certificate{cert}
+			client = "client"
 		}
-		conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
-		if err != nil {
-			return err
-		}
-		defer conn.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		defer cancel()
-		_, err = healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
-		return err
+		return grpcHealth(t, grpcAddr, a, client)
 	}
 	// The internal listener asks for a client certificate too.
 	internal := func(withCert bool) error {
@@ -169,4 +158,69 @@ func TestServeInternalTLSOnListen(t *testing.T) {
 	if code, err := check("https", true); err != nil || code != http.StatusOK {
 		t.Fatalf("TLS with a client certificate: %d %v, want 200", code, err)
 	}
+}
+
+// TestEnvoyGRPCClientSAN: started as envoyproxy/ratelimit is, with
+// GRPC_SERVER_USE_TLS, its certificate files, GRPC_CLIENT_TLS_CACERT and
+// GRPC_CLIENT_TLS_SAN, the gRPC listener serves a client certificate of
+// the CA that carries the SAN and refuses one of the same CA that does
+// not (fairgate used to serve it: any certificate of the CA was let in),
+// as that service does; --grpc-client-san does the same without its
+// environment.
+func TestEnvoyGRPCClientSAN(t *testing.T) {
+	dir := t.TempDir()
+	if err := testcerts.Write(dir, "san"); err != nil {
+		t.Fatal(err)
+	}
+	writeDomain(t, filepath.Join(dir, "rl", "ratelimit", "config"), "a.yaml", "a", 2)
+	grpcAddr := freeAddr(t)
+	_, grpcPort, _ := net.SplitHostPort(grpcAddr)
+	for k, v := range map[string]string{
+		"RUNTIME_ROOT": filepath.Join(dir, "rl"), "RUNTIME_SUBDIRECTORY": "ratelimit",
+		"GRPC_HOST": "127.0.0.1", "GRPC_PORT": grpcPort,
+		"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": dir + "/server.crt", "GRPC_SERVER_TLS_KEY": dir + "/server.key",
+		"GRPC_CLIENT_TLS_CACERT": dir + "/ca.crt", "GRPC_CLIENT_TLS_SAN": "envoy.test",
+	} {
+		t.Setenv(k, v)
+	}
+	sv := startServe(t, "--listen", "127.0.0.1:0")
+	defer sv.stop()
+	for _, line := range strings.Split(sv.logs.String(), "\n") {
+		if strings.Contains(line, "GRPC_CLIENT_TLS_SAN") && strings.Contains(line, "not support") {
+			t.Errorf("GRPC_CLIENT_TLS_SAN is reported as not supported: %s", line)
+		}
+	}
+	call := func(client string) error { return grpcHealth(t, grpcAddr, dir, client) }
+	if err := call("client"); err != nil {
+		t.Fatalf("a client certificate carrying GRPC_CLIENT_TLS_SAN: %v", err)
+	}
+	if err := call("other-client"); err == nil {
+		t.Fatal("a client certificate of the CA without GRPC_CLIENT_TLS_SAN was served")
+	}
+}
+
+// grpcHealth asks the gRPC health service at addr over TLS, trusting the
+// CA in dir, with that directory's certificate named client (empty: none).
+func grpcHealth(t *testing.T, addr, dir, client string) error {
+	t.Helper()
+	p := x509.NewCertPool()
+	pem, _ := os.ReadFile(filepath.Join(dir, "ca.crt"))
+	p.AppendCertsFromPEM(pem)
+	cfg := &tls.Config{RootCAs: p, ServerName: "localhost"}
+	if client != "" {
+		cert, err := tls.LoadX509KeyPair(filepath.Join(dir, client+".crt"), filepath.Join(dir, client+".key"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	_, err = healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	return err
 }

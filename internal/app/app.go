@@ -269,8 +269,9 @@ type ServeConfig struct {
 	Warnings []string
 }
 
-// TLSFiles are one listener's TLS files.
-type TLSFiles struct{ Cert, Key, ClientCA string }
+// TLSFiles are one listener's TLS files, and the name its clients'
+// certificates must carry (ClientSAN, with ClientCA; empty: any).
+type TLSFiles struct{ Cert, Key, ClientCA, ClientSAN string }
 
 // on reports whether the listener serves TLS.
 func (f TLSFiles) on() bool { return f.Cert != "" || f.Key != "" }
@@ -417,7 +418,7 @@ func (c *ServeConfig) envoyDefaults(e envoyenv.Result) {
 		c.GRPCListen = "0.0.0.0:8081"
 	}
 	if e.GRPCCert != "" && c.GRPCTLS.Cert == "" {
-		c.GRPCTLS = TLSFiles{Cert: e.GRPCCert, Key: e.GRPCKey, ClientCA: cmp.Or(c.GRPCTLS.ClientCA, e.GRPCClientCA)}
+		c.GRPCTLS = TLSFiles{Cert: e.GRPCCert, Key: e.GRPCKey, ClientCA: cmp.Or(c.GRPCTLS.ClientCA, e.GRPCClientCA), ClientSAN: cmp.Or(c.GRPCTLS.ClientSAN, e.GRPCClientSAN)}
 	}
 }
 
@@ -468,6 +469,8 @@ func tlsFlags(fs *flag.FlagSet, c *ServeConfig) {
 		if l.mtls {
 			ce := "FAIRGATE_" + l.env + "CLIENT_CA_FILE"
 			fs.StringVar(&l.f.ClientCA, l.name+"client-ca-file", env(ce, ""), "PEM CA whose client certificate "+l.what+" requires (mTLS; "+ce+")")
+			se := "FAIRGATE_" + l.env + "CLIENT_SAN"
+			fs.StringVar(&l.f.ClientSAN, l.name+"client-san", env(se, ""), "a name (DNS, wildcards as a server's, or an IP) the client certificate of "+l.what+" must carry, with its client CA; empty: any of the CA's ("+se+")")
 		}
 	}
 }

@@ -80,6 +80,7 @@ var modals = []modal{
 	{flag: "grpc-tls-cert-file", env: "FAIRGATE_GRPC_TLS_CERT_FILE", acts: grpcOn, needs: needsGRPC},
 	{flag: "grpc-tls-key-file", env: "FAIRGATE_GRPC_TLS_KEY_FILE", acts: grpcOn, needs: needsGRPC},
 	{flag: "grpc-client-ca-file", env: "FAIRGATE_GRPC_CLIENT_CA_FILE", acts: grpcOn, needs: needsGRPC},
+	{flag: "grpc-client-san", env: "FAIRGATE_GRPC_CLIENT_SAN", acts: grpcOn, needs: needsGRPC},
 	{flag: "config-poll", env: "FAIRGATE_CONFIG_POLL", acts: watched,
 		needs: "only a config file (--config, FAIRGATE_CONFIG) is watched for changes; the embedded example is not"},
 	{flag: "trace-tenants", env: "FAIRGATE_TRACE_TENANTS", acts: tracingOn, needs: needsTracing,

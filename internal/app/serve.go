@@ -770,12 +770,12 @@ func loadTLS(c ServeConfig) (listenerTLS, error) {
 		to   **tls.Config
 	}{{"", c.TLS, &out.main}, {"internal ", c.InternalTLS, &out.internal}, {"admin ", c.AdminTLS, &out.admin}, {"grpc ", c.GRPCTLS, &out.grpc}} {
 		if !l.f.on() {
-			if l.f.ClientCA != "" {
-				return out, fmt.Errorf("serve: the %slistener's client CA needs a certificate and key of its own or --tls-cert-file/--tls-key-file", l.name)
+			if l.f.ClientCA != "" || l.f.ClientSAN != "" {
+				return out, fmt.Errorf("serve: the %slistener's client CA (and client SAN) need a certificate and key of its own or --tls-cert-file/--tls-key-file", l.name)
 			}
 			continue
 		}
-		files, err := tlsfiles.Load(l.f.Cert, l.f.Key, l.f.ClientCA)
+		files, err := tlsfiles.Load(l.f.Cert, l.f.Key, l.f.ClientCA, l.f.ClientSAN)
 		if err != nil {
 			return out, fmt.Errorf("serve: %slistener: %w", l.name, err)
 		}

@@ -44,6 +44,9 @@ type Result struct {
 	// (GRPC_SERVER_USE_TLS, GRPC_SERVER_TLS_CERT, _KEY,
 	// GRPC_CLIENT_TLS_CACERT).
 	GRPCCert, GRPCKey, GRPCClientCA string
+	// GRPCClientSAN is the name a client certificate must carry
+	// (GRPC_CLIENT_TLS_SAN; empty: any of the client CA's).
+	GRPCClientSAN string
 	// GRPCMaxConnAge and GRPCMaxConnAgeGrace are GRPC_MAX_CONNECTION_AGE
 	// and _GRACE: zero when not set.
 	GRPCMaxConnAge, GRPCMaxConnAgeGrace time.Duration
@@ -63,7 +66,6 @@ var unsupported = map[string]string{
 	"USE_PROMETHEUS":                            "Prometheus metrics are always on the internal listener's /metrics",
 	"TRACING_ENABLED":                           "no tracing yet",
 	"GRPC_UDS":                                  "the gRPC service listens on TCP",
-	"GRPC_CLIENT_TLS_SAN":                       "any certificate of the client CA is accepted",
 	"EXTRA_TAGS":                                "statsd names carry no tags",
 	"DEBUG_PORT":                                "/metrics and the rest are on fairgate's internal listener",
 	"CONFIG_GRPC_XDS_SERVER_USE_TLS":            "the xDS client connects in plain text",
@@ -129,6 +131,7 @@ func Read(look Lookup) (Result, error) {
 		r.GRPCCert, _ = get("GRPC_SERVER_TLS_CERT")
 		r.GRPCKey, _ = get("GRPC_SERVER_TLS_KEY")
 		r.GRPCClientCA, _ = get("GRPC_CLIENT_TLS_CACERT")
+		r.GRPCClientSAN, _ = get("GRPC_CLIENT_TLS_SAN")
 		if r.GRPCCert == "" || r.GRPCKey == "" {
 			return r, fmt.Errorf("GRPC_SERVER_USE_TLS=true needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY")
 		}

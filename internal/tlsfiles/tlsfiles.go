@@ -1,12 +1,16 @@
 // Package tlsfiles serves a listener's TLS from files: a certificate and
 // its key, and optionally a CA that clients must present a certificate of
-// (mTLS). The files are looked at again at most once a second as
-// handshakes come, and a change is loaded, so that a renewed certificate
-// takes effect without a restart; a change that does not load (a
+// (mTLS), and optionally a name such a certificate must carry. The files
+// are read again at most once a second as handshakes come, and a change
+// of their content is loaded, so that a renewed certificate takes effect
+// without a restart. Content, not size and modification time: a
+// Kubernetes Secret or ConfigMap swap (a new `..data` generation) can
+// bring files of the same size and time. A change that does not load (a
 // half-written file) keeps the last good one.
 package tlsfiles
 
 import (
+	"bytes"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -18,31 +22,37 @@ import (
 
 // Files are one listener's TLS files.
 type Files struct {
-	cert, key, ca string
+	cert, key, ca, san string
 
 	mu      sync.Mutex
 	checked time.Time
-	stamp   string // the files' sizes and modification times
+	content []byte // the files' content as last loaded
 	cfg     *tls.Config
 	now     func() time.Time
 }
 
 // Load reads the files (ca may be empty: no client certificates asked
-// for) and fails if they do not make a certificate.
-func Load(cert, key, ca string) (*Files, error) {
+// for) and fails if they do not make a certificate. With a ca, san (may
+// be empty: any) is a name a client's certificate must carry, checked as
+// a server's name is (a DNS name, wildcards included, or an IP address),
+// as envoyproxy/ratelimit's GRPC_CLIENT_TLS_SAN is.
+func Load(cert, key, ca, san string) (*Files, error) {
 	if cert == "" || key == "" {
 		return nil, errors.New("tls: a certificate file and a key file are both needed")
 	}
-	f := &Files{cert: cert, key: key, ca: ca, now: time.Now}
-	stamp, err := f.stampNow()
+	if san != "" && ca == "" {
+		return nil, fmt.Errorf("tls: the client certificate name %q needs a client CA to check certificates against", san)
+	}
+	f := &Files{cert: cert, key: key, ca: ca, san: san, now: time.Now}
+	files, err := f.read()
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := f.load()
+	cfg, err := f.load(files)
 	if err != nil {
 		return nil, err
 	}
-	f.cfg, f.stamp, f.checked = cfg, stamp, f.now()
+	f.cfg, f.content, f.checked = cfg, bytes.Join(files[:], []byte{0}), f.now()
 	return f, nil
 }
 
@@ -66,48 +76,56 @@ func (f *Files) current() *tls.Config {
 	defer f.mu.Unlock()
 	if now := f.now(); now.Sub(f.checked) >= time.Second {
 		f.checked = now
-		if stamp, err := f.stampNow(); err == nil && stamp != f.stamp {
-			if cfg, err := f.load(); err == nil {
-				f.cfg, f.stamp = cfg, stamp
+		if files, err := f.read(); err == nil {
+			if content := bytes.Join(files[:], []byte{0}); !bytes.Equal(content, f.content) {
+				if cfg, err := f.load(files); err == nil {
+					f.cfg, f.content = cfg, content
+				}
 			}
 		}
 	}
 	return f.cfg
 }
 
-// stampNow describes the files' sizes and modification times.
-func (f *Files) stampNow() (string, error) {
-	s := ""
-	for _, p := range []string{f.cert, f.key, f.ca} {
+// read reads the certificate, key and CA files (the CA's is nil without
+// one). Each is small: reading them once a second costs less than the
+// handshakes that ask.
+func (f *Files) read() (files [3][]byte, err error) {
+	for i, p := range []string{f.cert, f.key, f.ca} {
 		if p == "" {
 			continue
 		}
-		fi, err := os.Stat(p)
-		if err != nil {
-			return "", fmt.Errorf("tls: %w", err)
+		if files[i], err = os.ReadFile(p); err != nil {
+			return files, fmt.Errorf("tls: %w", err)
 		}
-		s += fmt.Sprintf("%s:%d:%d;", p, fi.Size(), fi.ModTime().UnixNano())
 	}
-	return s, nil
+	return files, nil
 }
 
-// load reads the files into a configuration.
-func (f *Files) load() (*tls.Config, error) {
-	cert, err := tls.LoadX509KeyPair(f.cert, f.key)
+// load makes a configuration of the files' content.
+func (f *Files) load(files [3][]byte) (*tls.Config, error) {
+	cert, err := tls.X509KeyPair(files[0], files[1])
 	if err != nil {
 		return nil, fmt.Errorf("tls: certificate %s and key %s: %w", f.cert, f.key, err)
 	}
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}, Certificates: []tls.Certificate{cert}}
 	if f.ca != "" {
-		pem, err := os.ReadFile(f.ca)
-		if err != nil {
-			return nil, fmt.Errorf("tls: client CA: %w", err)
-		}
 		cfg.ClientCAs = x509.NewCertPool()
-		if !cfg.ClientCAs.AppendCertsFromPEM(pem) {
+		if !cfg.ClientCAs.AppendCertsFromPEM(files[2]) {
 			return nil, fmt.Errorf("tls: client CA %s: no PEM certificate in it", f.ca)
 		}
 		cfg.ClientAuth = tls.RequireAndVerifyClientCert
+		if san := f.san; san != "" {
+			cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+				if len(cs.VerifiedChains) == 0 || len(cs.VerifiedChains[0]) == 0 {
+					return errors.New("tls: no verified client certificate")
+				}
+				if err := cs.VerifiedChains[0][0].VerifyHostname(san); err != nil {
+					return fmt.Errorf("tls: the client certificate does not carry the name %q the listener requires: %w", san, err)
+				}
+				return nil
+			}
+		}
 	}
 	return cfg, nil
 }
