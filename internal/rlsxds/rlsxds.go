@@ -5,9 +5,19 @@
 // go-control-plane. Each update is checked as strictly as a file
 // (package config): a valid one is applied and acknowledged, an invalid
 // one is refused (NACK, with why) and the domains in force stay.
+//
+// A management server answers a refusal at once with what it holds, the
+// same invalid update (go-control-plane's snapshot cache does): refusing
+// at once again loops thousands of times a second. The client waits
+// before each refusal it sends, from NACKBackoff doubling to
+// MaxNACKBackoff while the updates stay invalid, so a valid update
+// arrives at most MaxNACKBackoff after it is served; it logs a refusal
+// when its reason changes, and the same refusal again once a minute with
+// how many times it was made.
 package rlsxds
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -39,6 +49,10 @@ type Client struct {
 	Metadata map[string]string
 	// Retry is the wait before reconnecting; zero means 3 s.
 	Retry time.Duration
+	// NACKBackoff is the wait before the first refusal of a run of
+	// invalid updates, doubled for each next one up to MaxNACKBackoff;
+	// zero means 250 ms and 10 s.
+	NACKBackoff, MaxNACKBackoff time.Duration
 	// Apply puts a valid update's domains in force, or refuses them (an
 	// error is sent back as the NACK's reason).
 	Apply func([]rls.Domain) error
@@ -87,6 +101,7 @@ func (c *Client) follow(ctx context.Context) error {
 	if err := ads.InitConnect(conn); err != nil {
 		return err
 	}
+	var r refusals
 	for {
 		resp, err := ads.Fetch()
 		if err != nil {
@@ -97,17 +112,48 @@ func (c *Client) follow(ctx context.Context) error {
 			err = c.Apply(domains)
 		}
 		if err != nil {
-			c.Log.Error("xDS: update refused; keeping the domains in force", slog.String("error", err.Error()))
+			wait := r.refused(c, err.Error())
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(wait):
+			}
 			if err := ads.Nack(err.Error()); err != nil {
 				return err
 			}
 			continue
 		}
+		r = refusals{}
 		c.Log.Info("xDS: rate limit config applied", slog.Int("domains", len(domains)))
 		if err := ads.Ack(); err != nil {
 			return err
 		}
 	}
+}
+
+// refusals is a run of refused updates.
+type refusals struct {
+	reason  string        // the last one's
+	count   int           // refusals of that reason since it was last logged
+	logged  time.Time     // when it was last logged
+	backoff time.Duration // the wait before the last refusal
+}
+
+// refusalLogEvery is how often the same refusal is logged again.
+const refusalLogEvery = time.Minute
+
+// refused counts a refusal for reason, logs it if it is new (or a minute
+// has passed), and returns the wait before sending it.
+func (r *refusals) refused(c *Client, reason string) time.Duration {
+	first, most := cmp.Or(c.NACKBackoff, 250*time.Millisecond), cmp.Or(c.MaxNACKBackoff, 10*time.Second)
+	r.backoff = min(max(2*r.backoff, first), most)
+	r.count++
+	if now := time.Now(); reason != r.reason || now.Sub(r.logged) >= refusalLogEvery {
+		c.Log.Error("xDS: update refused; keeping the domains in force", slog.String("error", reason),
+			slog.Int("refusals", r.count), slog.Duration("next_refusal_in", r.backoff))
+		r.reason, r.count, r.logged = reason, 0, now
+	}
+	return r.backoff
 }
 
 // Domains checks and converts RateLimitConfig resources: each one as

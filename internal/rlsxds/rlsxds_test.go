@@ -2,7 +2,10 @@ package rlsxds_test
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -111,4 +114,55 @@ func TestDomainsChecked(t *testing.T) {
 	defer cancel()
 	go c.Run(ctx)
 	waitNACK(t, m, `domain "a" is also in xds:`) // in whichever order the server sends them
+}
+
+// TestRefusalBacksOff: against go-control-plane's snapshot cache, which
+// answers a refusal at once with the same invalid update, the client
+// refuses it a few times in 2 s (waiting 50 ms, then doubling to 400 ms),
+// not thousands, and logs the same refusal once; a valid update is then
+// applied within the longest wait.
+func TestRefusalBacksOff(t *testing.T) {
+	m := startMgmt(t)
+	set(t, m, "1", xdstest.Domain("a", 7, confpb.RateLimitUnit_UNKNOWN))
+	got := make(chan []rls.Domain, 10)
+	var logs strings.Builder
+	var mu sync.Mutex
+	c := &rlsxds.Client{Address: m.Addr, NodeID: "node-1", NACKBackoff: 50 * time.Millisecond, MaxNACKBackoff: 400 * time.Millisecond,
+		Apply: func(ds []rls.Domain) error { got <- ds; return nil },
+		Log:   slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go c.Run(ctx)
+	time.Sleep(2 * time.Second)
+	// 50+100+200+400+400+400+400 ms: 7 refusals in 1.95 s, and one more
+	// on a slow machine's stream; thousands without the wait.
+	if n := strings.Count(m.NACKs(), `unit "UNKNOWN"`); n < 2 || n > 9 {
+		t.Errorf("%d refusals of the same update in 2 s, want about 7", n)
+	}
+	mu.Lock()
+	if n := strings.Count(logs.String(), "update refused"); n != 1 {
+		t.Errorf("the same refusal logged %d times, want once: %s", n, logs.String())
+	}
+	mu.Unlock()
+	set(t, m, "2", xdstest.Domain("a", 7, confpb.RateLimitUnit_MINUTE))
+	select {
+	case ds := <-got:
+		if len(ds) != 1 || limitOf(ds, "a") != 7 {
+			t.Fatalf("the valid update: %+v", ds)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the valid update after the refusals was not applied")
+	}
+}
+
+// lockedWriter serializes writes to w.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
