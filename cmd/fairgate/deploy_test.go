@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
 	"debug/elf"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -19,6 +21,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/fairgate/fairgate/examples"
 )
 
 var (
@@ -80,7 +84,7 @@ func TestContainerImage(t *testing.T) {
 	ctx := t.TempDir()
 	os.MkdirAll(filepath.Join(ctx, "build"), 0o755)
 	os.MkdirAll(filepath.Join(ctx, "examples"), 0o755)
-	for src, dst := range map[string]string{bin: "build/fairgate", "../../examples/fairgate.yaml": "examples/fairgate.yaml", "../../Containerfile": "Containerfile"} {
+	for src, dst := range map[string]string{bin: "build/fairgate", "../../examples/fairgate.minimal.yaml": "examples/fairgate.minimal.yaml", "../../Containerfile": "Containerfile"} {
 		b, err := os.ReadFile(src)
 		if err != nil {
 			t.Fatal(err)
@@ -147,6 +151,9 @@ func TestContainerImage(t *testing.T) {
 		t.Errorf("fairgate version: %q, want the Go version", v)
 	}
 	run1(t, filepath.Join(out, "fairgate"), "check-config", filepath.Join(out, "fairgate.yaml"))
+	if cfg, _ := os.ReadFile(filepath.Join(out, "fairgate.yaml")); hasDemoKey(string(cfg)) {
+		t.Error("the image's config holds a published demo API key")
+	}
 	addr := freeAddr(t)
 	sv := exec.Command(filepath.Join(out, "fairgate"), "serve")
 	sv.Env = append(os.Environ(), "FAIRGATE_CONFIG="+filepath.Join(out, "fairgate.yaml"), "FAIRGATE_LISTEN="+addr, "FAIRGATE_ADMIN_LISTEN=127.0.0.1:0", "FAIRGATE_DRAIN=0")
@@ -221,15 +228,40 @@ func helmBinary(t *testing.T) string {
 	return ""
 }
 
-// render runs helm template on the chart with --set values and returns
-// the objects by kind.
-func render(t *testing.T, helm string, set ...string) map[string]map[string]any {
-	t.Helper()
+// hasDemoKey reports whether text holds one of examples.DemoAPIKeys, or
+// its SHA-256 as a config holds it.
+func hasDemoKey(text string) bool {
+	for _, k := range examples.DemoAPIKeys {
+		sum := sha256.Sum256([]byte(k))
+		if strings.Contains(text, k) || strings.Contains(strings.ToLower(text), hex.EncodeToString(sum[:])) {
+			return true
+		}
+	}
+	return false
+}
+
+// helmTemplate runs helm template on the chart with --set values and
+// returns its output, or its error with the output.
+func helmTemplate(helm string, set ...string) (string, error) {
 	args := []string{"template", "t", "../../deploy/helm/fairgate"}
 	for _, s := range set {
 		args = append(args, "--set", s)
 	}
-	out := run1(t, helm, args...)
+	out, err := exec.Command(helm, args...).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("helm template %s: %v\n%s", strings.Join(set, " "), err, out)
+	}
+	return string(out), nil
+}
+
+// render runs helm template on the chart with --set values and returns
+// the objects by kind.
+func render(t *testing.T, helm string, set ...string) map[string]map[string]any {
+	t.Helper()
+	out, err := helmTemplate(helm, set...)
+	if err != nil {
+		t.Fatal(err)
+	}
 	objs := map[string]map[string]any{}
 	dec := yaml.NewDecoder(strings.NewReader(out))
 	for {
@@ -271,21 +303,28 @@ func TestHelmChart(t *testing.T) {
 	helm := helmBinary(t)
 	run1(t, helm, "lint", "--strict", "../../deploy/helm/fairgate")
 	chartCfg, _ := os.ReadFile("../../deploy/helm/fairgate/files/fairgate.yaml")
-	example, _ := os.ReadFile("../../examples/fairgate.yaml")
-	if string(chartCfg) != string(example) {
-		t.Error("deploy/helm/fairgate/files/fairgate.yaml differs from examples/fairgate.yaml: copy it again")
+	example, _ := os.ReadFile("../../examples/fairgate.minimal.yaml")
+	if len(example) == 0 || string(chartCfg) != string(example) {
+		t.Error("deploy/helm/fairgate/files/fairgate.yaml differs from examples/fairgate.minimal.yaml: copy it again")
 	}
 
 	def := render(t, helm)
-	for _, k := range []string{"Deployment", "Service", "ConfigMap", "PodDisruptionBudget"} {
+	for _, k := range []string{"Deployment", "Service", "ConfigMap"} {
 		if def[k] == nil {
 			t.Errorf("no %s rendered", k)
 		}
 	}
-	if def["ServiceMonitor"] != nil || def["Secret"] != nil {
-		t.Error("a ServiceMonitor or Secret rendered without being asked for")
+	if def["ServiceMonitor"] != nil || def["Secret"] != nil || def["PodDisruptionBudget"] != nil {
+		t.Error("a ServiceMonitor, Secret or PodDisruptionBudget (one replica: it would block every drain) rendered without being asked for")
 	}
-	// The rendered config is the example, and it validates.
+	// No published credential, and no per-pod limits across pods.
+	if out, _ := helmTemplate(helm); hasDemoKey(out) {
+		t.Error("the chart's default render holds a published demo API key")
+	}
+	if dig(def["Deployment"], "spec", "replicas") != 1 {
+		t.Errorf("default replicas %v with the memory store: want 1", dig(def["Deployment"], "spec", "replicas"))
+	}
+	// The rendered config is the starting one, and it validates.
 	cfg := dig(def["ConfigMap"], "data", "fairgate.yaml").(string)
 	path := filepath.Join(t.TempDir(), "fairgate.yaml")
 	os.WriteFile(path, []byte(cfg), 0o600)
@@ -311,9 +350,9 @@ func TestHelmChart(t *testing.T) {
 		t.Error("a config change does not change the checksum annotation: the pods would not roll")
 	}
 
-	all := render(t, helm, "store.url=redis://redis:6379", "store.password=s3cret-store", "adminToken=s3cret-admin", "serviceMonitor.enabled=true", "upstream=http://api:9000")
-	if all["ServiceMonitor"] == nil || all["Secret"] == nil {
-		t.Fatal("the ServiceMonitor or the Secret is missing")
+	all := render(t, helm, "replicaCount=3", "store.url=redis://redis:6379", "store.password=s3cret-store", "adminToken=s3cret-admin", "internalToken=s3cret-internal", "serviceMonitor.enabled=true", "upstream=http://api:9000")
+	if all["ServiceMonitor"] == nil || all["Secret"] == nil || all["PodDisruptionBudget"] == nil {
+		t.Fatal("the ServiceMonitor, the Secret or the PodDisruptionBudget is missing")
 	}
 	sec := dig(all["Secret"], "stringData")
 	if dig(sec, "admin-token") != "s3cret-admin" || dig(sec, "store-password") != "s3cret-store" {
@@ -331,5 +370,66 @@ func TestHelmChart(t *testing.T) {
 	}
 	if dig(all["ServiceMonitor"], "spec", "endpoints", 0, "port") != "internal" {
 		t.Error("in proxy mode the ServiceMonitor must scrape the internal port")
+	}
+}
+
+// TestHelmChartRefusesPerPodLimits: the memory store with more than one
+// pod (replicas, or an autoscaler's maximum) is refused at render time
+// with a message saying why and what to set; allowPerPodLimits accepts
+// it; a Redis store needs no such consent.
+func TestHelmChartRefusesPerPodLimits(t *testing.T) {
+	helm := helmBinary(t)
+	for _, set := range [][]string{
+		{"replicaCount=2"},
+		{"replicaCount=1", "autoscaling.enabled=true", "autoscaling.maxReplicas=3"},
+		{"replicaCount=2", "store.url=memory://?max_keys=1000"},
+	} {
+		_, err := helmTemplate(helm, set...)
+		if err == nil || !strings.Contains(err.Error(), "store.url is memory:// with up to") || !strings.Contains(err.Error(), "allowPerPodLimits=true") {
+			t.Errorf("%v: %v; want the refusal of per-pod limits", set, err)
+		}
+	}
+	for _, set := range [][]string{
+		{"replicaCount=2", "allowPerPodLimits=true"},
+		{"replicaCount=2", "store.url=redis://redis:6379"},
+		{"replicaCount=1", "autoscaling.enabled=false", "autoscaling.maxReplicas=3"},
+	} {
+		objs := render(t, helm, set...)
+		if objs["Deployment"] == nil {
+			t.Errorf("%v: no Deployment", set)
+		}
+	}
+}
+
+// TestHelmChartInternalPort: in proxy mode the internal listener (decision
+// API, /metrics) listens on the pod for the probes but is not on the
+// Service unless asked for, and then only with its token.
+func TestHelmChartInternalPort(t *testing.T) {
+	helm := helmBinary(t)
+	servicePorts := func(objs map[string]map[string]any) []any {
+		var names []any
+		for _, p := range dig(objs["Service"], "spec", "ports").([]any) {
+			names = append(names, dig(p, "name"))
+		}
+		return names
+	}
+	proxy := render(t, helm, "upstream=http://api:9000")
+	if names := servicePorts(proxy); slices.Contains(names, "internal") {
+		t.Errorf("the Service carries the internal port by default: %v", names)
+	}
+	if dig(proxy["Deployment"], "spec", "template", "spec", "containers", 0, "readinessProbe", "httpGet", "port") != "internal" {
+		t.Error("the readiness probe left the internal port")
+	}
+	for _, set := range [][]string{
+		{"upstream=http://api:9000", "internalService.enabled=true"},
+		{"upstream=http://api:9000", "serviceMonitor.enabled=true"},
+	} {
+		if _, err := helmTemplate(helm, set...); err == nil || !strings.Contains(err.Error(), "would be on the Service with no token: set internalToken") {
+			t.Errorf("%v: %v; want a refusal without internalToken", set, err)
+		}
+		on := render(t, helm, append(set, "internalToken=s3cret-internal")...)
+		if names := servicePorts(on); !slices.Contains(names, "internal") {
+			t.Errorf("%v with internalToken: the Service lacks the internal port: %v", set, names)
+		}
 	}
 }

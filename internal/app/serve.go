@@ -372,6 +372,7 @@ func (d *daemon) start(ready func(addr string)) error {
 		d.watch()
 	}
 	d.log.Info("policy loaded", slog.String("config", d.cfg.File), slog.Int("plans", len(d.cfg.Policy.Plans)), slog.Int("routes", len(d.cfg.Policy.Routes)), slog.String("headers", d.cfg.Headers))
+	warnDemoKeys(d.log, d.cfg.File, d.cfg.Auth.APIKeys)
 	ln, err := d.listen()
 	if err != nil {
 		return err
@@ -470,6 +471,7 @@ func (d *daemon) apply(nc *config.Config) error {
 	_ = d.h.SetIdentity(na, auth.ClientIP{Trusted: nc.TrustedProxies, Header: nc.ClientIPHeader}, server.UpstreamHeaders(nc.UpstreamHeaders), server.ForwardAuth(nc.ForwardAuth))
 	d.authn = na
 	d.reloads.WithLabelValues("applied").Inc()
+	warnDemoKeys(d.log, nc.File, nc.Auth.APIKeys)
 	return nil
 }
 
