@@ -181,3 +181,33 @@ func TestServeKeysAcrossInstances(t *testing.T) {
 	admin("DELETE", "/admin/keys/"+made.ID, "")
 	within("revoked on A", 401)
 }
+
+// TestTraceExportErrorsAreLogged: with the collector refusing, the
+// SDK's export errors come as JSON WARN lines of the log, not as plain
+// text lines in the middle of it.
+func TestTraceExportErrorsAreLogged(t *testing.T) {
+	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "no room", http.StatusBadRequest) // permanent: not retried
+	}))
+	defer collector.Close()
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", collector.URL)
+	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
+	sv := startServe(t, "--listen", "127.0.0.1:0")
+	defer sv.stop()
+	if resp, err := http.Get("http://" + sv.addr + "/healthz"); err == nil {
+		resp.Body.Close()
+	}
+	statusOf(t, "POST", "http://"+sv.addr+"/v1/check", `{"tenant":"acme","method":"GET","path":"/v1/search"}`, "")
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(sv.logs.String(), "tracing: the OpenTelemetry SDK failed") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no WARN line for the failed export:\n%s", sv.logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(sv.logs.String()), "\n") {
+		if !json.Valid([]byte(line)) {
+			t.Errorf("a log line that is not JSON: %q", line)
+		}
+	}
+}

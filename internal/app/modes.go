@@ -48,15 +48,15 @@ func sharedStore(c *ServeConfig) bool {
 
 // tracingOn reports whether the environment turns tracing on; a bad
 // OTEL_* setting counts as on (the start stops on it with its own error).
-func tracingOn(*ServeConfig) bool {
-	on, err := tracing.Requested()
+func tracingOn(c *ServeConfig) bool {
+	on, err := tracing.Requested(c.Env.Tracing)
 	return on || err != nil
 }
 
 const (
 	needsAdmin   = "the admin API starts only with an admin token (FAIRGATE_ADMIN_TOKEN or --admin-token-file)"
 	needsGRPC    = "it is the gRPC listener's, which is served only with --grpc-listen"
-	needsTracing = "tracing is off: OTEL_TRACES_EXPORTER=otlp or an OTEL_EXPORTER_OTLP_ENDPOINT turns it on"
+	needsTracing = "tracing is off: OTEL_TRACES_EXPORTER=otlp, an OTEL_EXPORTER_OTLP_ENDPOINT or envoyproxy/ratelimit's TRACING_ENABLED=true turns it on"
 )
 
 // modals are the flags that act only in some modes. The others act in

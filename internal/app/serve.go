@@ -182,10 +182,11 @@ func (d *daemon) build() error {
 		return err
 	}
 	d.closers = append(d.closers, d.be.Store.Close)
-	if d.tr, err = tracing.FromEnv(d.bg); err != nil {
+	if d.tr, err = tracing.FromEnv(d.bg, d.c.Env.Tracing); err != nil {
 		return err
 	}
 	if d.tr.Provider != nil {
+		tracing.LogErrors(d.log)
 		d.log.Info("tracing on", slog.String("exporter", d.tr.Exporter), slog.Bool("tenant_ids", d.c.TraceTenants), slog.Bool("trust_trace_context", d.c.TrustTraceContext))
 		d.closers = append(d.closers, func() error {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

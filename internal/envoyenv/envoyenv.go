@@ -44,6 +44,15 @@ type Result struct {
 	// (GRPC_SERVER_USE_TLS, GRPC_SERVER_TLS_CERT, _KEY,
 	// GRPC_CLIENT_TLS_CACERT).
 	GRPCCert, GRPCKey, GRPCClientCA string
+	// Tracing holds, with TRACING_ENABLED=true, the OTEL_* variables that
+	// say what that service's TRACING_* ones say, for those the environment
+	// does not set (tracing.FromEnv's defaults): an OTLP exporter over
+	// TRACING_EXPORTER_PROTOCOL (http: http/protobuf; grpc),
+	// TRACING_SERVICE_NAME (default RateLimit), TRACING_SERVICE_NAMESPACE
+	// and _INSTANCE_ID as resource attributes, TRACING_SAMPLING_RATE as a
+	// parent-based trace ID ratio. The endpoint is OTEL_EXPORTER_OTLP_*'s,
+	// as there.
+	Tracing map[string]string
 	// GRPCClientSAN is the name a client certificate must carry
 	// (GRPC_CLIENT_TLS_SAN; empty: any of the client CA's).
 	GRPCClientSAN string
@@ -64,7 +73,6 @@ var unsupported = map[string]string{
 	"EXPIRATION_JITTER_MAX_SECONDS":             "keys expire with their window",
 	"USE_DOG_STATSD":                            "plain statsd and Prometheus only",
 	"USE_PROMETHEUS":                            "Prometheus metrics are always on the internal listener's /metrics",
-	"TRACING_ENABLED":                           "no tracing yet",
 	"GRPC_UDS":                                  "the gRPC service listens on TCP",
 	"EXTRA_TAGS":                                "statsd names carry no tags",
 	"DEBUG_PORT":                                "/metrics and the rest are on fairgate's internal listener",
@@ -160,6 +168,9 @@ func Read(look Lookup) (Result, error) {
 	}
 	if v, ok := get("LOG_FORMAT"); ok {
 		r.LogFormat = strings.ToLower(v)
+	}
+	if r.Tracing, err = tracingVars(get); err != nil {
+		return r, err
 	}
 	r.Config, err = config(get)
 	return r, err
@@ -405,4 +416,43 @@ func config(get Lookup) ([]byte, error) {
 		return nil, err
 	}
 	return yaml.Marshal(map[string]any{"rls": rls})
+}
+
+// tracingVars turns envoyproxy/ratelimit's TRACING_* variables into
+// OTEL_* ones (Result.Tracing); nil unless TRACING_ENABLED=true.
+func tracingVars(get Lookup) (map[string]string, error) {
+	if !boolVar(get, "TRACING_ENABLED") {
+		return nil, nil
+	}
+	out := map[string]string{"OTEL_TRACES_EXPORTER": "otlp", "OTEL_SERVICE_NAME": "RateLimit"}
+	switch p, _ := get("TRACING_EXPORTER_PROTOCOL"); p {
+	case "", "http":
+		out["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] = "http/protobuf"
+	case "grpc":
+		out["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] = "grpc"
+	default:
+		return nil, fmt.Errorf("TRACING_EXPORTER_PROTOCOL=%q: want http or grpc", p)
+	}
+	if v, ok := get("TRACING_SERVICE_NAME"); ok && v != "" {
+		out["OTEL_SERVICE_NAME"] = v
+	}
+	var attrs []string
+	for _, a := range []struct{ env, attr string }{{"TRACING_SERVICE_NAMESPACE", "service.namespace"}, {"TRACING_SERVICE_INSTANCE_ID", "service.instance.id"}} {
+		if v, ok := get(a.env); ok && v != "" {
+			if strings.ContainsAny(v, ",=") {
+				return nil, fmt.Errorf("%s=%q: a name without ',' or '='", a.env, v)
+			}
+			attrs = append(attrs, a.attr+"="+v)
+		}
+	}
+	if len(attrs) > 0 {
+		out["OTEL_RESOURCE_ATTRIBUTES"] = strings.Join(attrs, ",")
+	}
+	if v, ok := get("TRACING_SAMPLING_RATE"); ok && v != "" {
+		if r, err := strconv.ParseFloat(v, 64); err != nil || r < 0 || r > 1 {
+			return nil, fmt.Errorf("TRACING_SAMPLING_RATE=%q: want a number from 0 to 1", v)
+		}
+		out["OTEL_TRACES_SAMPLER"], out["OTEL_TRACES_SAMPLER_ARG"] = "parentbased_traceidratio", v
+	}
+	return out, nil
 }

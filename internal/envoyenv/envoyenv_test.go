@@ -1,6 +1,7 @@
 package envoyenv
 
 import (
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -79,8 +80,11 @@ func TestConfig(t *testing.T) {
 	if r.GRPCListen != "0.0.0.0:8081" || r.Listen != "0.0.0.0:8080" || r.LogLevel != "warn" || r.LogFormat != "json" || r.GRPCMaxConnAge != time.Hour || r.GRPCMaxConnAgeGrace != 10*time.Minute {
 		t.Errorf("%+v", r)
 	}
-	if len(r.Unsupported) != 1 || !strings.HasPrefix(r.Unsupported[0], "TRACING_ENABLED") {
+	if len(r.Unsupported) != 0 {
 		t.Errorf("unsupported %v", r.Unsupported)
+	}
+	if r.Tracing["OTEL_TRACES_EXPORTER"] != "otlp" || r.Tracing["OTEL_SERVICE_NAME"] != "RateLimit" || r.Tracing["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] != "http/protobuf" {
+		t.Errorf("TRACING_ENABLED=true: %v", r.Tracing)
 	}
 }
 
@@ -94,6 +98,36 @@ func TestXDSConfig(t *testing.T) {
 	for _, want := range []string{"address: xds:18000", "node_id: rl-1", "zone: a", "team: edge"} {
 		if !strings.Contains(string(r.Config), want) {
 			t.Errorf("config:\n%s\nwant %q in it", r.Config, want)
+		}
+	}
+}
+
+// TestTracingVars: envoyproxy/ratelimit's TRACING_* variables become the
+// OTEL_* ones that say the same; bad values are refused by name.
+func TestTracingVars(t *testing.T) {
+	for _, tc := range []struct {
+		env  map[string]string
+		want map[string]string
+		err  string
+	}{
+		{map[string]string{"TRACING_ENABLED": "false", "TRACING_SERVICE_NAME": "x"}, nil, ""},
+		{map[string]string{"TRACING_ENABLED": "true", "TRACING_EXPORTER_PROTOCOL": "grpc", "TRACING_SERVICE_NAME": "rl", "TRACING_SERVICE_NAMESPACE": "edge",
+			"TRACING_SERVICE_INSTANCE_ID": "pod-1", "TRACING_SAMPLING_RATE": "0.25"},
+			map[string]string{"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "grpc", "OTEL_SERVICE_NAME": "rl",
+				"OTEL_RESOURCE_ATTRIBUTES": "service.namespace=edge,service.instance.id=pod-1", "OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.25"}, ""},
+		{map[string]string{"TRACING_ENABLED": "true", "TRACING_EXPORTER_PROTOCOL": "zipkin"}, nil, `TRACING_EXPORTER_PROTOCOL="zipkin"`},
+		{map[string]string{"TRACING_ENABLED": "true", "TRACING_SAMPLING_RATE": "2"}, nil, `TRACING_SAMPLING_RATE="2"`},
+		{map[string]string{"TRACING_ENABLED": "true", "TRACING_SERVICE_NAMESPACE": "a=b"}, nil, `TRACING_SERVICE_NAMESPACE="a=b"`},
+	} {
+		r, err := Read(lookup(tc.env))
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%v: %v, want an error naming %s", tc.env, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || !maps.Equal(r.Tracing, tc.want) {
+			t.Errorf("%v: %v %v, want %v", tc.env, r.Tracing, err, tc.want)
 		}
 	}
 }

@@ -8,10 +8,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"runtime/debug"
+	"strconv"
 	"strings"
 
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
@@ -65,11 +68,20 @@ func (t Tracing) Shutdown(ctx context.Context) error {
 // certificates, compression), the SDK OTEL_TRACES_SAMPLER(_ARG) (default:
 // parentbased_always_on), OTEL_BSP_* and OTEL_SERVICE_NAME /
 // OTEL_RESOURCE_ATTRIBUTES (service.name defaults to "fairgate").
-func FromEnv(ctx context.Context) (Tracing, error) {
-	if ok, err := on(); !ok {
+//
+// defaults (may be nil) holds values of OTEL_* variables for those the
+// environment does not set: envoyproxy/ratelimit's TRACING_* variables
+// arrive so (package envoyenv). Of them FromEnv reads
+// OTEL_TRACES_EXPORTER, the protocols, OTEL_SERVICE_NAME,
+// OTEL_RESOURCE_ATTRIBUTES and OTEL_TRACES_SAMPLER(_ARG)
+// (parentbased_traceidratio only); the endpoint and the rest come from the
+// environment.
+func FromEnv(ctx context.Context, defaults map[string]string) (Tracing, error) {
+	get := lookup(defaults)
+	if ok, err := on(get); !ok {
 		return Tracing{}, err
 	}
-	proto := cmp.Or(os.Getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"), os.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL"))
+	proto := cmp.Or(get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"), get("OTEL_EXPORTER_OTLP_PROTOCOL"))
 	var exp sdktrace.SpanExporter
 	var err error
 	switch proto {
@@ -84,34 +96,72 @@ func FromEnv(ctx context.Context) (Tracing, error) {
 	if err != nil {
 		return Tracing{}, fmt.Errorf("tracing: OTLP exporter: %w", err)
 	}
-	res, err := resource.Merge(
-		resource.NewSchemaless(semconv.ServiceName("fairgate"), semconv.ServiceVersion(version())),
-		resource.Environment(),
-	)
+	base := []attribute.KeyValue{semconv.ServiceName("fairgate"), semconv.ServiceVersion(version())}
+	if name := defaults["OTEL_SERVICE_NAME"]; name != "" {
+		base[0] = semconv.ServiceName(name)
+	}
+	res, err := resource.Merge(resource.NewSchemaless(base...), resource.Environment())
 	if err != nil && !errors.Is(err, resource.ErrPartialResource) {
 		return Tracing{}, fmt.Errorf("tracing: OTEL_RESOURCE_ATTRIBUTES: %w", err)
 	}
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
+	if attrs := defaults["OTEL_RESOURCE_ATTRIBUTES"]; attrs != "" && os.Getenv("OTEL_RESOURCE_ATTRIBUTES") == "" {
+		var kvs []attribute.KeyValue
+		for _, kv := range strings.Split(attrs, ",") {
+			if k, v, ok := strings.Cut(kv, "="); ok {
+				kvs = append(kvs, attribute.String(k, v))
+			}
+		}
+		if res, err = resource.Merge(res, resource.NewSchemaless(kvs...)); err != nil {
+			return Tracing{}, fmt.Errorf("tracing: resource attributes: %w", err)
+		}
+	}
+	opts := []sdktrace.TracerProviderOption{sdktrace.WithBatcher(exp), sdktrace.WithResource(res)}
+	if os.Getenv("OTEL_TRACES_SAMPLER") == "" && defaults["OTEL_TRACES_SAMPLER"] == "parentbased_traceidratio" {
+		ratio, err := strconv.ParseFloat(defaults["OTEL_TRACES_SAMPLER_ARG"], 64)
+		if err != nil || ratio < 0 || ratio > 1 {
+			return Tracing{}, fmt.Errorf("tracing: sampling ratio %q: want a number from 0 to 1", defaults["OTEL_TRACES_SAMPLER_ARG"])
+		}
+		opts = append(opts, sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(ratio))))
+	}
+	tp := sdktrace.NewTracerProvider(opts...)
 	return Tracing{Provider: tp, Exporter: "otlp " + proto}, nil
 }
 
-// Requested reports whether the process's environment asks for traces
-// (as FromEnv reads it), or what is wrong with what it asks.
-func Requested() (bool, error) { return on() }
+// LogErrors sends the OpenTelemetry SDK's own errors (an export that
+// failed: a collector down or refusing) to log as WARN lines, instead of
+// the plain-text lines the SDK prints by default into the log stream. The
+// handler is the process's (OpenTelemetry keeps one).
+func LogErrors(log *slog.Logger) {
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+		log.Warn("tracing: the OpenTelemetry SDK failed (spans may be lost)", slog.String("error", err.Error()))
+	}))
+}
+
+// Requested reports whether the process's environment (with defaults, as
+// FromEnv takes them) asks for traces, or what is wrong with what it asks.
+func Requested(defaults map[string]string) (bool, error) { return on(lookup(defaults)) }
+
+// lookup reads an environment variable, else (unset or empty) its
+// default.
+func lookup(defaults map[string]string) func(string) string {
+	return func(name string) string {
+		return cmp.Or(os.Getenv(name), defaults[name])
+	}
+}
 
 // on reports whether the environment asks for traces, or what is wrong
 // with what it asks.
-func on() (bool, error) {
-	if strings.EqualFold(os.Getenv("OTEL_SDK_DISABLED"), "true") {
+func on(get func(string) string) (bool, error) {
+	if strings.EqualFold(get("OTEL_SDK_DISABLED"), "true") {
 		return false, nil
 	}
-	switch e := os.Getenv("OTEL_TRACES_EXPORTER"); strings.ToLower(e) {
+	switch e := get("OTEL_TRACES_EXPORTER"); strings.ToLower(e) {
 	case "otlp":
 		return true, nil
 	case "none":
 		return false, nil
 	case "":
-		return os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != "", nil
+		return get("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != "", nil
 	default:
 		return false, fmt.Errorf("tracing: OTEL_TRACES_EXPORTER=%q: want otlp or none", e)
 	}

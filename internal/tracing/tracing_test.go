@@ -51,7 +51,7 @@ func TestFromEnv(t *testing.T) {
 			for k, v := range c.env {
 				t.Setenv(k, v)
 			}
-			tr, err := FromEnv(context.Background())
+			tr, err := FromEnv(context.Background(), nil)
 			if c.err != "" {
 				if err == nil || !strings.Contains(err.Error(), c.err) {
 					t.Fatalf("err %v, want one naming %q", err, c.err)
@@ -73,7 +73,7 @@ func TestFromEnv(t *testing.T) {
 // sends the span.
 func export(t *testing.T) {
 	t.Helper()
-	tr, err := FromEnv(context.Background())
+	tr, err := FromEnv(context.Background(), nil)
 	if err != nil || tr.Provider == nil {
 		t.Fatalf("FromEnv: %v (on: %v)", err, tr.Provider != nil)
 	}
@@ -276,5 +276,31 @@ func TestBoundTraceState(t *testing.T) {
 		if got := BoundTraceState(ts).String(); got != c.want {
 			t.Errorf("BoundTraceState(%d bytes) = %d bytes %.60q…, want %d bytes", len(c.in), len(got), got, len(c.want))
 		}
+	}
+}
+
+// TestFromEnvDefaults: defaults (envoyproxy/ratelimit's TRACING_* as
+// OTEL_* variables) turn tracing on where the environment says nothing,
+// name the service, and a bad sampling ratio is refused; a variable the
+// environment sets wins over its default.
+func TestFromEnvDefaults(t *testing.T) {
+	clearEnv(t)
+	defaults := map[string]string{"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "grpc", "OTEL_SERVICE_NAME": "RateLimit",
+		"OTEL_RESOURCE_ATTRIBUTES": "service.namespace=edge", "OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.5"}
+	tr, err := FromEnv(context.Background(), defaults)
+	if err != nil || tr.Provider == nil || tr.Exporter != "otlp grpc" {
+		t.Fatalf("with TRACING_* defaults: %+v %v, want on over grpc", tr, err)
+	}
+	tr.Shutdown(context.Background())
+	if on, err := Requested(defaults); !on || err != nil {
+		t.Errorf("Requested with the defaults: %v %v", on, err)
+	}
+	defaults["OTEL_TRACES_SAMPLER_ARG"] = "1.5"
+	if _, err := FromEnv(context.Background(), defaults); err == nil || !strings.Contains(err.Error(), "1.5") {
+		t.Errorf("a ratio of 1.5: %v, want an error naming it", err)
+	}
+	t.Setenv("OTEL_TRACES_EXPORTER", "none")
+	if on, _ := Requested(defaults); on {
+		t.Error("OTEL_TRACES_EXPORTER=none in the environment did not win over the default")
 	}
 }
