@@ -371,6 +371,39 @@ func TestHelmChart(t *testing.T) {
 	if dig(all["ServiceMonitor"], "spec", "endpoints", 0, "port") != "internal" {
 		t.Error("in proxy mode the ServiceMonitor must scrape the internal port")
 	}
+	testHelmProbes(t, helm, def, all)
+}
+
+// testHelmProbes: the probes are on the internal port in proxy mode (out
+// of tenants' reach, so that a flood on the public port restarts no pod;
+// on main liveness was on the public port), readiness follows the store
+// only with readyRequiresStore (FAIRGATE_READY_REQUIRES_STORE), which a
+// memory store refuses at render time.
+func testHelmProbes(t *testing.T, helm string, def, proxy map[string]map[string]any) {
+	t.Helper()
+	probes := func(objs map[string]map[string]any) (live, ready any) {
+		c := dig(objs["Deployment"], "spec", "template", "spec", "containers", 0)
+		return dig(c, "livenessProbe", "httpGet", "port"), dig(c, "readinessProbe", "httpGet", "port")
+	}
+	if live, ready := probes(def); live != "http" || ready != "http" {
+		t.Errorf("decision service: liveness on %v, readiness on %v; want both on http", live, ready)
+	}
+	if live, ready := probes(proxy); live != "internal" || ready != "internal" {
+		t.Errorf("proxy mode: liveness on %v, readiness on %v; want both on internal", live, ready)
+	}
+	env := func(objs map[string]map[string]any) string {
+		return fmt.Sprint(dig(objs["Deployment"], "spec", "template", "spec", "containers", 0, "env"))
+	}
+	if strings.Contains(env(proxy), "FAIRGATE_READY_REQUIRES_STORE") {
+		t.Error("FAIRGATE_READY_REQUIRES_STORE set without readyRequiresStore: readiness would follow Redis by default")
+	}
+	if on := render(t, helm, "store.url=redis://redis:6379", "readyRequiresStore=true"); !strings.Contains(env(on), "map[name:FAIRGATE_READY_REQUIRES_STORE value:true]") {
+		t.Errorf("readyRequiresStore=true: no FAIRGATE_READY_REQUIRES_STORE=true in %s", env(on))
+	}
+	out, err := exec.Command(helm, "template", "t", "../../deploy/helm/fairgate", "--set", "readyRequiresStore=true").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "readyRequiresStore makes /readyz follow a shared store") {
+		t.Errorf("readyRequiresStore with the memory store rendered (%v): %s", err, out)
+	}
 }
 
 // TestHelmChartRefusesPerPodLimits: the memory store with more than one

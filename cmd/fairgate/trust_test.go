@@ -129,7 +129,9 @@ func mustRead(t *testing.T, path string) []byte {
 // TestServeWithRedisDown: `fairgate serve` with its Redis down at start
 // comes up (today it exited), decides by each policy's fail mode (the
 // fallback for fail-open classes, 503 for fail-closed ones), reports the
-// store down in /readyz, and uses Redis once it is back.
+// store down in /readyz's body while /readyz stays 200 (on main it was 503,
+// the example config having a fail-closed class: every pod left its
+// Service at once) and /healthz is 200, and uses Redis once it is back.
 func TestServeWithRedisDown(t *testing.T) {
 	srv, err := redistest.Start()
 	if err != nil {
@@ -138,6 +140,16 @@ func TestServeWithRedisDown(t *testing.T) {
 	defer srv.Close()
 	srv.Kill()
 	sv := startServe(t, "--listen", "127.0.0.1:0", "--store", "redis://"+srv.Addr, "--store-timeout", "100ms")
+	readyz := func() (int, map[string]any) {
+		resp, err := http.Get("http://" + sv.addr + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var m map[string]any
+		json.NewDecoder(resp.Body).Decode(&m)
+		return resp.StatusCode, m
+	}
 	check := func(class string) (int, map[string]any) {
 		resp, err := http.Post("http://"+sv.addr+"/v1/check", "application/json", strings.NewReader(`{"tenant":"acme","class":"`+class+`"}`))
 		if err != nil {
@@ -154,8 +166,11 @@ func TestServeWithRedisDown(t *testing.T) {
 	if _, m := check("write"); m["allowed"] != false || m["status"] != float64(503) {
 		t.Errorf("fail-closed class with Redis down: %v, want 503", m)
 	}
-	if c := statusOf(t, "GET", "http://"+sv.addr+"/readyz", "", ""); c != 503 {
-		t.Errorf("/readyz with Redis down: %d, want 503", c)
+	if c, m := readyz(); c != 200 || m["ready"] != true || m["store"] != "down" || m["fail_closed_policies"] != true {
+		t.Errorf("/readyz with Redis down: %d %v, want 200 with the store down", c, m)
+	}
+	if c := statusOf(t, "GET", "http://"+sv.addr+"/healthz", "", ""); c != 200 {
+		t.Errorf("/healthz with Redis down: %d, want 200", c)
 	}
 	if !strings.Contains(sv.logs.String(), "store not reachable at start") {
 		t.Errorf("no log line about the store at start:\n%s", sv.logs.String())
@@ -174,7 +189,74 @@ func TestServeWithRedisDown(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	if c, m := readyz(); c != 200 || m["store"] != "up" {
+		t.Errorf("/readyz with Redis back: %d %v, want 200 with the store up", c, m)
+	}
 	sv.stop()
+}
+
+// TestServeReadyRequiresStore: with FAIRGATE_READY_REQUIRES_STORE=true (the
+// opt-in), /readyz answers 503 while a real Redis is stopped, whatever the
+// policies' fail modes (on main a config failing open everywhere stayed
+// 200), and 200 once it is back; /healthz stays 200.
+func TestServeReadyRequiresStore(t *testing.T) {
+	allOpen := filepath.Join(t.TempDir(), "fairgate.yaml")
+	if err := os.WriteFile(allOpen, []byte(`default_plan: free
+default_class: read
+classes: {read: {fail: open}}
+plans:
+  free:
+    - {limit: 100000, period: 1h}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name   string
+		config []string
+		class  string
+	}{
+		{name: "the example (a fail-closed class)", class: "write"},
+		{name: "every class fails open", config: []string{"--config", allOpen}, class: "read"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			srv, err := redistest.Start()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer srv.Close()
+			t.Setenv("FAIRGATE_READY_REQUIRES_STORE", "true")
+			sv := startServe(t, append([]string{"--listen", "127.0.0.1:0", "--store", "redis://" + srv.Addr, "--store-timeout", "100ms"}, c.config...)...)
+			base := "http://" + sv.addr
+			check := `{"tenant":"acme","class":"` + c.class + `"}`
+			if c := statusOf(t, "GET", base+"/readyz", "", ""); c != 200 {
+				t.Fatalf("/readyz with Redis up: %d", c)
+			}
+			srv.Kill()
+			deadline := time.Now().Add(10 * time.Second)
+			for statusOf(t, "GET", base+"/readyz", "", "") != 503 {
+				statusOf(t, "POST", base+"/v1/check", check, "") // finds the store down
+				if time.Now().After(deadline) {
+					t.Fatal("/readyz still not 503 10 s after Redis stopped, with the opt-in")
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if c := statusOf(t, "GET", base+"/healthz", "", ""); c != 200 {
+				t.Errorf("/healthz with Redis down: %d, want 200", c)
+			}
+			if err := srv.Restart(); err != nil {
+				t.Fatal(err)
+			}
+			deadline = time.Now().Add(15 * time.Second)
+			for statusOf(t, "GET", base+"/readyz", "", "") != 200 {
+				statusOf(t, "POST", base+"/v1/check", check, "")
+				if time.Now().After(deadline) {
+					t.Fatalf("/readyz not 200 15 s after Redis came back:\n%s", sv.logs.String())
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			sv.stop()
+		})
+	}
 }
 
 // TestEvictingRedisIsReported: a Redis whose maxmemory-policy evicts any

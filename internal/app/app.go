@@ -230,6 +230,11 @@ type ServeConfig struct {
 	// requests are still served (load balancers take the instance out).
 	// Zero means none.
 	Drain time.Duration
+	// ReadyRequiresStore makes /readyz answer 503 while the shared store
+	// is down (server.Config.ReadyRequiresStore). False, the default:
+	// /readyz reports the store in its body and stays 200, so that a
+	// Redis outage does not take every instance out of its Service.
+	ReadyRequiresStore bool
 	// ShutdownGrace is how long requests in flight get to finish once the
 	// listeners close. Zero means 25 s.
 	ShutdownGrace time.Duration
@@ -347,6 +352,7 @@ func ParseServe(args []string, stderr io.Writer) (ServeConfig, error) {
 		return on
 	}
 	fs.BoolVar(&c.TraceTenants, "trace-tenants", boolEnv("FAIRGATE_TRACE_TENANTS"), "with tracing on (OTEL_TRACES_EXPORTER=otlp or an OTEL_EXPORTER_OTLP_ENDPOINT), put tenant IDs on decision spans (FAIRGATE_TRACE_TENANTS=true; off by default)")
+	fs.BoolVar(&c.ReadyRequiresStore, "ready-requires-store", boolEnv("FAIRGATE_READY_REQUIRES_STORE"), "make /readyz answer 503 while the Redis store is down, taking the instance out of its load balancer (FAIRGATE_READY_REQUIRES_STORE=true); off by default: /readyz reports the store in its body and stays 200, since every instance shares the outage and still answers by each policy's fail mode")
 	fs.BoolVar(&c.TrustTraceContext, "trust-trace-context", boolEnv("FAIRGATE_TRUST_TRACE_CONTEXT"), "with tracing on, make a caller's traceparent the parent of fairgate's spans and let its sampled flag decide a parent-based sampler, as a service mesh wants (FAIRGATE_TRUST_TRACE_CONTEXT=true); off by default: a new trace, linked to the caller's")
 	timeout := env("FAIRGATE_STORE_TIMEOUT", "100ms")
 	if e.StoreTimeout > 0 {

@@ -70,6 +70,9 @@ const (
 var modals = []modal{
 	{flag: "store-timeout", env: "FAIRGATE_STORE_TIMEOUT", acts: sharedStore, soft: true,
 		needs: "it bounds each call to a shared store, and needs a Redis --store; the memory store answers in-process"},
+	{flag: "ready-requires-store", env: "FAIRGATE_READY_REQUIRES_STORE", acts: sharedStore,
+		needs: "it makes /readyz follow a shared store, and needs a Redis --store; the memory store is never down",
+		asks:  func(c *ServeConfig) bool { return c.ReadyRequiresStore }},
 	{flag: "upstream-timeout", env: "FAIRGATE_UPSTREAM_TIMEOUT", acts: proxyMode,
 		needs: "it bounds the wait for the proxied upstream's response headers, and needs --upstream"},
 	{flag: "internal-listen", env: "FAIRGATE_INTERNAL_LISTEN", acts: proxyMode, soft: true,

@@ -73,6 +73,11 @@ func TestServeFlagModes(t *testing.T) {
 		{name: "store-timeout, Redis", args: []string{"--store=redis://127.0.0.1:9", "--store-timeout=1s"}},
 		{name: "store-timeout, a per-second Redis", args: []string{"--per-second-store=redis://127.0.0.1:9", "--store-timeout=1s"}},
 		{name: "FAIRGATE_STORE_TIMEOUT, the memory store (the chart's)", env: map[string]string{"FAIRGATE_STORE_TIMEOUT": "100ms"}, warn: "FAIRGATE_STORE_TIMEOUT (--store-timeout) is set but unused"},
+		{name: "ready-requires-store, the memory store", args: []string{"--ready-requires-store"}, err: "--ready-requires-store does nothing here: it makes /readyz follow a shared store, and needs a Redis --store"},
+		{name: "FAIRGATE_READY_REQUIRES_STORE, the memory store", env: map[string]string{"FAIRGATE_READY_REQUIRES_STORE": "true"}, err: "FAIRGATE_READY_REQUIRES_STORE (--ready-requires-store) does nothing here"},
+		{name: "FAIRGATE_READY_REQUIRES_STORE=false, the memory store", env: map[string]string{"FAIRGATE_READY_REQUIRES_STORE": "false"}},
+		{name: "ready-requires-store, Redis", args: []string{"--store=redis://127.0.0.1:9", "--ready-requires-store"}},
+		{name: "FAIRGATE_READY_REQUIRES_STORE, Redis", args: []string{"--store=redis://127.0.0.1:9"}, env: map[string]string{"FAIRGATE_READY_REQUIRES_STORE": "true"}},
 		{name: "every-mode flags, decision service", args: []string{"--listen=127.0.0.1:9", "--store=memory://", "--control-timeout=1s", "--drain=0", "--shutdown-grace=1s", "--read-timeout=1s"},
 			env: map[string]string{"FAIRGATE_INTERNAL_TOKEN": "internal-token-for-the-test", "FAIRGATE_WORKER_TOKEN": "worker-token-for-the-test-1"}},
 		// The internal listener's TLS acts in both modes: without an
@@ -191,6 +196,7 @@ func TestServeBoolVariables(t *testing.T) {
 			t.Run(name+"="+c.value, func(t *testing.T) {
 				clearServeEnv(t)
 				t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp)
+				t.Setenv("FAIRGATE_STORE", "redis://127.0.0.1:9") // so that FAIRGATE_READY_REQUIRES_STORE acts
 				t.Setenv(name, c.value)
 				got, err := ParseServe(nil, io.Discard)
 				if c.err {
@@ -203,7 +209,7 @@ func TestServeBoolVariables(t *testing.T) {
 				if err != nil {
 					t.Fatalf("refused: %v", err)
 				}
-				on := map[string]bool{"FAIRGATE_TRACE_TENANTS": got.TraceTenants, "FAIRGATE_TRUST_TRACE_CONTEXT": got.TrustTraceContext}
+				on := map[string]bool{"FAIRGATE_TRACE_TENANTS": got.TraceTenants, "FAIRGATE_TRUST_TRACE_CONTEXT": got.TrustTraceContext, "FAIRGATE_READY_REQUIRES_STORE": got.ReadyRequiresStore}
 				v, known := on[name]
 				if !known {
 					t.Fatalf("%s: the test does not know its field; add it", name)

@@ -319,7 +319,7 @@ func (d *daemon) buildServer() error {
 		UpstreamTimeout: c.UpstreamTimeout, Logger: log, NoPolicy: cfg.NoPolicy, Metrics: promhttp.HandlerFor(d.reg, promhttp.HandlerOpts{EnableOpenMetrics: true}), Tracer: d.tr.Tracer(), TrustTraceContext: c.TrustTraceContext,
 		Quotas: d.quotas, WorkerToken: c.WorkerToken, InternalToken: c.InternalToken, ControlTimeout: c.ControlTimeout,
 		Jobs: d.jobs, JobKinds: cfg.Queues, Breakers: d.breakers, Registerer: d.reg,
-		Capacity: (*server.Capacity)(cfg.UpstreamCapacity),
+		Capacity: (*server.Capacity)(cfg.UpstreamCapacity), ReadyRequiresStore: c.ReadyRequiresStore,
 	}
 	if cfg.UpstreamCapacity != nil && c.Upstream == "" {
 		log.Warn("upstream_capacity shares a proxied upstream's concurrency: it does nothing without --upstream")

@@ -77,6 +77,34 @@ func newServerMetrics(reg prometheus.Registerer, gate *gateHolder) (*serverMetri
 	return m, err
 }
 
+// registerHealth registers, with reg (nil: none), the gauges of what
+// /readyz reports: fairgate_ready (1 while /readyz answers 200) and
+// fairgate_store_up (1 while the store answers, whether or not readiness
+// requires it).
+func registerHealth(reg prometheus.Registerer, s *Server) error {
+	if reg == nil {
+		return nil
+	}
+	b := func(on bool) float64 {
+		if on {
+			return 1
+		}
+		return 0
+	}
+	ready := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "fairgate_ready",
+		Help: "1 while /readyz answers 200: the instance serves and is not draining (and, with --ready-requires-store, the store answers); else 0.",
+	}, func() float64 { return b(s.Ready()) })
+	up := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "fairgate_store_up",
+		Help: "1 while the store answers (reached, and its breakers closed); else 0. Readiness ignores it unless --ready-requires-store.",
+	}, func() float64 { return b(s.StoreUp()) })
+	var err error
+	promreg.Reuse(reg, &ready, &err)
+	promreg.Reuse(reg, &up, &err)
+	return err
+}
+
 // statusClass is "2xx" for 204, and so on.
 func statusClass(code int) string {
 	if code < 100 || code > 599 {

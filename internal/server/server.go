@@ -128,6 +128,13 @@ type Config struct {
 	// reached at all (a Redis down at start is connected in the
 	// background); /readyz reports the store down until it has.
 	StoreConnected func() bool
+	// ReadyRequiresStore makes /readyz answer 503 while the store is down
+	// (or not yet reached). False, the default, keeps /readyz at 200 then,
+	// reporting the store down in its body: the instance still answers by
+	// each policy's fail mode (the fallback, or 503 with Retry-After), and
+	// a shared store's outage would otherwise take every instance out of
+	// its load balancer at once (docs/deploy.md, Probes on Kubernetes).
+	ReadyRequiresStore bool
 }
 
 // Server serves the decision API and, with an upstream, the proxy. It is
@@ -158,6 +165,7 @@ type Server struct {
 	noPolicy    atomic.Bool
 	warning     func() string // StoreWarning
 	conn        func() bool   // StoreConnected
+	needStore   bool          // ReadyRequiresStore
 	jobs        fairq.Queue
 	kinds       fairq.Kinds
 	breakers    *breaker.Set
@@ -179,7 +187,7 @@ func New(c Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{lim: c.Limiter, form: form, log: c.Logger, jobs: c.Jobs, kinds: c.JobKinds, breakers: c.Breakers, ctlWait: c.ControlTimeout, warning: c.StoreWarning, conn: c.StoreConnected, tracer: c.Tracer, trustTrace: c.TrustTraceContext}
+	s := &Server{lim: c.Limiter, form: form, log: c.Logger, jobs: c.Jobs, kinds: c.JobKinds, breakers: c.Breakers, ctlWait: c.ControlTimeout, warning: c.StoreWarning, conn: c.StoreConnected, needStore: c.ReadyRequiresStore, tracer: c.Tracer, trustTrace: c.TrustTraceContext}
 	if s.ctlWait <= 0 {
 		s.ctlWait = DefaultControlTimeout
 	}
@@ -190,6 +198,9 @@ func New(c Config) (*Server, error) {
 		return nil, err
 	}
 	if s.metrics, err = newServerMetrics(c.Registerer, &s.capacity); err != nil {
+		return nil, err
+	}
+	if err := registerHealth(c.Registerer, s); err != nil {
 		return nil, err
 	}
 	if err := s.SetIdentity(c.Auth, c.ClientIP, c.UpstreamHeaders, c.ForwardAuth); err != nil {
@@ -340,27 +351,23 @@ func (s *Server) SetIdentity(a *auth.Authenticator, ip auth.ClientIP, h Upstream
 // clientIP is the request's client address by the trusted proxies in force.
 func (s *Server) clientIP(r *http.Request) netip.Addr { return s.id.Load().ip.Of(r) }
 
-// handleReady answers 200 while the store answers, or while no policy
-// fails closed (fail-open policies are served by the fallback); else 503.
+// handleReady answers whether this instance can answer: 200 once it
+// serves, 503 while it drains. The store's state is in the body, and makes
+// the answer 503 only with Config.ReadyRequiresStore: a shared store's
+// outage is every instance's, and the instance still decides by each
+// policy's fail mode meanwhile.
 func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
-	if s.draining.Load() {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ready": false, "draining": true})
-		return
-	}
-	up, failClosed := s.lim.StoreUp(), s.lim.Snapshot().HasFailClosed()
-	if s.conn != nil && !s.conn() {
-		up = false
-	}
-	ready := up || !failClosed
-	status := http.StatusOK
-	if !ready {
-		status = http.StatusServiceUnavailable
-	}
+	up := s.StoreUp()
 	store := "up"
 	if !up {
 		store = "down"
 	}
-	out := map[string]any{"ready": ready, "store": store, "fail_closed_policies": failClosed}
+	draining := s.draining.Load()
+	ready := !draining && (!s.needStore || up) // Ready, with this up
+	out := map[string]any{"ready": ready, "store": store, "fail_closed_policies": s.lim.Snapshot().HasFailClosed(), "requires_store": s.needStore}
+	if draining {
+		out["draining"] = true
+	}
 	if s.breakers != nil {
 		out["breakers"] = s.breakers.States()
 	}
@@ -369,7 +376,23 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 			out["store_warning"] = w
 		}
 	}
+	status := http.StatusOK
+	if !ready {
+		status = http.StatusServiceUnavailable
+	}
 	writeJSON(w, status, out)
+}
+
+// Ready reports what /readyz answers: true (200) unless the server drains
+// or, with Config.ReadyRequiresStore, the store is down.
+func (s *Server) Ready() bool {
+	return !s.draining.Load() && (!s.needStore || s.StoreUp())
+}
+
+// StoreUp reports whether the store answers: it has been reached
+// (Config.StoreConnected) and the limiter's breakers are closed.
+func (s *Server) StoreUp() bool {
+	return s.lim.StoreUp() && (s.conn == nil || s.conn())
 }
 
 // openAPI is the OpenAPI description of every endpoint (docs/openapi.json).
