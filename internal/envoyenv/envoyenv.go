@@ -44,6 +44,10 @@ type Result struct {
 	// (GRPC_SERVER_USE_TLS, GRPC_SERVER_TLS_CERT, _KEY,
 	// GRPC_CLIENT_TLS_CACERT).
 	GRPCCert, GRPCKey, GRPCClientCA string
+	// ForceStart is FORCE_START_WITHOUT_INITIAL_CONFIG: with xDS, serve
+	// gRPC before the first config arrives (answering OK to everything
+	// until then) instead of opening the port once it is in.
+	ForceStart bool
 	// Tracing holds, with TRACING_ENABLED=true, the OTEL_* variables that
 	// say what that service's TRACING_* ones say, for those the environment
 	// does not set (tracing.FromEnv's defaults): an OTLP exporter over
@@ -80,7 +84,6 @@ var unsupported = map[string]string{
 	"CONFIG_GRPC_XDS_CLIENT_TLS_CERT":           "the xDS client connects in plain text",
 	"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": "the xDS client sends no extra headers",
 	"XDS_CLIENT_BACKOFF_MAX_INTERVAL":           "the xDS client reconnects after CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
-	"FORCE_START_WITHOUT_INITIAL_CONFIG":        "fairgate serves before the first xDS update, and refuses to start without a valid runtime directory",
 	"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED":   "/readyz and gRPC health do not wait for a first config",
 	"USE_DOG_STATSD_MOGRIFIERS":                 "plain statsd and Prometheus only",
 	"PROMETHEUS_ADDR":                           "Prometheus metrics are always on the internal listener's /metrics",
@@ -169,6 +172,7 @@ func Read(look Lookup) (Result, error) {
 	if v, ok := get("LOG_FORMAT"); ok {
 		r.LogFormat = strings.ToLower(v)
 	}
+	r.ForceStart = boolVar(get, "FORCE_START_WITHOUT_INITIAL_CONFIG")
 	if r.Tracing, err = tracingVars(get); err != nil {
 		return r, err
 	}
