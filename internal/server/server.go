@@ -58,7 +58,8 @@ type Config struct {
 	// choose fairgate's trace IDs.
 	TrustTraceContext bool
 	// RLSJSON, if not nil, serves envoyproxy/ratelimit's /json endpoint
-	// (with /healthcheck) on the internal surface.
+	// (with /healthcheck, 500 while RLSReady fails) on the internal
+	// surface.
 	RLSJSON http.HandlerFunc
 	// Headers is the rate-limit header form. "" means draft.
 	Headers httplimit.Form
@@ -128,6 +129,10 @@ type Config struct {
 	// reached at all (a Redis down at start is connected in the
 	// background); /readyz reports the store down until it has.
 	StoreConnected func() bool
+	// RLSReady, if not nil, reports whether the Envoy rate limit service
+	// can answer as configured (rls.Service.Ready): an error makes /readyz
+	// answer 503 with it in the body's "rls".
+	RLSReady func() error
 }
 
 // Server serves the decision API and, with an upstream, the proxy. It is
@@ -158,6 +163,7 @@ type Server struct {
 	noPolicy    atomic.Bool
 	warning     func() string // StoreWarning
 	conn        func() bool   // StoreConnected
+	rlsReady    func() error  // RLSReady
 	jobs        fairq.Queue
 	kinds       fairq.Kinds
 	breakers    *breaker.Set
@@ -179,7 +185,7 @@ func New(c Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{lim: c.Limiter, form: form, log: c.Logger, jobs: c.Jobs, kinds: c.JobKinds, breakers: c.Breakers, ctlWait: c.ControlTimeout, warning: c.StoreWarning, conn: c.StoreConnected, tracer: c.Tracer, trustTrace: c.TrustTraceContext}
+	s := &Server{lim: c.Limiter, form: form, log: c.Logger, jobs: c.Jobs, kinds: c.JobKinds, breakers: c.Breakers, ctlWait: c.ControlTimeout, warning: c.StoreWarning, conn: c.StoreConnected, rlsReady: c.RLSReady, tracer: c.Tracer, trustTrace: c.TrustTraceContext}
 	if s.ctlWait <= 0 {
 		s.ctlWait = DefaultControlTimeout
 	}
@@ -352,6 +358,11 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 		up = false
 	}
 	ready := up || !failClosed
+	var rlsErr error
+	if s.rlsReady != nil {
+		rlsErr = s.rlsReady()
+	}
+	ready = ready && rlsErr == nil
 	status := http.StatusOK
 	if !ready {
 		status = http.StatusServiceUnavailable
@@ -361,6 +372,9 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 		store = "down"
 	}
 	out := map[string]any{"ready": ready, "store": store, "fail_closed_policies": failClosed}
+	if rlsErr != nil {
+		out["rls"] = rlsErr.Error()
+	}
 	if s.breakers != nil {
 		out["breakers"] = s.breakers.States()
 	}
@@ -458,6 +472,15 @@ func (s *Server) operatorRoutes(in *http.ServeMux, c Config) {
 		in.HandleFunc("/json", s.forInternal(c.RLSJSON))
 		in.HandleFunc("/healthcheck", only("GET", func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			// As that service's: 500 while its health fails (here, while
+			// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED finds no domain).
+			if s.rlsReady != nil {
+				if err := s.rlsReady(); err != nil {
+					w.WriteHeader(http.StatusInternalServerError)
+					w.Write([]byte(err.Error()))
+					return
+				}
+			}
 			w.Write([]byte("OK"))
 		}))
 	}
