@@ -96,6 +96,7 @@ type daemon struct {
 	perSecondLim *limiter.Limiter
 	reg          *prometheus.Registry
 	reloads      *prometheus.CounterVec
+	rtSkipped    *prometheus.GaugeVec // fairgate_rls_runtime_skipped_entries
 	board        *dash.Dashboard
 	lim          *limiter.Limiter
 	quotas       *quota.Quotas
@@ -115,11 +116,11 @@ type daemon struct {
 	// closes when the first xDS config is in force: the gRPC port opens
 	// then, as envoyproxy/ratelimit's does.
 	xdsFirst chan struct{}
-	authn   *auth.Authenticator
-	keys    *apikeys.Set // the stored API keys
-	tr      tracing.Tracing
-	h       *server.Server
-	reload  func() error
+	authn    *auth.Authenticator
+	keys     *apikeys.Set // the stored API keys
+	tr       tracing.Tracing
+	h        *server.Server
+	reload   func() error
 
 	tls     listenerTLS    // each listener's TLS; nil: plain
 	srv     *http.Server   // the main listener's
@@ -248,6 +249,10 @@ func (d *daemon) buildDeciders() error {
 		return err
 	}
 	d.rlsFile = d.cfg.RLS
+	if d.rtSkipped, err = newRuntimeSkipped(d.reg); err != nil {
+		return err
+	}
+	reportRuntime(d.cfg, d.rtSkipped, d.log)
 	if d.c.RLSMaxCalls != 0 && d.c.GRPCListen == "" && !d.cfg.HasRLS {
 		return fmt.Errorf("serve: --rls-max-calls (FAIRGATE_RLS_MAX_CALLS) does nothing here: it bounds the Envoy rate limit service's calls in flight, and needs --grpc-listen or an rls section in %s", d.cfg.File)
 	}
@@ -331,6 +336,7 @@ func (d *daemon) buildServer() error {
 	if cfg.HasRLS {
 		sc.RLSJSON = d.rlsBound.JSON(d.rlsSvc.ServeJSON)
 	}
+	sc.RLSReady = d.rlsSvc.Ready
 	if z := d.be.lazy; z != nil {
 		sc.StoreWarning = z.Warning
 		sc.StoreConnected = func() bool { return z.conn.Load() != nil }
@@ -466,6 +472,7 @@ func (d *daemon) apply(nc *config.Config) error {
 	if err := d.setRLS(&nc.RLS, nil); err != nil {
 		return err
 	}
+	reportRuntime(nc, d.rtSkipped, d.log)
 	d.weights.Store(&nc.QueueWeights)
 	if !maps.Equal(nc.Queues, d.cfg.Queues) || !reflect.DeepEqual(nc.Dependencies, d.cfg.Dependencies) {
 		d.log.Warn("queue kinds and dependencies take effect at the next restart")
