@@ -448,3 +448,53 @@ anonymous:
 		}
 	}
 }
+
+// TestServeReclaimsStalledHTTP2Streams: over TLS with HTTP/2 and
+// --max-connections 5, five connections that each carry a POST /v1/take
+// stream whose body never comes (the second attacker review's h2 hold:
+// about 100 bytes a place) do not lock a new client out: once the
+// handlers have waited BodyGrace for the bodies, a connection of them is
+// closed and the new client's GET /healthz is served.
+func TestServeReclaimsStalledHTTP2Streams(t *testing.T) {
+	dir := t.TempDir()
+	if err := testcerts.Write(dir, "h2"); err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	caPEM, _ := os.ReadFile(filepath.Join(dir, "ca.crt"))
+	roots.AppendCertsFromPEM(caPEM)
+	sv := startServe(t, "--listen", "127.0.0.1:0", "--max-connections", "5", "--tls-cert-file", dir+"/server.crt", "--tls-key-file", dir+"/server.key")
+	defer sv.stop()
+	var writers []*io.PipeWriter
+	defer func() {
+		for _, w := range writers {
+			w.CloseWithError(errors.New("test over"))
+		}
+	}()
+	for range 5 {
+		tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, ServerName: "localhost"}, ForceAttemptHTTP2: true}
+		defer tr.CloseIdleConnections()
+		pr, pw := io.Pipe()
+		writers = append(writers, pw)
+		req, _ := http.NewRequest("POST", "https://"+sv.addr+"/v1/take", pr)
+		req.Header.Set("Content-Type", "application/json")
+		go func() {
+			if resp, err := tr.RoundTrip(req); err == nil {
+				resp.Body.Close()
+			}
+		}()
+		time.Sleep(100 * time.Millisecond) // one connection each, in turn
+	}
+	time.Sleep(300 * time.Millisecond)
+	c := &http.Client{Timeout: 15 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, ServerName: "localhost"}, ForceAttemptHTTP2: true}}
+	start := time.Now()
+	resp, err := c.Get("https://" + sv.addr + "/healthz")
+	if err != nil {
+		t.Fatalf("GET /healthz behind 5 stalled HTTP/2 streams: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.ProtoMajor != 2 {
+		t.Fatalf("GET /healthz: %d over HTTP/%d", resp.StatusCode, resp.ProtoMajor)
+	}
+	t.Logf("served after %v", time.Since(start))
+}

@@ -476,7 +476,7 @@ func tlsFlags(fs *flag.FlagSet, c *ServeConfig) {
 			ce := "FAIRGATE_" + l.env + "CLIENT_CA_FILE"
 			fs.StringVar(&l.f.ClientCA, l.name+"client-ca-file", env(ce, ""), "PEM CA whose client certificate "+l.what+" requires (mTLS; "+ce+")")
 			se := "FAIRGATE_" + l.env + "CLIENT_SAN"
-			fs.StringVar(&l.f.ClientSAN, l.name+"client-san", env(se, ""), "a name (DNS, wildcards as a server's, or an IP) the client certificate of "+l.what+" must carry, with its client CA; empty: any of the CA's ("+se+")")
+			fs.StringVar(&l.f.ClientSAN, l.name+"client-san", env(se, ""), "a DNS name (exact but for case; a wildcard in the certificate does not match) or IP the client certificate of "+l.what+" must carry, with its client CA; empty: any of the CA's ("+se+")")
 		}
 	}
 }

@@ -13,9 +13,10 @@
 //     [SilentGrace]: accepted but with no request yet (nothing sent, a TLS
 //     handshake or HTTP/2 preface not finished, or a first request's
 //     headers not complete), else
-//   - the one whose HTTP/1 request body arrives the slowest, once the
-//     handler has waited for it [BodyGrace] in all and it came at under
-//     [MinBodyRate] over that wait: a body trickled, or stopped.
+//   - the one whose request bodies arrive the slowest, once every request
+//     it carries (one for HTTP/1, each stream for HTTP/2) waits for a body
+//     its handler has waited for [BodyGrace] in all and that came at
+//     under [MinBodyRate] over that wait: bodies trickled, or stopped.
 //
 // So neither idle, silent nor stalled connections (anyone's) can lock new
 // callers out: a flood of silent connections is turned over every
@@ -99,7 +100,7 @@ type Listener struct {
 	open   int
 	idle   list.List // of *conn, idle the longest first
 	silent list.List // of *conn, silent the longest first
-	bodies map[*conn]*body
+	bodies map[*conn]map[*body]struct{} // the bodies each connection's handlers wait for
 	closed bool
 
 	reclaimed, reclaimedSilent, reclaimedStalled atomic.Int64
@@ -107,7 +108,7 @@ type Listener struct {
 
 // New bounds ln to n open connections (at least 1).
 func New(ln net.Listener, n int) *Listener {
-	l := &Listener{Listener: ln, max: max(n, 1), bodies: map[*conn]*body{}}
+	l := &Listener{Listener: ln, max: max(n, 1), bodies: map[*conn]map[*body]struct{}{}}
 	l.room = sync.NewCond(&l.mu)
 	return l
 }
@@ -123,6 +124,9 @@ type conn struct {
 	elem  *list.Element
 	since time.Time
 	gone  bool
+	// active is how many of its requests the handler serves now (one
+	// for HTTP/1, its streams for HTTP/2), counted by Listener.Handler.
+	active atomic.Int32
 }
 
 // Close closes the connection and gives its place back.
@@ -203,25 +207,34 @@ func (l *Listener) victim(now time.Time) (victim *conn, wait time.Duration) {
 	return victim, 0
 }
 
-// stalled is the connection whose request body arrives the slowest, of
-// those the handler has waited for BodyGrace in all at under MinBodyRate,
-// or nil, and else how long until one may qualify if its client sends
-// nothing more (BodyGrace/4 when no handler waits for a body now). l.mu
-// is held.
+// stalled is the connection whose request bodies arrive the slowest, of
+// those every request of which (one for HTTP/1, each stream for HTTP/2)
+// waits for a body that its handler has waited for BodyGrace in all at
+// under MinBodyRate, or nil, and else how long until one may qualify if
+// its clients send nothing more (BodyGrace/4 when no handler waits for a
+// body now). l.mu is held.
 func (l *Listener) stalled(now time.Time) (worst *conn, wait time.Duration) {
 	var worstRate float64
 	wait = BodyGrace / 4
-	for c, b := range l.bodies {
-		waited, n := b.waited(now), b.n.Load()
-		if waited >= BodyGrace {
-			if rate := float64(n) / waited.Seconds(); rate < MinBodyRate && (worst == nil || rate < worstRate) {
-				worst, worstRate = c, rate
-				continue
-			}
+	for c, bs := range l.bodies {
+		if int32(len(bs)) < c.active.Load() {
+			continue // a request without a body, or with one arrived, is served
 		}
-		if b.since.Load() != 0 { // waiting now: it qualifies at this wait
-			at := max(BodyGrace, time.Duration(float64(n)/MinBodyRate*float64(time.Second))+time.Millisecond)
-			wait = min(wait, max(at-waited, time.Millisecond))
+		stalled, rate := true, 0.0 // rate: its fastest body's
+		for b := range bs {
+			waited, n := b.waited(now), b.n.Load()
+			r := float64(n) / max(waited.Seconds(), 1e-9)
+			if waited < BodyGrace || r >= MinBodyRate {
+				stalled = false
+				if b.since.Load() != 0 { // waiting now: it qualifies at this wait
+					at := max(BodyGrace, time.Duration(float64(n)/MinBodyRate*float64(time.Second))+time.Millisecond)
+					wait = min(wait, max(at-waited, time.Millisecond))
+				}
+			}
+			rate = max(rate, r)
+		}
+		if stalled && (worst == nil || rate < worstRate) {
+			worst, worstRate = c, rate
 		}
 	}
 	return worst, wait
@@ -357,29 +370,43 @@ func (l *Listener) ConnContext(ctx context.Context, nc net.Conn) context.Context
 // may close its connection for room once it stalls (see [BodyGrace]), and
 // when the answer starts before the body was read whole, the server reads
 // the rest for at most [DrainGrace] before it closes the connection after
-// the answer, instead of at the client's pace. Requests without a body,
-// and HTTP/2 ones (their connection carries others; the stream's own flow
-// control bounds them), pass untouched.
+// the answer, instead of at the client's pace (HTTP/1: an HTTP/2 stream's
+// unread body is reset by the server). A connection of HTTP/2 streams is
+// reclaimed only when every stream it carries is such a stalled body.
 func (l *Listener) Handler(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.ProtoMajor != 1 || r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+		c, _ := r.Context().Value(connKey{}).(*conn)
+		if c != nil && c.l != l {
+			c = nil
+		}
+		if c != nil {
+			c.active.Add(1)
+			defer c.active.Add(-1)
+		}
+		if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
 			h.ServeHTTP(w, r)
 			return
 		}
 		b := &body{ReadCloser: r.Body}
 		r.Body = b
-		c, _ := r.Context().Value(connKey{}).(*conn)
-		if c != nil && c.l == l {
+		if c != nil {
 			b.l, b.c = l, c
 			l.mu.Lock()
 			if !c.gone {
-				l.bodies[c] = b
+				if l.bodies[c] == nil {
+					l.bodies[c] = map[*body]struct{}{}
+				}
+				l.bodies[c][b] = struct{}{}
 			}
 			l.mu.Unlock()
 		}
+		defer b.done()
+		if r.ProtoMajor != 1 {
+			h.ServeHTTP(w, r)
+			return
+		}
 		dw := &drainWriter{ResponseWriter: w, b: b}
 		defer dw.answering()
-		defer b.done()
 		h.ServeHTTP(dw, r)
 	})
 }
@@ -431,8 +458,11 @@ func (b *body) done() {
 	}
 	b.forget.Do(func() {
 		b.l.mu.Lock()
-		if b.l.bodies[b.c] == b {
-			delete(b.l.bodies, b.c)
+		if bs := b.l.bodies[b.c]; bs != nil {
+			delete(bs, b)
+			if len(bs) == 0 {
+				delete(b.l.bodies, b.c)
+			}
 		}
 		b.l.mu.Unlock()
 	})

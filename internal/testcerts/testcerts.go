@@ -54,6 +54,7 @@ func Write(dir, cn string) error {
 		{"server", x509.Certificate{DNSNames: []string{"localhost", "redis.test"}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}},
 		{"client", x509.Certificate{DNSNames: []string{"envoy.test"}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}},
 		{"other-client", x509.Certificate{DNSNames: []string{"other.test"}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}},
+		{"wildcard-client", x509.Certificate{DNSNames: []string{"*.test"}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}},
 	} {
 		k, err := key(leaf.name + ".key")
 		if err != nil {

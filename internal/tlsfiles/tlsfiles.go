@@ -15,7 +15,9 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"os"
+	"strings"
 	"sync"
 	"time"
 )
@@ -33,9 +35,12 @@ type Files struct {
 
 // Load reads the files (ca may be empty: no client certificates asked
 // for) and fails if they do not make a certificate. With a ca, san (may
-// be empty: any) is a name a client's certificate must carry, checked as
-// a server's name is (a DNS name, wildcards included, or an IP address),
-// as envoyproxy/ratelimit's GRPC_CLIENT_TLS_SAN is.
+// be empty: any) is a name a client's certificate must carry: a DNS name
+// of its subject alternative names, equal but for case, or an IP address
+// of them. A wildcard name in the certificate does not match: a
+// certificate the CA issued for *.example.com is some other service's,
+// not the one named (envoyproxy/ratelimit's GRPC_CLIENT_TLS_SAN lets it
+// match, as a server's name would).
 func Load(cert, key, ca, san string) (*Files, error) {
 	if cert == "" || key == "" {
 		return nil, errors.New("tls: a certificate file and a key file are both needed")
@@ -120,12 +125,33 @@ func (f *Files) load(files [3][]byte) (*tls.Config, error) {
 				if len(cs.VerifiedChains) == 0 || len(cs.VerifiedChains[0]) == 0 {
 					return errors.New("tls: no verified client certificate")
 				}
-				if err := cs.VerifiedChains[0][0].VerifyHostname(san); err != nil {
-					return fmt.Errorf("tls: the client certificate does not carry the name %q the listener requires: %w", san, err)
+				if !carries(cs.VerifiedChains[0][0], san) {
+					return fmt.Errorf("tls: the client certificate does not carry the name %q the listener requires", san)
 				}
 				return nil
 			}
 		}
 	}
 	return cfg, nil
+}
+
+// carries reports whether cert names san among its subject alternative
+// names: a DNS name equal to it but for case and a final dot, no
+// wildcard; or, for an IP address, that address.
+func carries(cert *x509.Certificate, san string) bool {
+	if ip := net.ParseIP(san); ip != nil {
+		for _, a := range cert.IPAddresses {
+			if a.Equal(ip) {
+				return true
+			}
+		}
+		return false
+	}
+	want := strings.TrimSuffix(san, ".")
+	for _, n := range cert.DNSNames {
+		if !strings.Contains(n, "*") && strings.EqualFold(strings.TrimSuffix(n, "."), want) {
+			return true
+		}
+	}
+	return false
 }

@@ -119,8 +119,9 @@ func serve(t *testing.T, f *Files) func(roots, client string) (string, error) {
 
 // TestClientSAN: with a client SAN, a certificate of the client CA that
 // does not carry the name is refused (as envoyproxy/ratelimit's
-// GRPC_CLIENT_TLS_SAN refuses it), one that carries it is let in, and a
-// SAN without a CA does not load.
+// GRPC_CLIENT_TLS_SAN refuses it), nor one whose only name is a wildcard
+// covering it (the attacker review's *.test: that service lets it in),
+// one that carries it is let in, and a SAN without a CA does not load.
 func TestClientSAN(t *testing.T) {
 	dir := t.TempDir()
 	if err := testcerts.Write(dir, "san"); err != nil {
@@ -132,6 +133,8 @@ func TestClientSAN(t *testing.T) {
 	}{
 		{"envoy.test", "client", true},
 		{"envoy.test", "other-client", false},
+		{"envoy.test", "wildcard-client", false}, // some other service's certificate
+		{"ENVOY.test", "client", true},
 		{"", "other-client", true},
 		{"envoy.test", "", false},
 	} {
