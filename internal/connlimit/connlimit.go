@@ -98,8 +98,8 @@ type Listener struct {
 	mu     sync.Mutex
 	room   *sync.Cond // signalled when a connection closes, goes idle or goes silent
 	open   int
-	idle   list.List // of *conn, idle the longest first
-	silent list.List // of *conn, silent the longest first
+	idle   list.List                    // of *conn, idle the longest first
+	silent list.List                    // of *conn, silent the longest first
 	bodies map[*conn]map[*body]struct{} // the bodies each connection's handlers wait for
 	closed bool
 
