@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -227,7 +228,7 @@ func TestEnvoyEnvironmentXDS(t *testing.T) {
 			{Entries: []*commonpb.RateLimitDescriptor_Entry{{Key: "k", Value: strconv.FormatInt(time.Now().UnixNano(), 10)}}},
 		}})
 		if err != nil {
-			t.Fatal(err)
+			return 0 // the port opens once the first config is in
 		}
 		return r.Statuses[0].GetCurrentLimit().GetRequestsPerUnit()
 	}
@@ -255,7 +256,9 @@ func TestEnvoyEnvironmentXDS(t *testing.T) {
 			t.Fatalf("the connection stayed %v: no GOAWAY after GRPC_MAX_CONNECTION_AGE", s)
 		}
 	}
-	limitOf("x")
+	if limitOf("x") != 9 {
+		t.Fatal("no answer after the GOAWAY")
+	}
 }
 
 // TestEnvoyEnvironmentPerSecond: with REDIS_PERSECOND, the windows of one
@@ -300,5 +303,52 @@ func TestEnvoyEnvironmentPerSecond(t *testing.T) {
 	}
 	if ttl, _ := redistest.Do(perSecond.Addr, "EVAL", "return redis.call('PTTL', redis.call('RANDOMKEY'))", "0"); ttl == "" || len(ttl) > 4 {
 		t.Errorf("the per-second Redis's key lives %s ms, want at most a second", ttl)
+	}
+}
+
+// TestEnvoyXDSOpensOnFirstConfig: with CONFIG_TYPE=GRPC_XDS_SOTW the gRPC
+// port stays closed until the first config from the management server is
+// in force (fairgate used to answer OK to everything until then), as
+// envoyproxy/ratelimit's does; then it serves that config.
+// FORCE_START_WITHOUT_INITIAL_CONFIG=true opens it at once.
+func TestEnvoyXDSOpensOnFirstConfig(t *testing.T) {
+	for _, force := range []bool{false, true} {
+		t.Run(fmt.Sprint("force=", force), func(t *testing.T) {
+			m, err := xdstest.Start("127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Stop()
+			env := map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": m.Addr, "CONFIG_GRPC_XDS_NODE_ID": "rl-node", "HOST": "127.0.0.1", "PORT": "0"}
+			if force {
+				env["FORCE_START_WITHOUT_INITIAL_CONFIG"] = "true"
+			}
+			_, _, c := serveEnvoyEnv(t, env)
+			grpcAddr := "127.0.0.1:" + os.Getenv("GRPC_PORT")
+			time.Sleep(300 * time.Millisecond) // the xDS stream is up, with nothing to send
+			if conn, err := net.DialTimeout("tcp", grpcAddr, time.Second); err == nil {
+				conn.Close()
+				if !force {
+					t.Fatal("the gRPC port is open before any config is in")
+				}
+			} else if force {
+				t.Fatalf("FORCE_START_WITHOUT_INITIAL_CONFIG=true, the gRPC port is closed: %v", err)
+			}
+			if err := m.Set("rl-node", "1", xdstest.Domain("x", 1, confpb.RateLimitUnit_HOUR)); err != nil {
+				t.Fatal(err)
+			}
+			req := &rlspb.RateLimitRequest{Domain: "x", Descriptors: []*commonpb.RateLimitDescriptor{{Entries: []*commonpb.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}}}}
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				r, err := c.ShouldRateLimit(ctx, req)
+				cancel()
+				if err == nil && r.Statuses[0].GetCurrentLimit().GetRequestsPerUnit() == 1 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the first config is not served within 10s: %v %v", r, err)
+				}
+			}
+		})
 	}
 }

@@ -96,6 +96,7 @@ type daemon struct {
 	perSecondLim *limiter.Limiter
 	reg          *prometheus.Registry
 	reloads      *prometheus.CounterVec
+	rtSkipped    *prometheus.GaugeVec // fairgate_rls_runtime_skipped_entries
 	board        *dash.Dashboard
 	lim          *limiter.Limiter
 	quotas       *quota.Quotas
@@ -111,11 +112,15 @@ type daemon struct {
 	rlsMu   sync.Mutex
 	rlsFile rls.Config
 	rlsXDS  []rls.Domain
-	authn   *auth.Authenticator
-	keys    *apikeys.Set // the stored API keys
-	tr      tracing.Tracing
-	h       *server.Server
-	reload  func() error
+	// xdsFirst, with xDS and without FORCE_START_WITHOUT_INITIAL_CONFIG,
+	// closes when the first xDS config is in force: the gRPC port opens
+	// then, as envoyproxy/ratelimit's does.
+	xdsFirst chan struct{}
+	authn    *auth.Authenticator
+	keys     *apikeys.Set // the stored API keys
+	tr       tracing.Tracing
+	h        *server.Server
+	reload   func() error
 
 	tls     listenerTLS    // each listener's TLS; nil: plain
 	srv     *http.Server   // the main listener's
@@ -244,6 +249,10 @@ func (d *daemon) buildDeciders() error {
 		return err
 	}
 	d.rlsFile = d.cfg.RLS
+	if d.rtSkipped, err = newRuntimeSkipped(d.reg); err != nil {
+		return err
+	}
+	reportRuntime(d.cfg, d.rtSkipped, d.log)
 	if d.c.RLSMaxCalls != 0 && d.c.GRPCListen == "" && !d.cfg.HasRLS {
 		return fmt.Errorf("serve: --rls-max-calls (FAIRGATE_RLS_MAX_CALLS) does nothing here: it bounds the Envoy rate limit service's calls in flight, and needs --grpc-listen or an rls section in %s", d.cfg.File)
 	}
@@ -339,6 +348,7 @@ func (d *daemon) buildServer() error {
 	if cfg.HasRLS {
 		sc.RLSJSON = d.rlsBound.JSON(d.rlsSvc.ServeJSON)
 	}
+	sc.RLSReady = d.rlsSvc.Ready
 	if z := d.be.lazy; z != nil {
 		sc.StoreWarning = z.Warning
 		sc.StoreConnected = func() bool { return z.conn.Load() != nil }
@@ -479,6 +489,7 @@ func (d *daemon) apply(nc *config.Config) error {
 	if err := d.setRLS(&nc.RLS, nil); err != nil {
 		return err
 	}
+	reportRuntime(nc, d.rtSkipped, d.log)
 	d.weights.Store(&nc.QueueWeights)
 	if !maps.Equal(nc.Queues, d.cfg.Queues) || !reflect.DeepEqual(nc.Dependencies, d.cfg.Dependencies) {
 		d.log.Warn("queue kinds and dependencies take effect at the next restart")
@@ -551,15 +562,25 @@ func domainsOf(c *rls.Config) []rls.Domain {
 // take effect at the next restart).
 func (d *daemon) followXDS() {
 	x, cfg := d.cfg.RLSXDS, d.cfg
+	var first sync.Once
+	if !d.c.Env.ForceStart {
+		d.xdsFirst = make(chan struct{})
+	}
 	c := &rlsxds.Client{Address: x.Address, NodeID: x.NodeID, Metadata: x.Metadata, Retry: x.Retry, Log: d.log,
 		Apply: func(ds []rls.Domain) error {
 			cfg.RLSDomainDefaults(ds)
 			if ds == nil {
 				ds = []rls.Domain{}
 			}
-			err := d.setRLS(nil, ds)
-			d.rlsSvc.CountConfigLoad(err == nil)
-			return err
+			if err := d.setRLS(nil, ds); err != nil {
+				d.rlsSvc.CountConfigLoad(false)
+				return err
+			}
+			d.rlsSvc.CountConfigLoad(true)
+			if d.xdsFirst != nil {
+				first.Do(func() { close(d.xdsFirst) })
+			}
+			return nil
 		},
 		Refused: func() { d.rlsSvc.CountConfigLoad(false) }}
 	d.log.Info("following the xDS management server for rls domains", slog.String("server", x.Address), slog.String("node_id", x.NodeID))
@@ -709,16 +730,6 @@ func (d *daemon) listenGRPC(readTimeout time.Duration) error {
 	if d.c.GRPCListen == "" {
 		return nil
 	}
-	ln, err := net.Listen("tcp", d.c.GRPCListen)
-	if err != nil {
-		return fmt.Errorf("serve: grpc listen on %s: %w", d.c.GRPCListen, err)
-	}
-	cl, err := d.limitConns(ln, "grpc")
-	if err != nil {
-		ln.Close()
-		return err
-	}
-	gln := d.rlsBound.Listener(cl)
 	// The handshake (TLS and HTTP/2's preface) within the header deadline
 	// of the HTTP listeners.
 	opts := []grpc.ServerOption{grpc.ConnectionTimeout(min(5*time.Second, readTimeout))}
@@ -734,9 +745,51 @@ func (d *daemon) listenGRPC(readTimeout time.Duration) error {
 		opts = append(opts, grpc.UnaryInterceptor(tracing.UnaryServer(t, d.c.TrustTraceContext)))
 	}
 	d.grpc = rls.NewServer(d.rlsSvc, d.rlsBound, opts...)
-	d.log.Info("envoy rate limit service", slog.String("grpc_listen", gln.Addr().String()), slog.Int("domains", len(d.cfg.RLS.Domains)))
-	d.goCheck("grpc listener", func() error { return d.grpc.Serve(gln) })
-	if len(d.cfg.RLS.Domains) == 0 {
+	open := func() (net.Listener, error) {
+		ln, err := net.Listen("tcp", d.c.GRPCListen)
+		if err != nil {
+			return nil, fmt.Errorf("serve: grpc listen on %s: %w", d.c.GRPCListen, err)
+		}
+		cl, err := d.limitConns(ln, "grpc")
+		if err != nil {
+			ln.Close()
+			return nil, err
+		}
+		gln := d.rlsBound.Listener(cl)
+		d.log.Info("envoy rate limit service", slog.String("grpc_listen", gln.Addr().String()), slog.Int("file_domains", len(d.cfg.RLS.Domains)), slog.Bool("xds", d.cfg.RLSXDS.Address != ""))
+		return gln, nil
+	}
+	serve := func(gln net.Listener) error {
+		if err := d.grpc.Serve(gln); !errors.Is(err, grpc.ErrServerStopped) {
+			return err
+		}
+		return nil
+	}
+	if d.xdsFirst != nil {
+		// As envoyproxy/ratelimit: no port (Envoy applies its
+		// failure_mode_deny) rather than OK to everything before any
+		// config is in.
+		d.log.Info("the rate limit service's gRPC port opens once the first xDS config is in force (FORCE_START_WITHOUT_INITIAL_CONFIG=true: at once)", slog.String("grpc_listen", d.c.GRPCListen))
+		d.goCheck("grpc listener", func() error {
+			select {
+			case <-d.xdsFirst:
+			case <-d.bg.Done():
+				return nil
+			}
+			gln, err := open()
+			if err != nil {
+				return err
+			}
+			return serve(gln)
+		})
+		return nil
+	}
+	gln, err := open()
+	if err != nil {
+		return err
+	}
+	d.goCheck("grpc listener", func() error { return serve(gln) })
+	if len(d.cfg.RLS.Domains) == 0 && d.cfg.RLSXDS.Address == "" {
 		d.log.Warn("the rate limit service has no domains: every descriptor is answered OK (add an rls section to the config)")
 	}
 	return nil

@@ -172,7 +172,8 @@ func (d *decoder) rlsSettings(set *rls.Settings) configfile.Handlers {
 			}
 			set.NearLimitRatio = r
 		},
-		"shadow_mode":       func(v *yaml.Node, path string) { set.Shadow = d.Bool(v, path) },
+		"shadow_mode": func(v *yaml.Node, path string) { set.Shadow = d.Bool(v, path) },
+		"healthy_with_at_least_one_config_loaded": func(v *yaml.Node, path string) { set.RequireDomains = d.Bool(v, path) },
 		"quota_mode":        func(v *yaml.Node, path string) { set.Quota = d.Bool(v, path) },
 		"dynamic_metadata":  func(v *yaml.Node, path string) { set.DynamicMetadata = d.Bool(v, path) },
 		"local_cache_bytes": func(v *yaml.Node, path string) { set.LocalCacheEntries = rls.LocalCacheEntries(int(d.Count(v, path))) },

@@ -45,6 +45,10 @@ type Result struct {
 	// (GRPC_SERVER_USE_TLS, GRPC_SERVER_TLS_CERT, _KEY,
 	// GRPC_CLIENT_TLS_CACERT).
 	GRPCCert, GRPCKey, GRPCClientCA string
+	// ForceStart is FORCE_START_WITHOUT_INITIAL_CONFIG: with xDS, serve
+	// gRPC before the first config arrives (answering OK to everything
+	// until then) instead of opening the port once it is in.
+	ForceStart bool
 	// Tracing holds, with TRACING_ENABLED=true, the OTEL_* variables that
 	// say what that service's TRACING_* ones say, for those the environment
 	// does not set (tracing.FromEnv's defaults): an OTLP exporter over
@@ -79,8 +83,6 @@ var unsupported = map[string]string{
 	"CONFIG_GRPC_XDS_CLIENT_TLS_CERT":           "the xDS client connects in plain text",
 	"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": "the xDS client sends no extra headers",
 	"XDS_CLIENT_BACKOFF_MAX_INTERVAL":           "the xDS client reconnects after CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
-	"FORCE_START_WITHOUT_INITIAL_CONFIG":        "fairgate serves before the first xDS update, and refuses to start without a valid runtime directory",
-	"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED":   "/readyz and gRPC health do not wait for a first config",
 	"PROMETHEUS_ADDR":                           "Prometheus metrics are always on the internal listener's /metrics",
 	"PROMETHEUS_MAPPER_YAML":                    "fairgate's Prometheus metrics have their own names (docs/rls.md)",
 	"DEBUG_HOST":                                "/metrics and the rest are on fairgate's internal listener",
@@ -167,6 +169,7 @@ func Read(look Lookup) (Result, error) {
 	if v, ok := get("LOG_FORMAT"); ok {
 		r.LogFormat = strings.ToLower(v)
 	}
+	r.ForceStart = boolVar(get, "FORCE_START_WITHOUT_INITIAL_CONFIG")
 	if r.Tracing, err = tracingVars(get); err != nil {
 		return r, err
 	}
@@ -306,6 +309,7 @@ func settings(get Lookup, rls map[string]any) error {
 		{"stop_increment_when_over_limit", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", toBool},
 		{"near_limit_ratio", "NEAR_LIMIT_RATIO", toFloat},
 		{"shadow_mode", "SHADOW_MODE", toBool},
+		{"healthy_with_at_least_one_config_loaded", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", toBool},
 		{"quota_mode", "QUOTA_MODE", toBool},
 		{"dynamic_metadata", "RESPONSE_DYNAMIC_METADATA", toBool},
 		{"local_cache_bytes", "LOCAL_CACHE_SIZE_IN_BYTES", toInt},

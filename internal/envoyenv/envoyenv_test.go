@@ -68,7 +68,7 @@ func TestRedisURL(t *testing.T) {
 func TestConfig(t *testing.T) {
 	r, err := Read(lookup(map[string]string{
 		"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_IGNOREDOTFILES": "true",
-		"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "true", "NEAR_LIMIT_RATIO": "0.9", "SHADOW_MODE": "false", "LOCAL_CACHE_SIZE_IN_BYTES": "1024",
+		"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "true", "NEAR_LIMIT_RATIO": "0.9", "SHADOW_MODE": "false", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": "true", "LOCAL_CACHE_SIZE_IN_BYTES": "1024",
 		"LIMIT_RESPONSE_HEADERS_ENABLED": "true", "LIMIT_REMAINING_HEADER": "X-Left", "USE_STATSD": "true", "STATSD_HOST": "statsd", "STATSD_PORT": "9125",
 		"GRPC_PORT": "8081", "PORT": "8080", "GRPC_MAX_CONNECTION_AGE": "1h", "GRPC_MAX_CONNECTION_AGE_GRACE": "10m", "LOG_LEVEL": "WARNING", "LOG_FORMAT": "json", "BACKEND_TYPE": "redis", "TRACING_ENABLED": "true",
 		"FAIRGATE_RLS_MAX_OVERRIDE_UNIT": "hour",
@@ -76,7 +76,7 @@ func TestConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"runtime_dir: /data/ratelimit/config", "ignore_dot_files: true", "stop_increment_when_over_limit: true", "near_limit_ratio: 0.9", "shadow_mode: false", "local_cache_bytes: 1024", "remaining: X-Left", "address: statsd:9125", "max_override_unit: hour"} {
+	for _, want := range []string{"runtime_dir: /data/ratelimit/config", "ignore_dot_files: true", "stop_increment_when_over_limit: true", "near_limit_ratio: 0.9", "shadow_mode: false", "healthy_with_at_least_one_config_loaded: true", "local_cache_bytes: 1024", "remaining: X-Left", "address: statsd:9125", "max_override_unit: hour"} {
 		if !strings.Contains(string(r.Config), want) {
 			t.Errorf("config:\n%s\nwant %q in it", r.Config, want)
 		}

@@ -144,6 +144,12 @@ type Settings struct {
 	// counter lives as long as its unit, so a longer one is refused with
 	// InvalidArgument. Zero means DefaultMaxOverrideUnit.
 	MaxOverrideUnit Unit
+	// RequireDomains is HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED: while the
+	// config in force has no domain (a runtime directory that yielded
+	// none, no xDS update yet), the service is unhealthy (Service.Ready,
+	// gRPC health NOT_SERVING, /readyz 503). False, the default, is
+	// healthy with no domain, as envoyproxy/ratelimit is.
+	RequireDomains bool
 }
 
 // DefaultMaxOverrideUnit is the longest unit of a descriptor's own limit

@@ -32,7 +32,9 @@ const ReadBuffer = 8 << 10
 const StreamWorkers = 128
 
 // NewServer returns a gRPC server with the rate limit service, the
-// standard health service (SERVING for "" and for the rate limit service)
+// standard health service (for "" and for the rate limit service:
+// SERVING, or NOT_SERVING while s.Ready fails, kept up to date by
+// SetConfig)
 // and server reflection (grpcurl needs no proto files), plus opts, its
 // calls bounded by b (nil: a Bound of DefaultMaxCalls and no call
 // timeout). The caller serves it, on b.Listener to bound its connections,
@@ -46,8 +48,7 @@ func NewServer(s *Service, b *Bound, opts ...grpc.ServerOption) *grpc.Server {
 	g := grpc.NewServer(append(base, opts...)...)
 	rlspb.RegisterRateLimitServiceServer(g, s)
 	h := health.NewServer()
-	h.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	h.SetServingStatus(rlspb.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	s.setHealth(h)
 	healthpb.RegisterHealthServer(g, h)
 	reflection.Register(g)
 	return g

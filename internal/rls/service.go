@@ -3,11 +3,13 @@ package rls
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -15,6 +17,8 @@ import (
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -47,6 +51,9 @@ type Service struct {
 	m         *metrics
 	local     atomic.Pointer[localCache]
 	now       func() time.Time
+
+	healthMu sync.Mutex
+	health   *health.Server // of the gRPC server; nil until NewServer
 }
 
 // New returns the service deciding through lim (its store, deadline,
@@ -72,6 +79,41 @@ func (s *Service) SetConfig(c Config) {
 		s.local.Store(newLocalCache(n))
 	}
 	s.cfg.Store(compile(c))
+	s.setHealth(nil)
+}
+
+// ErrNoDomain is Ready's answer while no domain is loaded and the
+// settings require one.
+var ErrNoDomain = errors.New("rls: no domain is loaded and HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED is true: every descriptor would be answered OK; check the runtime directory (the log and fairgate_rls_runtime_skipped_entries say what it left out) or the xDS server")
+
+// Ready reports whether the service can answer as configured: nil, or
+// ErrNoDomain when Settings.RequireDomains is set and the config in force
+// has no domain.
+func (s *Service) Ready() error {
+	c := s.cfg.Load()
+	if c.cfg.Settings.RequireDomains && len(c.domains) == 0 {
+		return ErrNoDomain
+	}
+	return nil
+}
+
+// setHealth sets the gRPC health statuses (of h, or of the one already
+// set when h is nil) from Ready.
+func (s *Service) setHealth(h *health.Server) {
+	s.healthMu.Lock()
+	defer s.healthMu.Unlock()
+	if h != nil {
+		s.health = h
+	}
+	if s.health == nil {
+		return
+	}
+	st := healthpb.HealthCheckResponse_SERVING
+	if s.Ready() != nil {
+		st = healthpb.HealthCheckResponse_NOT_SERVING
+	}
+	s.health.SetServingStatus("", st)
+	s.health.SetServingStatus(rlspb.RateLimitService_ServiceDesc.ServiceName, st)
 }
 
 // SetPerSecond makes lim, on a store of its own, decide the counted

@@ -58,7 +58,8 @@ type Config struct {
 	// choose fairgate's trace IDs.
 	TrustTraceContext bool
 	// RLSJSON, if not nil, serves envoyproxy/ratelimit's /json endpoint
-	// (with /healthcheck) on the internal surface.
+	// (with /healthcheck, 500 while RLSReady fails) on the internal
+	// surface.
 	RLSJSON http.HandlerFunc
 	// Headers is the rate-limit header form. "" means draft.
 	Headers httplimit.Form
@@ -135,6 +136,10 @@ type Config struct {
 	// a shared store's outage would otherwise take every instance out of
 	// its load balancer at once (docs/deploy.md, Probes on Kubernetes).
 	ReadyRequiresStore bool
+	// RLSReady, if not nil, reports whether the Envoy rate limit service
+	// can answer as configured (rls.Service.Ready): an error makes /readyz
+	// answer 503 with it in the body's "rls".
+	RLSReady func() error
 }
 
 // Server serves the decision API and, with an upstream, the proxy. It is
@@ -166,6 +171,7 @@ type Server struct {
 	warning     func() string // StoreWarning
 	conn        func() bool   // StoreConnected
 	needStore   bool          // ReadyRequiresStore
+	rlsReady    func() error  // RLSReady
 	jobs        fairq.Queue
 	kinds       fairq.Kinds
 	breakers    *breaker.Set
@@ -187,7 +193,7 @@ func New(c Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{lim: c.Limiter, form: form, log: c.Logger, jobs: c.Jobs, kinds: c.JobKinds, breakers: c.Breakers, ctlWait: c.ControlTimeout, warning: c.StoreWarning, conn: c.StoreConnected, needStore: c.ReadyRequiresStore, tracer: c.Tracer, trustTrace: c.TrustTraceContext}
+	s := &Server{lim: c.Limiter, form: form, log: c.Logger, jobs: c.Jobs, kinds: c.JobKinds, breakers: c.Breakers, ctlWait: c.ControlTimeout, warning: c.StoreWarning, conn: c.StoreConnected, needStore: c.ReadyRequiresStore, rlsReady: c.RLSReady, tracer: c.Tracer, trustTrace: c.TrustTraceContext}
 	if s.ctlWait <= 0 {
 		s.ctlWait = DefaultControlTimeout
 	}
@@ -363,10 +369,14 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 		store = "down"
 	}
 	draining := s.draining.Load()
-	ready := !draining && (!s.needStore || up) // Ready, with this up
+	rlsErr := s.rlsErr()
+	ready := !draining && (!s.needStore || up) && rlsErr == nil // Ready, with these
 	out := map[string]any{"ready": ready, "store": store, "fail_closed_policies": s.lim.Snapshot().HasFailClosed(), "requires_store": s.needStore}
 	if draining {
 		out["draining"] = true
+	}
+	if rlsErr != nil {
+		out["rls"] = rlsErr.Error()
 	}
 	if s.breakers != nil {
 		out["breakers"] = s.breakers.States()
@@ -386,7 +396,16 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 // Ready reports what /readyz answers: true (200) unless the server drains
 // or, with Config.ReadyRequiresStore, the store is down.
 func (s *Server) Ready() bool {
-	return !s.draining.Load() && (!s.needStore || s.StoreUp())
+	return !s.draining.Load() && (!s.needStore || s.StoreUp()) && s.rlsErr() == nil
+}
+
+// rlsErr is why the Envoy rate limit service cannot answer as configured
+// (Config.RLSReady), or nil.
+func (s *Server) rlsErr() error {
+	if s.rlsReady == nil {
+		return nil
+	}
+	return s.rlsReady()
 }
 
 // StoreUp reports whether the store answers: it has been reached
@@ -481,6 +500,15 @@ func (s *Server) operatorRoutes(in *http.ServeMux, c Config) {
 		in.HandleFunc("/json", s.forInternal(c.RLSJSON))
 		in.HandleFunc("/healthcheck", only("GET", func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			// As that service's: 500 while its health fails (here, while
+			// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED finds no domain).
+			if s.rlsReady != nil {
+				if err := s.rlsReady(); err != nil {
+					w.WriteHeader(http.StatusInternalServerError)
+					w.Write([]byte(err.Error()))
+					return
+				}
+			}
 			w.Write([]byte("OK"))
 		}))
 	}
