@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -75,19 +76,36 @@ func TestEnvoyEnvironment(t *testing.T) {
 	if err := os.Symlink(filepath.Join(root, "v1"), filepath.Join(root, "current")); err != nil {
 		t.Fatal(err)
 	}
-	udp, err := net.ListenPacket("udp", "127.0.0.1:0")
+	// statsd over TCP, that service's default (STATSD_PROTOCOL unset).
+	statsdLn, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer udp.Close()
+	defer statsdLn.Close()
+	statsdLines := make(chan string, 10000)
+	go func() {
+		for {
+			conn, err := statsdLn.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { conn.Close() })
+			go func() {
+				s := bufio.NewScanner(conn)
+				for s.Scan() {
+					statsdLines <- s.Text()
+				}
+			}()
+		}
+	}()
 	httpAddr := freeAddr(t)
 	_, httpPort, _ := net.SplitHostPort(httpAddr)
-	_, statsdPort, _ := net.SplitHostPort(udp.LocalAddr().String())
+	_, statsdPort, _ := net.SplitHostPort(statsdLn.Addr().String())
 	sv, _, c := serveEnvoyEnv(t, map[string]string{
 		"RUNTIME_ROOT": filepath.Join(root, "current"), "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_WATCH_ROOT": "true",
 		"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": srv.Addr, "REDIS_AUTH": "s3cret", "CACHE_KEY_PREFIX": "envtest_",
 		"HOST": "127.0.0.1", "PORT": httpPort,
-		"USE_STATSD": "true", "STATSD_HOST": "127.0.0.1", "STATSD_PORT": statsdPort, "STATS_FLUSH_INTERVAL": "100ms",
+		"USE_STATSD": "true", "STATSD_HOST": "127.0.0.1", "STATSD_PORT": statsdPort, "STATS_FLUSH_INTERVAL": "100ms", "EXTRA_TAGS": "deploy:t1",
 		"LIMIT_RESPONSE_HEADERS_ENABLED": "true", "TRACING_ENABLED": "true", "FAIRGATE_CONFIG_POLL": "100ms",
 	})
 	if sv.addr != httpAddr {
@@ -167,11 +185,26 @@ func TestEnvoyEnvironment(t *testing.T) {
 	if ask("b") != rlspb.RateLimitResponse_OK {
 		t.Fatal("a removed file's domain still limits")
 	}
-	buf := make([]byte, 4096)
-	udp.SetReadDeadline(time.Now().Add(5 * time.Second))
-	n, _, err := udp.ReadFrom(buf)
-	if err != nil || !strings.Contains(string(buf[:n]), "ratelimit.service.rate_limit.a.k.total_hits:") {
-		t.Fatalf("statsd: %q %v", buf[:n], err)
+	// statsd, over TCP, with EXTRA_TAGS: the rule's statistics, and the
+	// config loads (at start, each file change) and the refused bad file.
+	want := map[string]bool{
+		"ratelimit.service.rate_limit.a.k.total_hits.__deploy=t1:": true,
+		"ratelimit.service.config_load_success.__deploy=t1:":       true,
+		"ratelimit.service.config_load_error.__deploy=t1:":         true,
+	}
+	var got []string
+	for deadline := time.After(10 * time.Second); len(want) > 0; {
+		select {
+		case l := <-statsdLines:
+			got = append(got, l)
+			for w := range want {
+				if strings.HasPrefix(l, w) {
+					delete(want, w)
+				}
+			}
+		case <-deadline:
+			t.Fatalf("statsd over TCP: got %q, missing %v", got, want)
+		}
 	}
 }
 

@@ -269,12 +269,24 @@ func (d *daemon) buildDeciders() error {
 		return err
 	}
 	if s := d.cfg.Statsd; s.Address != "" {
-		sink, err := statsd.New(s.Address, s.FlushInterval)
+		proto := s.Protocol
+		if proto == "" {
+			proto = "udp"
+		}
+		sink, err := statsd.New(statsd.Config{Address: s.Address, Protocol: proto, Interval: s.FlushInterval,
+			Tags: s.Tags, DogStatsD: s.DogStatsD, Mogrifiers: s.Mogrifiers, Log: d.log})
 		if err != nil {
 			return fmt.Errorf("serve: statsd %s: %w", s.Address, err)
 		}
+		if err := d.reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "fairgate_statsd_dropped_total", Help: "statsd lines dropped because the send queue (4 MiB) was full: the statsd server was down or slow."},
+			func() float64 { return float64(sink.Dropped()) })); err != nil {
+			return err
+		}
 		d.rlsSvc.SetStatsSink(sink)
 		d.closers = append(d.closers, sink.Close)
+		if d.cfg.HasRLS && d.cfg.RLSXDS.Address == "" {
+			d.rlsSvc.CountConfigLoad(true) // the config in force at start
+		}
 	}
 	return nil
 }
@@ -424,7 +436,12 @@ func (d *daemon) watch() {
 		w.Read = func() ([]byte, error) { return d.raw, nil }
 	}
 	w.Track(d.cfg)
-	w.Refused = func() { d.reloads.WithLabelValues("refused").Inc() }
+	w.Refused = func() {
+		d.reloads.WithLabelValues("refused").Inc()
+		if d.cfg.HasRLS && d.cfg.RLSXDS.Address == "" {
+			d.rlsSvc.CountConfigLoad(false) // the runtime directory's or file's domains refused
+		}
+	}
 	d.reload = w.Reload
 	d.goCheck("config watcher", func() error { return w.Run(d.bg) })
 	hup := make(chan os.Signal, 1)
@@ -483,6 +500,9 @@ func (d *daemon) apply(nc *config.Config) error {
 	_ = d.h.SetIdentity(na, auth.ClientIP{Trusted: nc.TrustedProxies, Header: nc.ClientIPHeader}, server.UpstreamHeaders(nc.UpstreamHeaders), server.ForwardAuth(nc.ForwardAuth))
 	d.authn = na
 	d.reloads.WithLabelValues("applied").Inc()
+	if nc.HasRLS && nc.RLSXDS.Address == "" {
+		d.rlsSvc.CountConfigLoad(true)
+	}
 	warnDemoKeys(d.log, nc.File, nc.Auth.APIKeys)
 	return nil
 }
@@ -553,13 +573,16 @@ func (d *daemon) followXDS() {
 				ds = []rls.Domain{}
 			}
 			if err := d.setRLS(nil, ds); err != nil {
+				d.rlsSvc.CountConfigLoad(false)
 				return err
 			}
+			d.rlsSvc.CountConfigLoad(true)
 			if d.xdsFirst != nil {
 				first.Do(func() { close(d.xdsFirst) })
 			}
 			return nil
-		}}
+		},
+		Refused: func() { d.rlsSvc.CountConfigLoad(false) }}
 	d.log.Info("following the xDS management server for rls domains", slog.String("server", x.Address), slog.String("node_id", x.NodeID))
 	d.goCheck("xDS client", func() error { return c.Run(d.bg) })
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/fairgate/fairgate/internal/auth"
 	"github.com/fairgate/fairgate/internal/configfile"
 	"github.com/fairgate/fairgate/internal/rls"
+	"github.com/fairgate/fairgate/internal/statsd"
 	"github.com/fairgate/fairgate/policy"
 
 	"github.com/fairgate/fairgate/breaker"
@@ -108,10 +109,19 @@ type XDS struct {
 
 // Statsd is a statsd destination.
 type Statsd struct {
-	// Address is host:port (UDP).
+	// Address is host:port.
 	Address string
+	// Protocol is "udp" or "tcp"; zero means udp in a config file (the
+	// environment of envoyproxy/ratelimit writes tcp, its default).
+	Protocol string
 	// FlushInterval is how often counts are sent; zero means 10 s.
 	FlushInterval time.Duration
+	// Tags are put on every stat (envoyproxy/ratelimit's EXTRA_TAGS).
+	Tags map[string]string
+	// DogStatsD sends the tags in DogStatsD's form (USE_DOG_STATSD).
+	DogStatsD bool
+	// Mogrifiers rename stats in DogStatsD (USE_DOG_STATSD_MOGRIFIERS).
+	Mogrifiers []statsd.Mogrifier
 }
 
 // Problem is one thing wrong with a file.

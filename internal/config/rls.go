@@ -6,6 +6,7 @@ import (
 	"maps"
 	"net"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/fairgate/fairgate/algo"
 	"github.com/fairgate/fairgate/internal/configfile"
 	"github.com/fairgate/fairgate/internal/rls"
+	"github.com/fairgate/fairgate/internal/statsd"
 	"github.com/fairgate/fairgate/policy"
 )
 
@@ -228,7 +230,53 @@ func (d *decoder) rlsStatsd(v *yaml.Node, path string, s *Statsd) {
 	d.Fields(v, path, configfile.Handlers{
 		"address":        func(v *yaml.Node, path string) { s.Address = d.hostPort(v, path, "statsd", "host:port") },
 		"flush_interval": func(v *yaml.Node, path string) { s.FlushInterval = d.Duration(v, path) },
+		"protocol": func(v *yaml.Node, path string) {
+			s.Protocol = d.Str(v, path)
+			switch s.Protocol {
+			case "tcp", "tcp4", "tcp6", "udp", "udp4", "udp6":
+			default:
+				d.Add(v, path, "statsd protocol %q: want udp or tcp (or tcp4, tcp6, udp4, udp6)", s.Protocol)
+			}
+		},
+		"tags":      func(v *yaml.Node, path string) { s.Tags = d.statsdTags(v, path) },
+		"dogstatsd": func(v *yaml.Node, path string) { s.DogStatsD = d.Bool(v, path) },
+		"mogrifiers": func(v *yaml.Node, path string) {
+			d.List(v, path, func(i int, v *yaml.Node, path string) {
+				var m statsd.Mogrifier
+				d.Fields(v, path, configfile.Handlers{
+					"pattern": func(v *yaml.Node, path string) {
+						re, err := regexp.Compile(d.Str(v, path))
+						if err != nil {
+							d.Add(v, path, "mogrifier pattern: %v", err)
+						}
+						m.Pattern = re
+					},
+					"name": func(v *yaml.Node, path string) { m.Name = d.Str(v, path) },
+					"tags": func(v *yaml.Node, path string) { m.Tags = d.statsdTags(v, path) },
+				})
+				if m.Pattern == nil || m.Name == "" {
+					d.Add(v, path, "a mogrifier needs a pattern and a name")
+				}
+				s.Mogrifiers = append(s.Mogrifiers, m)
+			})
+		},
 	})
+	if len(s.Mogrifiers) > 0 && !s.DogStatsD {
+		d.Add(v, path, "statsd mogrifiers go with dogstatsd: true")
+	}
+}
+
+// statsdTags decodes a mapping of tags, keys without the characters that
+// would end a tag or a line.
+func (d *decoder) statsdTags(v *yaml.Node, path string) map[string]string {
+	tags := map[string]string{}
+	d.Entries(v, path, func(name string, k, v *yaml.Node, path string) {
+		if name == "" || strings.ContainsAny(name, ":|,#=\n") {
+			d.Add(k, path, "tag key %q: want a non-empty key without ':', '|', ',', '#', '=' or a line break", name)
+		}
+		tags[name] = d.Str(v, path)
+	})
+	return tags
 }
 
 // rlsDomains puts the gathered domains together: duplicates merged or

@@ -141,3 +141,28 @@ func TestRLSXDSDefaults(t *testing.T) {
 		t.Errorf("xds without an address: %v", err)
 	}
 }
+
+// TestRLSStatsd: the statsd block's protocol, tags, DogStatsD and
+// mogrifiers; what is wrong in it is named.
+func TestRLSStatsd(t *testing.T) {
+	const head = "rls:\n  config:\n    - domain: a\n      descriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: 1}}]\n  statsd:\n"
+	c, err := Parse("s.yaml", []byte(head+"    address: s:8125\n    protocol: tcp\n    tags: {env: prod}\n    dogstatsd: true\n    mogrifiers: [{pattern: '^a\\.(.*)$', name: a, tags: {x: $1}}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := c.Statsd
+	if s.Address != "s:8125" || s.Protocol != "tcp" || s.Tags["env"] != "prod" || !s.DogStatsD || len(s.Mogrifiers) != 1 || s.Mogrifiers[0].Pattern.String() != `^a\.(.*)$` || s.Mogrifiers[0].Tags["x"] != "$1" {
+		t.Errorf("statsd: %+v", s)
+	}
+	for _, tc := range []struct{ body, want string }{
+		{"    address: s:8125\n    protocol: sctp\n", `statsd protocol "sctp"`},
+		{"    address: s:8125\n    tags: {'a#b': c}\n", `tag key "a#b"`},
+		{"    address: s:8125\n    mogrifiers: [{pattern: a, name: b}]\n", "go with dogstatsd: true"},
+		{"    address: s:8125\n    dogstatsd: true\n    mogrifiers: [{pattern: '(', name: b}]\n", "mogrifier pattern"},
+		{"    address: s:8125\n    dogstatsd: true\n    mogrifiers: [{pattern: a}]\n", "needs a pattern and a name"},
+	} {
+		if _, err := Parse("s.yaml", []byte(head+tc.body)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want %q", tc.body, err, tc.want)
+		}
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/url"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -75,16 +76,13 @@ var unsupported = map[string]string{
 	"REDIS_PIPELINE_WINDOW":                     "concurrent calls are merged into shared script calls instead",
 	"REDIS_PIPELINE_LIMIT":                      "concurrent calls are merged into shared script calls instead",
 	"EXPIRATION_JITTER_MAX_SECONDS":             "keys expire with their window",
-	"USE_DOG_STATSD":                            "plain statsd and Prometheus only",
 	"USE_PROMETHEUS":                            "Prometheus metrics are always on the internal listener's /metrics",
 	"GRPC_UDS":                                  "the gRPC service listens on TCP",
-	"EXTRA_TAGS":                                "statsd names carry no tags",
 	"DEBUG_PORT":                                "/metrics and the rest are on fairgate's internal listener",
 	"CONFIG_GRPC_XDS_SERVER_USE_TLS":            "the xDS client connects in plain text",
 	"CONFIG_GRPC_XDS_CLIENT_TLS_CERT":           "the xDS client connects in plain text",
 	"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": "the xDS client sends no extra headers",
 	"XDS_CLIENT_BACKOFF_MAX_INTERVAL":           "the xDS client reconnects after CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
-	"USE_DOG_STATSD_MOGRIFIERS":                 "plain statsd and Prometheus only",
 	"PROMETHEUS_ADDR":                           "Prometheus metrics are always on the internal listener's /metrics",
 	"PROMETHEUS_MAPPER_YAML":                    "fairgate's Prometheus metrics have their own names (docs/rls.md)",
 	"DEBUG_HOST":                                "/metrics and the rest are on fairgate's internal listener",
@@ -331,27 +329,117 @@ func settings(get Lookup, rls map[string]any) error {
 		}
 		rls["response_headers"] = h
 	}
-	if v, ok := get("USE_STATSD"); ok && v != "" {
-		on, err := strconv.ParseBool(v)
-		if err != nil {
-			return fmt.Errorf("USE_STATSD=%q: want true or false", v)
-		}
-		if on && !boolVar(get, "DISABLE_STATS") {
-			addr, err := hostPort(get, "STATSD_HOST", "STATSD_PORT", "localhost", "8125")
+	st, err := statsdSettings(get)
+	if err != nil || st == nil {
+		return err
+	}
+	rls["statsd"] = st
+	return nil
+}
+
+// statsdSettings is the rls.statsd section: with USE_STATSD=true, statsd
+// over STATSD_PROTOCOL (tcp by default, as gostats there); with
+// USE_DOG_STATSD=true, DogStatsD over UDP (datadog-go's), with the
+// mogrifiers of USE_DOG_STATSD_MOGRIFIERS; EXTRA_TAGS (k1:v1,k2:v2) on
+// every stat. Nil when neither is on, or with DISABLE_STATS=true.
+func statsdSettings(get Lookup) (map[string]any, error) {
+	on := map[string]bool{}
+	for _, name := range []string{"USE_STATSD", "USE_DOG_STATSD"} {
+		if v, ok := get(name); ok && v != "" {
+			b, err := strconv.ParseBool(v)
 			if err != nil {
-				return err
+				return nil, fmt.Errorf("%s=%q: want true or false", name, v)
 			}
-			if addr == "" {
-				addr = "localhost:8125"
-			}
-			st := map[string]any{"address": addr}
-			if f, ok := get("STATS_FLUSH_INTERVAL"); ok && f != "" {
-				st["flush_interval"] = f
-			}
-			rls["statsd"] = st
+			on[name] = b
 		}
 	}
-	return nil
+	if boolVar(get, "DISABLE_STATS") || !on["USE_STATSD"] && !on["USE_DOG_STATSD"] {
+		return nil, nil
+	}
+	if on["USE_STATSD"] && on["USE_DOG_STATSD"] {
+		return nil, fmt.Errorf("USE_STATSD=true and USE_DOG_STATSD=true: set one of them (envoyproxy/ratelimit refuses both too)")
+	}
+	addr, err := hostPort(get, "STATSD_HOST", "STATSD_PORT", "localhost", "8125")
+	if err != nil {
+		return nil, err
+	}
+	if addr == "" {
+		addr = "localhost:8125"
+	}
+	st := map[string]any{"address": addr, "protocol": "tcp"}
+	if f, ok := get("STATS_FLUSH_INTERVAL"); ok && f != "" {
+		st["flush_interval"] = f
+	}
+	if p, ok := get("STATSD_PROTOCOL"); ok && p != "" && on["USE_STATSD"] {
+		switch p {
+		case "tcp", "tcp4", "tcp6", "udp", "udp4", "udp6":
+			st["protocol"] = p
+		default:
+			return nil, fmt.Errorf("STATSD_PROTOCOL=%q: want tcp or udp", p)
+		}
+	}
+	if v, ok := get("EXTRA_TAGS"); ok && v != "" {
+		tags, err := tagMap("EXTRA_TAGS", v)
+		if err != nil {
+			return nil, err
+		}
+		st["tags"] = tags
+	}
+	if on["USE_DOG_STATSD"] {
+		st["protocol"], st["dogstatsd"] = "udp", true
+		if v, ok := get("USE_DOG_STATSD_MOGRIFIERS"); ok && v != "" {
+			var ms []map[string]any
+			for _, name := range strings.Split(v, ",") {
+				m, err := mogrifier(get, name)
+				if err != nil {
+					return nil, err
+				}
+				ms = append(ms, m)
+			}
+			st["mogrifiers"] = ms
+		}
+	}
+	return st, nil
+}
+
+// tagMap reads a map variable as envconfig does: k1:v1,k2:v2.
+func tagMap(name, v string) (map[string]string, error) {
+	tags := map[string]string{}
+	for _, kv := range strings.Split(v, ",") {
+		k, val, ok := strings.Cut(kv, ":")
+		if !ok {
+			return nil, fmt.Errorf("%s=%q: %q is not key:value; want k1:v1,k2:v2", name, v, kv)
+		}
+		tags[k] = val
+	}
+	return tags, nil
+}
+
+// mogrifier reads DOG_STATSD_MOGRIFIER_<NAME>_PATTERN, _NAME and _TAGS.
+func mogrifier(get Lookup, name string) (map[string]any, error) {
+	p := "DOG_STATSD_MOGRIFIER_" + strings.ToUpper(name) + "_"
+	pattern, _ := get(p + "PATTERN")
+	statName, _ := get(p + "NAME")
+	if pattern == "" || statName == "" {
+		return nil, fmt.Errorf("USE_DOG_STATSD_MOGRIFIERS names %q: set %sPATTERN and %sNAME", name, p, p)
+	}
+	if _, err := regexp.Compile(pattern); err != nil {
+		return nil, fmt.Errorf("%sPATTERN=%q: %v", p, pattern, err)
+	}
+	m := map[string]any{"pattern": pattern, "name": statName}
+	if v, ok := get(p + "TAGS"); ok && v != "" {
+		tags, err := tagMap(p+"TAGS", v)
+		if err != nil {
+			return nil, err
+		}
+		for k, val := range tags {
+			if k == "" || val == "" {
+				return nil, fmt.Errorf("%sTAGS=%q: a tag with no key or no value", p, v)
+			}
+		}
+		m["tags"] = tags
+	}
+	return m, nil
 }
 
 // xds is the rls.xds section of CONFIG_GRPC_XDS_*.

@@ -5,6 +5,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	cfgpkg "github.com/fairgate/fairgate/internal/config"
 )
 
 func lookup(env map[string]string) Lookup {
@@ -129,5 +133,79 @@ func TestTracingVars(t *testing.T) {
 		if err != nil || !maps.Equal(r.Tracing, tc.want) {
 			t.Errorf("%v: %v %v, want %v", tc.env, r.Tracing, err, tc.want)
 		}
+	}
+}
+
+// TestStatsdVars: envoyproxy/ratelimit's statsd variables make the
+// rls.statsd section that sends what it sends: TCP by default
+// (STATSD_PROTOCOL, gostats's default) or UDP; DogStatsD over UDP with
+// its mogrifiers; EXTRA_TAGS on both. The section decodes as a config
+// file's; bad values are refused by name.
+func TestStatsdVars(t *testing.T) {
+	xds := map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW"}
+	with := func(kv ...string) map[string]string {
+		env := maps.Clone(xds)
+		for i := 0; i+1 < len(kv); i += 2 {
+			env[kv[i]] = kv[i+1]
+		}
+		return env
+	}
+	type mog struct {
+		pattern, name string
+		tags          map[string]string
+	}
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		want cfgpkg.Statsd
+		mogs []mog
+		err  string
+	}{
+		{name: "off", env: with("STATSD_HOST", "s")},
+		{name: "statsd, tcp by default", env: with("USE_STATSD", "true", "STATSD_HOST", "s", "STATSD_PORT", "9125"),
+			want: cfgpkg.Statsd{Address: "s:9125", Protocol: "tcp"}},
+		{name: "statsd over udp, tags", env: with("USE_STATSD", "true", "STATSD_PROTOCOL", "udp", "EXTRA_TAGS", "env:prod,ver:1.2", "STATS_FLUSH_INTERVAL", "5s"),
+			want: cfgpkg.Statsd{Address: "localhost:8125", Protocol: "udp", FlushInterval: 5 * time.Second, Tags: map[string]string{"env": "prod", "ver": "1.2"}}},
+		{name: "disabled", env: with("USE_STATSD", "true", "DISABLE_STATS", "true")},
+		{name: "dogstatsd with mogrifiers", env: with("USE_DOG_STATSD", "true", "STATSD_PROTOCOL", "tcp", "EXTRA_TAGS", "env:prod",
+			"USE_DOG_STATSD_MOGRIFIERS", "hits,domain",
+			"DOG_STATSD_MOGRIFIER_HITS_PATTERN", `^ratelimit\.service\.rate_limit\.([^.]+)\.(.*)\.([^.]+)$`, "DOG_STATSD_MOGRIFIER_HITS_NAME", "ratelimit.service.rate_limit.$3", "DOG_STATSD_MOGRIFIER_HITS_TAGS", "domain:$1,descriptor:$2",
+			"DOG_STATSD_MOGRIFIER_DOMAIN_PATTERN", `^some\.metric\.(.*)$`, "DOG_STATSD_MOGRIFIER_DOMAIN_NAME", "some.metric"),
+			want: cfgpkg.Statsd{Address: "localhost:8125", Protocol: "udp", DogStatsD: true, Tags: map[string]string{"env": "prod"}},
+			mogs: []mog{{`^ratelimit\.service\.rate_limit\.([^.]+)\.(.*)\.([^.]+)$`, "ratelimit.service.rate_limit.$3", map[string]string{"domain": "$1", "descriptor": "$2"}}, {`^some\.metric\.(.*)$`, "some.metric", nil}}},
+		{name: "both sinks", env: with("USE_STATSD", "true", "USE_DOG_STATSD", "true"), err: "set one of them"},
+		{name: "bad protocol", env: with("USE_STATSD", "true", "STATSD_PROTOCOL", "sctp"), err: `STATSD_PROTOCOL="sctp"`},
+		{name: "bad tags", env: with("USE_STATSD", "true", "EXTRA_TAGS", "env=prod"), err: `EXTRA_TAGS="env=prod"`},
+		{name: "bad tag key", env: with("USE_STATSD", "true", "EXTRA_TAGS", "a|b:c"), err: `tag key "a|b"`},
+		{name: "mogrifier without pattern", env: with("USE_DOG_STATSD", "true", "USE_DOG_STATSD_MOGRIFIERS", "x", "DOG_STATSD_MOGRIFIER_X_NAME", "n"), err: "DOG_STATSD_MOGRIFIER_X_PATTERN"},
+		{name: "bad mogrifier pattern", env: with("USE_DOG_STATSD", "true", "USE_DOG_STATSD_MOGRIFIERS", "x", "DOG_STATSD_MOGRIFIER_X_NAME", "n", "DOG_STATSD_MOGRIFIER_X_PATTERN", "("), err: `DOG_STATSD_MOGRIFIER_X_PATTERN="("`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := Read(lookup(tc.env))
+			if err == nil {
+				var c *cfgpkg.Config
+				if c, err = cfgpkg.Parse("env", r.Config); err == nil {
+					var got []mog
+					for _, m := range c.Statsd.Mogrifiers {
+						got = append(got, mog{m.Pattern.String(), m.Name, m.Tags})
+					}
+					c.Statsd.Mogrifiers = nil
+					if d := cmp.Diff(tc.want, c.Statsd); d != "" {
+						t.Errorf("rls.statsd (-want +got):\n%s\n%s", d, r.Config)
+					}
+					if d := cmp.Diff(tc.mogs, got, cmp.AllowUnexported(mog{})); d != "" {
+						t.Errorf("mogrifiers (-want +got):\n%s", d)
+					}
+				}
+			}
+			if tc.err == "" && err != nil || tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
+				t.Errorf("%v, want an error containing %q", err, tc.err)
+			}
+			for _, u := range r.Unsupported {
+				if strings.Contains(u, "STATSD") || strings.Contains(u, "EXTRA_TAGS") {
+					t.Errorf("unsupported %s", u)
+				}
+			}
+		})
 	}
 }

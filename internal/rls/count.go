@@ -242,6 +242,9 @@ func (s *Service) takeOrClose(ctx context.Context, lim *limiter.Limiter, cfg *co
 	if err != nil {
 		return false, status.Error(codes.InvalidArgument, err.Error())
 	}
+	if reason == limiter.ReasonDegradedOpen || reason == limiter.ReasonUnavailable {
+		a.storeErr = true
+	}
 	if reason != limiter.ReasonUnavailable {
 		return false, nil
 	}

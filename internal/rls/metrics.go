@@ -47,6 +47,40 @@ type Sink interface {
 	Add(name string, n uint64)
 }
 
+// GaugeSink is a Sink that also takes gauges, set by gen at each flush:
+// the local cache's (ratelimit.localcache.*) go to it.
+type GaugeSink interface {
+	Sink
+	Gauges(gen func(set func(name string, v uint64)))
+}
+
+// The service-level statistics, by envoyproxy/ratelimit's names (its
+// ServiceStats, under "ratelimit.service.").
+const (
+	// StatConfigLoadSuccess counts configs put in force: the one at start
+	// and each applied reload of the runtime directory (or config file) or
+	// xDS update.
+	StatConfigLoadSuccess = "ratelimit.service.config_load_success"
+	// StatConfigLoadError counts configs refused: a reload or an xDS
+	// update that was not put in force.
+	StatConfigLoadError = "ratelimit.service.config_load_error"
+	// StatRedisError counts calls whose store did not answer (the domain's
+	// fail mode then answered).
+	StatRedisError = "ratelimit.service.call.should_rate_limit.redis_error"
+	// StatServiceError counts calls refused as invalid (InvalidArgument).
+	StatServiceError = "ratelimit.service.call.should_rate_limit.service_error"
+	// StatGlobalShadowMode counts answers turned OK by SHADOW_MODE.
+	StatGlobalShadowMode = "ratelimit.service.global_shadow_mode"
+	// StatTotalRequests counts ShouldRateLimit calls, as the gRPC server's
+	// reporter there does (ratelimit_server.ShouldRateLimit.total_requests).
+	StatTotalRequests = "ratelimit_server.ShouldRateLimit.total_requests"
+)
+
+// maxNotFoundDomains bounds the unknown domains named by
+// ratelimit.service.rate_limit.<domain>.domain_not_found, since the client
+// chooses them; past it they are counted under the domain "overflow".
+const maxNotFoundDomains = 1000
+
 type metrics struct {
 	requests     *prometheus.CounterVec
 	shadow       *prometheus.CounterVec
@@ -54,8 +88,9 @@ type metrics struct {
 	globalShadow prometheus.Counter
 	sink         Sink
 
-	mu   sync.Mutex
-	keys map[string]*ruleStats // the stat keys named so far
+	mu       sync.Mutex
+	keys     map[string]*ruleStats // the stat keys named so far
+	notFound map[string]string     // unknown domain -> its domain_not_found name
 }
 
 // ruleStats are one rule key's counters, by stat, made when first used.
@@ -96,7 +131,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "fairgate_rls_global_shadow_mode_total",
 			Help: "Requests over their limit answered OK because of the global shadow mode (SHADOW_MODE).",
 		}),
-		keys: map[string]*ruleStats{},
+		keys:     map[string]*ruleStats{},
+		notFound: map[string]string{},
 	}
 	if reg == nil {
 		return m, nil
@@ -222,4 +258,32 @@ func (m *metrics) record(set *Settings, domain string, r *rule, o *outcome) {
 	if r.shadow {
 		add(iShadow, overHits)
 	}
+}
+
+// service counts one of the service-level statistics (Stat*) in statsd.
+func (m *metrics) service(name string, n uint64) {
+	if m.sink != nil && n > 0 {
+		m.sink.Add(name, n)
+	}
+}
+
+// domainNotFound counts n descriptors of an unknown domain, as
+// envoyproxy/ratelimit does (one per descriptor looked up).
+func (m *metrics) domainNotFound(domain string, n int) {
+	if m.sink == nil || n <= 0 {
+		return
+	}
+	key := statName(domain)
+	m.mu.Lock()
+	name, ok := m.notFound[key]
+	if !ok {
+		if len(m.notFound) >= maxNotFoundDomains {
+			name = "ratelimit.service.rate_limit." + overflowStatKey + ".domain_not_found"
+		} else {
+			name = "ratelimit.service.rate_limit." + statsdName(key) + ".domain_not_found"
+			m.notFound[key] = name
+		}
+	}
+	m.mu.Unlock()
+	m.sink.Add(name, uint64(n))
 }

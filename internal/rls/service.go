@@ -123,9 +123,31 @@ func (s *Service) setHealth(h *health.Server) {
 // atomic. Set it before serving.
 func (s *Service) SetPerSecond(lim *limiter.Limiter) { s.perSecond = lim }
 
-// SetStatsSink sends the service's per-rule statistics to sink (statsd)
-// too. Set it before serving.
-func (s *Service) SetStatsSink(sink Sink) { s.m.sink = sink }
+// SetStatsSink sends the service's statistics to sink (statsd) too: the
+// per-rule ones, the service-level ones (Stat*) and, when sink is a
+// GaugeSink and the local cache is on, the local cache's gauges. Set it
+// before serving.
+func (s *Service) SetStatsSink(sink Sink) {
+	s.m.sink = sink
+	if g, ok := sink.(GaugeSink); ok {
+		g.Gauges(func(set func(string, uint64)) {
+			if c := s.local.Load(); c.max > 0 {
+				c.gauges(set)
+			}
+		})
+	}
+}
+
+// CountConfigLoad counts a config put in force (ok) or refused, as
+// envoyproxy/ratelimit's config_load_success and config_load_error: the
+// caller knows when a reload or an xDS update was refused.
+func (s *Service) CountConfigLoad(ok bool) {
+	if ok {
+		s.m.service(StatConfigLoadSuccess, 1)
+	} else {
+		s.m.service(StatConfigLoadError, 1)
+	}
+}
 
 // rule is what one request descriptor comes to.
 type rule struct {
@@ -149,6 +171,9 @@ type answer struct {
 	// (StopIncrementWhenOverLimit's first read).
 	anyNear bool
 	now     time.Time // the store's clock
+	// storeErr: the store did not answer (the fail mode or the fallback
+	// decided).
+	storeErr bool
 }
 
 // outcome is a decided descriptor: its status, and what the statistics
@@ -178,12 +203,17 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 	case len(req.GetDescriptors()) > MaxDescriptors:
 		err = status.Errorf(codes.InvalidArgument, "%d descriptors in one request: at most %d", len(req.GetDescriptors()), MaxDescriptors)
 	}
+	s.m.service(StatTotalRequests, 1)
 	var rules []rule
 	if err == nil {
+		if dom == nil {
+			s.m.domainNotFound(req.GetDomain(), len(req.GetDescriptors()))
+		}
 		rules, err = s.rules(cfg, req)
 	}
 	if err != nil {
 		s.m.requests.WithLabelValues(label, "invalid").Inc()
+		s.m.service(StatServiceError, 1)
 		return nil, err
 	}
 	resp := &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK, Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, len(rules))}
@@ -200,7 +230,13 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 	} else {
 		closed, err = s.decide(ctx, cfg, dom, rules, a, resp)
 	}
+	if a.storeErr {
+		s.m.service(StatRedisError, 1)
+	}
 	if closed || err != nil {
+		if status.Code(err) == codes.InvalidArgument {
+			s.m.service(StatServiceError, 1)
+		}
 		s.m.requests.WithLabelValues(label, "unavailable").Inc()
 		if err != nil {
 			return nil, err
@@ -343,6 +379,7 @@ func (s *Service) finish(cfg *compiled, dom *Domain, req *rlspb.RateLimitRequest
 	if resp.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT && set.Shadow {
 		resp.OverallCode = rlspb.RateLimitResponse_OK
 		s.m.globalShadow.Inc()
+		s.m.service(StatGlobalShadowMode, 1)
 	}
 	if set.DynamicMetadata {
 		resp.DynamicMetadata = dynamicMetadata(req, rules, resp)

@@ -33,7 +33,7 @@ func TestStats(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer udp.Close()
-	sink, err := statsd.New(udp.LocalAddr().String(), time.Hour)
+	sink, err := statsd.New(statsd.Config{Address: udp.LocalAddr().String(), Protocol: "udp", Interval: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func TestStats(t *testing.T) {
 	buf := make([]byte, 2048)
 	udp.SetReadDeadline(time.Now().Add(5 * time.Second))
 	var lines []string
-	for !strings.Contains(strings.Join(lines, "\n"), "ratelimit.service.rate_limit.another.key2.over_limit:5|c") {
+	for !strings.Contains(strings.Join(lines, "\n"), "ratelimit.service.rate_limit.another.key2.over_limit:5|c\n") {
 		n, _, err := udp.ReadFrom(buf)
 		if err != nil {
 			t.Fatalf("statsd got %q, want ratelimit.service.rate_limit.another.key2.over_limit:5|c among them: %v", lines, err)

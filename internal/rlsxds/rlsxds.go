@@ -56,7 +56,10 @@ type Client struct {
 	// Apply puts a valid update's domains in force, or refuses them (an
 	// error is sent back as the NACK's reason).
 	Apply func([]rls.Domain) error
-	Log   *slog.Logger
+	// Refused, if not nil, is called for each update refused before Apply
+	// (one that does not decode into domains).
+	Refused func()
+	Log     *slog.Logger
 }
 
 // Run follows the server until ctx ends, reconnecting after errors.
@@ -110,6 +113,8 @@ func (c *Client) follow(ctx context.Context) error {
 		domains, err := Domains(resp.Resources)
 		if err == nil {
 			err = c.Apply(domains)
+		} else if c.Refused != nil {
+			c.Refused()
 		}
 		if err != nil {
 			wait := r.refused(c, err.Error())
