@@ -69,11 +69,17 @@ func examplesConfig(t testing.TB) rls.Config {
 // testLimiter is a limiter on st (its timeout short, for outage tests).
 func testLimiter(t testing.TB, st store.Store) *limiter.Limiter {
 	t.Helper()
+	return testLimiterTimeout(t, st, 50*time.Millisecond)
+}
+
+// testLimiterTimeout is testLimiter with a store call deadline of its own.
+func testLimiterTimeout(t testing.TB, st store.Store, timeout time.Duration) *limiter.Limiter {
+	t.Helper()
 	cfg, err := config.Parse(examples.ConfigName, examples.Config())
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := limiter.New(limiter.Config{Store: st, Policy: cfg.Policy, Timeout: 50 * time.Millisecond, Fallback: memstore.New(memstore.Config{}), BreakerCooldown: 200 * time.Millisecond})
+	l, err := limiter.New(limiter.Config{Store: st, Policy: cfg.Policy, Timeout: timeout, Fallback: memstore.New(memstore.Config{}), BreakerCooldown: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
