@@ -814,6 +814,9 @@ func (d *daemon) wait(ctx context.Context) error {
 	if d.c.Drain > 0 {
 		d.log.Info("draining: /readyz fails while requests are still served", slog.Int64("drain_ms", d.c.Drain.Milliseconds()))
 		d.h.Drain()
+		if d.rlsSvc != nil {
+			d.rlsSvc.Drain() // gRPC health NOT_SERVING too
+		}
 		select {
 		case <-time.After(d.c.Drain):
 		case err := <-d.errc:

@@ -500,3 +500,36 @@ func TestSameDescriptorTwice(t *testing.T) {
 		t.Fatalf("the 6th pair (12 of 10): %s, want OVER_LIMIT", codesOf(r))
 	}
 }
+
+// TestDrainIsNotServing: once the service drains, gRPC health answers
+// NOT_SERVING (for "" and for the rate limit service), so gRPC probes and
+// Envoy's health checks move away before the listener closes; calls are
+// still answered meanwhile.
+func TestDrainIsNotServing(t *testing.T) {
+	svc, err := rls.New(rls.Config{Domains: []rls.Domain{{Name: "d", Descriptors: []*rls.Descriptor{{Key: "k", Limit: &rls.RateLimit{RequestsPerUnit: 5, Unit: rlspb.RateLimitResponse_RateLimit_MINUTE}}}}}},
+		testLimiter(t, memstore.New(memstore.Config{})), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, conn := serveServiceConn(t, svc)
+	hc := healthpb.NewHealthClient(conn)
+	status := func(name string) healthpb.HealthCheckResponse_ServingStatus {
+		h, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{Service: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h.Status
+	}
+	if s := status(""); s != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("before the drain: %v", s)
+	}
+	svc.Drain()
+	for _, name := range []string{"", rlspb.RateLimitService_ServiceDesc.ServiceName} {
+		if s := status(name); s != healthpb.HealthCheckResponse_NOT_SERVING {
+			t.Errorf("draining, %q: %v, want NOT_SERVING", name, s)
+		}
+	}
+	if r := ask(t, c, "d", 1, desc("k=v")); r.OverallCode != ok {
+		t.Errorf("a call while draining: %s", codesOf(r))
+	}
+}

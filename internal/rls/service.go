@@ -53,6 +53,7 @@ type Service struct {
 	now       func() time.Time
 
 	healthMu sync.Mutex
+	draining atomic.Bool // Drain was called
 	health   *health.Server // of the gRPC server; nil until NewServer
 }
 
@@ -86,10 +87,25 @@ func (s *Service) SetConfig(c Config) {
 // settings require one.
 var ErrNoDomain = errors.New("rls: no domain is loaded and HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED is true: every descriptor would be answered OK; check the runtime directory (the log and fairgate_rls_runtime_skipped_entries say what it left out) or the xDS server")
 
-// Ready reports whether the service can answer as configured: nil, or
-// ErrNoDomain when Settings.RequireDomains is set and the config in force
-// has no domain.
+// ErrDraining is Ready's answer once Drain was called.
+var ErrDraining = errors.New("rls: draining: the instance is shutting down")
+
+// Drain marks the service as shutting down: gRPC health answers
+// NOT_SERVING from now on, so that Envoy and Kubernetes' gRPC probes move
+// to other instances while calls in flight (and new ones, until the
+// listener closes) are still answered.
+func (s *Service) Drain() {
+	s.draining.Store(true)
+	s.setHealth(nil)
+}
+
+// Ready reports whether the service can answer as configured: nil,
+// ErrDraining once Drain was called, or ErrNoDomain when
+// Settings.RequireDomains is set and the config in force has no domain.
 func (s *Service) Ready() error {
+	if s.draining.Load() {
+		return ErrDraining
+	}
 	c := s.cfg.Load()
 	if c.cfg.Settings.RequireDomains && len(c.domains) == 0 {
 		return ErrNoDomain
