@@ -53,7 +53,7 @@ type Service struct {
 	now       func() time.Time
 
 	healthMu sync.Mutex
-	draining atomic.Bool // Drain was called
+	draining atomic.Bool    // Drain was called
 	health   *health.Server // of the gRPC server; nil until NewServer
 }
 
