@@ -15,7 +15,10 @@ import (
 func TestHandler(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{Name: "debugsrv_test_total", Help: "A test counter."}))
-	rl := func(w io.Writer) error { _, err := io.WriteString(w, "d.k: unit=HOUR requests_per_unit=1, shadow_mode: false, quota_mode: false\n"); return err }
+	rl := func(w io.Writer) error {
+		_, err := io.WriteString(w, "d.k: unit=HOUR requests_per_unit=1, shadow_mode: false, quota_mode: false\n")
+		return err
+	}
 	const tok = "0123456789abcdef"
 	open, err := New(Config{RLConfig: rl, Stats: reg})
 	if err != nil {
