@@ -210,7 +210,7 @@ func TestEnvoyEnvironment(t *testing.T) {
 
 // TestEnvoyEnvironmentXDS: with CONFIG_TYPE=GRPC_XDS_SOTW the domains come
 // from the go-control-plane management server CONFIG_GRPC_XDS_* name, and
-// follow its updates; GRPC_MAX_CONNECTION_AGE sends clients away to
+// follow its updates (the debug listener's /rlconfig too); GRPC_MAX_CONNECTION_AGE sends clients away to
 // reconnect.
 func TestEnvoyEnvironmentXDS(t *testing.T) {
 	m, err := xdstest.Start("127.0.0.1:0")
@@ -221,8 +221,10 @@ func TestEnvoyEnvironmentXDS(t *testing.T) {
 	if err := m.Set("rl-node", "1", xdstest.Domain("x", 1, confpb.RateLimitUnit_HOUR)); err != nil {
 		t.Fatal(err)
 	}
+	debugAddr := freeAddr(t)
+	debugHost, debugPort, _ := net.SplitHostPort(debugAddr)
 	sv, conn, c := serveEnvoyEnv(t, map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": m.Addr, "CONFIG_GRPC_XDS_NODE_ID": "rl-node",
-		"HOST": "127.0.0.1", "PORT": "0", "GRPC_MAX_CONNECTION_AGE": "1s", "GRPC_MAX_CONNECTION_AGE_GRACE": "100ms"})
+		"HOST": "127.0.0.1", "PORT": "0", "GRPC_MAX_CONNECTION_AGE": "1s", "GRPC_MAX_CONNECTION_AGE_GRACE": "100ms", "DEBUG_HOST": debugHost, "DEBUG_PORT": debugPort})
 	limitOf := func(domain string) uint32 {
 		r, err := c.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: domain, Descriptors: []*commonpb.RateLimitDescriptor{
 			{Entries: []*commonpb.RateLimitDescriptor_Entry{{Key: "k", Value: strconv.FormatInt(time.Now().UnixNano(), 10)}}},
@@ -245,6 +247,10 @@ func TestEnvoyEnvironmentXDS(t *testing.T) {
 			if time.Now().After(deadline) {
 				t.Fatalf("version %s: the limit is not %d within 10s: %s", step.version, step.n, sv.logs.String())
 			}
+		}
+		// The debug listener's /rlconfig shows xDS's domain in force.
+		if code, body := debugGet(t, "http://"+debugAddr+"/rlconfig", ""); code != 200 || !strings.Contains(body, fmt.Sprintf("x.k: unit=HOUR requests_per_unit=%d,", step.n)) {
+			t.Errorf("version %s: /rlconfig %d %q, want x.k at %d per hour", step.version, code, body, step.n)
 		}
 	}
 	// The connection is at most a second old: the server's GOAWAY puts it

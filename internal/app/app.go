@@ -261,6 +261,11 @@ type ServeConfig struct {
 	// GRPCListen, if set, is the address of the Envoy rate limit service
 	// (gRPC, with the standard health service).
 	GRPCListen string
+	// DebugListen, if set, is the debug listener's address (package
+	// debugsrv: /rlconfig, /stats, /debug/pprof/), as envoyproxy/ratelimit's
+	// DEBUG_HOST:DEBUG_PORT; behind InternalToken when set. Empty means
+	// none.
+	DebugListen string
 	// TLS is each listener's TLS: a certificate and key (reloaded when
 	// they change), and for the internal and gRPC listeners a client CA
 	// that callers must present a certificate of. Empty means plain.
@@ -285,6 +290,18 @@ func (f TLSFiles) on() bool { return f.Cert != "" || f.Key != "" }
 func loopback(a net.Addr) bool {
 	ta, ok := a.(*net.TCPAddr)
 	return ok && ta.IP.IsLoopback()
+}
+
+// loopbackDefault is addr with 127.0.0.1 for an empty host (":6070").
+func loopbackDefault(addr string) (string, error) {
+	h, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", fmt.Errorf("%q: want host:port, such as 127.0.0.1:6070: %w", addr, err)
+	}
+	if h == "" {
+		h = "127.0.0.1"
+	}
+	return net.JoinHostPort(h, p), nil
 }
 
 // env returns the environment value for name, or def.
@@ -337,6 +354,7 @@ func ParseServe(args []string, stderr io.Writer) (ServeConfig, error) {
 	maxCalls := env("FAIRGATE_RLS_MAX_CALLS", "")
 	fs.Func("rls-max-calls", "calls the Envoy rate limit service holds in flight at once, gRPC (any method) and /json together, each counted before its message is read; past it a call is refused (gRPC RESOURCE_EXHAUSTED, /json 503) (FAIRGATE_RLS_MAX_CALLS, default "+strconv.Itoa(rls.DefaultMaxCalls)+")", func(v string) error { maxCalls = v; return nil })
 	fs.StringVar(&c.GRPCListen, "grpc-listen", env("FAIRGATE_GRPC_LISTEN", e.GRPCListen), "serve Envoy's rate limit service (gRPC) here, such as 127.0.0.1:8082 (FAIRGATE_GRPC_LISTEN; default: not served)")
+	fs.StringVar(&c.DebugListen, "debug-listen", env("FAIRGATE_DEBUG_LISTEN", ""), "serve the debug listener here: /rlconfig (the Envoy rate limit domains in force), /stats (Prometheus metrics) and Go's profiler /debug/pprof/, behind the internal token if set; a port alone (:6070) is on 127.0.0.1 (FAIRGATE_DEBUG_LISTEN; default: envoyproxy/ratelimit's DEBUG_HOST:DEBUG_PORT if either is set, else not served)")
 	fs.StringVar(&c.AdminListen, "admin-listen", env("FAIRGATE_ADMIN_LISTEN", "127.0.0.1:8081"), "address of the admin API (FAIRGATE_ADMIN_LISTEN)")
 	tokenFile := ""
 	fs.StringVar(&tokenFile, "admin-token-file", "", "file holding the admin API's bearer token (or FAIRGATE_ADMIN_TOKEN); without a token the admin API does not start")
@@ -367,6 +385,13 @@ func ParseServe(args []string, stderr io.Writer) (ServeConfig, error) {
 	}
 	if err := errors.Join(envErrs...); err != nil {
 		return c, err
+	}
+	if c.DebugListen != "" {
+		// Ours (a flag or FAIRGATE_DEBUG_LISTEN): a port alone is on
+		// loopback, unlike net.Listen's every interface.
+		if c.DebugListen, err = loopbackDefault(c.DebugListen); err != nil {
+			return c, fmt.Errorf("serve: --debug-listen (FAIRGATE_DEBUG_LISTEN): %w", err)
+		}
 	}
 	c.envoyDefaults(e)
 	if c.MaxConnections, err = strconv.Atoi(maxConns); err != nil || c.MaxConnections < 1 {
@@ -417,11 +442,14 @@ func ParseServe(args []string, stderr io.Writer) (ServeConfig, error) {
 
 // envoyDefaults completes c, once its flags are parsed, with what
 // envoyproxy/ratelimit's environment asks and neither a flag nor a
-// FAIRGATE_* variable set: in that service's place, its gRPC port; its
-// gRPC TLS files.
+// FAIRGATE_* variable set: in that service's place, its gRPC port; its debug
+// listener (DEBUG_HOST:DEBUG_PORT); its gRPC TLS files.
 func (c *ServeConfig) envoyDefaults(e envoyenv.Result) {
 	if e.Config != nil && c.GRPCListen == "" {
 		c.GRPCListen = "0.0.0.0:8081"
+	}
+	if c.DebugListen == "" {
+		c.DebugListen = e.DebugListen // that service's default host is 0.0.0.0
 	}
 	if e.GRPCCert != "" && c.GRPCTLS.Cert == "" {
 		c.GRPCTLS = TLSFiles{Cert: e.GRPCCert, Key: e.GRPCKey, ClientCA: cmp.Or(c.GRPCTLS.ClientCA, e.GRPCClientCA), ClientSAN: cmp.Or(c.GRPCTLS.ClientSAN, e.GRPCClientSAN)}

@@ -38,6 +38,7 @@ import (
 	"github.com/fairgate/fairgate/internal/config"
 	"github.com/fairgate/fairgate/internal/connlimit"
 	"github.com/fairgate/fairgate/internal/dash"
+	"github.com/fairgate/fairgate/internal/debugsrv"
 	"github.com/fairgate/fairgate/internal/rls"
 	"github.com/fairgate/fairgate/internal/rlsxds"
 	"github.com/fairgate/fairgate/internal/server"
@@ -125,7 +126,7 @@ type daemon struct {
 	tls     listenerTLS    // each listener's TLS; nil: plain
 	srv     *http.Server   // the main listener's
 	errc    chan error     // its Serve's end
-	servers []*http.Server // the others: internal, admin
+	servers []*http.Server // the others: internal, admin, debug
 	grpc    *grpc.Server
 	closers []func() error
 }
@@ -587,8 +588,8 @@ func (d *daemon) followXDS() {
 	d.goCheck("xDS client", func() error { return c.Run(d.bg) })
 }
 
-// listen opens the main listener and starts the internal, admin and gRPC
-// ones. A listener that cannot open stops the start: nothing half-served.
+// listen opens the main listener and starts the internal, admin, gRPC and
+// debug ones. A listener that cannot open stops the start: nothing half-served.
 func (d *daemon) listen() (net.Listener, error) {
 	c := d.c
 	ln, err := net.Listen("tcp", c.Listen)
@@ -613,7 +614,7 @@ func (d *daemon) listen() (net.Listener, error) {
 	// response, and the read deadline once the request's body has arrived,
 	// so that responses may stream for as long as the upstream sends;
 	// headers and bodies keep their deadlines on every path.
-	for _, open := range []func(readTimeout time.Duration) error{d.listenInternal, d.listenAdmin, d.listenGRPC} {
+	for _, open := range []func(readTimeout time.Duration) error{d.listenInternal, d.listenAdmin, d.listenGRPC, d.listenDebug} {
 		if err := open(readTimeout); err != nil {
 			ln.Close()
 			return nil, err
@@ -714,6 +715,41 @@ func (d *daemon) listenAdmin(readTimeout time.Duration) error {
 	d.servers = append(d.servers, asrv)
 	d.log.Info("admin API", slog.String("listen", aln.Addr().String()))
 	d.goCheck("admin listener", func() error { return serveOn(asrv, aln, d.tls.admin) })
+	return nil
+}
+
+// DebugWriteTimeout bounds the writing of a debug listener's response:
+// CPU profiles and traces (/debug/pprof/profile?seconds=N) of up to
+// about this long.
+const DebugWriteTimeout = 2 * time.Minute
+
+// listenDebug starts the debug listener (package debugsrv), when asked:
+// behind the internal token if set, its connections bounded as the other
+// listeners'. It serves plain HTTP.
+func (d *daemon) listenDebug(readTimeout time.Duration) error {
+	if d.c.DebugListen == "" {
+		return nil
+	}
+	h, err := debugsrv.New(debugsrv.Config{RLConfig: d.rlsSvc.Dump, Stats: d.reg, Token: d.c.InternalToken})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", d.c.DebugListen)
+	if err != nil {
+		return fmt.Errorf("serve: debug listen on %s: %w", d.c.DebugListen, err)
+	}
+	dsrv := &http.Server{Handler: h, ReadHeaderTimeout: d.srv.ReadHeaderTimeout, ReadTimeout: min(10*time.Second, readTimeout), WriteTimeout: DebugWriteTimeout,
+		IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10, ErrorLog: d.srv.ErrorLog}
+	if ln, err = d.bound(ln, dsrv, "debug"); err != nil {
+		ln.Close()
+		return err
+	}
+	d.servers = append(d.servers, dsrv)
+	if !loopback(ln.Addr()) {
+		d.log.Warn("the debug listener (the rate limit config, metrics and Go's profiler) is reachable from the network: bind it to loopback (DEBUG_HOST=127.0.0.1, or --debug-listen 127.0.0.1:6070) or firewall its port; see docs/rls.md", slog.String("listen", ln.Addr().String()), slog.Bool("token", d.c.InternalToken != ""))
+	}
+	d.log.Info("debug listener", slog.String("listen", ln.Addr().String()), slog.Bool("token", d.c.InternalToken != ""))
+	d.goCheck("debug listener", func() error { return serveOn(dsrv, ln, nil) })
 	return nil
 }
 

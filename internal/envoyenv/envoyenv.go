@@ -35,6 +35,10 @@ type Result struct {
 	// GRPCListen is GRPC_HOST:GRPC_PORT; Listen is HOST:PORT (the HTTP
 	// listener of /json and /healthcheck).
 	GRPCListen, Listen string
+	// DebugListen is DEBUG_HOST:DEBUG_PORT (defaults 0.0.0.0 and 6070, as
+	// there, for the one not set): the debug listener of /rlconfig,
+	// /stats and /debug/pprof/.
+	DebugListen string
 	// Config is a config file made from the runtime directory and the
 	// service's settings, when the environment names a runtime directory
 	// (RUNTIME_ROOT or RUNTIME_SUBDIRECTORY); nil otherwise.
@@ -78,14 +82,12 @@ var unsupported = map[string]string{
 	"EXPIRATION_JITTER_MAX_SECONDS":             "keys expire with their window",
 	"USE_PROMETHEUS":                            "Prometheus metrics are always on the internal listener's /metrics",
 	"GRPC_UDS":                                  "the gRPC service listens on TCP",
-	"DEBUG_PORT":                                "/metrics and the rest are on fairgate's internal listener",
 	"CONFIG_GRPC_XDS_SERVER_USE_TLS":            "the xDS client connects in plain text",
 	"CONFIG_GRPC_XDS_CLIENT_TLS_CERT":           "the xDS client connects in plain text",
 	"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": "the xDS client sends no extra headers",
 	"XDS_CLIENT_BACKOFF_MAX_INTERVAL":           "the xDS client reconnects after CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
 	"PROMETHEUS_ADDR":                           "Prometheus metrics are always on the internal listener's /metrics",
 	"PROMETHEUS_MAPPER_YAML":                    "fairgate's Prometheus metrics have their own names (docs/rls.md)",
-	"DEBUG_HOST":                                "/metrics and the rest are on fairgate's internal listener",
 	"REDIS_CLUSTER_PIPELINE_PARALLELISM":        "concurrent calls are merged into shared script calls instead",
 	"REDIS_POOL_ON_EMPTY_BEHAVIOR":              "the client multiplexes one connection per node",
 	"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION":      "the store has its own deadline and circuit breaker",
@@ -133,6 +135,9 @@ func Read(look Lookup) (Result, error) {
 		return r, err
 	}
 	if r.Listen, err = hostPort(get, "HOST", "PORT", "0.0.0.0", "8080"); err != nil {
+		return r, err
+	}
+	if r.DebugListen, err = hostPort(get, "DEBUG_HOST", "DEBUG_PORT", "0.0.0.0", "6070"); err != nil {
 		return r, err
 	}
 	if boolVar(get, "GRPC_SERVER_USE_TLS") {

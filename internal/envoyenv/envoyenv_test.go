@@ -70,7 +70,7 @@ func TestConfig(t *testing.T) {
 		"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_IGNOREDOTFILES": "true",
 		"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "true", "NEAR_LIMIT_RATIO": "0.9", "SHADOW_MODE": "false", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": "true", "LOCAL_CACHE_SIZE_IN_BYTES": "1024",
 		"LIMIT_RESPONSE_HEADERS_ENABLED": "true", "LIMIT_REMAINING_HEADER": "X-Left", "USE_STATSD": "true", "STATSD_HOST": "statsd", "STATSD_PORT": "9125",
-		"GRPC_PORT": "8081", "PORT": "8080", "GRPC_MAX_CONNECTION_AGE": "1h", "GRPC_MAX_CONNECTION_AGE_GRACE": "10m", "LOG_LEVEL": "WARNING", "LOG_FORMAT": "json", "BACKEND_TYPE": "redis", "TRACING_ENABLED": "true",
+		"GRPC_PORT": "8081", "PORT": "8080", "DEBUG_PORT": "16070", "GRPC_MAX_CONNECTION_AGE": "1h", "GRPC_MAX_CONNECTION_AGE_GRACE": "10m", "LOG_LEVEL": "WARNING", "LOG_FORMAT": "json", "BACKEND_TYPE": "redis", "TRACING_ENABLED": "true",
 		"FAIRGATE_RLS_MAX_OVERRIDE_UNIT": "hour",
 	}))
 	if err != nil {
@@ -81,7 +81,7 @@ func TestConfig(t *testing.T) {
 			t.Errorf("config:\n%s\nwant %q in it", r.Config, want)
 		}
 	}
-	if r.GRPCListen != "0.0.0.0:8081" || r.Listen != "0.0.0.0:8080" || r.LogLevel != "warn" || r.LogFormat != "json" || r.GRPCMaxConnAge != time.Hour || r.GRPCMaxConnAgeGrace != 10*time.Minute {
+	if r.GRPCListen != "0.0.0.0:8081" || r.Listen != "0.0.0.0:8080" || r.LogLevel != "warn" || r.LogFormat != "json" || r.GRPCMaxConnAge != time.Hour || r.GRPCMaxConnAgeGrace != 10*time.Minute || r.DebugListen != "0.0.0.0:16070" {
 		t.Errorf("%+v", r)
 	}
 	if len(r.Unsupported) != 0 {
