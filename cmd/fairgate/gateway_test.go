@@ -2,6 +2,8 @@ package main
 
 import (
 	"bufio"
+	"cmp"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -22,10 +24,28 @@ import (
 	"testing"
 	"time"
 
+	bootstrappb "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	clusterpb "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	routepb "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	commonpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	authzpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
+	ratelimitpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	upstreamhttppb "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	sigsyaml "sigs.k8s.io/yaml"
+
+	"github.com/fairgate/fairgate/examples"
+	"github.com/fairgate/fairgate/internal/config"
+	"github.com/fairgate/fairgate/internal/envoyenv"
+	"github.com/fairgate/fairgate/internal/rls"
+	"github.com/fairgate/fairgate/limiter"
+	"github.com/fairgate/fairgate/store/memstore"
 )
 
 // gatewayConfig is the example config with an API key for tenant newco,
@@ -536,5 +556,363 @@ func TestSecurityDocNamesRealTests(t *testing.T) {
 	}
 	if named < 40 {
 		t.Errorf("docs/security.md names %d tests; the threat table has fewer than it should", named)
+	}
+}
+
+// protoYAML decodes YAML into m strictly (protojson refuses an unknown
+// field, and an Any whose type is not linked in) and, if validate, checks
+// it with Envoy's own validation rules (protoc-gen-validate's).
+func protoYAML(t *testing.T, what string, y []byte, m proto.Message, validate bool) {
+	t.Helper()
+	js, err := sigsyaml.YAMLToJSON(y)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	if err := protojson.Unmarshal(js, m); err != nil {
+		t.Fatalf("%s does not decode into %s: %v", what, m.ProtoReflect().Descriptor().FullName(), err)
+	}
+	if v, ok := m.(interface{ ValidateAll() error }); ok && validate {
+		if err := v.ValidateAll(); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+}
+
+// protoValue decodes a YAML value already decoded into Go values (a patch
+// of an EnvoyFilter) into m, strictly; validated as a whole if validate.
+func protoValue(t *testing.T, what string, v any, m proto.Message, validate bool) {
+	t.Helper()
+	y, err := sigsyaml.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	protoYAML(t, what, y, m, validate)
+}
+
+// exampleRequest is the request the rate_limits actions are evaluated on.
+type exampleRequest struct {
+	remote  string
+	headers map[string]string
+}
+
+// descriptorsOf is what Envoy sends fairgate for r on a route with these
+// rate_limits: one descriptor per entry whose actions all produce an
+// entry, as Envoy's rate limit policy does (the actions the examples use;
+// any other fails the test, so that an example cannot use one unchecked).
+func descriptorsOf(t *testing.T, rls []*routepb.RateLimit, r exampleRequest) []*commonpb.RateLimitDescriptor {
+	t.Helper()
+	var out []*commonpb.RateLimitDescriptor
+	for _, rl := range rls {
+		d := &commonpb.RateLimitDescriptor{}
+		for _, a := range rl.GetActions() {
+			switch {
+			case a.GetGenericKey() != nil:
+				k := cmp.Or(a.GetGenericKey().GetDescriptorKey(), "generic_key")
+				d.Entries = append(d.Entries, &commonpb.RateLimitDescriptor_Entry{Key: k, Value: a.GetGenericKey().GetDescriptorValue()})
+			case a.GetRemoteAddress() != nil:
+				d.Entries = append(d.Entries, &commonpb.RateLimitDescriptor_Entry{Key: "remote_address", Value: r.remote})
+			case a.GetRequestHeaders() != nil:
+				h := a.GetRequestHeaders()
+				v, ok := r.headers[strings.ToLower(h.GetHeaderName())]
+				if !ok {
+					if h.GetSkipIfAbsent() {
+						continue
+					}
+					d = nil
+				} else {
+					d.Entries = append(d.Entries, &commonpb.RateLimitDescriptor_Entry{Key: h.GetDescriptorKey(), Value: v})
+				}
+			default:
+				t.Fatalf("the examples' descriptorsOf does not know the action %v: teach it", a)
+			}
+			if d == nil {
+				break
+			}
+		}
+		if d != nil && len(d.Entries) > 0 {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// rlsLimits asks fairgate, loaded with examples/rls/ratelimit-config.yaml,
+// which limit each descriptor falls under: "600/MINUTE", or "none".
+func rlsLimits(t *testing.T, domain string, ds []*commonpb.RateLimitDescriptor) []string {
+	t.Helper()
+	doms, err := config.ParseRLSFile("../../examples/rls/ratelimit-config.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse(examples.ConfigName, examples.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim, err := limiter.New(limiter.Config{Store: memstore.New(memstore.Config{}), Policy: cfg.Policy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := rls.New(rls.Config{Domains: doms}, lim, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := svc.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: domain, Descriptors: ds})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, st := range resp.GetStatuses() {
+		if l := st.GetCurrentLimit(); l != nil {
+			got = append(got, fmt.Sprintf("%d/%s", l.GetRequestsPerUnit(), l.GetUnit()))
+		} else {
+			got = append(got, "none")
+		}
+	}
+	return got
+}
+
+// checkRateLimitFilter checks the ratelimit filter's config the examples
+// share: domain edge, fail closed, gRPC v3 to the cluster named.
+func checkRateLimitFilter(t *testing.T, what string, f *hcmpb.HttpFilter) *ratelimitpb.RateLimit {
+	t.Helper()
+	var rl ratelimitpb.RateLimit
+	if f.GetName() != "envoy.filters.http.ratelimit" {
+		t.Fatalf("%s: filter %q, want envoy.filters.http.ratelimit", what, f.GetName())
+	}
+	if err := f.GetTypedConfig().UnmarshalTo(&rl); err != nil {
+		t.Fatalf("%s: the filter's typed_config is not envoy.extensions.filters.http.ratelimit.v3.RateLimit: %v", what, err)
+	}
+	if err := rl.ValidateAll(); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	if rl.GetDomain() != "edge" || !rl.GetFailureModeDeny() || rl.GetRateLimitService().GetTransportApiVersion() != corepb.ApiVersion_V3 {
+		t.Fatalf("%s: domain %q, failure_mode_deny %v, transport_api_version %v", what, rl.GetDomain(), rl.GetFailureModeDeny(), rl.GetRateLimitService().GetTransportApiVersion())
+	}
+	return &rl
+}
+
+// checkRLSCluster: the cluster reaches fairgate's gRPC port over HTTP/2.
+func checkRLSCluster(t *testing.T, what string, c *clusterpb.Cluster) {
+	t.Helper()
+	var po upstreamhttppb.HttpProtocolOptions
+	if err := c.GetTypedExtensionProtocolOptions()["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"].UnmarshalTo(&po); err != nil || po.GetExplicitHttpConfig().GetHttp2ProtocolOptions() == nil {
+		t.Fatalf("%s: cluster %s does not speak HTTP/2 (gRPC): %v", what, c.GetName(), err)
+	}
+	ep := c.GetLoadAssignment().GetEndpoints()[0].GetLbEndpoints()[0].GetEndpoint().GetAddress().GetSocketAddress()
+	if ep.GetPortValue() != 8081 {
+		t.Fatalf("%s: cluster %s calls port %d, fairgate's gRPC port is 8081", what, c.GetName(), ep.GetPortValue())
+	}
+}
+
+// apiRequest has an API key; plainRequest has none.
+var (
+	apiRequest   = exampleRequest{remote: "203.0.113.7", headers: map[string]string{"x-api-key": "key-1"}}
+	plainRequest = exampleRequest{remote: "203.0.113.7"}
+)
+
+// TestRLSExamplesParse checks examples/rls, which cannot run here (no
+// Envoy, Istio or Kubernetes): envoy.yaml decodes strictly into Envoy's
+// Bootstrap, the Istio EnvoyFilters' patches into the types Istio patches
+// (the filter, the cluster, the virtual host's rate_limits), and the
+// descriptors the routes' actions produce each fall under a rule of
+// ratelimit-config.yaml in fairgate's rls; fairgate.env starts fairgate
+// with nothing unsupported, reading the directory that file goes in; and
+// the Envoy Gateway objects carry the fields docs/rls.md speaks of.
+func TestRLSExamplesParse(t *testing.T) {
+	var boot bootstrappb.Bootstrap
+	protoYAML(t, "examples/rls/envoy.yaml", mustRead(t, "../../examples/rls/envoy.yaml"), &boot, true)
+	clusters := map[string]*clusterpb.Cluster{}
+	for _, c := range boot.GetStaticResources().GetClusters() {
+		clusters[c.GetName()] = c
+	}
+	var hcm hcmpb.HttpConnectionManager
+	if err := boot.GetStaticResources().GetListeners()[0].GetFilterChains()[0].GetFilters()[0].GetTypedConfig().UnmarshalTo(&hcm); err != nil {
+		t.Fatalf("envoy.yaml: %v", err)
+	}
+	if !hcm.GetUseRemoteAddress().GetValue() {
+		t.Error("envoy.yaml: without use_remote_address, remote_address is the client's X-Forwarded-For: any client picks its own counter")
+	}
+	rl := checkRateLimitFilter(t, "envoy.yaml", hcm.GetHttpFilters()[0])
+	rlsCluster := rl.GetRateLimitService().GetGrpcService().GetEnvoyGrpc().GetClusterName()
+	if clusters[rlsCluster] == nil {
+		t.Fatalf("envoy.yaml: the filter calls cluster %q, which is not defined", rlsCluster)
+	}
+	checkRLSCluster(t, "envoy.yaml", clusters[rlsCluster])
+	routes := map[string][]*routepb.RateLimit{}
+	for _, r := range hcm.GetRouteConfig().GetVirtualHosts()[0].GetRoutes() {
+		routes[r.GetMatch().GetPrefix()] = r.GetRoute().GetRateLimits()
+	}
+	for _, c := range []struct {
+		route string
+		req   exampleRequest
+		want  []string
+	}{
+		{"/api/", apiRequest, []string{"600/MINUTE", "100/MINUTE"}},
+		{"/api/", plainRequest, []string{"600/MINUTE"}},
+		{"/", apiRequest, []string{"600/MINUTE"}},
+	} {
+		if got := rlsLimits(t, rl.GetDomain(), descriptorsOf(t, routes[c.route], c.req)); !slices.Equal(got, c.want) {
+			t.Errorf("envoy.yaml: route %s, headers %v: fairgate's limits %v, want %v", c.route, c.req.headers, got, c.want)
+		}
+	}
+
+	// Istio: the patches' values, as Istio hands them to Envoy.
+	type envoyFilter struct {
+		APIVersion string `yaml:"apiVersion"`
+		Kind       string
+		Metadata   struct{ Name, Namespace string }
+		Spec       struct {
+			WorkloadSelector struct{ Labels map[string]string } `yaml:"workloadSelector"`
+			ConfigPatches    []struct {
+				ApplyTo string `yaml:"applyTo"`
+				Match   any
+				Patch   struct {
+					Operation string
+					Value     any
+				}
+			} `yaml:"configPatches"`
+		}
+	}
+	dec := yaml.NewDecoder(strings.NewReader(string(mustRead(t, "../../examples/rls/istio.yaml"))))
+	dec.KnownFields(true)
+	var (
+		istioRL      *ratelimitpb.RateLimit
+		istioCluster clusterpb.Cluster
+		istioVH      routepb.VirtualHost
+	)
+	seen := map[string]bool{}
+	for {
+		var ef envoyFilter
+		if err := dec.Decode(&ef); err == io.EOF {
+			break
+		} else if err != nil || ef.Kind != "EnvoyFilter" {
+			t.Fatalf("istio.yaml: %v (kind %q)", err, ef.Kind)
+		}
+		for _, p := range ef.Spec.ConfigPatches {
+			what := "istio.yaml " + ef.Metadata.Name + " " + p.ApplyTo
+			seen[p.ApplyTo+" "+p.Patch.Operation] = true
+			switch p.ApplyTo {
+			case "HTTP_FILTER":
+				var f hcmpb.HttpFilter
+				protoValue(t, what, p.Patch.Value, &f, true)
+				istioRL = checkRateLimitFilter(t, what, &f)
+			case "CLUSTER":
+				protoValue(t, what, p.Patch.Value, &istioCluster, true)
+				checkRLSCluster(t, what, &istioCluster)
+			case "VIRTUAL_HOST":
+				// a MERGE value is part of a virtual host: strict
+				// decoding, and validation of the part given
+				protoValue(t, what, p.Patch.Value, &istioVH, false)
+				for _, r := range istioVH.GetRateLimits() {
+					if err := r.ValidateAll(); err != nil {
+						t.Fatalf("%s: %v", what, err)
+					}
+				}
+			default:
+				t.Fatalf("%s: not checked here", what)
+			}
+		}
+	}
+	if !seen["HTTP_FILTER INSERT_BEFORE"] || !seen["CLUSTER ADD"] || !seen["VIRTUAL_HOST MERGE"] {
+		t.Fatalf("istio.yaml patches %v: want the filter inserted, the cluster added, the rate_limits merged", seen)
+	}
+	if got := istioRL.GetRateLimitService().GetGrpcService().GetEnvoyGrpc().GetClusterName(); got != istioCluster.GetName() {
+		t.Fatalf("istio.yaml: the filter calls cluster %q, the patch adds %q", got, istioCluster.GetName())
+	}
+	if got := rlsLimits(t, istioRL.GetDomain(), descriptorsOf(t, istioVH.GetRateLimits(), apiRequest)); !slices.Equal(got, []string{"600/MINUTE", "100/MINUTE"}) {
+		t.Errorf("istio.yaml: fairgate's limits %v, want 600/MINUTE and 100/MINUTE", got)
+	}
+
+	// fairgate's side: started with fairgate.env, it reads the runtime
+	// directory ratelimit-config.yaml says to put that file in.
+	env := map[string]string{}
+	for _, line := range strings.Split(string(mustRead(t, "../../examples/rls/fairgate.env")), "\n") {
+		if k, v, ok := strings.Cut(line, "="); ok && !strings.HasPrefix(line, "#") {
+			env[k] = v
+		}
+	}
+	res, err := envoyenv.Read(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	if err != nil || len(res.Unsupported) > 0 {
+		t.Fatalf("fairgate.env: %v, unsupported %v", err, res.Unsupported)
+	}
+	if v, ok := env["FAIRGATE_CONFIG"]; !ok || v != "" {
+		t.Errorf("fairgate.env does not empty FAIRGATE_CONFIG: in fairgate's container image (Containerfile) its example file would win over the environment")
+	}
+	if !strings.Contains(string(res.Config), "runtime_dir: /data/ratelimit/config") || !strings.Contains(string(mustRead(t, "../../examples/rls/ratelimit-config.yaml")), "/data/ratelimit/config/") {
+		t.Fatalf("fairgate.env makes %q: not the directory ratelimit-config.yaml names", res.Config)
+	}
+
+	// Envoy Gateway: the fields used, decoded into a local struct that
+	// refuses unknown fields. It is not the CRD's schema (that cannot be
+	// fetched here): a misspelt field of these is caught, a wrong value
+	// only as far as checked below.
+	type limit struct {
+		Requests int
+		Unit     string
+	}
+	var egObjects struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string
+		Metadata   *struct{ Name string }
+		Provider   *struct{ Type string }
+		Gateway    *struct {
+			ControllerName string `json:"controllerName"`
+		}
+		RateLimit *struct {
+			Backend struct {
+				Type  string
+				Redis struct{ URL string }
+			}
+		} `json:"rateLimit"`
+		Spec *struct {
+			TargetRefs []struct{ Group, Kind, Name string } `json:"targetRefs"`
+			RateLimit  struct {
+				Type   string
+				Global struct {
+					Rules []struct {
+						ClientSelectors []struct {
+							Headers []struct {
+								Name, Type string
+							}
+							SourceCIDR *struct{ Type, Value string } `json:"sourceCIDR"`
+						} `json:"clientSelectors"`
+						Limit limit
+					}
+				}
+			} `json:"rateLimit"`
+		}
+	}
+	kinds := map[string]bool{}
+	for _, doc := range strings.Split(string(mustRead(t, "../../examples/rls/envoy-gateway.yaml")), "\n---\n") {
+		egObjects.RateLimit, egObjects.Spec = nil, nil
+		if err := sigsyaml.UnmarshalStrict([]byte(doc), &egObjects); err != nil {
+			t.Fatalf("envoy-gateway.yaml: %v", err)
+		}
+		kinds[egObjects.Kind] = true
+		switch egObjects.Kind {
+		case "EnvoyGateway":
+			if egObjects.RateLimit == nil || egObjects.RateLimit.Backend.Type != "Redis" {
+				t.Errorf("envoy-gateway.yaml: EnvoyGateway rateLimit %+v", egObjects.RateLimit)
+			}
+		case "BackendTrafficPolicy":
+			rl := egObjects.Spec.RateLimit
+			if rl.Type != "Global" || len(rl.Global.Rules) != 2 || rl.Global.Rules[0].Limit != (limit{600, "Minute"}) || rl.Global.Rules[1].Limit != (limit{100, "Minute"}) {
+				t.Errorf("envoy-gateway.yaml: BackendTrafficPolicy rateLimit %+v: not envoy.yaml's limits", rl)
+			}
+		}
+	}
+	if !kinds["EnvoyGateway"] || !kinds["BackendTrafficPolicy"] {
+		t.Fatalf("envoy-gateway.yaml has %v", kinds)
+	}
+}
+
+// TestRLSDocsShowTheTestedFiles: docs/rls.md shows each file of
+// examples/rls as it is, the files TestRLSExamplesParse checks.
+func TestRLSDocsShowTheTestedFiles(t *testing.T) {
+	doc := string(mustRead(t, "../../docs/rls.md"))
+	for _, name := range []string{"envoy.yaml", "istio.yaml", "envoy-gateway.yaml", "ratelimit-config.yaml", "fairgate.env"} {
+		if !strings.Contains(doc, string(mustRead(t, filepath.Join("../../examples/rls", name)))) {
+			t.Errorf("docs/rls.md does not show examples/rls/%s as it is", name)
+		}
 	}
 }
