@@ -366,8 +366,8 @@ func TestHelmChartEnvoySwap(t *testing.T) {
 			t.Errorf("%s=%q, want %q", name, env[name].Value, want)
 		}
 	}
-	if _, ok := env["FAIRGATE_CONFIG"]; ok {
-		t.Error("FAIRGATE_CONFIG is set: fairgate would ignore the runtime directory")
+	if v, ok := env["FAIRGATE_CONFIG"]; !ok || v.Value != "" {
+		t.Error("FAIRGATE_CONFIG is not emptied: the image sets it, and fairgate refuses to start with both it and the runtime directory")
 	}
 	mount := ""
 	for _, m := range c.VolumeMounts {

@@ -380,6 +380,9 @@ func ParseServe(args []string, stderr io.Writer) (ServeConfig, error) {
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
+	if c.Config != "" && e.Config != nil {
+		return c, fmt.Errorf("serve: both a config file (%s, from --config or FAIRGATE_CONFIG) and envoyproxy/ratelimit's environment (RUNTIME_ROOT, RUNTIME_SUBDIRECTORY or CONFIG_TYPE) say where the config is: fairgate would follow one and ignore the other. For the runtime directory set FAIRGATE_CONFIG= (fairgate's container image sets it to its starting file); for the file, unset those variables and put the domains in its rls section", c.Config)
+	}
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("serve: unexpected argument %q", fs.Arg(0))
 	}

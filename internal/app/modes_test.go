@@ -237,7 +237,13 @@ func TestServeMaxOverrideUnitVariable(t *testing.T) {
 			err: "serve: FAIRGATE_RLS_MAX_OVERRIDE_UNIT does nothing here: it goes into the config made from envoyproxy/ratelimit's environment (RUNTIME_ROOT, RUNTIME_SUBDIRECTORY or CONFIG_TYPE, and no --config); with a config file, set rls.max_override_unit in the file"},
 		{name: "garbage with --config", args: []string{"--config=/etc/fairgate.yaml"}, env: map[string]string{"FAIRGATE_RLS_MAX_OVERRIDE_UNIT": "garbage"}, err: "FAIRGATE_RLS_MAX_OVERRIDE_UNIT does nothing here"},
 		{name: "the embedded example", env: map[string]string{"FAIRGATE_RLS_MAX_OVERRIDE_UNIT": "hour"}, err: "FAIRGATE_RLS_MAX_OVERRIDE_UNIT does nothing here"},
-		{name: "with --config and a runtime directory", args: []string{"--config=/etc/fairgate.yaml"}, env: map[string]string{"FAIRGATE_RLS_MAX_OVERRIDE_UNIT": "hour", "RUNTIME_ROOT": "/srv/runtime"}, err: "set rls.max_override_unit in the file"},
+		// A config file and a runtime directory together are refused
+		// whole: one would be followed, the other silently ignored (the
+		// container image sets FAIRGATE_CONFIG, which made the chart's
+		// Envoy swap answer OK to everything).
+		{name: "with --config and a runtime directory", args: []string{"--config=/etc/fairgate.yaml"}, env: map[string]string{"FAIRGATE_RLS_MAX_OVERRIDE_UNIT": "hour", "RUNTIME_ROOT": "/srv/runtime"}, err: "set FAIRGATE_CONFIG= (fairgate's container image sets it"},
+		{name: "FAIRGATE_CONFIG and a runtime directory", env: map[string]string{"FAIRGATE_CONFIG": "/etc/fairgate/fairgate.yaml", "RUNTIME_ROOT": "/srv/runtime", "RUNTIME_SUBDIRECTORY": "ratelimit"}, err: "both a config file (/etc/fairgate/fairgate.yaml"},
+		{name: "FAIRGATE_CONFIG emptied and a runtime directory", env: map[string]string{"FAIRGATE_CONFIG": "", "FAIRGATE_RLS_MAX_OVERRIDE_UNIT": "hour", "RUNTIME_ROOT": "/srv/runtime", "RUNTIME_SUBDIRECTORY": "ratelimit"}},
 		{name: "the environment's config", env: map[string]string{"FAIRGATE_RLS_MAX_OVERRIDE_UNIT": "hour", "RUNTIME_ROOT": "/srv/runtime", "RUNTIME_SUBDIRECTORY": "ratelimit"}},
 		{name: "the environment's config over xDS", env: map[string]string{"FAIRGATE_RLS_MAX_OVERRIDE_UNIT": "hour", "CONFIG_TYPE": "GRPC_XDS_SOTW"}},
 	} {
