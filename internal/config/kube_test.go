@@ -135,6 +135,11 @@ func TestKubernetesSwapUnderLoad(t *testing.T) {
 				got, _, err := loadRuntime(dir, true)
 				mu.Lock()
 				switch {
+				case err != nil && strings.Contains(err.Error(), "link changed"):
+					// Swapped in a tight loop, a reader can lose the race
+					// every time: it gives up, and the watcher keeps the
+					// config in force. No mix, no empty config.
+					loads["gave up"]++
 				case err != nil:
 					bad = append(bad, "error: "+err.Error())
 				case maps.Equal(got, wantA):
@@ -158,7 +163,7 @@ func TestKubernetesSwapUnderLoad(t *testing.T) {
 	stop.Store(true)
 	wg.Wait()
 	if len(bad) > 0 {
-		t.Fatalf("%d of %d loads were not one generation, e.g. %q", len(bad), len(bad)+loads["A"]+loads["B"], bad[:min(3, len(bad))])
+		t.Fatalf("%d of %d loads were not one generation, e.g. %q", len(bad), len(bad)+loads["A"]+loads["B"]+loads["gave up"], bad[:min(3, len(bad))])
 	}
 	if loads["A"] == 0 && loads["B"] == 0 {
 		t.Fatal("no load made")
