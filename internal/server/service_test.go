@@ -365,3 +365,19 @@ func TestProxyStreams(t *testing.T) {
 		t.Errorf("rest %q, headers %v", rest, resp.Header)
 	}
 }
+
+// TestCredentialWithoutAuthIsRefused: with no credentials configured, a
+// request that carries one (an API key, a bearer token) is refused with
+// 401 saying so, never read as some tenant nor passed as anonymous.
+func TestCredentialWithoutAuthIsRefused(t *testing.T) {
+	s, err := New(Config{Limiter: testLimiter(t, memstore.New(memstore.Config{}), -1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range []map[string]string{{"X-API-Key": "demo-acme-key"}, {"Authorization": "Bearer x.y.z"}} {
+		rec := call{method: "GET", path: "/v1/me/limits", headers: h}.do(s)
+		if rec.Code != http.StatusUnauthorized || !strings.Contains(rec.Body.String(), "no credentials are configured") {
+			t.Errorf("%v: %d %s, want 401 saying no credentials are configured", h, rec.Code, rec.Body)
+		}
+	}
+}
