@@ -182,11 +182,20 @@ func (c *Cluster) Addrs() []string {
 // (with the extra redis-server arguments) and joins them with `redis-cli
 // --cluster create`, waiting until every node reports cluster_state:ok.
 func StartCluster(masters, replicas int, extra ...string) (*Cluster, error) {
+	return StartClusterAuth(masters, replicas, "", extra...)
+}
+
+// StartClusterAuth is StartCluster with nodes that ask their clients, and
+// each other, for password ("" for none).
+func StartClusterAuth(masters, replicas int, password string, extra ...string) (*Cluster, error) {
 	cli, err := binary("redis-cli")
 	if err != nil {
 		return nil, err
 	}
 	c := &Cluster{}
+	if password != "" {
+		extra = append([]string{"--requirepass", password, "--masterauth", password}, extra...)
+	}
 	for range masters * (1 + replicas) {
 		s, err := Start(append([]string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"}, extra...)...)
 		if err != nil {
@@ -195,7 +204,11 @@ func StartCluster(masters, replicas int, extra ...string) (*Cluster, error) {
 		}
 		c.Nodes = append(c.Nodes, s)
 	}
-	args := append([]string{"--cluster", "create"}, c.Addrs()...)
+	var args []string
+	if password != "" {
+		args = []string{"--no-auth-warning", "-a", password}
+	}
+	args = append(append(args, "--cluster", "create"), c.Addrs()...)
 	args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
 	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
 		c.Close()
@@ -204,7 +217,7 @@ func StartCluster(masters, replicas int, extra ...string) (*Cluster, error) {
 	deadline := time.Now().Add(30 * time.Second)
 	for _, n := range c.Nodes {
 		for {
-			info, err := Do(n.Addr, "CLUSTER", "INFO")
+			info, err := DoAuth(n.Addr, password, "CLUSTER", "INFO")
 			if err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_slots_ok:16384") {
 				break
 			}
@@ -220,7 +233,7 @@ func StartCluster(masters, replicas int, extra ...string) (*Cluster, error) {
 	for replicas > 0 {
 		up := 0
 		for _, n := range c.Nodes {
-			info, err := Do(n.Addr, "INFO", "replication")
+			info, err := DoAuth(n.Addr, password, "INFO", "replication")
 			if err == nil && strings.Contains(info, "role:slave") && strings.Contains(info, "master_link_status:up") {
 				up++
 			}
@@ -401,12 +414,23 @@ func StartSentinels(downAfter time.Duration) (*Sentinels, error) {
 // StartSentinelsWith is StartSentinels with sentinels that ask their
 // clients (and each other) for password ("" for none).
 func StartSentinelsWith(downAfter time.Duration, password string) (*Sentinels, error) {
+	return StartSentinelsAuth(downAfter, password, "")
+}
+
+// StartSentinelsAuth is StartSentinelsWith with a master and replica that
+// ask their clients for dataPassword ("" for none); the sentinels are
+// given it to watch them.
+func StartSentinelsAuth(downAfter time.Duration, password, dataPassword string) (*Sentinels, error) {
 	s := &Sentinels{Password: password}
+	var auth []string
+	if dataPassword != "" {
+		auth = []string{"--requirepass", dataPassword, "--masterauth", dataPassword}
+	}
 	var err error
-	if s.Master, err = Start(); err != nil {
+	if s.Master, err = Start(auth...); err != nil {
 		return nil, err
 	}
-	if s.Replica, err = Start("--replicaof", "127.0.0.1", strconv.Itoa(s.Master.Port)); err != nil {
+	if s.Replica, err = Start(append(auth, "--replicaof", "127.0.0.1", strconv.Itoa(s.Master.Port))...); err != nil {
 		s.Close()
 		return nil, err
 	}
@@ -416,7 +440,7 @@ func StartSentinelsWith(downAfter time.Duration, password string) (*Sentinels, e
 		return nil, err
 	}
 	for range 3 {
-		sn, err := startSentinel(bin, s.Master.Port, downAfter, password)
+		sn, err := startSentinel(bin, s.Master.Port, downAfter, password, dataPassword)
 		if err != nil {
 			s.Close()
 			return nil, err
@@ -443,13 +467,16 @@ func StartSentinelsWith(downAfter time.Duration, password string) (*Sentinels, e
 }
 
 // startSentinel starts one sentinel watching the master on masterPort.
-func startSentinel(bin string, masterPort int, downAfter time.Duration, password string) (*Server, error) {
+func startSentinel(bin string, masterPort int, downAfter time.Duration, password, dataPassword string) (*Server, error) {
 	return startOnFreePort(bin, "fairgate-sentinel-", func(port int, dir string) ([]string, error) {
 		conf := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nlogfile %s/redis.log\nprotected-mode no\n"+
 			"sentinel monitor %s 127.0.0.1 %d 2\nsentinel down-after-milliseconds %s %d\nsentinel failover-timeout %s 10000\nsentinel parallel-syncs %s 1\n",
 			port, dir, dir, MasterName, masterPort, MasterName, downAfter.Milliseconds(), MasterName, MasterName)
 		if password != "" {
 			conf += fmt.Sprintf("requirepass %s\nsentinel sentinel-pass %s\n", password, password)
+		}
+		if dataPassword != "" {
+			conf += fmt.Sprintf("sentinel auth-pass %s %s\n", MasterName, dataPassword)
 		}
 		return []string{dir + "/sentinel.conf", "--sentinel"}, os.WriteFile(dir+"/sentinel.conf", []byte(conf), 0o600)
 	})
