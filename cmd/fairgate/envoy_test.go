@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/fairgate/fairgate/internal/redistest"
 	"github.com/fairgate/fairgate/internal/rlsxds/xdstest"
+	"github.com/fairgate/fairgate/internal/statsdtest"
 )
 
 // writeDomain writes an envoyproxy/ratelimit config file of one domain
@@ -77,30 +77,10 @@ func TestEnvoyEnvironment(t *testing.T) {
 		t.Fatal(err)
 	}
 	// statsd over TCP, that service's default (STATSD_PROTOCOL unset).
-	statsdLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer statsdLn.Close()
-	statsdLines := make(chan string, 10000)
-	go func() {
-		for {
-			conn, err := statsdLn.Accept()
-			if err != nil {
-				return
-			}
-			t.Cleanup(func() { conn.Close() })
-			go func() {
-				s := bufio.NewScanner(conn)
-				for s.Scan() {
-					statsdLines <- s.Text()
-				}
-			}()
-		}
-	}()
+	statsdSrv := statsdtest.Listen(t, "tcp")
 	httpAddr := freeAddr(t)
 	_, httpPort, _ := net.SplitHostPort(httpAddr)
-	_, statsdPort, _ := net.SplitHostPort(statsdLn.Addr().String())
+	_, statsdPort, _ := net.SplitHostPort(statsdSrv.Addr)
 	sv, _, c := serveEnvoyEnv(t, map[string]string{
 		"RUNTIME_ROOT": filepath.Join(root, "current"), "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_WATCH_ROOT": "true",
 		"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": srv.Addr, "REDIS_AUTH": "s3cret", "CACHE_KEY_PREFIX": "envtest_",
@@ -195,7 +175,8 @@ func TestEnvoyEnvironment(t *testing.T) {
 	var got []string
 	for deadline := time.After(10 * time.Second); len(want) > 0; {
 		select {
-		case l := <-statsdLines:
+		case l := <-statsdSrv.Lines:
+			l = strings.TrimSuffix(l, "\n")
 			got = append(got, l)
 			for w := range want {
 				if strings.HasPrefix(l, w) {

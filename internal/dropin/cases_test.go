@@ -101,18 +101,25 @@ func startRedis(t *testing.T, extra ...string) *redistest.Server {
 	return s
 }
 
+// startIn starts tg with s in the working directory dir makes (a new
+// runtime tree when dir is nil), and says whether s turns the local cache
+// on.
+func (tg target) startIn(t *testing.T, dir func(t *testing.T) string, s env) (*service, bool) {
+	t.Helper()
+	wd := ""
+	if dir != nil {
+		wd = dir(t)
+	}
+	return tg.start(t, wd, s), s["LOCAL_CACHE_SIZE_IN_BYTES"] != "" && s["LOCAL_CACHE_SIZE_IN_BYTES"] != "0"
+}
+
 // testBasic is testBasicBaseConfig there: a domain without config, a per
 // second limit, going over a per minute limit, two limits in one call,
 // the time to the reset ticking down, and the statistics at each step.
 // dir, when not nil, makes the working directory.
 func testBasic(tg target, s env, dir func(t *testing.T) string) func(t *testing.T) {
 	return func(t *testing.T) {
-		local := s["LOCAL_CACHE_SIZE_IN_BYTES"] != "" && s["LOCAL_CACHE_SIZE_IN_BYTES"] != "0"
-		wd := ""
-		if dir != nil {
-			wd = dir(t)
-		}
-		sv := tg.start(t, wd, s)
+		sv, local := tg.startIn(t, dir, s)
 		ifLocal := func(v int64) int64 {
 			if local {
 				return v
@@ -199,12 +206,7 @@ func (sv *service) waitForLoad(before int64) int64 {
 // after the load it causes, and its removal is loaded again.
 func testReload(tg target, s env, dir func(t *testing.T) string, reload, restore func(t *testing.T, sv *service)) func(t *testing.T) {
 	return func(t *testing.T) {
-		local := s["LOCAL_CACHE_SIZE_IN_BYTES"] != "" && s["LOCAL_CACHE_SIZE_IN_BYTES"] != "0"
-		wd := ""
-		if dir != nil {
-			wd = dir(t)
-		}
-		sv := tg.start(t, wd, s)
+		sv, local := tg.startIn(t, dir, s)
 		r := sv.call("reload", cacheKey("block", local)+"=foo")
 		same(t, "the domain before it is loaded", &rlspb.RateLimitResponse{OverallCode: ok, Statuses: []*rlspb.RateLimitResponse_DescriptorStatus{{Code: ok}}}, r)
 		time.Sleep(300 * time.Millisecond) // the start's load flushed

@@ -1,7 +1,6 @@
 package dropin_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -21,6 +20,8 @@ import (
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/fairgate/fairgate/internal/statsdtest"
 )
 
 // target is a rate limit service binary, started as envoyproxy/ratelimit
@@ -190,7 +191,7 @@ func (tg target) start(t *testing.T, dir string, s env) *service {
 		"DEBUG_HOST", "127.0.0.1", "DEBUG_PORT", freePort(t))
 	if s["USE_STATSD"] == "true" {
 		sv.stats = newStatsdSink(t)
-		_, port, _ := net.SplitHostPort(sv.stats.ln.Addr().String())
+		_, port, _ := net.SplitHostPort(sv.stats.addr)
 		s = s.with("STATSD_HOST", "127.0.0.1", "STATSD_PORT", port)
 	}
 	sv.grpcAddr = "127.0.0.1:" + s["GRPC_PORT"]
@@ -257,7 +258,7 @@ func (sv *service) call(domain string, ds ...string) *rlspb.RateLimitResponse {
 
 // statsdSink is a statsd server over TCP: counters summed, gauges last.
 type statsdSink struct {
-	ln       net.Listener
+	addr     string
 	mu       sync.Mutex
 	counters map[string]int64
 	gauges   map[string]int64
@@ -265,27 +266,20 @@ type statsdSink struct {
 
 func newStatsdSink(t *testing.T) *statsdSink {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &statsdSink{ln: ln, counters: map[string]int64{}, gauges: map[string]int64{}}
+	srv := statsdtest.Listen(t, "tcp")
+	s := &statsdSink{addr: srv.Addr, counters: map[string]int64{}, gauges: map[string]int64{}}
+	done := make(chan struct{})
+	t.Cleanup(func() { close(done) })
 	go func() {
 		for {
-			c, err := ln.Accept()
-			if err != nil {
+			select {
+			case l := <-srv.Lines:
+				s.add(strings.TrimSuffix(l, "\n"))
+			case <-done:
 				return
 			}
-			go func() {
-				defer c.Close()
-				sc := bufio.NewScanner(c)
-				for sc.Scan() {
-					s.add(sc.Text())
-				}
-			}()
 		}
 	}()
-	t.Cleanup(func() { ln.Close() })
 	return s
 }
 

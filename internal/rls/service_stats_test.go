@@ -1,14 +1,11 @@
 package rls_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"maps"
-	"net"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,69 +15,29 @@ import (
 	"github.com/fairgate/fairgate/internal/redistest"
 	"github.com/fairgate/fairgate/internal/rls"
 	"github.com/fairgate/fairgate/internal/statsd"
+	"github.com/fairgate/fairgate/internal/statsdtest"
 	"github.com/fairgate/fairgate/policy"
 	"github.com/fairgate/fairgate/store/redisstore"
 )
 
 // statsdServer is a fake statsd server on a loopback port, over proto:
-// the lines it receives.
+// the lines it receives, without their '\n'.
 func statsdServer(t *testing.T, proto string) (addr string, lines <-chan string) {
 	t.Helper()
-	ch := make(chan string, 10000)
-	var wg sync.WaitGroup
-	if proto == "udp" {
-		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		wg.Go(func() {
-			buf := make([]byte, 65536)
-			for {
-				n, _, err := pc.ReadFrom(buf)
-				if err != nil {
-					return
-				}
-				for _, l := range strings.Split(strings.TrimSuffix(string(buf[:n]), "\n"), "\n") {
-					ch <- l
-				}
-			}
-		})
-		t.Cleanup(func() { pc.Close(); wg.Wait() })
-		return pc.LocalAddr().String(), ch
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	wg.Go(func() {
+	srv := statsdtest.Listen(t, proto)
+	ch, done := make(chan string, cap(srv.Lines)), make(chan struct{})
+	t.Cleanup(func() { close(done) })
+	go func() {
 		for {
-			c, err := ln.Accept()
-			if err != nil {
+			select {
+			case l := <-srv.Lines:
+				ch <- strings.TrimSuffix(l, "\n")
+			case <-done:
 				return
 			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			wg.Go(func() {
-				s := bufio.NewScanner(c)
-				for s.Scan() {
-					ch <- s.Text()
-				}
-			})
 		}
-	})
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	return ln.Addr().String(), ch
+	}()
+	return srv.Addr, ch
 }
 
 // expectLines reads lines until each of want has come; other lines may

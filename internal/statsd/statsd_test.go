@@ -1,104 +1,26 @@
 package statsd_test
 
 import (
-	"bufio"
 	"fmt"
 	"maps"
 	"net"
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/fairgate/fairgate/internal/statsd"
+	"github.com/fairgate/fairgate/internal/statsdtest"
 )
 
-// fake is a statsd server on a loopback port: the lines it received, and
-// over TCP its connections (to cut them).
-type fake struct {
-	addr  string
-	lines chan string
-	conns chan net.Conn
-}
-
 // listen starts a fake statsd server speaking proto (tcp or udp).
-func listen(t *testing.T, proto string) *fake {
-	t.Helper()
-	f := &fake{lines: make(chan string, 10000), conns: make(chan net.Conn, 100)}
-	var wg sync.WaitGroup
-	if proto == "udp" {
-		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		f.addr = pc.LocalAddr().String()
-		wg.Go(func() {
-			buf := make([]byte, 65536)
-			for {
-				n, _, err := pc.ReadFrom(buf)
-				if err != nil {
-					return
-				}
-				if n > 1432 {
-					f.lines <- "datagram too long"
-				}
-				for _, l := range strings.SplitAfter(string(buf[:n]), "\n") {
-					if l != "" {
-						f.lines <- l
-					}
-				}
-			}
-		})
-		t.Cleanup(func() { pc.Close(); wg.Wait() })
-		return f
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.addr = ln.Addr().String()
-	var mu sync.Mutex
-	var all []net.Conn
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			all = append(all, c)
-			mu.Unlock()
-			f.conns <- c
-			wg.Go(func() {
-				r := bufio.NewReader(c)
-				for {
-					l, err := r.ReadString('\n')
-					if err != nil {
-						return
-					}
-					f.lines <- l
-				}
-			})
-		}
-	})
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range all {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	return f
-}
+func listen(t *testing.T, proto string) *statsdtest.Server { return statsdtest.Listen(t, proto) }
 
 // expect reads lines until every one of want has come, and fails on
 // any other (each line ends in '\n', so a line cut in two or run into
 // the next fails).
-func (f *fake) expect(t *testing.T, want ...string) {
+func expect(t *testing.T, f *statsdtest.Server, want ...string) {
 	t.Helper()
 	missing := map[string]bool{}
 	for _, w := range want {
@@ -107,7 +29,7 @@ func (f *fake) expect(t *testing.T, want ...string) {
 	deadline := time.After(10 * time.Second)
 	for len(missing) > 0 {
 		select {
-		case l := <-f.lines:
+		case l := <-f.Lines:
 			if !missing[l] {
 				t.Fatalf("statsd received %q, want only %q", l, want)
 			}
@@ -126,7 +48,7 @@ func TestProtocols(t *testing.T) {
 	for _, proto := range []string{"tcp", "udp"} {
 		t.Run(proto, func(t *testing.T) {
 			f := listen(t, proto)
-			c, err := statsd.New(statsd.Config{Address: f.addr, Protocol: proto, Interval: time.Hour})
+			c, err := statsd.New(statsd.Config{Address: f.Addr, Protocol: proto, Interval: time.Hour})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -143,13 +65,13 @@ func TestProtocols(t *testing.T) {
 				want = append(want, fmt.Sprintf("%s:%d|c", name, i+1))
 			}
 			c.Flush()
-			f.expect(t, want...)
+			expect(t, f, want...)
 			c.Flush()
 			// Gauges each flush; counters only when they moved.
-			f.expect(t, "ratelimit.localcache.entryCount:7|g")
+			expect(t, f, "ratelimit.localcache.entryCount:7|g")
 			c.Add("last", 1)
 			c.Flush()
-			f.expect(t, "last:1|c", "ratelimit.localcache.entryCount:7|g")
+			expect(t, f, "last:1|c", "ratelimit.localcache.entryCount:7|g")
 		})
 	}
 }
@@ -190,7 +112,7 @@ func TestTags(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := listen(t, tc.proto)
-			c, err := statsd.New(statsd.Config{Address: f.addr, Protocol: tc.proto, Interval: time.Hour, Tags: tags, DogStatsD: tc.dog, Mogrifiers: tc.mog})
+			c, err := statsd.New(statsd.Config{Address: f.Addr, Protocol: tc.proto, Interval: time.Hour, Tags: tags, DogStatsD: tc.dog, Mogrifiers: tc.mog})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -199,7 +121,7 @@ func TestTags(t *testing.T) {
 			c.Add("ratelimit.service.rate_limit.d.k_v.total_hits", 4)
 			c.Gauges(func(set func(string, uint64)) { set("ratelimit.localcache.hitCount", 9) })
 			c.Flush()
-			f.expect(t, tc.want...)
+			expect(t, f, tc.want...)
 		})
 	}
 }
@@ -231,15 +153,15 @@ func TestBadConfig(t *testing.T) {
 // client dials again and later flushes arrive on the new one.
 func TestTCPReconnect(t *testing.T) {
 	f := listen(t, "tcp")
-	c, err := statsd.New(statsd.Config{Address: f.addr, Protocol: "tcp", Interval: time.Hour, Retry: 10 * time.Millisecond})
+	c, err := statsd.New(statsd.Config{Address: f.Addr, Protocol: "tcp", Interval: time.Hour, Retry: 10 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
 	c.Add("before", 1)
 	c.Flush()
-	f.expect(t, "before:1|c")
-	first := <-f.conns
+	expect(t, f, "before:1|c")
+	first := <-f.Conns
 	first.Close()
 	// Writes on the cut connection fail (or are lost) until the client
 	// notices; it then dials again and the next flushes arrive.
@@ -248,12 +170,12 @@ func TestTCPReconnect(t *testing.T) {
 		c.Add("after", 1)
 		c.Flush()
 		select {
-		case <-f.conns:
+		case <-f.Conns:
 			for {
 				c.Add("after", 1)
 				c.Flush()
 				select {
-				case l := <-f.lines:
+				case l := <-f.Lines:
 					if strings.HasPrefix(l, "after:") {
 						return
 					}
