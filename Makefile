@@ -4,7 +4,7 @@ FUZZTIME  ?= 10s
 BENCHTIME ?= 1s
 PKGS      := ./...
 
-.PHONY: help build run test bench bench-service fuzz vet staticcheck fmt-check tidy-check deps-check lint ci ensure-redis ensure-chromium ensure-gateways ensure-packaging ensure-helm image
+.PHONY: help build run test bench bench-service fuzz vet staticcheck fmt-check tidy-check deps-check lint ci ensure-redis ensure-chromium ensure-gateways ensure-packaging image
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 18
@@ -32,13 +32,11 @@ ensure-gateways: ## install nginx and Caddy for the gateway tests if missing (ap
 ensure-packaging: ## install podman and systemd-analyze for the packaging tests if missing (apt-get, as root)
 	@bash scripts/ensure-packaging.sh
 
-ensure-helm: ## build helm for the chart's test if missing (go install from the Go module proxy)
-	@bash scripts/ensure-helm.sh
 
 ensure-chromium: ## install Chromium for the dashboard's browser test if missing (apt-get, as root)
 	@bash scripts/ensure-chromium.sh
 
-test: ensure-redis ensure-chromium ensure-gateways ensure-packaging ensure-helm ## the whole suite, race detector on, against real redis-server processes, nginx, Caddy and a headless Chromium
+test: ensure-redis ensure-chromium ensure-gateways ensure-packaging ## the whole suite, race detector on, against real redis-server processes, nginx, Caddy and a headless Chromium
 	$(GO) test -race -shuffle=on -timeout 9m $(PKGS)
 	$(GO) test -count=1 -run 'TestResetsNeverOverAdmit' ./store/redisstore  # left out of -race: see store/redisstore/reset_test.go
 

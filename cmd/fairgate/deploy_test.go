@@ -211,23 +211,6 @@ func TestVersion(t *testing.T) {
 	}
 }
 
-// helmBinary is helm on PATH, or where scripts/ensure-helm.sh builds it;
-// the test skips when there is none.
-func helmBinary(t *testing.T) string {
-	t.Helper()
-	if p, err := exec.LookPath("helm"); err == nil {
-		return p
-	}
-	if gp, err := exec.Command("go", "env", "GOPATH").Output(); err == nil {
-		p := filepath.Join(strings.TrimSpace(string(gp)), "bin", "helm")
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-	}
-	t.Skip("helm is not installed: make test builds it (scripts/ensure-helm.sh)")
-	return ""
-}
-
 // hasDemoKey reports whether text holds one of examples.DemoAPIKeys, or
 // its SHA-256 as a config holds it.
 func hasDemoKey(text string) bool {
@@ -240,25 +223,21 @@ func hasDemoKey(text string) bool {
 	return false
 }
 
-// helmTemplate runs helm template on the chart with --set values and
-// returns its output, or its error with the output.
-func helmTemplate(helm string, set ...string) (string, error) {
-	args := []string{"template", "t", "../../deploy/helm/fairgate"}
+// helmSet renders the chart (release t) with --set values and returns
+// the output, or the error with the output.
+func helmSet(set ...string) (string, error) {
+	args := []string{"t", "../../deploy/helm/fairgate"}
 	for _, s := range set {
 		args = append(args, "--set", s)
 	}
-	out, err := exec.Command(helm, args...).CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("helm template %s: %v\n%s", strings.Join(set, " "), err, out)
-	}
-	return string(out), nil
+	return helmTemplate(args...)
 }
 
 // render runs helm template on the chart with --set values and returns
 // the objects by kind.
-func render(t *testing.T, helm string, set ...string) map[string]map[string]any {
+func render(t *testing.T, set ...string) map[string]map[string]any {
 	t.Helper()
-	out, err := helmTemplate(helm, set...)
+	out, err := helmSet(set...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,15 +279,14 @@ func dig(v any, path ...any) any {
 // a Secret (never in the Deployment), a PodDisruptionBudget, the
 // ServiceMonitor toggle, and a locked-down security context.
 func TestHelmChart(t *testing.T) {
-	helm := helmBinary(t)
-	run1(t, helm, "lint", "--strict", "../../deploy/helm/fairgate")
+	helmLint(t, "../../deploy/helm/fairgate")
 	chartCfg, _ := os.ReadFile("../../deploy/helm/fairgate/files/fairgate.yaml")
 	example, _ := os.ReadFile("../../examples/fairgate.minimal.yaml")
 	if len(example) == 0 || string(chartCfg) != string(example) {
 		t.Error("deploy/helm/fairgate/files/fairgate.yaml differs from examples/fairgate.minimal.yaml: copy it again")
 	}
 
-	def := render(t, helm)
+	def := render(t)
 	for _, k := range []string{"Deployment", "Service", "ConfigMap"} {
 		if def[k] == nil {
 			t.Errorf("no %s rendered", k)
@@ -318,7 +296,7 @@ func TestHelmChart(t *testing.T) {
 		t.Error("a ServiceMonitor, Secret or PodDisruptionBudget (one replica: it would block every drain) rendered without being asked for")
 	}
 	// No published credential, and no per-pod limits across pods.
-	if out, _ := helmTemplate(helm); hasDemoKey(out) {
+	if out, _ := helmSet(); hasDemoKey(out) {
 		t.Error("the chart's default render holds a published demo API key")
 	}
 	if dig(def["Deployment"], "spec", "replicas") != 1 {
@@ -346,11 +324,11 @@ func TestHelmChart(t *testing.T) {
 		t.Error("no memory limit")
 	}
 	sum := dig(pod, "metadata", "annotations", "checksum/config")
-	if other := render(t, helm, "config=headers: x"); dig(other["Deployment"], "spec", "template", "metadata", "annotations", "checksum/config") == sum {
+	if other := render(t, "config=headers: x"); dig(other["Deployment"], "spec", "template", "metadata", "annotations", "checksum/config") == sum {
 		t.Error("a config change does not change the checksum annotation: the pods would not roll")
 	}
 
-	all := render(t, helm, "replicaCount=3", "store.url=redis://redis:6379", "store.password=s3cret-store", "adminToken=s3cret-admin", "internalToken=s3cret-internal", "serviceMonitor.enabled=true", "upstream=http://api:9000")
+	all := render(t, "replicaCount=3", "store.url=redis://redis:6379", "store.password=s3cret-store", "adminToken=s3cret-admin", "internalToken=s3cret-internal", "serviceMonitor.enabled=true", "upstream=http://api:9000")
 	if all["ServiceMonitor"] == nil || all["Secret"] == nil || all["PodDisruptionBudget"] == nil {
 		t.Fatal("the ServiceMonitor, the Secret or the PodDisruptionBudget is missing")
 	}
@@ -365,13 +343,13 @@ func TestHelmChart(t *testing.T) {
 	if !strings.Contains(string(dep), "password_file=/etc/fairgate/secrets/store-password") || !strings.Contains(string(dep), `"secretKeyRef":{"key":"admin-token"`) {
 		t.Errorf("the Deployment does not take the password as a file and the token from the Secret: %s", dep)
 	}
-	if traced := render(t, helm, "extraEnv[0].name=OTEL_EXPORTER_OTLP_ENDPOINT", "extraEnv[0].value=http://otel:4318"); !strings.Contains(fmt.Sprint(dig(traced["Deployment"], "spec", "template", "spec", "containers", 0, "env")), "OTEL_EXPORTER_OTLP_ENDPOINT") {
+	if traced := render(t, "extraEnv[0].name=OTEL_EXPORTER_OTLP_ENDPOINT", "extraEnv[0].value=http://otel:4318"); !strings.Contains(fmt.Sprint(dig(traced["Deployment"], "spec", "template", "spec", "containers", 0, "env")), "OTEL_EXPORTER_OTLP_ENDPOINT") {
 		t.Error("extraEnv is not in the container's environment")
 	}
 	if dig(all["ServiceMonitor"], "spec", "endpoints", 0, "port") != "internal" {
 		t.Error("in proxy mode the ServiceMonitor must scrape the internal port")
 	}
-	testHelmProbes(t, helm, def, all)
+	testHelmProbes(t, def, all)
 }
 
 // testHelmProbes: the probes are on the internal port in proxy mode (out
@@ -379,7 +357,7 @@ func TestHelmChart(t *testing.T) {
 // on main liveness was on the public port), readiness follows the store
 // only with readyRequiresStore (FAIRGATE_READY_REQUIRES_STORE), which a
 // memory store refuses at render time.
-func testHelmProbes(t *testing.T, helm string, def, proxy map[string]map[string]any) {
+func testHelmProbes(t *testing.T, def, proxy map[string]map[string]any) {
 	t.Helper()
 	probes := func(objs map[string]map[string]any) (live, ready any) {
 		c := dig(objs["Deployment"], "spec", "template", "spec", "containers", 0)
@@ -397,11 +375,11 @@ func testHelmProbes(t *testing.T, helm string, def, proxy map[string]map[string]
 	if strings.Contains(env(proxy), "FAIRGATE_READY_REQUIRES_STORE") {
 		t.Error("FAIRGATE_READY_REQUIRES_STORE set without readyRequiresStore: readiness would follow Redis by default")
 	}
-	if on := render(t, helm, "store.url=redis://redis:6379", "readyRequiresStore=true"); !strings.Contains(env(on), "map[name:FAIRGATE_READY_REQUIRES_STORE value:true]") {
+	if on := render(t, "store.url=redis://redis:6379", "readyRequiresStore=true"); !strings.Contains(env(on), "map[name:FAIRGATE_READY_REQUIRES_STORE value:true]") {
 		t.Errorf("readyRequiresStore=true: no FAIRGATE_READY_REQUIRES_STORE=true in %s", env(on))
 	}
-	out, err := exec.Command(helm, "template", "t", "../../deploy/helm/fairgate", "--set", "readyRequiresStore=true").CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "readyRequiresStore makes /readyz follow a shared store") {
+	out, err := helmSet("readyRequiresStore=true")
+	if err == nil || !strings.Contains(err.Error(), "readyRequiresStore makes /readyz follow a shared store") {
 		t.Errorf("readyRequiresStore with the memory store rendered (%v): %s", err, out)
 	}
 }
@@ -411,13 +389,12 @@ func testHelmProbes(t *testing.T, helm string, def, proxy map[string]map[string]
 // with a message saying why and what to set; allowPerPodLimits accepts
 // it; a Redis store needs no such consent.
 func TestHelmChartRefusesPerPodLimits(t *testing.T) {
-	helm := helmBinary(t)
 	for _, set := range [][]string{
 		{"replicaCount=2"},
 		{"replicaCount=1", "autoscaling.enabled=true", "autoscaling.maxReplicas=3"},
 		{"replicaCount=2", "store.url=memory://?max_keys=1000"},
 	} {
-		_, err := helmTemplate(helm, set...)
+		_, err := helmSet(set...)
 		if err == nil || !strings.Contains(err.Error(), "store.url is memory:// with up to") || !strings.Contains(err.Error(), "allowPerPodLimits=true") {
 			t.Errorf("%v: %v; want the refusal of per-pod limits", set, err)
 		}
@@ -427,7 +404,7 @@ func TestHelmChartRefusesPerPodLimits(t *testing.T) {
 		{"replicaCount=2", "store.url=redis://redis:6379"},
 		{"replicaCount=1", "autoscaling.enabled=false", "autoscaling.maxReplicas=3"},
 	} {
-		objs := render(t, helm, set...)
+		objs := render(t, set...)
 		if objs["Deployment"] == nil {
 			t.Errorf("%v: no Deployment", set)
 		}
@@ -438,7 +415,6 @@ func TestHelmChartRefusesPerPodLimits(t *testing.T) {
 // API, /metrics) listens on the pod for the probes but is not on the
 // Service unless asked for, and then only with its token.
 func TestHelmChartInternalPort(t *testing.T) {
-	helm := helmBinary(t)
 	servicePorts := func(objs map[string]map[string]any) []any {
 		var names []any
 		for _, p := range dig(objs["Service"], "spec", "ports").([]any) {
@@ -446,7 +422,7 @@ func TestHelmChartInternalPort(t *testing.T) {
 		}
 		return names
 	}
-	proxy := render(t, helm, "upstream=http://api:9000")
+	proxy := render(t, "upstream=http://api:9000")
 	if names := servicePorts(proxy); slices.Contains(names, "internal") {
 		t.Errorf("the Service carries the internal port by default: %v", names)
 	}
@@ -457,10 +433,10 @@ func TestHelmChartInternalPort(t *testing.T) {
 		{"upstream=http://api:9000", "internalService.enabled=true"},
 		{"upstream=http://api:9000", "serviceMonitor.enabled=true"},
 	} {
-		if _, err := helmTemplate(helm, set...); err == nil || !strings.Contains(err.Error(), "would be on the Service with no token: set internalToken") {
+		if _, err := helmSet(set...); err == nil || !strings.Contains(err.Error(), "would be on the Service with no token: set internalToken") {
 			t.Errorf("%v: %v; want a refusal without internalToken", set, err)
 		}
-		on := render(t, helm, append(set, "internalToken=s3cret-internal")...)
+		on := render(t, append(set, "internalToken=s3cret-internal")...)
 		if names := servicePorts(on); !slices.Contains(names, "internal") {
 			t.Errorf("%v with internalToken: the Service lacks the internal port: %v", set, names)
 		}

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -73,16 +72,6 @@ type rendered struct {
 	ServiceMonitor *serviceMonitor
 }
 
-// helmRun runs helm template with args (release and chart first) and
-// returns its output, or its error with the output.
-func helmRun(helm string, args ...string) (string, error) {
-	out, err := exec.Command(helm, append([]string{"template"}, args...)...).CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("helm template %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return string(out), nil
-}
-
 var docSep = regexp.MustCompile(`(?m)^---\s*$`)
 
 // decodeStrict decodes every object of a helm template output strictly
@@ -140,9 +129,9 @@ func decodeStrict(out string) (rendered, error) {
 
 // renderTyped renders the chart (release t) with args and decodes it
 // strictly.
-func renderTyped(t *testing.T, helm string, args ...string) rendered {
+func renderTyped(t *testing.T, args ...string) rendered {
 	t.Helper()
-	out, err := helmRun(helm, append([]string{"t", chartDir}, args...)...)
+	out, err := helmTemplate(append([]string{"t", chartDir}, args...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +158,6 @@ func envOf(c corev1.Container) map[string]corev1.EnvVar {
 // carries every feature asked for. On main it fails: the ServiceMonitor's
 // bearerTokenSecret is not a field of the current API.
 func TestHelmChartAPITypes(t *testing.T) {
-	helm := helmBinary(t)
 	chart, err := os.ReadFile(filepath.Join(chartDir, "Chart.yaml"))
 	if err != nil {
 		t.Fatal(err)
@@ -184,7 +172,7 @@ func TestHelmChartAPITypes(t *testing.T) {
 		{"--set", "replicaCount=3,store.url=redis://redis:6379,store.password=p,adminToken=a,internalToken=i,serviceMonitor.enabled=true,upstream=http://api:9000"},
 		{"--set", "grpcPort=8082,internalToken=i,serviceMonitor.enabled=true"},
 	} {
-		out, err := helmRun(helm, append([]string{"t", chartDir}, args...)...)
+		out, err := helmTemplate(append([]string{"t", chartDir}, args...)...)
 		if err != nil {
 			t.Error(err)
 			continue
@@ -192,12 +180,12 @@ func TestHelmChartAPITypes(t *testing.T) {
 		if r, err := decodeStrict(out); err != nil || r.Deployment == nil || r.Service == nil {
 			t.Errorf("%v: %v (or no Deployment or Service)", args, err)
 		}
-		if _, err := helmRun(helm, append([]string{"t", chartDir, "--kube-version", "1.29.0"}, args...)...); err == nil || !strings.Contains(err.Error(), "kubeVersion") {
+		if _, err := helmTemplate(append([]string{"t", chartDir, "--kube-version", "1.29.0"}, args...)...); err == nil || !strings.Contains(err.Error(), "kubeVersion") {
 			t.Errorf("%v: rendered for Kubernetes 1.29 (%v): want the chart's kubeVersion to refuse it (the preStop sleep needs 1.30)", args, err)
 		}
 	}
 
-	full := renderTyped(t, helm, "-f", filepath.Join(chartDir, "ci/full-values.yaml"))
+	full := renderTyped(t, "-f", filepath.Join(chartDir, "ci/full-values.yaml"))
 	if full.HPA == nil || full.NetworkPolicy == nil || full.PDB == nil || full.ServiceMonitor == nil || full.ConfigMap == nil {
 		t.Fatalf("full values: HPA %v, NetworkPolicy %v, PDB %v, ServiceMonitor %v, ConfigMap %v: want each", full.HPA != nil, full.NetworkPolicy != nil, full.PDB != nil, full.ServiceMonitor != nil, full.ConfigMap != nil)
 	}
@@ -301,8 +289,7 @@ func testNetworkPolicy(t *testing.T, full rendered) {
 		t.Errorf("grpc's ipBlock peer is lost: %s", from["grpc"])
 	}
 	// No peers for a port: not opened at all, never opened to everyone.
-	helm := helmBinary(t)
-	r := renderTyped(t, helm, "--set", "networkPolicy.enabled=true,upstream=http://api:9000,adminToken=a")
+	r := renderTyped(t, "--set", "networkPolicy.enabled=true,upstream=http://api:9000,adminToken=a")
 	for _, rule := range r.NetworkPolicy.Spec.Ingress {
 		if p := rule.Ports[0].Port.String(); p != "http" {
 			t.Errorf("port %s opened without peers: %+v", p, rule)
@@ -315,7 +302,7 @@ func testNetworkPolicy(t *testing.T, full rendered) {
 		"networkPolicy.enabled=true,grpcPort=8082",
 		"networkPolicy.enabled=true,upstream=http://api:9000,internalToken=i,serviceMonitor.enabled=true",
 	} {
-		if _, err := helmTemplate(helm, set); err == nil || !strings.Contains(err.Error(), "networkPolicy.enabled with") {
+		if _, err := helmSet(set); err == nil || !strings.Contains(err.Error(), "networkPolicy.enabled with") {
 			t.Errorf("%s: %v; want a refusal (the port would be closed to its only callers)", set, err)
 		}
 	}
@@ -325,19 +312,18 @@ func testNetworkPolicy(t *testing.T, full rendered) {
 // chart would put in its own Secret, without keys, or keys without a
 // name, is refused with what to set.
 func TestHelmChartExistingSecretRefusals(t *testing.T) {
-	helm := helmBinary(t)
 	for _, c := range []struct{ set, want string }{
 		{"existingSecret.name=s,existingSecret.adminTokenKey=a,adminToken=x", "put each value in that Secret"},
 		{"existingSecret.name=s,existingSecret.storePasswordKey=p,store.password=x", "put each value in that Secret"},
 		{"existingSecret.name=s", "no key of it is named"},
 		{"existingSecret.internalTokenKey=i", "without existingSecret.name"},
 	} {
-		if _, err := helmTemplate(helm, c.set); err == nil || !strings.Contains(err.Error(), c.want) {
+		if _, err := helmSet(c.set); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v; want %q", c.set, err, c.want)
 		}
 	}
 	// Only the admin token in it: no internal token, no password file.
-	r := renderTyped(t, helm, "--set", "existingSecret.name=s,existingSecret.adminTokenKey=admin")
+	r := renderTyped(t, "--set", "existingSecret.name=s,existingSecret.adminTokenKey=admin")
 	env := envOf(r.Deployment.Spec.Template.Spec.Containers[0])
 	if ref := env["FAIRGATE_ADMIN_TOKEN"].ValueFrom; r.Secret != nil || ref == nil || ref.SecretKeyRef.Name != "s" || env["FAIRGATE_INTERNAL_TOKEN"].Name != "" || strings.Contains(env["FAIRGATE_STORE"].Value, "password_file") {
 		t.Errorf("existingSecret with the admin key only: Secret %v, env %v", r.Secret != nil, env)
@@ -353,8 +339,7 @@ func TestHelmChartExistingSecretRefusals(t *testing.T) {
 // every domain of the example ConfigMap mounted there as kubelet mounts
 // it; the example decodes strictly and each of its files is a domain.
 func TestHelmChartEnvoySwap(t *testing.T) {
-	helm := helmBinary(t)
-	r := renderTyped(t, helm, "-f", filepath.Join(chartDir, "ci/rls-values.yaml"))
+	r := renderTyped(t, "-f", filepath.Join(chartDir, "ci/rls-values.yaml"))
 	if r.ConfigMap != nil {
 		t.Error("in envoyproxy/ratelimit's place the chart still renders its fairgate.yaml ConfigMap")
 	}
@@ -453,7 +438,7 @@ func TestHelmChartEnvoySwap(t *testing.T) {
 		{"rls.configMap=rl,upstream=http://api:9000", "rls.configMap and upstream are both set"},
 		{"rls.configMap=rl,grpcPort=9000", "leave grpcPort 0"},
 	} {
-		if _, err := helmTemplate(helm, c.set); err == nil || !strings.Contains(err.Error(), c.want) {
+		if _, err := helmSet(c.set); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v; want %q", c.set, err, c.want)
 		}
 	}
@@ -464,7 +449,6 @@ func TestHelmChartEnvoySwap(t *testing.T) {
 // comment says (release fairgate in namespace fairgate), on a port of that
 // Service; on main the chart named it fairgate-fairgate.
 func TestHelmChartIngressNginxExample(t *testing.T) {
-	helm := helmBinary(t)
 	b, err := os.ReadFile("../../examples/gateways/ingress-nginx.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -480,7 +464,7 @@ func TestHelmChartIngressNginxExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := helmRun(helm, "fairgate", chartDir, "--namespace", "fairgate")
+	out, err := helmTemplate("fairgate", chartDir, "--namespace", "fairgate")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -503,7 +487,7 @@ func TestHelmChartIngressNginxExample(t *testing.T) {
 		{[]string{"api-limits", chartDir}, "api-limits-fairgate"},
 		{[]string{"t", chartDir, "--set", "fullnameOverride=limits"}, "limits"},
 	} {
-		out, err := helmRun(helm, c.args...)
+		out, err := helmTemplate(c.args...)
 		if err != nil {
 			t.Fatal(err)
 		}
