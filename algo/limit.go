@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"strings"
 	"time"
 )
 
@@ -33,8 +34,19 @@ const (
 
 var algorithmNames = [numAlgorithms]string{"gcra", "token_bucket", "sliding_log", "sliding_window", "fixed_window"}
 
+// AlgorithmCount is the number of algorithms: their codes are 0 to
+// AlgorithmCount-1.
+const AlgorithmCount = int(numAlgorithms)
+
 // Algorithms lists every algorithm, in code order.
 var Algorithms = []Algorithm{GCRA, TokenBucket, SlidingLog, SlidingWindow, FixedWindow}
+
+// AlgorithmNames lists the wire names for a message that offers them:
+// "gcra, token_bucket, sliding_log, sliding_window or fixed_window".
+func AlgorithmNames() string {
+	n := len(algorithmNames)
+	return strings.Join(algorithmNames[:n-1], ", ") + " or " + algorithmNames[n-1]
+}
 
 // String returns the algorithm's wire name, such as "token_bucket".
 func (a Algorithm) String() string {
@@ -60,7 +72,7 @@ func ParseAlgorithm(name string) (Algorithm, error) {
 			return Algorithm(i), nil
 		}
 	}
-	return 0, fmt.Errorf("algo: unknown algorithm %q: want one of gcra, token_bucket, sliding_log, sliding_window, fixed_window", name)
+	return 0, fmt.Errorf("algo: unknown algorithm %q: want %s", name, AlgorithmNames())
 }
 
 // Bounds on a [Limit]. They keep every intermediate value of the arithmetic

@@ -8,6 +8,7 @@ import (
 
 	"github.com/dunglas/httpsfv"
 
+	"github.com/fairgate/fairgate/algo"
 	"github.com/fairgate/fairgate/httplimit/problem"
 	"github.com/fairgate/fairgate/limiter"
 )
@@ -55,9 +56,6 @@ func (f Form) Names() []string {
 	}
 	return []string{canonicalLimit, canonicalRemaining, canonicalReset}
 }
-
-// ceilSeconds is d in whole seconds, rounded up.
-func ceilSeconds(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }
 
 // RetryAfter formats d as a Retry-After value: whole seconds, rounded up,
 // at least 1, so that a client that waits it is never early.
@@ -166,13 +164,13 @@ func (hs *headers) emit(f Form, d limiter.Decision) {
 		q, w := quota(ld)
 		pol := httpsfv.NewItem(ld.Policy)
 		pol.Params.Add("q", q)
-		pol.Params.Add("w", max(1, ceilSeconds(w)))
+		pol.Params.Add("w", max(1, algo.CeilSeconds(w)))
 		if v, err := httpsfv.Marshal(httpsfv.List{pol}); err == nil {
 			set("RateLimit-Policy", v)
 		}
 		cur := httpsfv.NewItem(ld.Policy)
 		cur.Params.Add("r", max(ld.Remaining, 0))
-		cur.Params.Add("t", max(ceilSeconds(ld.ResetAfter), 0))
+		cur.Params.Add("t", max(algo.CeilSeconds(ld.ResetAfter), 0))
 		if v, err := httpsfv.Marshal(httpsfv.List{cur}); err == nil {
 			set("RateLimit", v)
 		}
@@ -183,7 +181,7 @@ func (hs *headers) emit(f Form, d limiter.Decision) {
 	default:
 		set("RateLimit-Limit", nonNeg(ld.Limit.Capacity()))
 		set("RateLimit-Remaining", nonNeg(ld.Remaining))
-		set("RateLimit-Reset", nonNeg(ceilSeconds(ld.ResetAfter)))
+		set("RateLimit-Reset", nonNeg(algo.CeilSeconds(ld.ResetAfter)))
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/fairgate/fairgate/algo"
 	"github.com/fairgate/fairgate/httplimit/problem"
 	"github.com/fairgate/fairgate/limiter"
 	"github.com/fairgate/fairgate/policy"
@@ -43,7 +44,7 @@ func WriteRejection(w http.ResponseWriter, f Form, d limiter.Decision) {
 			Title:  "Rate limiter unavailable",
 			Status: http.StatusServiceUnavailable,
 			Detail: "the rate limiter cannot decide right now and this route fails closed; retry later",
-			Ext:    map[string]any{"code": "rate_limiter_unavailable", "retry_after_seconds": max(1, ceilSeconds(d.RetryAfter))},
+			Ext:    map[string]any{"code": "rate_limiter_unavailable", "retry_after_seconds": max(1, algo.CeilSeconds(d.RetryAfter))},
 		})
 		return
 	}
@@ -56,7 +57,7 @@ func WriteRejection(w http.ResponseWriter, f Form, d limiter.Decision) {
 		Title:  "Too many requests",
 		Status: http.StatusTooManyRequests,
 		Detail: "over the limit of policy " + d.Policy + "; retry after the time given",
-		Ext:    map[string]any{"policy": d.Policy, "retry_after_seconds": max(1, ceilSeconds(d.RetryAfter))},
+		Ext:    map[string]any{"policy": d.Policy, "retry_after_seconds": max(1, algo.CeilSeconds(d.RetryAfter))},
 	})
 }
 

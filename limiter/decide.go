@@ -120,7 +120,7 @@ func (l *Limiter) count(c *call, d *Decision) {
 		return
 	}
 	if d.Reason == ReasonLimited && l.logged.allow(c.now.Unix()) {
-		l.log.Info("limited", slog.String("tenant", d.Resolution.Tenant), slog.String("policy", d.Policy), slog.Int64("retry_after_ms", ceilMs(d.RetryAfter)))
+		l.log.Info("limited", slog.String("tenant", d.Resolution.Tenant), slog.String("policy", d.Policy), slog.Int64("retry_after_ms", algo.CeilMillis(d.RetryAfter)))
 	}
 	plan := d.Resolution.Plan
 	if d.Resolution.Anonymous {
@@ -473,7 +473,7 @@ func (l *Limiter) learn(c *call, d *Decision, sr *store.Result) {
 	for _, ld := range d.Layers {
 		if ld.Shadow && !ld.Allowed {
 			l.m.shadow.WithLabelValues(ld.Policy).Inc()
-			l.log.Info("shadow limit would reject", slog.String("tenant", c.res.Tenant), slog.String("policy", ld.Policy), slog.Int64("retry_after_ms", ceilMs(ld.RetryAfter)))
+			l.log.Info("shadow limit would reject", slog.String("tenant", c.res.Tenant), slog.String("policy", ld.Policy), slog.Int64("retry_after_ms", algo.CeilMillis(ld.RetryAfter)))
 		}
 	}
 	if d.Reason == ReasonLimited && c.near {

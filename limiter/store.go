@@ -11,10 +11,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sony/gobreaker/v2"
+
 	"github.com/fairgate/fairgate/algo"
 	"github.com/fairgate/fairgate/policy"
 	"github.com/fairgate/fairgate/store"
-	"github.com/sony/gobreaker/v2"
 )
 
 // fallbackChecks are checks sized for the fallback: each limit and burst
@@ -140,10 +141,6 @@ func (l *Limiter) logRare(now time.Time, msg string, err error) {
 		l.log.Warn(msg, slog.String("error", err.Error()))
 	}
 }
-
-// ceilMs is d in whole milliseconds, rounded up, for logs (fields named
-// *_ms): a client that waits it is never early.
-func ceilMs(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }
 
 // appendChecks appends the store checks of res to cs.
 func appendChecks(cs []store.Check, res policy.Resolution) []store.Check {

@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/fairgate/fairgate/algo"
 	"github.com/fairgate/fairgate/store"
 )
 
@@ -46,7 +47,7 @@ func (l *Limiter) endDecision(span trace.Span, c *call, d *Decision) {
 			attrs = append(attrs, attrLayers.Int(len(c.checks)))
 		}
 		if d.RetryAfter > 0 {
-			attrs = append(attrs, attrRetryMs.Int64(ceilMs(d.RetryAfter)))
+			attrs = append(attrs, attrRetryMs.Int64(algo.CeilMillis(d.RetryAfter)))
 		}
 		span.SetAttributes(attrs...)
 	}

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/fairgate/fairgate/algo"
 )
 
 // ContentType is the media type of a problem details body.
@@ -65,5 +67,5 @@ func RetryAfterSeconds(d time.Duration) string {
 // problem body's retry_after_seconds carries, always equal to the
 // Retry-After header beside it.
 func RetrySeconds(d time.Duration) int64 {
-	return max(1, int64((d+time.Second-1)/time.Second))
+	return max(1, algo.CeilSeconds(d))
 }

@@ -261,7 +261,7 @@ func (d *Decoder) rule(n *yaml.Node, path string, extra Handlers) policy.Rule {
 		"algorithm": func(v *yaml.Node, path string) {
 			a, err := algo.ParseAlgorithm(d.Str(v, path))
 			if err != nil {
-				d.Add(v, path, "unknown algorithm %q: want gcra, token_bucket, sliding_log, sliding_window or fixed_window", v.Value)
+				d.Add(v, path, "unknown algorithm %q: want %s", v.Value, algo.AlgorithmNames())
 			}
 			r.Limit.Algorithm = a
 		},

@@ -3,7 +3,6 @@ package rls
 import (
 	"context"
 	"math"
-	"strconv"
 	"time"
 
 	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -11,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/fairgate/fairgate/algo"
+	"github.com/fairgate/fairgate/httplimit/problem"
 	"github.com/fairgate/fairgate/policy"
 	"github.com/fairgate/fairgate/store"
 )
@@ -145,7 +145,7 @@ func (s *Service) fill(rules []rule, b *batch, res *store.Result, a *answer, res
 	}
 }
 
-// retryAfter is a Retry-After header of d, whole seconds rounded up.
+// retryAfter is a Retry-After header of d, as every front writes it.
 func retryAfter(d time.Duration) []*corepb.HeaderValue {
-	return []*corepb.HeaderValue{{Key: "Retry-After", Value: strconv.FormatInt(int64((d+time.Second-1)/time.Second), 10)}}
+	return []*corepb.HeaderValue{{Key: "Retry-After", Value: problem.RetryAfterSeconds(d)}}
 }

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/fairgate/fairgate/algo"
 	"github.com/fairgate/fairgate/limiter"
 )
 
@@ -443,7 +444,7 @@ func headers(h Headers, rules []rule, resp *rlspb.RateLimitResponse, a *answer, 
 		reset = strconv.FormatInt(d.Seconds, 10)
 	}
 	if exact && pick.DurationUntilReset != nil {
-		reset = strconv.FormatInt(int64((pick.DurationUntilReset.AsDuration()+time.Second-1)/time.Second), 10)
+		reset = strconv.FormatInt(algo.CeilSeconds(pick.DurationUntilReset.AsDuration()), 10)
 	}
 	out := []*corepb.HeaderValue{
 		{Key: cmp.Or(h.Limit, "RateLimit-Limit"), Value: strconv.FormatUint(uint64(pick.CurrentLimit.RequestsPerUnit), 10)},

@@ -92,7 +92,7 @@ func effectiveView(tl limiter.TenantLimits) map[string]any {
 	layers := make([]map[string]any, len(tl.Layers))
 	for i, l := range tl.Layers {
 		ly := map[string]any{"policy": l.Policy, "limit": l.Limit, "burst": l.Burst, "period_ms": ms(l.Period),
-			"remaining": l.Remaining, "reset_after_ms": ceilMs(l.ResetAfter)}
+			"remaining": l.Remaining, "reset_after_ms": algo.CeilMillis(l.ResetAfter)}
 		if l.Class != "" {
 			ly["class"] = l.Class
 		}
@@ -267,7 +267,7 @@ func (b planBody) plan(name string) (policy.Plan, string) {
 		if rb.Algorithm != nil {
 			a, err := algo.ParseAlgorithm(*rb.Algorithm)
 			if err != nil {
-				return p, fmt.Sprintf("%salgorithm: unknown %q: want gcra, token_bucket, sliding_log, sliding_window or fixed_window", at, *rb.Algorithm)
+				return p, fmt.Sprintf("%salgorithm: unknown %q: want %s", at, *rb.Algorithm, algo.AlgorithmNames())
 			}
 			r.Limit.Algorithm = a
 		}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fairgate/fairgate/algo"
 	"github.com/fairgate/fairgate/httplimit"
 	"github.com/fairgate/fairgate/httplimit/problem"
 	"github.com/fairgate/fairgate/internal/auth"
@@ -143,12 +144,12 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 		resp.Status = http.StatusTooManyRequests
 	}
 	if !d.Allowed {
-		resp.RetryAfterMs = ceilMs(d.RetryAfter)
+		resp.RetryAfterMs = algo.CeilMillis(d.RetryAfter)
 	}
 	for _, ld := range d.Layers {
 		resp.Decisions = append(resp.Decisions, layerJSON{
 			Policy: ld.Policy, Limit: ld.Limit.Capacity(), Remaining: ld.Remaining,
-			ResetAfterMs: ceilMs(ld.ResetAfter), RetryAfterMs: ceilMs(ld.RetryAfter), Allowed: ld.Allowed, Shadow: ld.Shadow,
+			ResetAfterMs: algo.CeilMillis(ld.ResetAfter), RetryAfterMs: algo.CeilMillis(ld.RetryAfter), Allowed: ld.Allowed, Shadow: ld.Shadow,
 		})
 	}
 	out := outPool.Get().(*[]byte)
@@ -240,7 +241,7 @@ func (s *Server) handleMyLimits(w http.ResponseWriter, r *http.Request) {
 		out.Queues = s.queueStates(r, tl.Tenant)
 	}
 	for _, l := range tl.Layers {
-		out.Layers = append(out.Layers, layer{l.Policy, l.Class, l.Limit, l.Burst, int64(l.Period / time.Millisecond), l.Remaining, ceilMs(l.ResetAfter), l.Shadow})
+		out.Layers = append(out.Layers, layer{l.Policy, l.Class, l.Limit, l.Burst, int64(l.Period / time.Millisecond), l.Remaining, algo.CeilMillis(l.ResetAfter), l.Shadow})
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/fairgate/fairgate/algo"
 	"github.com/fairgate/fairgate/httplimit"
 	"github.com/fairgate/fairgate/httplimit/problem"
 	"github.com/fairgate/fairgate/quota"
@@ -95,7 +96,7 @@ func (o *outbound) handleAcquire(w http.ResponseWriter, r *http.Request) {
 			Type:   httplimit.TypeRateLimited,
 			Status: http.StatusTooManyRequests,
 			Detail: err.Error(),
-			Ext:    map[string]any{"acquired": false, "retry_after_ms": ceilMs(de.RetryAfter), "limited_by": limited, "waited_ms": waited.Milliseconds()},
+			Ext:    map[string]any{"acquired": false, "retry_after_ms": algo.CeilMillis(de.RetryAfter), "limited_by": limited, "waited_ms": waited.Milliseconds()},
 		})
 	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
 		// The worker went away; nobody reads the answer.

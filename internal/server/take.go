@@ -45,10 +45,6 @@ type takeResponse struct {
 	Degraded     bool  `json:"degraded,omitempty"`
 }
 
-// ceilMs rounds d up to whole milliseconds, so a client that waits it is
-// never early.
-func ceilMs(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }
-
 // maxPeriodMs is algo.MaxPeriod in milliseconds.
 const maxPeriodMs = int64(algo.MaxPeriod / time.Millisecond)
 
@@ -409,7 +405,7 @@ func parseTake(req *takeRequest) (c store.Check, failOpen bool, detail string) {
 	if req.algorithm.ok {
 		a, err := algo.ParseAlgorithm(req.algorithm.v)
 		if err != nil {
-			return c, false, fmt.Sprintf("algorithm: unknown %q: want gcra, token_bucket, sliding_log, sliding_window or fixed_window", req.algorithm.v)
+			return c, false, fmt.Sprintf("algorithm: unknown %q: want %s", req.algorithm.v, algo.AlgorithmNames())
 		}
 		c.Limit.Algorithm = a
 	}
@@ -490,8 +486,8 @@ func (s *Server) handleTake(w http.ResponseWriter, r *http.Request) {
 		Allowed:      d.Allowed,
 		Limit:        d.Limit,
 		Remaining:    d.Remaining,
-		RetryAfterMs: ceilMs(d.RetryAfter),
-		ResetAfterMs: ceilMs(d.ResetAfter),
+		RetryAfterMs: algo.CeilMillis(d.RetryAfter),
+		ResetAfterMs: algo.CeilMillis(d.ResetAfter),
 		Degraded:     reason == limiter.ReasonDegradedOpen,
 	}
 	out := outPool.Get().(*[]byte)

@@ -6,13 +6,12 @@ import (
 	"strings"
 
 	"github.com/redis/rueidis"
+
+	"github.com/fairgate/fairgate/algo"
 )
 
 //go:embed lua/*.lua
 var luaFiles embed.FS
-
-// algoFiles are the algorithm scripts, indexed by algo.Algorithm.
-var algoFiles = [...]string{"gcra", "token_bucket", "sliding_log", "sliding_window", "fixed_window"}
 
 // fragments are the sections of one algorithm file: --@helpers, --@eval,
 // --@write and --@refund (see lua/lib.lua for their contract).
@@ -62,10 +61,11 @@ func parseFragments(name string) fragments {
 func script(driver string, mask uint8) string {
 	var frags []fragments
 	var codes []int
-	for i, name := range algoFiles {
-		if mask&(1<<i) != 0 {
-			frags = append(frags, parseFragments(name))
-			codes = append(codes, i)
+	// The script of each algorithm is lua/<its wire name>.lua.
+	for _, a := range algo.Algorithms {
+		if mask&(1<<a) != 0 {
+			frags = append(frags, parseFragments(a.String()))
+			codes = append(codes, int(a))
 		}
 	}
 	dispatch := func(pick func(fragments) string) string {
@@ -103,7 +103,7 @@ func script(driver string, mask uint8) string {
 // benchmarks that want to call it through another client.
 func TakeScript() string { return script("take1", allAlgorithms) }
 
-const allAlgorithms = 1<<len(algoFiles) - 1
+const allAlgorithms = 1<<algo.AlgorithmCount - 1
 
 // take1Scripts and refundScripts hold one script per set of algorithms
 // (batches of several checks run take_multi.lua, in coalesce.go).
