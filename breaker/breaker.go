@@ -472,7 +472,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		state: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "fairgate_dependency_breaker_state",
-			Help: "Circuit breaker state by dependency: 0 closed, 1 half-open, 2 open.",
+			Help: "Circuit breaker state by dependency: 0 closed, 1 half-open (from the first call after the cooldown), 2 open.",
 		}, []string{"dependency"}),
 		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fairgate_dependency_rejections_total",

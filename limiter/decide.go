@@ -86,7 +86,7 @@ type Decision struct {
 const UnavailableRetryAfter = 5 * time.Second
 
 // maxHeld bounds the requests an instance holds at once (see
-// [Class.SlowDown]); past it, rejections are answered at once.
+// [policy.Class].SlowDown); past it, rejections are answered at once.
 const maxHeld = 4096
 
 // hold waits d, unless maxHeld requests are held already or ctx ends

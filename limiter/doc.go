@@ -8,11 +8,15 @@
 // the [ControlStore] changes ([Limiter.Run] polls it; [Limiter.PutOverride]
 // and [Limiter.PutPlan] write it after checking that it compiles).
 //
-// Every decision, whatever asks for it ([Limiter.Decide] for a request,
+// A rate decision, whatever asks for it ([Limiter.Decide] for a request,
 // [Limiter.TakeChecks] for checks given directly), goes through one
 // pipeline: near cache, lease, store call under a deadline and a circuit
 // breaker, then the fail mode and the fallback. A decision reads the clock
-// once.
+// once. Concurrency slots ([Limiter.AcquireSlots] alone, or the slot
+// layers of a Decide) make their own store call, under the same deadline
+// and breaker and decided by the same fail mode, before the rate layers;
+// [Limiter.ReleaseSlots] gives them back. [Limiter.Effective] reads a
+// tenant's limits and their state without deciding anything.
 //
 // Shadow layers (a shadow class's own layers, or a rule marked shadow) are
 // decided like the others, but a rejection only counts

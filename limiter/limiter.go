@@ -55,7 +55,7 @@ type Config struct {
 	Now func() time.Time
 	// NoNearCache turns off the near cache of rejected keys for every
 	// class (it is on by default; a class can turn it off alone). See
-	// [Class.NoNearCache].
+	// [policy.Class].NoNearCache.
 	NoNearCache bool
 	// Limited, if not nil, is told the tenant of every request limited
 	// ("" for an anonymous one), as it is decided: for a bounded
@@ -118,7 +118,7 @@ type Limiter struct {
 }
 
 // New returns a limiter for c. It fails if c.Policy does not compile, with
-// the [Problems].
+// the [policy.Problems].
 func New(c Config) (*Limiter, error) {
 	if c.Store == nil {
 		return nil, errors.New("limiter: Config.Store is required")
@@ -178,7 +178,8 @@ func New(c Config) (*Limiter, error) {
 func (l *Limiter) Snapshot() *policy.Snapshot { return l.snap.Load() }
 
 // SetPolicy replaces the file's policy, keeping the run-time overlay. A
-// policy that does not compile changes nothing and returns the [Problems].
+// policy that does not compile changes nothing and returns the
+// [policy.Problems].
 func (l *Limiter) SetPolicy(p policy.Policy) error {
 	snap, err := policy.Compile(p)
 	if err != nil {

@@ -14,7 +14,7 @@ import (
 	"github.com/fairgate/fairgate/store"
 )
 
-// Concurrency slots (issue 24 §1): a plan's Concurrency lets a tenant have
+// Concurrency slots: a plan's Concurrency lets a tenant have
 // that many requests in flight, across instances. A request takes its
 // slots before its rate tokens: refused a slot, it takes no token; refused
 // a token, it gives its slots back at once. So a rejected request takes

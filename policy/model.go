@@ -106,7 +106,7 @@ type Class struct {
 	// Fail is the class's fail mode. Zero (FailDefault) means open.
 	Fail FailMode `json:"fail"`
 	// Shadow runs the class's own layers without enforcing them; its
-	// requests still count against the tenant's overall limits as before.
+	// requests still count against the tenant's overall limits.
 	Shadow bool `json:"shadow,omitempty"`
 	// NoNearCache sends every request of the class to the store, even
 	// for a key the store has just rejected (the near cache is on by

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Keeps the dependency direction of CONVENTIONS.md: algo imports only the
+# Keeps the import layers (the house style's "small packages, a pure core";
+# the rules are stated here, this script is their only home): algo imports only the
 # standard library; store imports only algo; policy (the pure policy
 # model) imports only algo and the standard library; backends never import
 # each other; quota, fairq and the config loader depend on policy, never on

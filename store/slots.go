@@ -10,7 +10,7 @@ import (
 // each one a request in flight, shared by every instance that uses the
 // store. A lease ends when it is released or when its time runs out, so a
 // crashed holder's slots come back within the lease. Both of fairgate's
-// stores implement it (issue 24: per-tenant concurrency).
+// stores implement it.
 type Slots interface {
 	// AcquireSlot takes a slot of key for lease id, lasting ttl from the
 	// store's clock, when fewer than limit unexpired leases hold key

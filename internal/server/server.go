@@ -1,10 +1,22 @@
-// Package server is fairgate's HTTP service: GET /healthz and /readyz,
-// POST /v1/take (a limit on any key with the policy in the request, in the
-// manner of redis-cell's CL.THROTTLE), POST /v1/check (a tenant decision
-// for gateways), GET /v1/me/limits, POST /v1/outbound/acquire and
-// /v1/outbound/pause (provider quotas for workers), /metrics, the reverse
-// proxy in front of an upstream API, and (admin.go) the admin API on its
-// own listener.
+// Package server is fairgate's HTTP service. With an upstream, the
+// public listener serves the reverse proxy (proxy.go), GET /v1/me/limits,
+// the job API's enqueue and status (jobs.go) and /healthz; everything else
+// is on the internal listener. Without one, a single listener serves all
+// of it:
+//
+//   - decisions: POST /v1/take (a limit on any key with the policy in the
+//     request, in the manner of redis-cell's CL.THROTTLE; take.go), POST
+//     /v1/check (a tenant decision; check.go), the forward-auth endpoint
+//     /v1/authz for nginx, Caddy, Traefik and Envoy's ext_authz (authz.go),
+//     POST /v1/concurrency/acquire and /release (concurrency.go);
+//   - workers: POST /v1/outbound/acquire and /pause (provider quotas;
+//     outbound.go), POST /v1/jobs/{kind}/lease, /v1/jobs/{id}/ack and
+//     /nack (jobs.go);
+//   - operations: GET /readyz, /healthz, /metrics, /openapi.json, the
+//     dashboard, and envoyproxy/ratelimit's /json and /healthcheck when the
+//     Envoy service runs;
+//   - the admin API on its own listener (admin.go, adminkeys.go,
+//     adminview.go).
 //
 // Nothing a client sends can crash or stall it: bodies are capped, decoding
 // is strict, every store call has a deadline, and errors are problem+json.

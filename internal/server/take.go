@@ -498,7 +498,7 @@ func (s *Server) handleTake(w http.ResponseWriter, r *http.Request) {
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	e := encPool.Get().(*encoder)
 	e.buf.Reset()
-	e.enc.Encode(v) // a newline after the value, as before
+	e.enc.Encode(v) // the value and a newline
 	w.Header()["Content-Type"] = jsonContentType
 	w.WriteHeader(status)
 	w.Write(e.buf.Bytes())

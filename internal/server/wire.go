@@ -11,7 +11,7 @@ import (
 // its answers by appending, with no reflection; encoding/json remains the
 // authority for every body the fast reader leaves (escapes, nulls,
 // unknown or repeated names, anything malformed), so errors and edge
-// cases are exactly as before. FuzzFastBodies holds the two readers to
+// cases are encoding/json's. FuzzFastBodies holds the two readers to
 // the same result.
 
 // opt is a field of a request body: its value, and whether it was given.
