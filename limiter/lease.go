@@ -30,6 +30,10 @@ const leaseTTL = time.Second
 // maxLeases bounds the key sets an instance holds leases for.
 const maxLeases = 10_000
 
+// lease is what an instance holds for one key set. Its mutex guards the
+// fields only and is never held across a store call: the take of a new
+// lease is marked in taking, and the requests that arrive meanwhile wait
+// for it (or for their context) and then spend from it.
 type lease struct {
 	mu      sync.Mutex
 	units   int64
@@ -37,6 +41,7 @@ type lease struct {
 	backoff time.Time       // no lease is tried before: the last was refused
 	wait    time.Duration   // the last backoff, doubled on each refusal
 	layers  []LayerDecision // the decision of the take that leased them
+	taking  chan struct{}   // closed when the take in flight ends; nil when none
 }
 
 type leaseTable struct {
@@ -86,17 +91,36 @@ func (l *Limiter) leased(ctx context.Context, res policy.Resolution, now time.Ti
 	}
 	e := l.leases.get(res)
 	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.units < res.Cost || !now.Before(e.expires) {
+	for e.units < res.Cost || !now.Before(e.expires) {
 		if now.Before(e.backoff) {
+			e.mu.Unlock()
 			return Decision{}, false // n units are not there yet: decide as usual
 		}
+		if ch := e.taking; ch != nil {
+			// Another request is taking a lease: wait for it, then look
+			// again (it may have brought units).
+			e.mu.Unlock()
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				return Decision{}, false
+			}
+			e.mu.Lock()
+			continue
+		}
+		ch := make(chan struct{})
+		e.taking = ch
+		e.mu.Unlock()
 		checks := checksOf(res)
 		for i := range checks {
 			checks[i].Cost = n
 		}
 		var sr store.Result
-		if err := l.take(ctx, now, checks, &sr); err != nil || !sr.Allowed {
+		err := l.take(ctx, now, checks, &sr)
+		e.mu.Lock()
+		e.taking = nil
+		close(ch)
+		if err != nil || !sr.Allowed {
 			if err == nil {
 				// Under a load over the limit, n units may never gather
 				// while requests take them one by one: back off longer
@@ -104,6 +128,7 @@ func (l *Limiter) leased(ctx context.Context, res policy.Resolution, now time.Ti
 				e.wait = min(max(sr.RetryAfter(), 2*e.wait), leaseTTL)
 				e.backoff = now.Add(e.wait)
 			}
+			e.mu.Unlock()
 			return Decision{}, false
 		}
 		e.wait = 0
@@ -111,6 +136,7 @@ func (l *Limiter) leased(ctx context.Context, res policy.Resolution, now time.Ti
 		e.layers = layerDecisions(res.Layers, sr.Decisions)
 		l.m.leaseTakes.Inc()
 	}
+	defer e.mu.Unlock()
 	e.units -= res.Cost
 	d := Decision{Resolution: res, Allowed: true, Reason: ReasonAllowed, Tightest: -1}
 	d.Layers = make([]LayerDecision, len(e.layers))

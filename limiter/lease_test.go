@@ -3,11 +3,14 @@ package limiter
 import (
 	"context"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/fairgate/fairgate/algo"
 	"github.com/fairgate/fairgate/policy"
+	"github.com/fairgate/fairgate/store"
 	"github.com/fairgate/fairgate/store/memstore"
 )
 
@@ -82,4 +85,93 @@ func testLeases(t *testing.T, lim algo.Limit) {
 	}
 	t.Logf("%v: store calls per 1,000 decisions: %d without leases, %d with leases of 10; admitted %d vs %d; worst excess over the bound %d (documented at most 20)", lim,
 		plainCalls*1000/16_000, leasedCalls*1000/16_000, len(plain), len(leased), worst(leased))
+}
+
+// gateStore holds every Take while its gate is closed (until the call's
+// context ends), counting the calls.
+type gateStore struct {
+	store.Store
+	calls atomic.Int64
+	held  chan struct{} // receives once per call that waits at the gate
+	gate  chan struct{} // closed: calls go through
+}
+
+func (g *gateStore) Take(ctx context.Context, checks []store.Check, res *store.Result) error {
+	g.calls.Add(1)
+	select {
+	case <-g.gate:
+	default:
+		g.held <- struct{}{}
+		select {
+		case <-g.gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return g.Store.Take(ctx, checks, res)
+}
+
+// leasePolicy leases 10 units of a limit of 1,000 a second.
+var leasePolicy = policy.Policy{DefaultPlan: "p", DefaultClass: "hot",
+	Plans:   map[string]policy.Plan{"p": {Name: "p", Rules: []policy.Rule{{Limit: algo.Limit{Limit: 1000, Period: time.Second, Burst: 1000}}}}},
+	Classes: map[string]policy.Class{"hot": {Name: "hot", Share: 1, Lease: 10}}}
+
+// TestLeaseTakeHoldsNoLock: while one request's lease take waits on the
+// store, another request of the same key set is not held behind a lock
+// for it: it gives up when its own context ends, and is answered.
+func TestLeaseTakeHoldsNoLock(t *testing.T) {
+	st := &gateStore{Store: memstore.New(memstore.Config{}), held: make(chan struct{}, 4), gate: make(chan struct{})}
+	l, err := New(Config{Store: st, Policy: leasePolicy, Timeout: -1, NoNearCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := make(chan Decision, 1)
+	go func() {
+		d, _ := l.Decide(context.Background(), policy.Request{Tenant: "whale"})
+		first <- d
+	}()
+	<-st.held // the first request's lease take waits on the store
+	ctx, cancel := context.WithCancel(context.Background())
+	second := make(chan error, 1)
+	go func() {
+		_, err := l.Decide(ctx, policy.Request{Tenant: "whale"})
+		second <- err
+	}()
+	cancel()
+	select {
+	case <-second:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a request whose context ended waited behind another request's lease take")
+	}
+	close(st.gate)
+	if d := <-first; !d.Allowed {
+		t.Fatalf("the first request: %+v", d)
+	}
+}
+
+// TestLeaseWaitersShareTheTake: requests that arrive while a lease is
+// being taken wait for it and spend from it, rather than each calling the
+// store: 8 concurrent requests with leases of 10 make one store call.
+func TestLeaseWaitersShareTheTake(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	st := &gateStore{Store: memstore.New(memstore.Config{Now: func() time.Time { return now }}), held: make(chan struct{}, 16), gate: make(chan struct{})}
+	l, err := New(Config{Store: st, Policy: leasePolicy, Now: func() time.Time { return now }, Timeout: -1, NoNearCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var allowed atomic.Int64
+	for range 8 {
+		wg.Go(func() {
+			if d, err := l.Decide(context.Background(), policy.Request{Tenant: "whale"}); err == nil && d.Allowed {
+				allowed.Add(1)
+			}
+		})
+	}
+	<-st.held // one take waits on the store; the others wait for it, or come after it
+	close(st.gate)
+	wg.Wait()
+	if allowed.Load() != 8 || st.calls.Load() != 1 {
+		t.Fatalf("%d of 8 allowed with %d store calls; want 8 with 1 (the lease of 10)", allowed.Load(), st.calls.Load())
+	}
 }
