@@ -110,12 +110,11 @@ func (s *Slots) Renew(ctx context.Context) error {
 	if s == nil || s.released.Load() {
 		return nil
 	}
-	for _, sl := range s.layers {
-		if _, err := s.l.acquireSlot(ctx, sl, s.id, s.lease); err != nil {
-			return err
-		}
-	}
-	return nil
+	// Each layer is renewed on its own (every one optional): a slot that
+	// ran out and was taken meanwhile does not keep the others from
+	// being renewed.
+	_, err := s.l.acquireSlots(ctx, s.layers, s.id, s.lease, true)
+	return err
 }
 
 // KeepAlive renews the slots every half lease until stop is called (or
@@ -151,20 +150,21 @@ func (s *Slots) KeepAlive() (stop func()) {
 // store is out a release costs nothing (the caller's response waits for
 // it), and the lease frees the slot.
 func (l *Limiter) releaseSlots(ctx context.Context, layers []policy.SlotLayer, id string) error {
-	ctx = context.WithoutCancel(ctx)
-	var first error
-	for _, sl := range layers {
-		rctx, cancel := l.storeContext(ctx)
-		err := l.storeCall([]store.Check{{Key: sl.Key}}, func() error { return l.slots.store.ReleaseSlot(rctx, sl.Key, id) })
-		cancel()
-		if err != nil && first == nil {
-			first = err
-		}
+	if len(layers) == 0 {
+		return nil
 	}
-	if first != nil {
-		l.logRare(time.Now(), "a concurrency slot was not released; its lease frees it", first)
+	rctx, cancel := l.storeContext(context.WithoutCancel(ctx))
+	defer cancel()
+	keys := make([]string, len(layers))
+	checks := make([]store.Check, len(layers))
+	for i, sl := range layers {
+		keys[i], checks[i] = sl.Key, store.Check{Key: sl.Key}
 	}
-	return first
+	err := l.storeCall(checks, func() error { return l.slots.store.ReleaseSlots(rctx, id, keys) })
+	if err != nil {
+		l.logRare(time.Now(), "concurrency slots were not released; their lease frees them", err)
+	}
+	return err
 }
 
 // leaseID is a fresh lease's ID: 128 random bits.
@@ -200,53 +200,61 @@ func (l *Limiter) decideWithSlots(ctx context.Context, c *call) (Decision, error
 	return dec, nil
 }
 
-// takeSlots takes c's slots for lease id, lasting lease: all of them, or
-// none and the decision that refused (or the store's error).
+// takeSlots takes c's slots for lease id, lasting lease, in one store
+// call: all of them, or none and the decision that refused (or the
+// store's error). A shadow layer that is full does not refuse: the
+// request goes on without its slot, counted as the shadow rejection it
+// is.
 func (l *Limiter) takeSlots(ctx context.Context, c *call, id string, lease time.Duration) ([]SlotDecision, *Decision, error) {
-	sd := make([]SlotDecision, 0, len(c.res.Slots))
+	rs, err := l.acquireSlots(ctx, c.res.Slots, id, lease, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	sd := make([]SlotDecision, len(c.res.Slots))
+	refused := -1
 	for i, sl := range c.res.Slots {
-		r, err := l.acquireSlot(ctx, sl, id, lease)
-		if err != nil {
-			l.releaseSlots(ctx, c.res.Slots[:i], id)
-			return nil, nil, err
+		r := rs[i]
+		sd[i] = SlotDecision{SlotLayer: sl, Allowed: r.Acquired, InUse: r.InUse, Remaining: max(0, sl.Limit-r.InUse)}
+		if r.Acquired || r.InUse < sl.Limit {
+			continue // taken, or not taken only because another layer was full
 		}
-		d := SlotDecision{SlotLayer: sl, Allowed: r.Acquired, InUse: r.InUse, Remaining: max(0, sl.Limit-r.InUse)}
-		if !r.Acquired && sl.Shadow {
-			// A shadow class's layer enforces nothing: the request goes on
-			// without its slot, counted as the shadow rejection it is.
-			c.shadowSlot = true
-			l.m.shadow.WithLabelValues(sl.Policy).Inc()
-			l.log.Info("shadow limit would reject", slog.String("tenant", c.res.Tenant), slog.String("policy", sl.Policy))
-			sd = append(sd, d)
-			continue
+		if !sl.Shadow {
+			refused = i
+			sd[i].RetryAfter = l.slots.retryAfter(r)
+			break
 		}
-		if !r.Acquired {
-			d.RetryAfter = l.slots.retryAfter(r)
-			l.releaseSlots(ctx, c.res.Slots[:i], id)
-			dec := Decision{Reason: ReasonLimited, Policy: sl.Policy, RetryAfter: d.RetryAfter, Tightest: -1, Resolution: c.res, Now: c.now,
-				Concurrency: append(sd, d)}
-			l.count(c, &dec)
-			return nil, &dec, nil
-		}
-		sd = append(sd, d)
+		c.shadowSlot = true
+		l.m.shadow.WithLabelValues(sl.Policy).Inc()
+		l.log.Info("shadow limit would reject", slog.String("tenant", c.res.Tenant), slog.String("policy", sl.Policy))
+	}
+	if refused >= 0 {
+		sl := c.res.Slots[refused]
+		dec := Decision{Reason: ReasonLimited, Policy: sl.Policy, RetryAfter: sd[refused].RetryAfter, Tightest: -1, Resolution: c.res, Now: c.now,
+			Concurrency: sd[:refused+1]}
+		l.count(c, &dec)
+		return nil, &dec, nil
 	}
 	return sd, nil, nil
 }
 
-// acquireSlot takes (or renews) one slot under the store deadline and
-// through the breaker of the slot key's domain (a tenant's slots live
-// beside its rate keys): while the store is out, slot calls are refused at
-// once rather than each waiting for its deadline.
-func (l *Limiter) acquireSlot(ctx context.Context, sl policy.SlotLayer, id string, lease time.Duration) (store.SlotResult, error) {
+// acquireSlots takes (or renews) the slots of layers for lease id in one
+// store call, under the store deadline and through the breaker of the
+// slot keys' domain (a tenant's slots live beside its rate keys): while
+// the store is out, slot calls are refused at once rather than each
+// waiting for its deadline. Shadow layers are optional, and every layer
+// is when allOptional.
+func (l *Limiter) acquireSlots(ctx context.Context, layers []policy.SlotLayer, id string, lease time.Duration, allOptional bool) ([]store.SlotResult, error) {
 	sctx, cancel := l.storeContext(ctx)
 	defer cancel()
-	var r store.SlotResult
-	err := l.storeCall([]store.Check{{Key: sl.Key}}, func() error {
-		var err error
-		r, err = l.slots.store.AcquireSlot(sctx, sl.Key, id, sl.Limit, lease)
-		return err
-	})
-	return r, err
+	as := make([]store.SlotAcquire, len(layers))
+	checks := make([]store.Check, len(layers))
+	for i, sl := range layers {
+		as[i] = store.SlotAcquire{Key: sl.Key, Limit: sl.Limit, Optional: sl.Shadow || allOptional}
+		checks[i] = store.Check{Key: sl.Key}
+	}
+	rs := make([]store.SlotResult, len(layers))
+	err := l.storeCall(checks, func() error { return l.slots.store.AcquireSlots(sctx, id, lease, as, rs) })
+	return rs, err
 }
 
 // AcquireSlots takes req's concurrency slots alone, without rate tokens,

@@ -86,7 +86,7 @@ func TestSlotsTakeNeither(t *testing.T) {
 		t.Fatalf("the seventh request: %+v, want limited by the rate layer", d)
 	}
 	// ...and it gave its slot back: four can be in flight again.
-	if r, err := l.slots.store.AcquireSlot(context.Background(), d.Resolution.Slots[0].Key, "probe", 4, time.Minute); err != nil || r.InUse != 1 {
+	if r, err := store.AcquireSlot(context.Background(), l.slots.store, d.Resolution.Slots[0].Key, "probe", 4, time.Minute); err != nil || r.InUse != 1 {
 		t.Fatalf("slots in use after a rate rejection: %+v, %v; want only the probe", r, err)
 	}
 }
@@ -181,11 +181,11 @@ func (*downSlots) Take(context.Context, []store.Check, *store.Result) error {
 	return store.ErrUnavailable
 }
 func (*downSlots) Close() error { return nil }
-func (d *downSlots) AcquireSlot(context.Context, string, string, int64, time.Duration) (store.SlotResult, error) {
+func (d *downSlots) AcquireSlots(context.Context, string, time.Duration, []store.SlotAcquire, []store.SlotResult) error {
 	d.calls.Add(1)
-	return store.SlotResult{}, store.ErrUnavailable
+	return store.ErrUnavailable
 }
-func (*downSlots) ReleaseSlot(context.Context, string, string) error { return store.ErrUnavailable }
+func (*downSlots) ReleaseSlots(context.Context, string, []string) error { return store.ErrUnavailable }
 
 // TestSlotsBehindBreaker: while the store is out, slot calls go through
 // the store's breaker: once it opens they are refused at once, and the
@@ -243,5 +243,44 @@ func TestShadowClassSlotsEnforceNothing(t *testing.T) {
 	}
 	for _, d := range held {
 		d.Slots.Release(context.Background())
+	}
+}
+
+// slotCalls counts a store's slot calls.
+type slotCalls struct {
+	*memstore.Store
+	acquires, releases atomic.Int64
+}
+
+func (s *slotCalls) AcquireSlots(ctx context.Context, id string, ttl time.Duration, as []store.SlotAcquire, res []store.SlotResult) error {
+	s.acquires.Add(1)
+	return s.Store.AcquireSlots(ctx, id, ttl, as, res)
+}
+
+func (s *slotCalls) ReleaseSlots(ctx context.Context, id string, keys []string) error {
+	s.releases.Add(1)
+	return s.Store.ReleaseSlots(ctx, id, keys)
+}
+
+// TestSlotsOneRoundTrip: a request with two concurrency layers (the
+// tenant's and its class's) takes its slots in one store call and gives
+// them back in one; refused by the class layer, it took none (the
+// tenant's count did not move) and gives nothing back.
+func TestSlotsOneRoundTrip(t *testing.T) {
+	st := &slotCalls{Store: memstore.New(memstore.Config{})}
+	l := slotLimiter(t, st)
+	a, b := decideSlot(t, l, "acme", "/export"), decideSlot(t, l, "acme", "/export")
+	if !a.Allowed || !b.Allowed || len(a.Concurrency) != 2 || st.acquires.Load() != 2 {
+		t.Fatalf("two exports: %+v / %+v with %d slot calls; want both allowed with one call each", a, b, st.acquires.Load())
+	}
+	c := decideSlot(t, l, "acme", "/export")
+	if c.Allowed || st.acquires.Load() != 3 || st.releases.Load() != 0 {
+		t.Fatalf("a third export: %+v, %d acquires and %d releases; want refused in one call, nothing to give back", c, st.acquires.Load(), st.releases.Load())
+	}
+	if d := decideSlot(t, l, "acme", "/x"); !d.Allowed || d.Concurrency[0].InUse != 3 {
+		t.Fatalf("a read: %+v, want allowed as the tenant's 3rd (the refused export held none)", d)
+	}
+	if err := a.Slots.Release(context.Background()); err != nil || st.releases.Load() != 1 {
+		t.Fatalf("release: %v after %d calls, want one call", err, st.releases.Load())
 	}
 }

@@ -169,21 +169,21 @@ func (s lazyStore) Hold(ctx context.Context, key string, lim algo.Limit, d time.
 	return errNotConnected
 }
 
-// AcquireSlot implements store.Slots.
-func (s lazyStore) AcquireSlot(ctx context.Context, key, id string, limit int64, ttl time.Duration) (store.SlotResult, error) {
+// AcquireSlots implements store.Slots.
+func (s lazyStore) AcquireSlots(ctx context.Context, id string, ttl time.Duration, as []store.SlotAcquire, res []store.SlotResult) error {
 	if rs := s.z.conn.Load(); rs != nil {
-		return rs.AcquireSlot(ctx, key, id, limit, ttl)
+		return rs.AcquireSlots(ctx, id, ttl, as, res)
 	}
-	if err := store.ValidateSlot(key, id, limit, ttl); err != nil {
-		return store.SlotResult{}, err
+	if err := store.ValidateSlots(id, ttl, as, res); err != nil {
+		return err
 	}
-	return store.SlotResult{}, errNotConnected
+	return errNotConnected
 }
 
-// ReleaseSlot implements store.Slots.
-func (s lazyStore) ReleaseSlot(ctx context.Context, key, id string) error {
+// ReleaseSlots implements store.Slots.
+func (s lazyStore) ReleaseSlots(ctx context.Context, id string, keys []string) error {
 	if rs := s.z.conn.Load(); rs != nil {
-		return rs.ReleaseSlot(ctx, key, id)
+		return rs.ReleaseSlots(ctx, id, keys)
 	}
 	return errNotConnected
 }

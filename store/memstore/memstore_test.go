@@ -26,15 +26,15 @@ func TestSlotKeysBounded(t *testing.T) {
 	s := New(Config{Shards: 1, MaxKeys: 100, Now: func() time.Time { return now }})
 	ctx := context.Background()
 	for i := range 100 {
-		if _, err := s.AcquireSlot(ctx, fmt.Sprint("k", i), "id", 1, time.Second); err != nil {
+		if _, err := store.AcquireSlot(ctx, s, fmt.Sprint("k", i), "id", 1, time.Second); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := s.AcquireSlot(ctx, "one-more", "id", 1, time.Second); !errors.Is(err, ErrSlotsFull) {
+	if _, err := store.AcquireSlot(ctx, s, "one-more", "id", 1, time.Second); !errors.Is(err, ErrSlotsFull) {
 		t.Fatalf("key 101 with 100 live: %v, want ErrSlotsFull", err)
 	}
 	now = now.Add(2 * time.Second)
-	if r, err := s.AcquireSlot(ctx, "one-more", "id", 1, time.Second); err != nil || !r.Acquired {
+	if r, err := store.AcquireSlot(ctx, s, "one-more", "id", 1, time.Second); err != nil || !r.Acquired {
 		t.Fatalf("once the leases ran out: %+v, %v", r, err)
 	}
 }

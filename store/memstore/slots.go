@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"slices"
 	"sync"
 	"time"
 
@@ -33,7 +34,8 @@ type slotShard struct {
 	keys map[string]map[string]int64 // key → lease id → expiry, µs
 }
 
-func (s *Store) slotShard(key string) *slotShard {
+// slotIndex is the index of key's slot shard.
+func (s *Store) slotIndex(key string) int {
 	ss := &s.slots
 	ss.once.Do(func() {
 		ss.shards = make([]slotShard, len(s.shards))
@@ -43,56 +45,101 @@ func (s *Store) slotShard(key string) *slotShard {
 			ss.shards[i].keys = map[string]map[string]int64{}
 		}
 	})
-	return &ss.shards[maphash.String(ss.seed, key)&s.mask]
+	return int(maphash.String(ss.seed, key) & s.mask)
 }
 
-// AcquireSlot implements store.Slots.
-func (s *Store) AcquireSlot(ctx context.Context, key, id string, limit int64, ttl time.Duration) (store.SlotResult, error) {
-	if err := store.ValidateSlot(key, id, limit, ttl); err != nil {
-		return store.SlotResult{}, err
+func (s *Store) slotShard(key string) *slotShard { return &s.slots.shards[s.slotIndex(key)] }
+
+// AcquireSlots implements store.Slots: the shards of the keys are locked
+// together (in index order, so that two calls never wait on each other),
+// so the call is one atomic step.
+func (s *Store) AcquireSlots(ctx context.Context, id string, ttl time.Duration, as []store.SlotAcquire, res []store.SlotResult) error {
+	if err := store.ValidateSlots(id, ttl, as, res); err != nil {
+		return err
 	}
 	if err := ctx.Err(); err != nil {
-		return store.SlotResult{}, err
+		return err
 	}
 	now := s.nowUs()
-	sh := s.slotShard(key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	leases := sh.keys[key]
-	reclaim(leases, now)
-	_, held := leases[id]
-	res := store.SlotResult{Now: time.UnixMicro(now)}
-	if held || int64(len(leases)) < limit {
-		if leases == nil {
-			if len(sh.keys) >= s.slots.per && !sh.sweep(now, s.slots.per) {
-				return res, fmt.Errorf("%w: %w", store.ErrUnavailable, ErrSlotsFull)
-			}
-			leases = map[string]int64{}
-			sh.keys[key] = leases
-		}
-		leases[id] = now + int64(ttl/time.Microsecond)
-		res.Acquired = true
+	unlock := s.lockSlotShards(len(as), func(i int) string { return as[i].Key })
+	defer unlock()
+	refused := false
+	for i, a := range as {
+		leases := s.slotShard(a.Key).keys[a.Key]
+		reclaim(leases, now)
+		_, held := leases[id]
+		ok := held || int64(len(leases)) < a.Limit
+		res[i] = store.SlotResult{Acquired: ok, InUse: int64(len(leases)), Now: time.UnixMicro(now)}
+		refused = refused || !ok && !a.Optional
 	}
-	res.InUse = int64(len(leases))
-	res.NextExpiry = nextExpiry(leases, now)
-	return res, nil
+	for i, a := range as {
+		sh := s.slotShard(a.Key)
+		leases := sh.keys[a.Key]
+		if refused {
+			res[i].Acquired = false
+		} else if res[i].Acquired {
+			if leases == nil {
+				if len(sh.keys) >= s.slots.per && !sh.sweep(now, s.slots.per) {
+					// Keys taken earlier in this call are given back:
+					// nothing is taken when the call fails.
+					for _, b := range as[:i] {
+						if l := s.slotShard(b.Key).keys[b.Key]; l != nil {
+							delete(l, id)
+						}
+					}
+					return fmt.Errorf("%w: %w", store.ErrUnavailable, ErrSlotsFull)
+				}
+				leases = map[string]int64{}
+				sh.keys[a.Key] = leases
+			}
+			leases[id] = now + int64(ttl/time.Microsecond)
+		}
+		res[i].InUse = int64(len(leases))
+		res[i].NextExpiry = nextExpiry(leases, now)
+	}
+	return nil
 }
 
-// ReleaseSlot implements store.Slots.
-func (s *Store) ReleaseSlot(ctx context.Context, key, id string) error {
-	if key == "" || id == "" {
-		return fmt.Errorf("%w: release needs a key and a lease id", store.ErrInvalidCheck)
+// ReleaseSlots implements store.Slots.
+func (s *Store) ReleaseSlots(ctx context.Context, id string, keys []string) error {
+	if err := store.ValidateRelease(id, keys); err != nil {
+		return err
 	}
-	sh := s.slotShard(key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if leases, ok := sh.keys[key]; ok {
-		delete(leases, id)
-		if len(leases) == 0 {
-			delete(sh.keys, key)
+	unlock := s.lockSlotShards(len(keys), func(i int) string { return keys[i] })
+	defer unlock()
+	for _, key := range keys {
+		sh := s.slotShard(key)
+		if leases, ok := sh.keys[key]; ok {
+			delete(leases, id)
+			if len(leases) == 0 {
+				delete(sh.keys, key)
+			}
 		}
 	}
 	return nil
+}
+
+// lockSlotShards locks the shards of n keys, each once, in index order,
+// and returns the unlock.
+func (s *Store) lockSlotShards(n int, key func(int) string) (unlock func()) {
+	var idx [store.MaxSlotBatch]int
+	m := 0
+	for i := range n {
+		j := s.slotIndex(key(i))
+		if !slices.Contains(idx[:m], j) {
+			idx[m] = j
+			m++
+		}
+	}
+	slices.Sort(idx[:m])
+	for _, j := range idx[:m] {
+		s.slots.shards[j].mu.Lock()
+	}
+	return func() {
+		for _, j := range idx[:m] {
+			s.slots.shards[j].mu.Unlock()
+		}
+	}
 }
 
 // reclaim drops the leases that ran out by now.

@@ -68,10 +68,10 @@ func TestACLUser(t *testing.T) {
 	if err := st.Reset(ctx, "rl:{t:acme}:all:gcra"); err != nil {
 		t.Fatalf("reset: %v", err)
 	}
-	if r, err := st.AcquireSlot(ctx, "rl:{t:acme}:conc", "lease-1", 2, time.Minute); err != nil || !r.Acquired {
+	if r, err := store.AcquireSlot(ctx, st, "rl:{t:acme}:conc", "lease-1", 2, time.Minute); err != nil || !r.Acquired {
 		t.Fatalf("concurrency slot: %v %+v", err, r)
 	}
-	if err := st.ReleaseSlot(ctx, "rl:{t:acme}:conc", "lease-1"); err != nil {
+	if err := st.ReleaseSlots(ctx, "lease-1", []string{"rl:{t:acme}:conc"}); err != nil {
 		t.Fatalf("slot release: %v", err)
 	}
 	ctl := redisctl.New(st.Client(), st.Prefix())
