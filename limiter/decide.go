@@ -376,11 +376,12 @@ func (l *Limiter) decideIn(ctx context.Context, c *call, sr *store.Result) (Deci
 	switch {
 	case errors.Is(err, store.ErrInvalidCheck):
 		return d, err
-	case err != nil && c.res.Fail == policy.FailClosed:
-		d.Reason, d.RetryAfter = ReasonUnavailable, UnavailableRetryAfter
-		l.m.failures.WithLabelValues("closed").Inc()
 	case err != nil:
-		l.degrade(ctx, c, &d, sr)
+		if u, closed := l.failMode(c.res, c.now); closed {
+			d.Reason, d.RetryAfter = u.Reason, u.RetryAfter
+		} else {
+			l.degrade(ctx, c, &d, sr)
+		}
 	case c.direct:
 		d.Allowed, d.Reason = sr.Allowed, ReasonAllowed
 		if !sr.Allowed {

@@ -281,11 +281,10 @@ func (l *Limiter) AcquireSlots(ctx context.Context, req policy.Request, lease ti
 	switch {
 	case errors.Is(err, store.ErrInvalidCheck):
 		return d, err
-	case err != nil && res.Fail == policy.FailClosed:
-		l.m.failures.WithLabelValues("closed").Inc()
-		return Decision{Reason: ReasonUnavailable, RetryAfter: UnavailableRetryAfter, Tightest: -1, Resolution: res, Now: now}, nil
 	case err != nil:
-		l.m.failures.WithLabelValues("open").Inc()
+		if u, closed := l.failMode(res, now); closed {
+			return u, nil
+		}
 		d.Reason = ReasonDegradedOpen
 		return d, nil
 	case refused != nil:
@@ -313,13 +312,10 @@ func (l *Limiter) slotsFailed(ctx context.Context, c *call, err error) (Decision
 		return Decision{Tightest: -1, Resolution: c.res, Now: c.now}, err
 	}
 	l.logRare(c.now, "concurrency slots unavailable; deciding by the fail mode", err)
-	if c.res.Fail == policy.FailClosed {
-		l.m.failures.WithLabelValues("closed").Inc()
-		d := Decision{Reason: ReasonUnavailable, RetryAfter: UnavailableRetryAfter, Tightest: -1, Resolution: c.res, Now: c.now}
+	if d, closed := l.failMode(c.res, c.now); closed {
 		l.count(c, &d)
 		return d, nil
 	}
-	l.m.failures.WithLabelValues("open").Inc()
 	l.log.Debug("slots skipped", slog.String("tenant", c.res.Tenant))
 	c.slotsSkipped = true // an allowed answer is degraded: it holds no slot
 	return l.decide(ctx, c, nil)

@@ -46,12 +46,24 @@ func (l *Limiter) fallbackChecks(checks []store.Check) []store.Check {
 	return out
 }
 
+// failMode is the one place where a store failure meets res's fail mode:
+// it counts the failure under the mode and, for fail closed, returns the
+// unavailable decision (ok true). For fail open (ok false) the caller
+// decides without the store: rate layers on the fallback, slots skipped.
+func (l *Limiter) failMode(res policy.Resolution, now time.Time) (unavailable Decision, ok bool) {
+	if res.Fail == policy.FailClosed {
+		l.m.failures.WithLabelValues("closed").Inc()
+		return Decision{Reason: ReasonUnavailable, RetryAfter: UnavailableRetryAfter, Tightest: -1, Resolution: res, Now: now}, true
+	}
+	l.m.failures.WithLabelValues("open").Inc()
+	return Decision{}, false
+}
+
 // decideLocally decides checks on the fallback, sized for this instance,
 // because the store failed and the fail mode is open. It returns the sized
 // checks, and false when there is no fallback or it failed too (the caller
 // then admits unlimited).
 func (l *Limiter) decideLocally(ctx context.Context, checks []store.Check, res *store.Result) ([]store.Check, bool) {
-	l.m.failures.WithLabelValues("open").Inc()
 	if l.fallback == nil {
 		return nil, false
 	}
