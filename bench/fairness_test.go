@@ -236,7 +236,7 @@ func fairgateFront(yaml string) func(b *testing.B, up *url.URL) http.Handler {
 			b.Fatal(err)
 		}
 		reg := prometheus.NewRegistry()
-		s, err := server.New(server.Config{Limiter: lim, Auth: a, Upstream: up, Capacity: (*server.Capacity)(cfg.UpstreamCapacity), Registerer: reg})
+		s, err := server.New(server.Config{Limiter: lim, Auth: a, Upstream: up, Capacity: cfg.UpstreamCapacity, Registerer: reg})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -337,11 +337,11 @@ func (d *daemon) buildServer() error {
 	}
 	sc := server.Config{
 		Limiter: d.lim, Headers: httplimit.Form(cfg.Headers), Auth: d.authn, ClientIP: auth.ClientIP{Trusted: cfg.TrustedProxies, Header: cfg.ClientIPHeader},
-		UpstreamHeaders: server.UpstreamHeaders(cfg.UpstreamHeaders), ForwardAuth: server.ForwardAuth(cfg.ForwardAuth),
+		UpstreamHeaders: cfg.UpstreamHeaders, ForwardAuth: cfg.ForwardAuth,
 		UpstreamTimeout: c.UpstreamTimeout, Logger: log, NoPolicy: cfg.NoPolicy, Metrics: promhttp.HandlerFor(d.reg, promhttp.HandlerOpts{EnableOpenMetrics: true}), Tracer: d.tr.Tracer(), TrustTraceContext: c.TrustTraceContext,
 		Quotas: d.quotas, WorkerToken: c.WorkerToken, InternalToken: c.InternalToken, ControlTimeout: c.ControlTimeout,
 		Jobs: d.jobs, JobKinds: cfg.Queues, Breakers: d.breakers, Registerer: d.reg,
-		Capacity: (*server.Capacity)(cfg.UpstreamCapacity), ReadyRequiresStore: c.ReadyRequiresStore,
+		Capacity: cfg.UpstreamCapacity, ReadyRequiresStore: c.ReadyRequiresStore,
 	}
 	if cfg.UpstreamCapacity != nil && c.Upstream == "" {
 		log.Warn("upstream_capacity shares a proxied upstream's concurrency: it does nothing without --upstream")
@@ -472,7 +472,7 @@ func (d *daemon) apply(nc *config.Config) error {
 		err = d.checkRLS(nc.RLS.Domains, nil)
 	}
 	if err == nil {
-		_, err = server.ForwardAuth(nc.ForwardAuth).Resolve()
+		_, err = nc.ForwardAuth.Resolve()
 	}
 	if err == nil && nc.NoPolicy && d.c.Upstream != "" {
 		err = errors.New("the proxy needs a policy: the new file has no plans, classes or routes")
@@ -496,9 +496,9 @@ func (d *daemon) apply(nc *config.Config) error {
 		d.log.Warn("queue kinds and dependencies take effect at the next restart")
 	}
 	d.h.SetNoPolicy(nc.NoPolicy)
-	d.h.SetCapacity((*server.Capacity)(nc.UpstreamCapacity))
+	d.h.SetCapacity(nc.UpstreamCapacity)
 	// Checked above: it cannot be refused now.
-	_ = d.h.SetIdentity(na, auth.ClientIP{Trusted: nc.TrustedProxies, Header: nc.ClientIPHeader}, server.UpstreamHeaders(nc.UpstreamHeaders), server.ForwardAuth(nc.ForwardAuth))
+	_ = d.h.SetIdentity(na, auth.ClientIP{Trusted: nc.TrustedProxies, Header: nc.ClientIPHeader}, nc.UpstreamHeaders, nc.ForwardAuth)
 	d.authn = na
 	d.reloads.WithLabelValues("applied").Inc()
 	if nc.HasRLS && nc.RLSXDS.Address == "" {

@@ -6,6 +6,7 @@
 package config
 
 import (
+	"fmt"
 	"maps"
 	"net/netip"
 	"slices"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/fairgate/fairgate/internal/auth"
 	"github.com/fairgate/fairgate/internal/configfile"
+	"github.com/fairgate/fairgate/internal/gateway"
 	"github.com/fairgate/fairgate/internal/rls"
 	"github.com/fairgate/fairgate/internal/statsd"
 	"github.com/fairgate/fairgate/policy"
@@ -137,24 +139,40 @@ const MaxFileBytes = configfile.MaxFileBytes
 // without reading it whole.
 func ReadFile(path string) ([]byte, error) { return configfile.ReadFile(path) }
 
-// ForwardAuth configures the forward-auth endpoint.
+// ForwardAuth configures /v1/authz, the forward-auth endpoint.
 type ForwardAuth struct {
-	// DenyStatus is the status of a request the limits reject: 429 (the
-	// default; Caddy and Traefik pass it on as it is) or 403 with the real
-	// status in X-Fairgate-Status, for nginx and ingress-nginx, whose
-	// auth_request turns anything but 2xx, 401 and 403 into 500.
+	// DenyStatus is the status of a rejected request: 429, or 403 with the
+	// real status (429, or 503 for a fail-closed answer) in
+	// X-Fairgate-Status, for gateways that turn anything but 2xx, 401 and
+	// 403 into 500 (nginx auth_request, ingress-nginx). Zero means the
+	// gateway's own default (403 for those two, else 429).
 	DenyStatus int
-	// TenantHeader, if set, is a request header that names the tenant,
-	// believed only from a trusted proxy (a gateway that verified the
-	// client itself), and safe only where that gateway sets it on every
-	// auth request, replacing the client's copy. Credentials still come
-	// first.
+	// TenantHeader, if set, names the tenant when the peer is a trusted
+	// proxy and the request carries no credential of its own. The
+	// gateway forwards the client's headers too: it is safe only where
+	// the gateway sets this header on every auth request, replacing the
+	// client's copy (docs/gateways.md shows how for each).
 	TenantHeader string
-	// Gateway names the gateway in front of /v1/authz (package gateway);
-	// "" means none, and /v1/authz refuses every request.
+	// Gateway names the gateway in front (package gateway: nginx,
+	// ingress-nginx, caddy, traefik, envoy, or custom with MethodHeader
+	// and URIHeader): /v1/authz reads the original request only from the
+	// headers it sets. "" means none is named, and /v1/authz answers 500
+	// saying so.
 	Gateway string
-	// MethodHeader and URIHeader are a custom gateway's headers.
+	// MethodHeader and URIHeader are a custom gateway's headers: the
+	// original method and request target, set by the gateway on every
+	// auth request, replacing the client's copies.
 	MethodHeader, URIHeader string
+}
+
+// Resolve returns the gateway fa names, or nil for none, or an error
+// naming what is wrong with it.
+func (fa ForwardAuth) Resolve() (*gateway.Gateway, error) {
+	g, err := gateway.Resolve(fa.Gateway, fa.MethodHeader, fa.URIHeader, fa.TenantHeader)
+	if err != nil {
+		return nil, fmt.Errorf("forward_auth: %w", err)
+	}
+	return g, nil
 }
 
 // UpstreamHeaders name the request headers that carry the verified

@@ -15,42 +15,6 @@ import (
 	"github.com/fairgate/fairgate/policy"
 )
 
-// ForwardAuth configures /v1/authz, the forward-auth endpoint.
-type ForwardAuth struct {
-	// DenyStatus is the status of a rejected request: 429, or 403 with the
-	// real status (429, or 503 for a fail-closed answer) in
-	// X-Fairgate-Status, for gateways that turn anything but 2xx, 401 and
-	// 403 into 500 (nginx auth_request, ingress-nginx). Zero means the
-	// gateway's own default (403 for those two, else 429).
-	DenyStatus int
-	// TenantHeader, if set, names the tenant when the peer is a trusted
-	// proxy and the request carries no credential of its own. The
-	// gateway forwards the client's headers too: it is safe only where
-	// the gateway sets this header on every auth request, replacing the
-	// client's copy (docs/gateways.md shows how for each).
-	TenantHeader string
-	// Gateway names the gateway in front (package gateway: nginx,
-	// ingress-nginx, caddy, traefik, envoy, or custom with MethodHeader
-	// and URIHeader): /v1/authz reads the original request only from the
-	// headers it sets. "" means none is named, and /v1/authz answers 500
-	// saying so.
-	Gateway string
-	// MethodHeader and URIHeader are a custom gateway's headers: the
-	// original method and request target, set by the gateway on every
-	// auth request, replacing the client's copies.
-	MethodHeader, URIHeader string
-}
-
-// Resolve returns the gateway fa names, or nil for none, or an error
-// naming what is wrong with it.
-func (fa ForwardAuth) Resolve() (*gateway.Gateway, error) {
-	g, err := gateway.Resolve(fa.Gateway, fa.MethodHeader, fa.URIHeader, fa.TenantHeader)
-	if err != nil {
-		return nil, fmt.Errorf("forward_auth: %w", err)
-	}
-	return g, nil
-}
-
 // StatusHeader carries the real status of a rejection answered 403.
 const StatusHeader = "X-Fairgate-Status"
 

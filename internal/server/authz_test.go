@@ -12,13 +12,14 @@ import (
 	"time"
 
 	"github.com/fairgate/fairgate/internal/auth"
+	"github.com/fairgate/fairgate/internal/config"
 	"github.com/fairgate/fairgate/store"
 	"github.com/fairgate/fairgate/store/memstore"
 )
 
 // authzServer is a decision service (no upstream) with the example policy,
 // API keys, 127.0.0.1 as the trusted gateway, and fa.
-func authzServer(t *testing.T, fa ForwardAuth) *Server {
+func authzServer(t *testing.T, fa config.ForwardAuth) *Server {
 	t.Helper()
 	s, err := New(Config{Limiter: testLimiter(t, memstore.New(memstore.Config{}), time.Second), Auth: testAuth(t),
 		ClientIP: auth.ClientIP{Trusted: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}, ForwardAuth: fa})
@@ -44,7 +45,7 @@ func authz(s http.Handler, method string, hdr map[string]string) *httptest.Respo
 // TestAuthz: the decision a gateway gets for each kind of request, with
 // the original method and path from the headers nginx sets.
 func TestAuthz(t *testing.T) {
-	s := authzServer(t, ForwardAuth{Gateway: "nginx", DenyStatus: 429})
+	s := authzServer(t, config.ForwardAuth{Gateway: "nginx", DenyStatus: 429})
 	key := map[string]string{"X-API-Key": "key-newco"}
 	with := func(m map[string]string, kv ...string) map[string]string {
 		out := map[string]string{}
@@ -126,7 +127,7 @@ func TestAuthz(t *testing.T) {
 // real status in X-Fairgate-Status, Retry-After and the RateLimit headers,
 // for nginx's error_page to answer the true 429.
 func TestAuthzDenyAs403(t *testing.T) {
-	s := authzServer(t, ForwardAuth{Gateway: "nginx"}) // 403 is nginx's default
+	s := authzServer(t, config.ForwardAuth{Gateway: "nginx"}) // 403 is nginx's default
 	h := map[string]string{"X-API-Key": "key-newco", "X-Original-URI": "/v1/search", "X-Original-Method": "GET"}
 	for range 8 {
 		authz(s, "GET", h)
@@ -140,7 +141,7 @@ func TestAuthzDenyAs403(t *testing.T) {
 // TestAuthzTenantHeader: the configured tenant header names the tenant
 // only from a trusted proxy; from anyone else it is ignored.
 func TestAuthzTenantHeader(t *testing.T) {
-	s := authzServer(t, ForwardAuth{Gateway: "nginx", TenantHeader: "x-tenant"})
+	s := authzServer(t, config.ForwardAuth{Gateway: "nginx", TenantHeader: "x-tenant"})
 	h := map[string]string{"X-Tenant": "acme", "X-Original-URI": "/v1/search", "X-Original-Method": "GET"}
 	if w := authz(s, "GET", h); w.Code != 200 || w.Header().Get("X-Fairgate-Plan") != "enterprise" {
 		t.Fatalf("from the trusted gateway: %d %v", w.Code, w.Header())
@@ -169,7 +170,7 @@ func (downStore) Close() error { return nil }
 // 403 with X-Fairgate-Status 503 when rejections are answered 403; a
 // fail-open class passes.
 func TestAuthzFailClosed(t *testing.T) {
-	for _, fa := range []ForwardAuth{{Gateway: "nginx", DenyStatus: 429}, {Gateway: "nginx", DenyStatus: 403}} {
+	for _, fa := range []config.ForwardAuth{{Gateway: "nginx", DenyStatus: 429}, {Gateway: "nginx", DenyStatus: 403}} {
 		s, err := New(Config{Limiter: testLimiter(t, downStore{}, time.Second), Auth: testAuth(t), ForwardAuth: fa})
 		if err != nil {
 			t.Fatal(err)
@@ -221,32 +222,32 @@ func TestAuthzBelievesOnlyItsGateway(t *testing.T) {
 	}
 	key := []string{"X-API-Key", "key-newco"}
 	for _, tc := range []struct {
-		fa  ForwardAuth
+		fa  config.ForwardAuth
 		ask func(s http.Handler, path, method string, extra ...string) *httptest.ResponseRecorder
 		// spoof are headers a client adds that this gateway passes on.
 		spoof []string
 	}{
-		{fa: ForwardAuth{Gateway: "caddy"}, spoof: []string{"X-Original-URI", "/healthz", "X-Original-Method", "GET", "X-Original-URL", "http://x/healthz"},
+		{fa: config.ForwardAuth{Gateway: "caddy"}, spoof: []string{"X-Original-URI", "/healthz", "X-Original-Method", "GET", "X-Original-URL", "http://x/healthz"},
 			ask: func(s http.Handler, path, method string, extra ...string) *httptest.ResponseRecorder {
 				return authzAs(s, "GET", "/v1/authz", append([]string{"X-Forwarded-Uri", path, "X-Forwarded-Method", method}, extra...)...)
 			}},
-		{fa: ForwardAuth{Gateway: "traefik"}, spoof: []string{"X-Original-URI", "/healthz", "X-Original-Method", "HEAD"},
+		{fa: config.ForwardAuth{Gateway: "traefik"}, spoof: []string{"X-Original-URI", "/healthz", "X-Original-Method", "HEAD"},
 			ask: func(s http.Handler, path, method string, extra ...string) *httptest.ResponseRecorder {
 				return authzAs(s, "GET", "/v1/authz", append([]string{"X-Forwarded-Uri", path, "X-Forwarded-Method", method}, extra...)...)
 			}},
-		{fa: ForwardAuth{Gateway: "nginx"}, spoof: []string{"X-Forwarded-Uri", "/healthz", "X-Forwarded-Method", "GET", "X-Original-URL", "http://x/healthz"},
+		{fa: config.ForwardAuth{Gateway: "nginx"}, spoof: []string{"X-Forwarded-Uri", "/healthz", "X-Forwarded-Method", "GET", "X-Original-URL", "http://x/healthz"},
 			ask: func(s http.Handler, path, method string, extra ...string) *httptest.ResponseRecorder {
 				return authzAs(s, "GET", "/v1/authz", append([]string{"X-Original-URI", path, "X-Original-Method", method}, extra...)...)
 			}},
-		{fa: ForwardAuth{Gateway: "ingress-nginx"}, spoof: []string{"X-Original-URI", "/healthz", "X-Forwarded-Uri", "/healthz"},
+		{fa: config.ForwardAuth{Gateway: "ingress-nginx"}, spoof: []string{"X-Original-URI", "/healthz", "X-Forwarded-Uri", "/healthz"},
 			ask: func(s http.Handler, path, method string, extra ...string) *httptest.ResponseRecorder {
 				return authzAs(s, "GET", "/v1/authz", append([]string{"X-Original-URL", "https://api.example.com" + path, "X-Original-Method", method}, extra...)...)
 			}},
-		{fa: ForwardAuth{Gateway: "envoy"}, spoof: []string{"X-Original-URI", "/healthz", "X-Forwarded-Uri", "/healthz", "X-Forwarded-Method", "GET"},
+		{fa: config.ForwardAuth{Gateway: "envoy"}, spoof: []string{"X-Original-URI", "/healthz", "X-Forwarded-Uri", "/healthz", "X-Forwarded-Method", "GET"},
 			ask: func(s http.Handler, path, method string, extra ...string) *httptest.ResponseRecorder {
 				return authzAs(s, method, "/v1/authz"+path, extra...)
 			}},
-		{fa: ForwardAuth{Gateway: "custom", MethodHeader: "X-Gw-Method", URIHeader: "X-Gw-Uri"}, spoof: []string{"X-Original-URI", "/healthz", "X-Forwarded-Uri", "/healthz"},
+		{fa: config.ForwardAuth{Gateway: "custom", MethodHeader: "X-Gw-Method", URIHeader: "X-Gw-Uri"}, spoof: []string{"X-Original-URI", "/healthz", "X-Forwarded-Uri", "/healthz"},
 			ask: func(s http.Handler, path, method string, extra ...string) *httptest.ResponseRecorder {
 				return authzAs(s, "GET", "/v1/authz", append([]string{"X-Gw-Uri", path, "X-Gw-Method", method}, extra...)...)
 			}},
@@ -287,12 +288,12 @@ func TestAuthzBelievesOnlyItsGateway(t *testing.T) {
 // every request, saying what to set, instead of guessing which of the
 // headers a client could have written to believe.
 func TestAuthzNeedsAGateway(t *testing.T) {
-	s := authzServer(t, ForwardAuth{})
+	s := authzServer(t, config.ForwardAuth{})
 	w := authz(s, "GET", map[string]string{"X-API-Key": "key-newco", "X-Original-URI": "/healthz", "X-Original-Method": "GET"})
 	if w.Code != 500 || !strings.Contains(w.Body.String(), "forward_auth.gateway") {
 		t.Fatalf("no gateway named: %d %s, want 500 naming forward_auth.gateway", w.Code, w.Body)
 	}
-	for _, fa := range []ForwardAuth{
+	for _, fa := range []config.ForwardAuth{
 		{TenantHeader: "X-Tenant"},
 		{Gateway: "haproxy"},
 		{Gateway: "custom", URIHeader: "X-Uri"},
@@ -311,7 +312,7 @@ func TestAuthzNeedsAGateway(t *testing.T) {
 // client's copy (two values) is refused: believing either would let the
 // client choose.
 func TestAuthzTenantHeaderOnce(t *testing.T) {
-	s := authzServer(t, ForwardAuth{Gateway: "caddy", TenantHeader: "X-Tenant"})
+	s := authzServer(t, config.ForwardAuth{Gateway: "caddy", TenantHeader: "X-Tenant"})
 	w := authzAs(s, "GET", "/v1/authz", "X-Forwarded-Uri", "/v1/search", "X-Forwarded-Method", "GET", "X-Tenant", "victim", "X-Tenant", "acme")
 	if w.Code != 400 || !strings.Contains(w.Body.String(), "X-Tenant came 2 times") {
 		t.Fatalf("two tenant headers: %d %s, want 400", w.Code, w.Body)
@@ -322,7 +323,7 @@ func TestAuthzTenantHeaderOnce(t *testing.T) {
 // credential; it is decided per client address under the preflight
 // limits (burst 60 by default), never answered 401 (today it was).
 func TestAuthzPreflight(t *testing.T) {
-	s := authzServer(t, ForwardAuth{Gateway: "nginx", DenyStatus: 429})
+	s := authzServer(t, config.ForwardAuth{Gateway: "nginx", DenyStatus: 429})
 	ask := func(ip string) *httptest.ResponseRecorder {
 		return authz(s, "GET", map[string]string{"X-Original-URI": "/v1/users/1", "X-Original-Method": "OPTIONS",
 			"Origin": "https://app.example", "Access-Control-Request-Method": "PUT", "X-Forwarded-For": ip})

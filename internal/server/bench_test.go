@@ -103,7 +103,7 @@ plans:
 	if err != nil {
 		b.Fatal(err)
 	}
-	s, err := New(Config{Limiter: lim, Auth: testAuth(b), Upstream: u, Capacity: (*Capacity)(cfg.UpstreamCapacity)})
+	s, err := New(Config{Limiter: lim, Auth: testAuth(b), Upstream: u, Capacity: cfg.UpstreamCapacity})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -11,20 +11,9 @@ import (
 
 	"github.com/fairgate/fairgate/fairshare"
 	"github.com/fairgate/fairgate/httplimit"
+	"github.com/fairgate/fairgate/internal/config"
 	"github.com/fairgate/fairgate/limiter"
 )
-
-// Capacity shares the proxied upstream's concurrency between tenants
-// (the config's upstream_capacity section).
-type Capacity struct {
-	// Gate configures the gate: the learned limit's bounds or a fixed
-	// limit, the wait, the queue, the tolerance and the reserve.
-	Gate fairshare.Config
-	// Critical are the route classes that may use the reserve.
-	Critical []string
-	// Weights are the tenants' weights by plan; unlisted plans weigh 1.
-	Weights map[string]float64
-}
 
 // capacity is the gate in force and how requests map onto it; swapped
 // whole on a reload, the gate itself kept.
@@ -46,7 +35,7 @@ type gateHolder struct {
 // The gate keeps what it holds and its learned limit (moved into the new
 // bounds): a reload never lets through requests over the limit that the
 // old gate queued, and never forgets what it learned.
-func (s *Server) SetCapacity(c *Capacity) {
+func (s *Server) SetCapacity(c *config.UpstreamCapacity) {
 	h := &s.capacity
 	h.mu.Lock()
 	defer h.mu.Unlock()

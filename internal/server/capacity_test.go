@@ -47,7 +47,7 @@ anonymous:
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	ts, s, _ := proxyWith(t, up, cfg, Config{Registerer: reg, Capacity: (*Capacity)(cfg.UpstreamCapacity)})
+	ts, s, _ := proxyWith(t, up, cfg, Config{Registerer: reg, Capacity: cfg.UpstreamCapacity})
 	return ts, s, reg
 }
 
@@ -229,11 +229,11 @@ func TestProxyCapacityLearns(t *testing.T) {
 		t.Fatalf("limit %d after 20 answers of 503, want it shrunk from 20", got)
 	}
 	learned := gate.Limit()
-	s.SetCapacity(&Capacity{Gate: gateConfig(2, 40)})
+	s.SetCapacity(&config.UpstreamCapacity{Gate: gateConfig(2, 40)})
 	if got := s.capacity.cur.Load().gate; got != gate || got.Limit() != learned {
 		t.Fatalf("a reload lost the learned limit %d: now %d", learned, got.Limit())
 	}
-	s.SetCapacity(&Capacity{Gate: gateConfig(2, 5)})
+	s.SetCapacity(&config.UpstreamCapacity{Gate: gateConfig(2, 5)})
 	if got := gate.Limit(); got != min(learned, 5) {
 		t.Fatalf("under a ceiling of 5: limit %d", got)
 	}

@@ -222,7 +222,7 @@ func TestAuthzLease(t *testing.T) {
 	up := httptest.NewServer(http.NotFoundHandler())
 	defer up.Close()
 	_, lim := concurrencyProxy(t, up)
-	s, err := New(Config{Limiter: lim, Auth: testAuth(t), ForwardAuth: ForwardAuth{Gateway: "nginx", DenyStatus: 429}})
+	s, err := New(Config{Limiter: lim, Auth: testAuth(t), ForwardAuth: config.ForwardAuth{Gateway: "nginx", DenyStatus: 429}})
 	if err != nil {
 		t.Fatal(err)
 	}

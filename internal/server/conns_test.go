@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fairgate/fairgate/internal/auth"
+	"github.com/fairgate/fairgate/internal/config"
 	"github.com/fairgate/fairgate/store/memstore"
 )
 
@@ -55,7 +56,7 @@ func TestUnauthorizedClosesConnection(t *testing.T) {
 			ip.Trusted = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
 		}
 		s, err := New(Config{Limiter: testLimiter(t, memstore.New(memstore.Config{}), time.Second), Auth: testAuth(t), Upstream: up,
-			ClientIP: ip, InternalToken: "internal-token-for-the-test", Metrics: http.NotFoundHandler(), ForwardAuth: ForwardAuth{Gateway: "traefik"}})
+			ClientIP: ip, InternalToken: "internal-token-for-the-test", Metrics: http.NotFoundHandler(), ForwardAuth: config.ForwardAuth{Gateway: "traefik"}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairgate/fairgate/internal/config"
 	"github.com/fairgate/fairgate/store/memstore"
 )
 
@@ -33,11 +34,11 @@ func TestOneCredentialPerRequest(t *testing.T) {
 	defer up.Close()
 	u, _ := url.Parse(up.URL)
 	proxy, err := New(Config{Limiter: testLimiter(t, memstore.New(memstore.Config{}), time.Second), Auth: testAuth(t), Upstream: u,
-		UpstreamHeaders: UpstreamHeaders{Tenant: "X-Tenant"}})
+		UpstreamHeaders: config.UpstreamHeaders{Tenant: "X-Tenant"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	gw := authzServer(t, ForwardAuth{Gateway: "nginx", DenyStatus: 429})
+	gw := authzServer(t, config.ForwardAuth{Gateway: "nginx", DenyStatus: 429})
 	surfaces := []struct {
 		name string
 		h    http.Handler

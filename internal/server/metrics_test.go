@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/fairgate/fairgate/internal/config"
 	"github.com/fairgate/fairgate/store/memstore"
 )
 
@@ -47,7 +48,7 @@ func value(m *dto.Metric) float64 {
 // answers are counted by outcome. No label carries a tenant or a path.
 func TestProxyMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	s, err := New(Config{Limiter: testLimiter(t, memstore.New(memstore.Config{}), time.Second), Auth: testAuth(t), Upstream: upstreamEcho(t), Registerer: reg, ForwardAuth: ForwardAuth{Gateway: "caddy"}})
+	s, err := New(Config{Limiter: testLimiter(t, memstore.New(memstore.Config{}), time.Second), Auth: testAuth(t), Upstream: upstreamEcho(t), Registerer: reg, ForwardAuth: config.ForwardAuth{Gateway: "caddy"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,11 +13,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/fairgate/fairgate/docs"
+	"github.com/fairgate/fairgate/internal/config"
 	"github.com/fairgate/fairgate/internal/dash"
 	"github.com/fairgate/fairgate/internal/openapitest"
 	"github.com/fairgate/fairgate/store/memstore"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // apiCheck checks every exchange the package's tests make through call.do
@@ -96,7 +98,7 @@ func TestOpenAPI(t *testing.T) {
 	board := dash.New(reg, adminToken)
 	board.Sample(time.Now())
 	l := testLimiter(t, memstore.New(memstore.Config{}), time.Second)
-	s, err := New(Config{Limiter: l, Auth: testAuth(t), Dashboard: board, ForwardAuth: ForwardAuth{Gateway: "traefik"}})
+	s, err := New(Config{Limiter: l, Auth: testAuth(t), Dashboard: board, ForwardAuth: config.ForwardAuth{Gateway: "traefik"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,6 +45,7 @@ import (
 	"github.com/fairgate/fairgate/httplimit"
 	"github.com/fairgate/fairgate/httplimit/problem"
 	"github.com/fairgate/fairgate/internal/auth"
+	"github.com/fairgate/fairgate/internal/config"
 	"github.com/fairgate/fairgate/internal/gateway"
 	"github.com/fairgate/fairgate/limiter"
 	"github.com/fairgate/fairgate/quota"
@@ -83,9 +84,9 @@ type Config struct {
 	ClientIP auth.ClientIP
 	// UpstreamHeaders name the headers the proxy passes the verified
 	// tenant and plan in (and /v1/authz answers them in).
-	UpstreamHeaders UpstreamHeaders
+	UpstreamHeaders config.UpstreamHeaders
 	// ForwardAuth configures /v1/authz.
-	ForwardAuth ForwardAuth
+	ForwardAuth config.ForwardAuth
 	// Upstream, if set, is the API that requests not addressed to fairgate
 	// are proxied to.
 	Upstream *url.URL
@@ -95,7 +96,7 @@ type Config struct {
 	// Capacity, if not nil, shares the upstream's concurrency fairly
 	// between tenants: the proxy's requests pass its gate after their
 	// limits. SetCapacity changes it on a reload.
-	Capacity *Capacity
+	Capacity *config.UpstreamCapacity
 	// Logger receives errors. Nil means silent.
 	Logger *slog.Logger
 	// Metrics, if not nil, is served at GET /metrics.
@@ -330,23 +331,18 @@ type identity struct {
 	ip            auth.ClientIP
 	tenantHdr     string
 	planHdr       string
-	fa            ForwardAuth
+	fa            config.ForwardAuth
 	gw            *gateway.Gateway // fa's gateway; nil: none named
 	unknownLog    sync.Map         // plan claims already logged as unknown
 	unknownLogged atomic.Int64
 }
-
-// UpstreamHeaders name the headers the proxy sets to the verified tenant
-// and plan for the upstream, after removing any the client sent. Empty
-// names mean X-Fairgate-Tenant and X-Fairgate-Plan.
-type UpstreamHeaders struct{ Tenant, Plan string }
 
 // SetIdentity replaces the credentials, trusted proxies, upstream
 // identity headers and forward-auth settings, as a config reload does.
 // Requests in flight finish with the old ones. Forward-auth settings
 // that name no gateway rightly are refused (ForwardAuth.Resolve), and
 // nothing changes.
-func (s *Server) SetIdentity(a *auth.Authenticator, ip auth.ClientIP, h UpstreamHeaders, fa ForwardAuth) error {
+func (s *Server) SetIdentity(a *auth.Authenticator, ip auth.ClientIP, h config.UpstreamHeaders, fa config.ForwardAuth) error {
 	gw, err := fa.Resolve()
 	if err != nil {
 		return err

@@ -434,7 +434,7 @@ func TestUpstreamLearnsTheVerifiedIdentity(t *testing.T) {
 	defer up.Close()
 	u, _ := url.Parse(up.URL)
 	s, err := New(Config{Limiter: testLimiter(t, memstore.New(memstore.Config{}), time.Second), Auth: testAuth(t), Upstream: u,
-		UpstreamHeaders: UpstreamHeaders{Tenant: "X-Tenant", Plan: "X-Plan"}})
+		UpstreamHeaders: config.UpstreamHeaders{Tenant: "X-Tenant", Plan: "X-Plan"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -627,7 +627,7 @@ func TestPathsUpstreamsReadDifferentlyAreRefused(t *testing.T) {
 	defer up.Close()
 	u, _ := url.Parse(up.URL)
 	s, err := New(Config{Limiter: testLimiter(t, memstore.New(memstore.Config{}), time.Second), Auth: testAuth(t), Upstream: u,
-		ForwardAuth: ForwardAuth{Gateway: "nginx"}})
+		ForwardAuth: config.ForwardAuth{Gateway: "nginx"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -732,7 +732,7 @@ func TestMethodOverrideIsRefused(t *testing.T) {
 	defer up.Close()
 	u, _ := url.Parse(up.URL)
 	s, err := New(Config{Limiter: testLimiter(t, memstore.New(memstore.Config{}), time.Second), Auth: testAuth(t), Upstream: u,
-		ForwardAuth: ForwardAuth{Gateway: "caddy"}})
+		ForwardAuth: config.ForwardAuth{Gateway: "caddy"}})
 	if err != nil {
 		t.Fatal(err)
 	}
