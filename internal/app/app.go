@@ -4,14 +4,12 @@ package app
 
 import (
 	"cmp"
-	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"maps"
-	"math"
 	"net"
 	"net/url"
 	"os"
@@ -146,17 +144,9 @@ func backpressure(cfg *config.Config, c ServeConfig, st store.Store, lazy *lazyR
 	}
 	for _, kind := range slices.Sorted(maps.Keys(cfg.Queues)) {
 		err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "fairgate_queue_depth", Help: "Unfinished jobs (queued, waiting to retry or running) by kind.",
+			Name: "fairgate_queue_depth", Help: "Unfinished jobs (queued, waiting to retry or running) by kind, read at most every 5 s.",
 			ConstLabels: prometheus.Labels{"kind": kind},
-		}, func() float64 {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			defer cancel()
-			n, _, err := q.Depth(ctx, kind, "")
-			if err != nil {
-				return math.NaN()
-			}
-			return float64(n)
-		}))
+		}, (&queueDepth{q: q, kind: kind, now: time.Now}).value))
 		if err != nil {
 			return nil, nil, nil, err
 		}
