@@ -71,11 +71,17 @@ func (l *Limiter) decideLocally(ctx context.Context, checks []store.Check, res *
 	return sized, l.fallback.Take(ctx, sized, res) == nil
 }
 
-// storeContext bounds one store call by the store deadline (shared; see
-// deadline.go). An in-process store gets none.
+// storeContext is the one place a store call's deadline is set: the
+// store deadline, on a context shared by the calls of the same
+// millisecond (deadline.go), or on ctx itself when the call's span needs
+// ctx's values (tracing on) or ctx ends sooner. An in-process store gets
+// none.
 func (l *Limiter) storeContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	if l.timeout <= 0 || l.local {
+	switch {
+	case l.timeout <= 0 || l.local:
 		return ctx, noCancel
+	case l.tracer != nil:
+		return context.WithTimeout(ctx, l.timeout)
 	}
 	return l.deadline.context(ctx)
 }
@@ -97,12 +103,7 @@ func (l *Limiter) storeCall(checks []store.Check, f func() error) error {
 // take runs one store call under the limiter's deadline (an in-process
 // store never waits: it runs without one, and without the timer one costs).
 func (l *Limiter) take(ctx context.Context, now time.Time, checks []store.Check, res *store.Result) error {
-	var cancel context.CancelFunc
-	if l.tracer != nil && l.timeout > 0 && !l.local { // the store's span needs ctx's
-		ctx, cancel = context.WithTimeout(ctx, l.timeout)
-	} else {
-		ctx, cancel = l.storeContext(ctx)
-	}
+	ctx, cancel := l.storeContext(ctx)
 	defer cancel()
 	var end func(*store.Result, error)
 	if l.tracer != nil {
