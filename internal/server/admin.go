@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/fairgate/fairgate/algo"
 	"github.com/fairgate/fairgate/httplimit/problem"
 	"github.com/fairgate/fairgate/internal/apikeys"
 	"github.com/fairgate/fairgate/internal/auth"
@@ -306,4 +307,78 @@ func (a *admin) doReload(w http.ResponseWriter, r *http.Request) {
 
 func (a *admin) getConfig(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, policyView(a.lim.Base(), a.lim.Overlay()))
+}
+
+// planBody is the body of PUT /admin/plans/{name}.
+type planBody struct {
+	Rules       []ruleBody `json:"rules"`
+	Concurrency int64      `json:"concurrency"`
+}
+
+type ruleBody struct {
+	Name      *string `json:"name"`
+	Limit     *int64  `json:"limit"`
+	PeriodMs  *int64  `json:"period_ms"`
+	Burst     *int64  `json:"burst"`
+	Algorithm *string `json:"algorithm"`
+	Calendar  *string `json:"calendar"`
+	Shadow    *bool   `json:"shadow"`
+}
+
+// plan turns a plan body into a plan, naming the field at fault.
+func (b planBody) plan(name string) (policy.Plan, string) {
+	p := policy.Plan{Name: name, Concurrency: b.Concurrency}
+	if b.Concurrency < 0 || b.Concurrency > policy.MaxConcurrency {
+		return p, fmt.Sprintf("concurrency: %d is outside 0..%d (0: no limit)", b.Concurrency, policy.MaxConcurrency)
+	}
+	if len(b.Rules) == 0 {
+		return p, "rules: required, at least one rule"
+	}
+	for i, rb := range b.Rules {
+		at := fmt.Sprintf("rules[%d].", i)
+		var r policy.Rule
+		if rb.Name != nil {
+			r.Name = *rb.Name
+		}
+		if rb.Limit == nil {
+			return p, at + "limit: required"
+		}
+		r.Limit.Limit = *rb.Limit
+		switch {
+		case rb.Calendar != nil:
+			switch *rb.Calendar {
+			case "day":
+				r.Calendar = policy.Day
+			case "month":
+				r.Calendar = policy.Month
+			default:
+				return p, fmt.Sprintf("%scalendar: %q: want day or month", at, *rb.Calendar)
+			}
+			if rb.PeriodMs != nil || rb.Burst != nil || rb.Algorithm != nil {
+				return p, at + "calendar: a calendar rule takes only limit (and name, shadow)"
+			}
+		case rb.PeriodMs == nil:
+			return p, at + "period_ms: required (or calendar: day or month)"
+		default:
+			if *rb.PeriodMs < 1 || *rb.PeriodMs > int64(algo.MaxPeriod/time.Millisecond) {
+				return p, fmt.Sprintf("%speriod_ms: %d is outside 1..%d", at, *rb.PeriodMs, int64(algo.MaxPeriod/time.Millisecond))
+			}
+			r.Limit.Period = time.Duration(*rb.PeriodMs) * time.Millisecond
+		}
+		if rb.Burst != nil {
+			r.Limit.Burst = *rb.Burst
+		}
+		if rb.Algorithm != nil {
+			a, err := algo.ParseAlgorithm(*rb.Algorithm)
+			if err != nil {
+				return p, fmt.Sprintf("%salgorithm: unknown %q: want %s", at, *rb.Algorithm, algo.AlgorithmNames())
+			}
+			r.Limit.Algorithm = a
+		}
+		if rb.Shadow != nil {
+			r.Shadow = *rb.Shadow
+		}
+		p.Rules = append(p.Rules, r)
+	}
+	return p, ""
 }
