@@ -14,8 +14,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sony/gobreaker/v2"
-
-	"github.com/fairgate/fairgate/internal/promreg"
 )
 
 // Settings configure one dependency's breaker. The zero value of each
@@ -148,7 +146,9 @@ var (
 )
 
 // New returns breakers for deps by name. reg, if not nil, receives the
-// metrics.
+// metrics; it must not hold them already (another Set's): a Set is one
+// registry's breakers, so New refuses a second on the same registry
+// rather than mix two Sets' states in one gauge.
 func New(deps map[string]Settings, reg prometheus.Registerer) (*Set, error) {
 	m, err := newMetrics(reg)
 	if err != nil {
@@ -490,10 +490,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	var err error
-	promreg.Reuse(reg, &m.state, &err)
-	promreg.Reuse(reg, &m.rejections, &err)
-	promreg.Reuse(reg, &m.partyTrips, &err)
-	promreg.Reuse(reg, &m.partyRejections, &err)
-	return m, err
+	// One Set holds every dependency; a second Set on the same registry
+	// would share its state gauge by name, so it is refused (New says so).
+	for _, c := range []prometheus.Collector{m.state, m.rejections, m.partyTrips, m.partyRejections} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("breaker: metrics: %w: one Set holds every dependency; give a second Set a registerer of its own (prometheus.WrapRegistererWithPrefix)", err)
+		}
+	}
+	return m, nil
 }

@@ -64,7 +64,15 @@ type Config struct {
 	// Logger receives shadow rejections, store errors and policy changes.
 	// Nil means silent.
 	Logger *slog.Logger
-	// Registerer receives the limiter's metrics. Nil means none.
+	// Registerer receives the limiter's metrics. Nil means none. Several
+	// limiters may share one Registerer: they then share its metrics (see
+	// package promshare), whose counts and histograms add up and whose
+	// fairgate_store_breaker_state shows the breaker that changed last; to
+	// tell them apart, give each its own Registerer (a prefix of its own
+	// with [prometheus.WrapRegistererWithPrefix], or to every one of them
+	// a label of its own with [prometheus.WrapRegistererWith]). A
+	// registration refused otherwise (a name registered with other labels
+	// or help, or a Registerer that refuses duplicates) fails New.
 	Registerer prometheus.Registerer
 	// Tracer, if not nil, traces each decision: a span with the policy,
 	// outcome and store latency, a child span per store call, and the

@@ -1,9 +1,12 @@
 package limiter
 
 import (
+	"errors"
+	"fmt"
+
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/fairgate/fairgate/internal/promreg"
+	"github.com/fairgate/fairgate/promshare"
 )
 
 // metrics are the limiter's Prometheus metrics. Labels are policy, class
@@ -65,24 +68,23 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "The store's circuit breaker: 0 closed, 1 half-open, 2 open.",
 		}),
 	}
-	if reg == nil {
-		return m, nil
-	}
 	// A second limiter on the same registry shares the first one's
-	// collectors, so that its decisions are counted too.
-	var err error
-	promreg.Reuse(reg, &m.decisions, &err)
-	promreg.Reuse(reg, &m.shadow, &err)
-	promreg.Reuse(reg, &m.storeErrors, &err)
-	promreg.Reuse(reg, &m.protoErrors, &err)
-	promreg.Reuse(reg, &m.storeSeconds, &err)
-	promreg.Reuse(reg, &m.failures, &err)
-	promreg.Reuse(reg, &m.breaker, &err)
-	promreg.Reuse(reg, &m.nearHits, &err)
-	promreg.Reuse(reg, &m.leaseTakes, &err)
-	promreg.Reuse(reg, &m.slowed, &err)
+	// collectors (see [Config].Registerer), so that its decisions are
+	// counted too.
+	err := errors.Join(
+		promshare.Register(reg, &m.decisions),
+		promshare.Register(reg, &m.shadow),
+		promshare.Register(reg, &m.storeErrors),
+		promshare.Register(reg, &m.protoErrors),
+		promshare.Register(reg, &m.storeSeconds),
+		promshare.Register(reg, &m.failures),
+		promshare.Register(reg, &m.breaker),
+		promshare.Register(reg, &m.nearHits),
+		promshare.Register(reg, &m.leaseTakes),
+		promshare.Register(reg, &m.slowed),
+	)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("limiter: metrics: %w", err)
 	}
 	return m, nil
 }

@@ -1,9 +1,12 @@
 package quota
 
 import (
+	"errors"
+	"fmt"
+
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/fairgate/fairgate/internal/promreg"
+	"github.com/fairgate/fairgate/promshare"
 )
 
 // metrics are the quotas' Prometheus metrics, labelled by provider name
@@ -36,16 +39,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Pauses of one tenant's calls to a provider (its Retry-After to a call made for that tenant), by provider.",
 		}, []string{"provider"}),
 	}
-	if reg == nil {
-		return m, nil
-	}
-	var err error
-	promreg.Reuse(reg, &m.wait, &err)
-	promreg.Reuse(reg, &m.requeues, &err)
-	promreg.Reuse(reg, &m.pauses, &err)
-	promreg.Reuse(reg, &m.tenantPauses, &err)
+	// A second Quotas on the same registry shares the first one's
+	// collectors (see [Config].Registerer).
+	err := errors.Join(
+		promshare.Register(reg, &m.wait),
+		promshare.Register(reg, &m.requeues),
+		promshare.Register(reg, &m.pauses),
+		promshare.Register(reg, &m.tenantPauses),
+	)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("quota: metrics: %w", err)
 	}
 	return m, nil
 }

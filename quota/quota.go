@@ -79,6 +79,10 @@ type Config struct {
 	// is a quorum.
 	MinTenants int
 	// Registerer, if not nil, receives the metrics (see [Quotas]).
+	// Several Quotas may share one Registerer: they then share its
+	// metrics, whose counts add up (see package promshare). A
+	// registration refused otherwise (a name registered with other labels
+	// or help, or a Registerer that refuses duplicates) fails New.
 	Registerer prometheus.Registerer
 }
 

@@ -95,7 +95,7 @@ type daemon struct {
 	// perSecond is the per-second store and its limiter, when configured.
 	perSecond    Backend
 	perSecondLim *limiter.Limiter
-	reg          *prometheus.Registry
+	reg          registry
 	reloads      *prometheus.CounterVec
 	rtSkipped    *prometheus.GaugeVec // fairgate_rls_runtime_skipped_entries
 	board        *dash.Dashboard
@@ -200,7 +200,7 @@ func (d *daemon) build() error {
 			return d.tr.Shutdown(ctx) // the spans still queued
 		})
 	}
-	d.reg = prometheus.NewRegistry()
+	d.reg = newRegistry()
 	d.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fairgate_config_reloads_total", Help: "Config file reloads by result (applied, refused)."}, []string{"result"})
 	d.reg.MustRegister(d.reloads, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if d.cfg.Dashboard {

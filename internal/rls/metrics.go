@@ -1,6 +1,7 @@
 package rls
 
 import (
+	"fmt"
 	"math"
 	"regexp"
 	"strings"
@@ -8,8 +9,6 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/fairgate/fairgate/internal/promreg"
 )
 
 // MaxStatKeys bounds the distinct descriptor keys the statistics name: a
@@ -137,12 +136,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	var err error
-	promreg.Reuse(reg, &m.requests, &err)
-	promreg.Reuse(reg, &m.shadow, &err)
-	promreg.Reuse(reg, &m.hits, &err)
-	promreg.Reuse(reg, &m.globalShadow, &err)
-	return m, err
+	// The service is built once per registry: a collector already there
+	// is an error.
+	for _, c := range []prometheus.Collector{m.requests, m.shadow, m.hits, m.globalShadow} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("rls: metrics: %w", err)
+		}
+	}
+	return m, nil
 }
 
 // stats returns the counters of a rule key (domain.key_value…, bounded

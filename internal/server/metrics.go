@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strconv"
 	"time"
@@ -9,7 +10,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fairgate/fairgate/httplimit"
-	"github.com/fairgate/fairgate/internal/promreg"
 	"github.com/fairgate/fairgate/limiter"
 )
 
@@ -63,18 +63,22 @@ func newServerMetrics(reg prometheus.Registerer, gate *gateHolder) (*serverMetri
 	if reg == nil {
 		return m, nil
 	}
-	var err error
-	promreg.Reuse(reg, &m.proxy, &err)
-	promreg.Reuse(reg, &m.upstream, &err)
-	promreg.Reuse(reg, &m.authz, &err)
-	promreg.Reuse(reg, &m.capWait, &err)
-	promreg.Reuse(reg, &m.capInFlight, &err)
-	promreg.Reuse(reg, &m.capShed, &err)
+	cs := []prometheus.Collector{m.proxy, m.upstream, m.authz, m.capWait, m.capInFlight, m.capShed}
 	if gate != nil {
-		var c prometheus.Collector = newCapacityCollector(gate)
-		promreg.Reuse(reg, &c, &err)
+		cs = append(cs, newCapacityCollector(gate))
 	}
-	return m, err
+	return m, register(reg, cs...)
+}
+
+// register registers each of cs with reg. A server is built once per
+// registry, so a collector already there is an error.
+func register(reg prometheus.Registerer, cs ...prometheus.Collector) error {
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("server: metrics: %w", err)
+		}
+	}
+	return nil
 }
 
 // registerHealth registers, with reg (nil: none), the gauges of what
@@ -99,10 +103,7 @@ func registerHealth(reg prometheus.Registerer, s *Server) error {
 		Name: "fairgate_store_up",
 		Help: "1 while the store answers (reached, and its breakers closed); else 0. Readiness ignores it unless --ready-requires-store.",
 	}, func() float64 { return b(s.StoreUp()) })
-	var err error
-	promreg.Reuse(reg, &ready, &err)
-	promreg.Reuse(reg, &up, &err)
-	return err
+	return register(reg, ready, up)
 }
 
 // statusClass is "2xx" for 204, and so on.
