@@ -4,9 +4,10 @@
 # standard library; store imports only algo; policy (the pure policy
 # model) imports only algo and the standard library; backends never import
 # each other; quota, fairq and the config loader depend on policy, never on
-# the limiter engine; no public package imports internal/ but for the
-# library's own helpers (the file decoder, metric registration), which
-# import nothing of the daemon. Test files are not checked.
+# the limiter engine; the policy file decoder imports only policy and
+# algo; metric registration (promshare) imports nothing of the module; no
+# public package (anything outside internal/ and cmd/) imports internal/.
+# Test files are not checked.
 set -euo pipefail
 mod=$(go list -m)
 fail=0
@@ -23,16 +24,14 @@ while read -r pkg imports; do
       algo) echo "deps-check: algo imports $irel"; fail=1 ;;
       store) [ "$irel" = algo ] || { echo "deps-check: store imports $irel (only algo)"; fail=1; } ;;
       policy) [ "$irel" = algo ] || { echo "deps-check: policy imports $irel (only algo: it is pure)"; fail=1; } ;;
-      policy/*) [[ "$irel" == policy || "$irel" == algo || "$irel" == internal/configfile ]] || { echo "deps-check: $rel imports $irel (only policy, algo and the file decoder)"; fail=1; } ;;
-      internal/configfile|internal/promreg) [[ "$irel" == policy || "$irel" == algo ]] || { echo "deps-check: $rel imports $irel: public packages use it, so it imports only policy and algo"; fail=1; } ;;
+      policy/*) [[ "$irel" == policy || "$irel" == algo ]] || { echo "deps-check: $rel imports $irel (only policy and algo)"; fail=1; } ;;
+      promshare) echo "deps-check: promshare imports $irel (nothing of the module)"; fail=1 ;;
       quota|quota/*|fairq|fairq/*|internal/config) [[ "$irel" == limiter || "$irel" == limiter/* ]] && { echo "deps-check: $rel imports $irel (it needs policy, not the engine)"; fail=1; } ;;
       store/memstore) [[ "$irel" == store/redisstore* ]] && { echo "deps-check: memstore imports $irel"; fail=1; } ;;
       store/redisstore) [[ "$irel" == store/memstore* ]] && { echo "deps-check: redisstore imports $irel"; fail=1; } ;;
       limiter|limiter/*) [[ "$irel" == store/?* && "$irel" != store/storetest ]] && { echo "deps-check: $rel imports the backend $irel (the app wires backends)"; fail=1; } ;;
     esac
-    # internal/configfile and internal/promreg are the library's own
-    # helpers (no daemon code, checked above), shared by public packages.
-    if [[ "$rel" != internal/* && "$rel" != cmd/* && "$irel" == internal/* && "$irel" != internal/configfile && "$irel" != internal/promreg ]]; then
+    if [[ "$rel" != internal/* && "$rel" != cmd/* && "$irel" == internal/* ]]; then
       echo "deps-check: public package $rel imports $irel"; fail=1
     fi
   done

@@ -9,8 +9,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/fairgate/fairgate/fairshare"
-	"github.com/fairgate/fairgate/internal/configfile"
 	"github.com/fairgate/fairgate/policy"
+	"github.com/fairgate/fairgate/policy/policyfile"
 )
 
 // UpstreamCapacity shares the proxied upstream's concurrency between
@@ -43,7 +43,7 @@ func (d *decoder) capacity(v *yaml.Node, path string, c *Config) {
 		}
 		return int(n)
 	}
-	d.Fields(v, path, configfile.Handlers{
+	d.Fields(v, path, policyfile.Handlers{
 		"limit": func(v *yaml.Node, path string) {
 			u.Gate.Initial, u.Gate.Fixed, fixed = limit(v, path), true, v
 		},
@@ -127,7 +127,7 @@ type capacityKey struct {
 
 // checkCapacity reports critical classes and weighted plans the policy
 // does not have.
-func (d *decoder) checkCapacity(pd *configfile.Decoder, p policy.Policy) {
+func (d *decoder) checkCapacity(pd *policyfile.Decoder, p policy.Policy) {
 	for _, k := range d.capacityKeys {
 		if k.plan != "" {
 			if _, ok := p.Plans[k.plan]; !ok {

@@ -16,11 +16,11 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/fairgate/fairgate/internal/auth"
-	"github.com/fairgate/fairgate/internal/configfile"
 	"github.com/fairgate/fairgate/internal/gateway"
 	"github.com/fairgate/fairgate/internal/rls"
 	"github.com/fairgate/fairgate/internal/statsd"
 	"github.com/fairgate/fairgate/policy"
+	"github.com/fairgate/fairgate/policy/policyfile"
 
 	"github.com/fairgate/fairgate/breaker"
 	"github.com/fairgate/fairgate/fairq"
@@ -127,17 +127,17 @@ type Statsd struct {
 }
 
 // Problem is one thing wrong with a file.
-type Problem = configfile.Problem
+type Problem = policyfile.Problem
 
 // Error is every problem of one file. A file with problems is never used.
-type Error = configfile.Error
+type Error = policyfile.Error
 
 // MaxFileBytes is the largest config file fairgate reads.
-const MaxFileBytes = configfile.MaxFileBytes
+const MaxFileBytes = policyfile.MaxFileBytes
 
 // ReadFile reads the config file at path, refusing one over MaxFileBytes
 // without reading it whole.
-func ReadFile(path string) ([]byte, error) { return configfile.ReadFile(path) }
+func ReadFile(path string) ([]byte, error) { return policyfile.ReadFile(path) }
 
 // ForwardAuth configures /v1/authz, the forward-auth endpoint.
 type ForwardAuth struct {
@@ -200,7 +200,7 @@ func Parse(file string, data []byte) (*Config, error) {
 	d := &decoder{}
 	// A file with only the Envoy service's settings needs no policy.
 	rlsOnly := func() bool { return c.HasRLS }
-	p, err := configfile.ParseWith(file, data, d.sections(c), d.checkWeights, rlsOnly)
+	p, err := policyfile.ParseWith(file, data, d.sections(c), d.checkWeights, rlsOnly)
 	if err != nil {
 		return nil, err
 	}
@@ -210,7 +210,7 @@ func Parse(file string, data []byte) (*Config, error) {
 
 // decoder decodes the daemon's own sections of the file.
 type decoder struct {
-	*configfile.Decoder
+	*policyfile.Decoder
 	// weightKeys are the plans queues.weights names, checked once the
 	// plans are known.
 	weightKeys map[string]*yaml.Node
@@ -219,7 +219,7 @@ type decoder struct {
 }
 
 // checkWeights reports queue weights of plans the policy does not have.
-func (d *decoder) checkWeights(pd *configfile.Decoder, p policy.Policy) {
+func (d *decoder) checkWeights(pd *policyfile.Decoder, p policy.Policy) {
 	d.checkCapacity(pd, p)
 	for _, plan := range slices.Sorted(maps.Keys(d.weightKeys)) {
 		if _, ok := p.Plans[plan]; !ok {

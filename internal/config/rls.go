@@ -14,10 +14,10 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/fairgate/fairgate/algo"
-	"github.com/fairgate/fairgate/internal/configfile"
 	"github.com/fairgate/fairgate/internal/rls"
 	"github.com/fairgate/fairgate/internal/statsd"
 	"github.com/fairgate/fairgate/policy"
+	"github.com/fairgate/fairgate/policy/policyfile"
 )
 
 // rlsFiles reads the envoyproxy/ratelimit files a list of globs names,
@@ -107,8 +107,8 @@ func (d *decoder) rlsSection(n *yaml.Node, path string, c *Config) {
 }
 
 // rlsSources are the handlers of where the domains come from.
-func (d *decoder) rlsSources(st *rlsState, c *Config) configfile.Handlers {
-	return configfile.Handlers{
+func (d *decoder) rlsSources(st *rlsState, c *Config) policyfile.Handlers {
+	return policyfile.Handlers{
 		"files": func(v *yaml.Node, path string) {
 			ds, ws := d.rlsFiles(v, path, c)
 			st.domains, st.where = append(st.domains, ds...), append(st.where, ws...)
@@ -130,8 +130,8 @@ func (d *decoder) rlsSources(st *rlsState, c *Config) configfile.Handlers {
 
 // rlsDecisions are the handlers of how the domains are decided: the
 // section's defaults and each domain's own.
-func (d *decoder) rlsDecisions(st *rlsState, c *Config) configfile.Handlers {
-	return configfile.Handlers{
+func (d *decoder) rlsDecisions(st *rlsState, c *Config) policyfile.Handlers {
+	return policyfile.Handlers{
 		"tenant_key": func(v *yaml.Node, path string) { c.RLS.TenantKey = d.Str(v, path) },
 		"fail":       func(v *yaml.Node, path string) { st.fail = d.Fail(v, path) },
 		"fail_closed_code": func(v *yaml.Node, path string) {
@@ -150,7 +150,7 @@ func (d *decoder) rlsDecisions(st *rlsState, c *Config) configfile.Handlers {
 			d.Entries(v, path, func(name string, k, v *yaml.Node, path string) {
 				o := &rlsDomainSettings{key: k}
 				st.own[name] = o
-				d.Fields(v, path, configfile.Handlers{
+				d.Fields(v, path, policyfile.Handlers{
 					"fail":      func(v *yaml.Node, path string) { f := d.Fail(v, path); o.fail = &f },
 					"algorithm": func(v *yaml.Node, path string) { a := d.rlsAlgorithm(v, path); o.algorithm = &a },
 					"atomic":    func(v *yaml.Node, path string) { b := d.Bool(v, path); o.atomic = &b },
@@ -162,8 +162,8 @@ func (d *decoder) rlsDecisions(st *rlsState, c *Config) configfile.Handlers {
 
 // rlsSettings are the handlers of envoyproxy/ratelimit's service-wide
 // settings.
-func (d *decoder) rlsSettings(set *rls.Settings) configfile.Handlers {
-	return configfile.Handlers{
+func (d *decoder) rlsSettings(set *rls.Settings) policyfile.Handlers {
+	return policyfile.Handlers{
 		"stop_increment_when_over_limit": func(v *yaml.Node, path string) { set.StopIncrementWhenOverLimit = d.Bool(v, path) },
 		"near_limit_ratio": func(v *yaml.Node, path string) {
 			r := d.Float(v, path)
@@ -186,7 +186,7 @@ func (d *decoder) rlsSettings(set *rls.Settings) configfile.Handlers {
 		},
 		"response_headers": func(v *yaml.Node, path string) {
 			h := &set.Headers
-			d.Fields(v, path, configfile.Handlers{
+			d.Fields(v, path, policyfile.Handlers{
 				"enabled":   func(v *yaml.Node, path string) { h.Enabled = d.Bool(v, path) },
 				"limit":     func(v *yaml.Node, path string) { h.Limit = d.headerName(v, path) },
 				"remaining": func(v *yaml.Node, path string) { h.Remaining = d.headerName(v, path) },
@@ -199,7 +199,7 @@ func (d *decoder) rlsSettings(set *rls.Settings) configfile.Handlers {
 // rlsXDS decodes the xds block.
 func (d *decoder) rlsXDS(v *yaml.Node, path string, x *XDS) {
 	x.NodeID = "default"
-	d.Fields(v, path, configfile.Handlers{
+	d.Fields(v, path, policyfile.Handlers{
 		"address": func(v *yaml.Node, path string) {
 			x.Address = d.hostPort(v, path, "xds", "the management server's host:port")
 		},
@@ -211,7 +211,7 @@ func (d *decoder) rlsXDS(v *yaml.Node, path string, x *XDS) {
 		"retry": func(v *yaml.Node, path string) { x.Retry = d.Duration(v, path) },
 	})
 	if x.Address == "" {
-		d.Add(v, configfile.Join(path, "address"), "xds needs the management server's address")
+		d.Add(v, policyfile.Join(path, "address"), "xds needs the management server's address")
 	}
 }
 
@@ -227,7 +227,7 @@ func (d *decoder) hostPort(v *yaml.Node, path, what, want string) string {
 
 // rlsStatsd decodes the statsd block.
 func (d *decoder) rlsStatsd(v *yaml.Node, path string, s *Statsd) {
-	d.Fields(v, path, configfile.Handlers{
+	d.Fields(v, path, policyfile.Handlers{
 		"address":        func(v *yaml.Node, path string) { s.Address = d.hostPort(v, path, "statsd", "host:port") },
 		"flush_interval": func(v *yaml.Node, path string) { s.FlushInterval = d.Duration(v, path) },
 		"protocol": func(v *yaml.Node, path string) {
@@ -243,7 +243,7 @@ func (d *decoder) rlsStatsd(v *yaml.Node, path string, s *Statsd) {
 		"mogrifiers": func(v *yaml.Node, path string) {
 			d.List(v, path, func(i int, v *yaml.Node, path string) {
 				var m statsd.Mogrifier
-				d.Fields(v, path, configfile.Handlers{
+				d.Fields(v, path, policyfile.Handlers{
 					"pattern": func(v *yaml.Node, path string) {
 						re, err := regexp.Compile(d.Str(v, path))
 						if err != nil {
@@ -375,11 +375,11 @@ func ParseRLSFile(file string) ([]rls.Domain, error) {
 
 // ParseRLS is ParseRLSFile on data already read; file names it in errors.
 func ParseRLS(file string, data []byte) ([]rls.Domain, error) {
-	root, err := configfile.Root(file, data, "want a domain and its descriptors")
+	root, err := policyfile.Root(file, data, "want a domain and its descriptors")
 	if err != nil {
 		return nil, err
 	}
-	d := &decoder{Decoder: configfile.NewDecoder(file)}
+	d := &decoder{Decoder: policyfile.NewDecoder(file)}
 	dom := d.rlsDomain(root, "")
 	if err := d.Err(); err != nil {
 		return nil, err
@@ -390,12 +390,12 @@ func ParseRLS(file string, data []byte) ([]rls.Domain, error) {
 // rlsDomain decodes {domain, descriptors}.
 func (d *decoder) rlsDomain(n *yaml.Node, path string) rls.Domain {
 	dom := rls.Domain{Algorithm: algo.FixedWindow} // as envoyproxy/ratelimit counts
-	d.Fields(n, path, configfile.Handlers{
+	d.Fields(n, path, policyfile.Handlers{
 		"domain":      func(v *yaml.Node, path string) { dom.Name = d.Str(v, path) },
 		"descriptors": func(v *yaml.Node, path string) { dom.Descriptors = d.rlsDescriptors(v, path) },
 	})
 	if dom.Name == "" {
-		d.Add(n, configfile.Join(path, "domain"), "a config needs a non-empty domain")
+		d.Add(n, policyfile.Join(path, "domain"), "a config needs a non-empty domain")
 	}
 	return dom
 }
@@ -406,7 +406,7 @@ func (d *decoder) rlsDescriptors(n *yaml.Node, path string) []*rls.Descriptor {
 	seen := map[[2]string]bool{}
 	d.List(n, path, func(i int, v *yaml.Node, path string) {
 		x := &rls.Descriptor{}
-		d.Fields(v, path, configfile.Handlers{
+		d.Fields(v, path, policyfile.Handlers{
 			"key":             func(v *yaml.Node, path string) { x.Key = d.Str(v, path) },
 			"value":           func(v *yaml.Node, path string) { x.Value = d.Str(v, path) },
 			"rate_limit":      func(v *yaml.Node, path string) { x.Limit = d.rlsRateLimit(v, path) },
@@ -439,7 +439,7 @@ func (d *decoder) rlsRateLimit(n *yaml.Node, path string) *rls.RateLimit {
 	unit := ""
 	var unitNode *yaml.Node
 	hasRPU := false
-	d.Fields(n, path, configfile.Handlers{
+	d.Fields(n, path, policyfile.Handlers{
 		"unit": func(v *yaml.Node, path string) { unit, unitNode = d.Str(v, path), v },
 		"requests_per_unit": func(v *yaml.Node, path string) {
 			hasRPU = true
@@ -455,7 +455,7 @@ func (d *decoder) rlsRateLimit(n *yaml.Node, path string) *rls.RateLimit {
 		"replaces": func(v *yaml.Node, path string) {
 			d.List(v, path, func(i int, v *yaml.Node, path string) {
 				name := ""
-				d.Fields(v, path, configfile.Handlers{
+				d.Fields(v, path, policyfile.Handlers{
 					"name": func(v *yaml.Node, path string) { name = d.Str(v, path) },
 				})
 				if name == "" {
@@ -468,19 +468,19 @@ func (d *decoder) rlsRateLimit(n *yaml.Node, path string) *rls.RateLimit {
 	u, ok := rls.ParseUnit(unit)
 	switch {
 	case rl.Unlimited && unit != "":
-		d.Add(unitNode, configfile.Join(path, "unit"), "an unlimited rate_limit takes no unit")
+		d.Add(unitNode, policyfile.Join(path, "unit"), "an unlimited rate_limit takes no unit")
 	case !rl.Unlimited && !ok:
 		at := unitNode
 		if at == nil {
 			at = n
 		}
-		d.Add(at, configfile.Join(path, "unit"), "unit %q: want second, minute, hour, day, week, month or year", unit)
+		d.Add(at, policyfile.Join(path, "unit"), "unit %q: want second, minute, hour, day, week, month or year", unit)
 	case !rl.Unlimited && !hasRPU:
-		d.Add(n, configfile.Join(path, "requests_per_unit"), "requests_per_unit is required (0 blocks every request)")
+		d.Add(n, policyfile.Join(path, "requests_per_unit"), "requests_per_unit is required (0 blocks every request)")
 	}
 	rl.Unit = u
 	if rl.Name != "" && slices.Contains(rl.Replaces, rl.Name) {
-		d.Add(n, configfile.Join(path, "replaces"), "a rate_limit cannot replace itself (%q)", rl.Name)
+		d.Add(n, policyfile.Join(path, "replaces"), "a rate_limit cannot replace itself (%q)", rl.Name)
 	}
 	return rl
 }

@@ -20,18 +20,18 @@ import (
 	"github.com/fairgate/fairgate/breaker"
 	"github.com/fairgate/fairgate/fairq"
 	"github.com/fairgate/fairgate/internal/auth"
-	"github.com/fairgate/fairgate/internal/configfile"
 	"github.com/fairgate/fairgate/internal/gateway"
 	"github.com/fairgate/fairgate/policy"
+	"github.com/fairgate/fairgate/policy/policyfile"
 	"github.com/fairgate/fairgate/quota"
 )
 
 // sections decodes the daemon's own top-level fields into c.
-func (d *decoder) sections(c *Config) configfile.Sections {
-	on := func(f func(v *yaml.Node, path string)) func(*configfile.Decoder, *yaml.Node, string) {
-		return func(pd *configfile.Decoder, v *yaml.Node, path string) { d.Decoder = pd; f(v, path) }
+func (d *decoder) sections(c *Config) policyfile.Sections {
+	on := func(f func(v *yaml.Node, path string)) func(*policyfile.Decoder, *yaml.Node, string) {
+		return func(pd *policyfile.Decoder, v *yaml.Node, path string) { d.Decoder = pd; f(v, path) }
 	}
-	return configfile.Sections{
+	return policyfile.Sections{
 		"headers": on(func(v *yaml.Node, path string) {
 			switch h := d.Str(v, path); h {
 			case "draft", "structured", "x":
@@ -76,7 +76,7 @@ func (d *decoder) sections(c *Config) configfile.Sections {
 			}
 		}),
 		"forward_auth": on(func(v *yaml.Node, path string) {
-			d.Fields(v, path, configfile.Handlers{
+			d.Fields(v, path, policyfile.Handlers{
 				"deny_status": func(v *yaml.Node, path string) {
 					switch n := d.Int(v, path); n {
 					case 429, 403:
@@ -96,7 +96,7 @@ func (d *decoder) sections(c *Config) configfile.Sections {
 			}
 		}),
 		"upstream_headers": on(func(v *yaml.Node, path string) {
-			d.Fields(v, path, configfile.Handlers{
+			d.Fields(v, path, policyfile.Handlers{
 				"tenant": func(v *yaml.Node, path string) { c.UpstreamHeaders.Tenant = d.header(v, path) },
 				"plan":   func(v *yaml.Node, path string) { c.UpstreamHeaders.Plan = d.header(v, path) },
 			})
@@ -113,12 +113,12 @@ func (d *decoder) providers(v *yaml.Node, path string, c *Config) {
 			d.Add(k, path, "provider name %q: want lower-case letters, digits, '-' and '_'", name)
 		}
 		var pr quota.Provider
-		d.Fields(v, path, configfile.Handlers{
+		d.Fields(v, path, policyfile.Handlers{
 			"limit":  func(v *yaml.Node, path string) { pr.Limit.Limit = d.Int(v, path) },
 			"period": func(v *yaml.Node, path string) { pr.Limit.Period = d.fixedPeriod(v, path) },
 			"burst":  func(v *yaml.Node, path string) { pr.Limit.Burst = d.Int(v, path) },
 			"tenant": func(v *yaml.Node, path string) {
-				d.Fields(v, path, configfile.Handlers{
+				d.Fields(v, path, policyfile.Handlers{
 					"limit":  func(v *yaml.Node, path string) { pr.Tenant.Limit = d.Int(v, path) },
 					"period": func(v *yaml.Node, path string) { pr.Tenant.Period = d.fixedPeriod(v, path) },
 					"burst":  func(v *yaml.Node, path string) { pr.Tenant.Burst = d.Int(v, path) },
@@ -134,7 +134,7 @@ func (d *decoder) providers(v *yaml.Node, path string, c *Config) {
 
 // queues decodes the job queues' weights and kinds into c.
 func (d *decoder) queues(v *yaml.Node, path string, c *Config) {
-	d.Fields(v, path, configfile.Handlers{
+	d.Fields(v, path, policyfile.Handlers{
 		"weights": func(v *yaml.Node, path string) {
 			d.Entries(v, path, func(plan string, k, v *yaml.Node, path string) {
 				w := d.Int(v, path)
@@ -154,7 +154,7 @@ func (d *decoder) queues(v *yaml.Node, path string, c *Config) {
 					d.Add(k, path, "kind name %q: want lower-case letters, digits, '-' and '_'", name)
 				}
 				var kd fairq.Kind
-				d.Fields(v, path, configfile.Handlers{
+				d.Fields(v, path, policyfile.Handlers{
 					"warn":         func(v *yaml.Node, path string) { kd.Warn = d.Count(v, path) },
 					"refuse":       func(v *yaml.Node, path string) { kd.Refuse = d.Count(v, path) },
 					"visibility":   func(v *yaml.Node, path string) { kd.Visibility = d.Duration(v, path) },
@@ -177,7 +177,7 @@ func (d *decoder) dependencies(v *yaml.Node, path string, c *Config) {
 			d.Add(k, path, "dependency name %q: want lower-case letters, digits, '-' and '_'", name)
 		}
 		var st breaker.Settings
-		d.Fields(v, path, configfile.Handlers{
+		d.Fields(v, path, policyfile.Handlers{
 			"consecutive_failures": func(v *yaml.Node, path string) { st.ConsecutiveFailures = uint32(min(d.Count(v, path), 1<<31)) },
 			"failure_ratio": func(v *yaml.Node, path string) {
 				if st.FailureRatio = d.Float(v, path); st.FailureRatio <= 0 || st.FailureRatio > 1 {
@@ -215,11 +215,11 @@ func (d *decoder) dependencies(v *yaml.Node, path string, c *Config) {
 // auth decodes the credentials section. Key files are read relative to
 // the config file's directory.
 func (d *decoder) auth(n *yaml.Node, path string, a *auth.Config) {
-	d.Fields(n, path, configfile.Handlers{
+	d.Fields(n, path, policyfile.Handlers{
 		"api_keys": func(v *yaml.Node, path string) {
 			d.List(v, path, func(i int, v *yaml.Node, path string) {
 				var k auth.APIKey
-				d.Fields(v, path, configfile.Handlers{
+				d.Fields(v, path, policyfile.Handlers{
 					"sha256": func(v *yaml.Node, path string) {
 						k.SHA256 = strings.ToLower(d.Str(v, path))
 						if b, err := hex.DecodeString(k.SHA256); err != nil || len(b) != sha256.Size {
@@ -238,7 +238,7 @@ func (d *decoder) auth(n *yaml.Node, path string, a *auth.Config) {
 		"jwt": func(v *yaml.Node, path string) {
 			j := &auth.JWTConfig{}
 			a.JWT = j
-			d.Fields(v, path, configfile.Handlers{
+			d.Fields(v, path, policyfile.Handlers{
 				"issuer":       func(v *yaml.Node, path string) { j.Issuer = d.Str(v, path) },
 				"audience":     func(v *yaml.Node, path string) { j.Audience = d.Str(v, path) },
 				"tenant_claim": func(v *yaml.Node, path string) { j.TenantClaim = d.Str(v, path) },

@@ -18,4 +18,14 @@
 //
 // The daemon's own sections (credentials, providers, queues, the Envoy
 // service...) are skipped by [Load] unread.
+//
+// A program whose file holds settings of its own beside the policy
+// decodes them with the same strictness and lines: [ParseWith] takes a
+// [Sections] entry per top-level field of its own, and each decodes its
+// value with the [Decoder]'s readers ([Decoder.Fields], [Decoder.Str],
+// [Decoder.Duration]...), which record every problem at its line. The
+// fairgate daemon reads its config file so. [Root] and [NewDecoder] decode
+// a file that is not a policy the same way.
+//
+// Functions are safe for concurrent use; a [Decoder] is not.
 package policyfile

@@ -1,4 +1,4 @@
-package configfile
+package policyfile
 
 import (
 	"bytes"
@@ -16,17 +16,20 @@ import (
 	"github.com/fairgate/fairgate/policy"
 )
 
-// Problem is one thing wrong with a file.
+// Problem is one thing wrong with a file: its line, the field and what is
+// wrong and what would be right.
 type Problem struct {
 	Line    int    // 1-based; 0 when the file as a whole is wrong
 	Path    string // the field, such as plans.free[0].burst
 	Message string // what is wrong and what would be right
 }
 
-// Error is every problem of one file. A file with problems is never used.
+// Error is every problem of one file; its Error method lists them, one
+// per line, as file:line: field: message. A file with problems is never
+// used.
 type Error struct {
-	File     string
-	Problems []Problem
+	File     string    // the file's name, as the caller gave it
+	Problems []Problem // by line
 }
 
 // Error lists the problems, one per line, as file:line: field: message.
@@ -45,7 +48,8 @@ func (e *Error) Error() string {
 	return b.String()
 }
 
-// MaxFileBytes is the largest file Load reads: 4 MiB, some thousand times
+// MaxFileBytes is the largest file Load and ReadFile read (and Parse and
+// ParseWith decode): 4 MiB, some thousand times
 // a policy of a hundred plans and ten thousand tenants' overrides in the
 // file (run-time overrides live in the store).
 const MaxFileBytes = 4 << 20
@@ -68,30 +72,24 @@ func ReadFile(path string) ([]byte, error) {
 	return data, nil
 }
 
-// ParsePolicy decodes only the policy of data, a file named file,
-// skipping the daemon's own sections unread (package policyfile).
-func ParsePolicy(file string, data []byte) (policy.Policy, error) {
-	skip := Sections{}
-	for _, name := range DaemonSections {
-		skip[name] = func(*Decoder, *yaml.Node, string) {}
-	}
-	return ParseWith(file, data, skip, nil, nil)
-}
+// daemonSections are the top-level fields of the config file that
+// configure the daemon rather than the policy: [Parse] skips them.
+var daemonSections = []string{"headers", "instances", "trusted_proxies", "auth", "providers", "queues", "rls", "dashboard", "client_ip_header", "upstream_headers", "dependencies", "forward_auth", "upstream_capacity"}
 
-// DaemonSections are the top-level fields of the config file that
-// configure the daemon rather than the policy.
-var DaemonSections = []string{"headers", "instances", "trusted_proxies", "auth", "providers", "queues", "rls", "dashboard", "client_ip_header", "upstream_headers", "dependencies", "forward_auth", "upstream_capacity"}
-
-// Sections decode top-level fields the policy does not define, by name.
+// Sections decode top-level fields the policy does not define (a
+// program's own settings in the same file), by name: each gets the
+// [Decoder], the field's value node and its path.
 type Sections map[string]func(d *Decoder, v *yaml.Node, path string)
 
-// ParseWith is Parse with the top-level fields of sections decoded by them
-// instead of skipped (the daemon's own settings). check, if not nil, runs
-// once everything is decoded, to report problems that need the policy.
-// The policy is then compiled, so that the error names every problem of
-// the file at once; unless the file gives none of PolicySections and
-// optional, asked then, says the policy may be left out (the zero Policy
-// is returned).
+// ParseWith decodes data, a file named file, whose top-level fields are
+// the policy's and those of sections, decoded by them (the fairgate
+// daemon reads its own settings so); any other field is a problem. check,
+// if not nil, runs once everything is decoded, to report problems that
+// need the policy. The policy is then compiled, so that the error names
+// every problem of the file at once; unless the file gives none of the
+// policy's fields and optional, asked then, says the policy may be left
+// out (the zero Policy is returned). The error, if any, is an *[Error]
+// (or says the file is too large).
 func ParseWith(file string, data []byte, sections Sections, check func(d *Decoder, p policy.Policy), optional func() bool) (policy.Policy, error) {
 	if len(data) > MaxFileBytes {
 		return policy.Policy{}, fmt.Errorf("config: %s is over %d bytes (4 MiB), the most a config file may be", file, MaxFileBytes)
@@ -116,12 +114,12 @@ func ParseWith(file string, data []byte, sections Sections, check func(d *Decode
 	return p, nil
 }
 
-// PolicySections are the top-level fields of the policy.
-var PolicySections = []string{"plans", "classes", "routes", "anonymous", "preflight", "tenants", "default_plan", "default_class", "timezone", "route_match"}
+// policySections are the top-level fields of the policy.
+var policySections = []string{"plans", "classes", "routes", "anonymous", "preflight", "tenants", "default_plan", "default_class", "timezone", "route_match"}
 
-// givesPolicy reports whether the file gave any of PolicySections.
+// givesPolicy reports whether the file gave any of policySections.
 func (d *Decoder) givesPolicy() bool {
-	for _, s := range PolicySections {
+	for _, s := range policySections {
 		if _, ok := d.lines[s]; ok {
 			return true
 		}
@@ -130,8 +128,9 @@ func (d *Decoder) givesPolicy() bool {
 }
 
 // Root parses data, a YAML file named file, and returns its top-level
-// node. Invalid YAML, or a file with no document (then want says what
-// belongs in it), is an *Error.
+// node, for a file decoded with a [Decoder] of its own. Invalid YAML, or a
+// file with no document (then want says what belongs in it), is an
+// *[Error].
 func Root(file string, data []byte, want string) (*yaml.Node, error) {
 	var root yaml.Node
 	if err := yaml.NewDecoder(bytes.NewReader(data)).Decode(&root); err != nil && err != io.EOF {
@@ -144,7 +143,8 @@ func Root(file string, data []byte, want string) (*yaml.Node, error) {
 }
 
 // NewDecoder returns a Decoder for the file named file (relative paths in
-// it are resolved against its directory by the caller).
+// it are resolved against its directory by the caller), for a file that is
+// not a policy (see [Root]).
 func NewDecoder(file string) *Decoder { return &Decoder{file: file, lines: map[string]int{}} }
 
 // Err returns an *Error with every problem found so far, by line, or nil.

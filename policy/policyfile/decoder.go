@@ -1,4 +1,4 @@
-package configfile
+package policyfile
 
 import (
 	"fmt"
@@ -14,8 +14,9 @@ import (
 // A Decoder walks a YAML document, collecting every problem with its line
 // and recording the line of every field it visits, so that problems found
 // later (by [policy.Compile]) are reported at their place in the file too.
-// The daemon decodes its own sections of the file with it (see
-// [ParseWith]). A Decoder is not safe for concurrent use.
+// A program decodes its own sections of the file with it (see
+// [ParseWith]), as the daemon does. A Decoder is not safe for concurrent
+// use.
 type Decoder struct {
 	file     string
 	problems []Problem
