@@ -16,8 +16,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/fairgate/fairgate/httplimit"
 	"github.com/fairgate/fairgate/limiter"
+	"github.com/fairgate/fairgate/limitheader"
 	"github.com/fairgate/fairgate/policy"
 )
 
@@ -31,9 +31,10 @@ type Config struct {
 	// An error fails the call with UNAUTHENTICATED and the error's text.
 	// Required. The same shape as httplimit.Config.Identify's.
 	Identify func(ctx context.Context, fullMethod string) (policy.Identity, error)
-	// Headers is the form of the trailing rate-limit metadata. Zero means
-	// the IETF draft's RateLimit-Limit, -Remaining and -Reset.
-	Headers httplimit.Form
+	// Headers is the form of the trailing rate-limit metadata (see package
+	// limitheader). Zero means the IETF draft's RateLimit-Limit,
+	// -Remaining and -Reset.
+	Headers limitheader.Form
 	// SlowDown holds a call the near cache rejects for its class's
 	// slow_down before failing it (see policy.Class.SlowDown), pacing a
 	// client that retries without waiting. False (the default) fails it
@@ -44,14 +45,14 @@ type Config struct {
 // decider is a validated Config.
 type decider struct {
 	Config
-	form httplimit.Form
+	form limitheader.Form
 }
 
 func newDecider(c Config) (*decider, error) {
 	if c.Limiter == nil || c.Identify == nil {
 		return nil, errors.New("grpclimit: Config.Limiter and Config.Identify are required")
 	}
-	form, err := httplimit.ParseForm(string(c.Headers))
+	form, err := limitheader.ParseForm(string(c.Headers))
 	if err != nil {
 		return nil, err
 	}
@@ -125,9 +126,9 @@ func (d *decider) decide(ctx context.Context, fullMethod string) (*limiter.Slots
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	h := http.Header{}
-	httplimit.SetHeaders(h, d.form, dec)
+	limitheader.Set(h, d.form, dec)
 	if !dec.Allowed {
-		h.Set("Retry-After", httplimit.RetryAfter(dec.RetryAfter))
+		h.Set("Retry-After", limitheader.RetryAfter(dec.RetryAfter))
 	}
 	md := metadata.MD{}
 	for k, v := range h {

@@ -9,6 +9,7 @@ import (
 	"github.com/fairgate/fairgate/fairshare"
 	"github.com/fairgate/fairgate/httplimit/problem"
 	"github.com/fairgate/fairgate/limiter"
+	"github.com/fairgate/fairgate/limitheader"
 )
 
 // TypeUpstreamBusy is the type of a 503 from a capacity gate: no room
@@ -108,10 +109,10 @@ func WriteShed(w http.ResponseWriter, err error) {
 	if !errors.As(err, &se) {
 		return
 	}
-	w.Header().Set("Retry-After", RetryAfter(se.RetryAfter))
+	w.Header().Set("Retry-After", limitheader.RetryAfter(se.RetryAfter))
 	problem.Write(w, problem.Details{Type: TypeUpstreamBusy, Title: "Upstream busy", Status: http.StatusServiceUnavailable,
 		Detail: "the upstream API is at its capacity and your share of it is in use; retry later",
-		Ext:    map[string]any{"code": "upstream_busy", "retry_after_seconds": problem.RetrySeconds(se.RetryAfter)}})
+		Ext:    map[string]any{"code": "upstream_busy", "retry_after_seconds": limitheader.RetrySeconds(se.RetryAfter)}})
 }
 
 // answerWriter tells the gate's ticket when the answer begins, with

@@ -14,6 +14,7 @@ import (
 	"github.com/fairgate/fairgate/algo"
 	"github.com/fairgate/fairgate/httplimit/problem"
 	"github.com/fairgate/fairgate/limiter"
+	"github.com/fairgate/fairgate/limitheader"
 	"github.com/fairgate/fairgate/policy"
 )
 
@@ -37,7 +38,7 @@ const (
 // 503 with Retry-After when the store is out and the policy fails closed.
 // The rate-limit headers are written too.
 func WriteRejection(w http.ResponseWriter, f Form, d limiter.Decision) {
-	SetHeaders(w.Header(), f, d) // Retry-After with them
+	limitheader.Set(w.Header(), f, d) // Retry-After with them
 	if d.Reason == limiter.ReasonUnavailable {
 		problem.Write(w, problem.Details{
 			Type:   TypeUnavailable,
@@ -228,7 +229,7 @@ func Middleware(c Config) (func(http.Handler) http.Handler, error) {
 	if c.Limiter == nil || c.Identify == nil {
 		return nil, errors.New("httplimit: Config.Limiter and Config.Identify are required")
 	}
-	form, err := ParseForm(string(c.Headers))
+	form, err := limitheader.ParseForm(string(c.Headers))
 	if err != nil {
 		return nil, err
 	}
@@ -288,7 +289,7 @@ func Middleware(c Config) (func(http.Handler) http.Handler, error) {
 				WriteRejection(w, form, d)
 				return
 			}
-			SetHeaders(w.Header(), form, d)
+			limitheader.Set(w.Header(), form, d)
 			if d.Slots != nil {
 				// The request holds concurrency slots until it ends: when
 				// the response is written out (a stream included), the

@@ -5,7 +5,9 @@
 # model) imports only algo and the standard library; backends never import
 # each other; quota, fairq and the config loader depend on policy, never on
 # the limiter engine; the policy file decoder imports only policy and
-# algo; metric registration (promshare) imports nothing of the module; no
+# algo; metric registration (promshare) imports nothing of the module; the
+# header formats (limitheader) only limiter and algo, and grpclimit uses
+# them without the HTTP middleware (httplimit); no
 # public package (anything outside internal/ and cmd/) imports internal/.
 # Test files are not checked.
 set -euo pipefail
@@ -26,6 +28,8 @@ while read -r pkg imports; do
       policy) [ "$irel" = algo ] || { echo "deps-check: policy imports $irel (only algo: it is pure)"; fail=1; } ;;
       policy/*) [[ "$irel" == policy || "$irel" == algo ]] || { echo "deps-check: $rel imports $irel (only policy and algo)"; fail=1; } ;;
       promshare) echo "deps-check: promshare imports $irel (nothing of the module)"; fail=1 ;;
+      limitheader) [[ "$irel" == limiter || "$irel" == algo ]] || { echo "deps-check: limitheader imports $irel (only limiter and algo: HTTP and gRPC share it)"; fail=1; } ;;
+      grpclimit) [[ "$irel" == httplimit || "$irel" == httplimit/* ]] && { echo "deps-check: grpclimit imports $irel (it shares only limitheader with the HTTP middleware)"; fail=1; } ;;
       quota|quota/*|fairq|fairq/*|internal/config) [[ "$irel" == limiter || "$irel" == limiter/* ]] && { echo "deps-check: $rel imports $irel (it needs policy, not the engine)"; fail=1; } ;;
       store/memstore) [[ "$irel" == store/redisstore* ]] && { echo "deps-check: memstore imports $irel"; fail=1; } ;;
       store/redisstore) [[ "$irel" == store/memstore* ]] && { echo "deps-check: redisstore imports $irel"; fail=1; } ;;

@@ -5,9 +5,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
-	"time"
-
-	"github.com/fairgate/fairgate/algo"
 )
 
 // ContentType is the media type of a problem details body.
@@ -55,17 +52,4 @@ func Write(w http.ResponseWriter, d Details) {
 // BadRequest sends a 400 whose detail says what is wrong.
 func BadRequest(w http.ResponseWriter, detail string) {
 	Write(w, Details{Status: http.StatusBadRequest, Detail: detail})
-}
-
-// RetryAfterSeconds formats d as a Retry-After value: whole seconds,
-// rounded up, at least 1.
-func RetryAfterSeconds(d time.Duration) string {
-	return strconv.FormatInt(RetrySeconds(d), 10)
-}
-
-// RetrySeconds is d in whole seconds, rounded up, at least 1: the number a
-// problem body's retry_after_seconds carries, always equal to the
-// Retry-After header beside it.
-func RetrySeconds(d time.Duration) int64 {
-	return max(1, algo.CeilSeconds(d))
 }

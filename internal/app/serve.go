@@ -32,7 +32,6 @@ import (
 	"github.com/fairgate/fairgate/algo"
 	"github.com/fairgate/fairgate/breaker"
 	"github.com/fairgate/fairgate/fairq"
-	"github.com/fairgate/fairgate/httplimit"
 	"github.com/fairgate/fairgate/internal/apikeys"
 	"github.com/fairgate/fairgate/internal/auth"
 	"github.com/fairgate/fairgate/internal/config"
@@ -46,6 +45,7 @@ import (
 	"github.com/fairgate/fairgate/internal/tlsfiles"
 	"github.com/fairgate/fairgate/internal/tracing"
 	"github.com/fairgate/fairgate/limiter"
+	"github.com/fairgate/fairgate/limitheader"
 	"github.com/fairgate/fairgate/policy"
 	"github.com/fairgate/fairgate/quota"
 	"github.com/fairgate/fairgate/store/memstore"
@@ -336,7 +336,7 @@ func (d *daemon) buildServer() error {
 		return err
 	}
 	sc := server.Config{
-		Limiter: d.lim, Headers: httplimit.Form(cfg.Headers), Auth: d.authn, ClientIP: auth.ClientIP{Trusted: cfg.TrustedProxies, Header: cfg.ClientIPHeader},
+		Limiter: d.lim, Headers: limitheader.Form(cfg.Headers), Auth: d.authn, ClientIP: auth.ClientIP{Trusted: cfg.TrustedProxies, Header: cfg.ClientIPHeader},
 		UpstreamHeaders: cfg.UpstreamHeaders, ForwardAuth: cfg.ForwardAuth,
 		UpstreamTimeout: c.UpstreamTimeout, Logger: log, NoPolicy: cfg.NoPolicy, Metrics: promhttp.HandlerFor(d.reg, promhttp.HandlerOpts{EnableOpenMetrics: true}), Tracer: d.tr.Tracer(), TrustTraceContext: c.TrustTraceContext,
 		Quotas: d.quotas, WorkerToken: c.WorkerToken, InternalToken: c.InternalToken, ControlTimeout: c.ControlTimeout,

@@ -10,7 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/fairgate/fairgate/algo"
-	"github.com/fairgate/fairgate/httplimit/problem"
+	"github.com/fairgate/fairgate/limitheader"
 	"github.com/fairgate/fairgate/policy"
 	"github.com/fairgate/fairgate/store"
 )
@@ -147,5 +147,5 @@ func (s *Service) fill(rules []rule, b *batch, res *store.Result, a *answer, res
 
 // retryAfter is a Retry-After header of d, as every front writes it.
 func retryAfter(d time.Duration) []*corepb.HeaderValue {
-	return []*corepb.HeaderValue{{Key: "Retry-After", Value: problem.RetryAfterSeconds(d)}}
+	return []*corepb.HeaderValue{{Key: "Retry-After", Value: limitheader.RetryAfter(d)}}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/fairgate/fairgate/internal/auth"
 	"github.com/fairgate/fairgate/internal/gateway"
 	"github.com/fairgate/fairgate/limiter"
+	"github.com/fairgate/fairgate/limitheader"
 	"github.com/fairgate/fairgate/policy"
 )
 
@@ -96,7 +97,7 @@ func (s *Server) handleAuthz(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.metrics.authz.WithLabelValues("allowed").Inc()
-	httplimit.SetHeaders(w.Header(), s.form, d)
+	limitheader.Set(w.Header(), s.form, d)
 	if d.Slots != nil {
 		// The gateway cannot say when the request ends: the slots are held
 		// until the upstream gives them back (POST /v1/concurrency/release

@@ -14,6 +14,7 @@ import (
 	"github.com/fairgate/fairgate/httplimit/problem"
 	"github.com/fairgate/fairgate/internal/auth"
 	"github.com/fairgate/fairgate/limiter"
+	"github.com/fairgate/fairgate/limitheader"
 	"github.com/fairgate/fairgate/policy"
 )
 
@@ -133,7 +134,7 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 	var hdrs [10]string // on the stack: at most five headers
 	resp := checkResponse{
 		Allowed: d.Allowed, Status: http.StatusOK, Reason: string(d.Reason), Policy: d.Policy,
-		Headers: httplimit.AppendHeaders(hdrs[:0], s.form, d),
+		Headers: limitheader.Append(hdrs[:0], s.form, d),
 	}
 	var layers [4]layerJSON // on the stack for up to four layers
 	resp.Decisions = layers[:0]

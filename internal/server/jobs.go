@@ -12,6 +12,7 @@ import (
 	"github.com/fairgate/fairgate/fairq"
 	"github.com/fairgate/fairgate/httplimit"
 	"github.com/fairgate/fairgate/httplimit/problem"
+	"github.com/fairgate/fairgate/limitheader"
 	"github.com/fairgate/fairgate/policy"
 )
 
@@ -38,13 +39,13 @@ func jobProblem(w http.ResponseWriter, err error) {
 	switch {
 	case errors.As(err, &full) && full.Tenant != "":
 		// The caller's own share is full: its fault, a 429 for it alone.
-		w.Header().Set("Retry-After", problem.RetryAfterSeconds(full.RetryAfter))
+		w.Header().Set("Retry-After", limitheader.RetryAfter(full.RetryAfter))
 		problem.Write(w, problem.Details{Status: http.StatusTooManyRequests, Detail: err.Error(),
-			Ext: map[string]any{"code": "tenant_queue_full", "kind": full.Kind, "retry_after_seconds": problem.RetrySeconds(full.RetryAfter)}})
+			Ext: map[string]any{"code": "tenant_queue_full", "kind": full.Kind, "retry_after_seconds": limitheader.RetrySeconds(full.RetryAfter)}})
 	case errors.As(err, &full):
-		w.Header().Set("Retry-After", problem.RetryAfterSeconds(full.RetryAfter))
+		w.Header().Set("Retry-After", limitheader.RetryAfter(full.RetryAfter))
 		problem.Write(w, problem.Details{Status: http.StatusServiceUnavailable, Detail: err.Error(),
-			Ext: map[string]any{"code": "queue_full", "kind": full.Kind, "retry_after_seconds": problem.RetrySeconds(full.RetryAfter)}})
+			Ext: map[string]any{"code": "queue_full", "kind": full.Kind, "retry_after_seconds": limitheader.RetrySeconds(full.RetryAfter)}})
 	case errors.Is(err, fairq.ErrUnknownKind), errors.Is(err, fairq.ErrNotFound):
 		problem.Write(w, problem.Details{Status: http.StatusNotFound, Detail: err.Error()})
 	case errors.Is(err, fairq.ErrLeaseLost):
@@ -76,7 +77,7 @@ func (s *Server) handleEnqueue(w http.ResponseWriter, r *http.Request) {
 		problem.BadRequest(w, err.Error())
 		return
 	}
-	httplimit.SetHeaders(w.Header(), s.form, d)
+	limitheader.Set(w.Header(), s.form, d)
 	if !d.Allowed {
 		httplimit.WriteRejection(w, s.form, d)
 		return

@@ -10,6 +10,7 @@ import (
 	"github.com/fairgate/fairgate/algo"
 	"github.com/fairgate/fairgate/httplimit"
 	"github.com/fairgate/fairgate/httplimit/problem"
+	"github.com/fairgate/fairgate/limitheader"
 	"github.com/fairgate/fairgate/quota"
 )
 
@@ -91,7 +92,7 @@ func (o *outbound) handleAcquire(w http.ResponseWriter, r *http.Request) {
 		case de.Share:
 			limited = "tenant_share"
 		}
-		w.Header().Set("Retry-After", problem.RetryAfterSeconds(de.RetryAfter))
+		w.Header().Set("Retry-After", limitheader.RetryAfter(de.RetryAfter))
 		problem.Write(w, problem.Details{
 			Type:   httplimit.TypeRateLimited,
 			Status: http.StatusTooManyRequests,

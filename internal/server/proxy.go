@@ -15,6 +15,7 @@ import (
 	"github.com/fairgate/fairgate/httplimit"
 	"github.com/fairgate/fairgate/httplimit/problem"
 	"github.com/fairgate/fairgate/internal/auth"
+	"github.com/fairgate/fairgate/limitheader"
 	"github.com/fairgate/fairgate/policy"
 )
 
@@ -73,9 +74,9 @@ func (s *Server) newProxy(upstream *url.URL, timeout time.Duration) (http.Handle
 				if oe.Caller {
 					detail, scope = "the upstream API failed your recent requests, and its circuit breaker is open for you alone; retry later", "caller"
 				}
-				w.Header().Set("Retry-After", problem.RetryAfterSeconds(oe.RetryAfter))
+				w.Header().Set("Retry-After", limitheader.RetryAfter(oe.RetryAfter))
 				problem.Write(w, problem.Details{Status: http.StatusServiceUnavailable, Detail: detail,
-					Ext: map[string]any{"code": "dependency_unavailable", "dependency": oe.Dependency, "scope": scope, "retry_after_seconds": problem.RetrySeconds(oe.RetryAfter)}})
+					Ext: map[string]any{"code": "dependency_unavailable", "dependency": oe.Dependency, "scope": scope, "retry_after_seconds": limitheader.RetrySeconds(oe.RetryAfter)}})
 				return
 			}
 			s.log.Warn("upstream failed", slog.String("path", r.URL.Path), slog.String("error", err.Error()))

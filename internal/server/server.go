@@ -48,6 +48,7 @@ import (
 	"github.com/fairgate/fairgate/internal/config"
 	"github.com/fairgate/fairgate/internal/gateway"
 	"github.com/fairgate/fairgate/limiter"
+	"github.com/fairgate/fairgate/limitheader"
 	"github.com/fairgate/fairgate/quota"
 )
 
@@ -75,7 +76,7 @@ type Config struct {
 	// surface.
 	RLSJSON http.HandlerFunc
 	// Headers is the rate-limit header form. "" means draft.
-	Headers httplimit.Form
+	Headers limitheader.Form
 	// Auth verifies the credentials of proxied requests and of
 	// /v1/me/limits. Nil means none are accepted (only anonymous routes
 	// pass the proxy).
@@ -170,7 +171,7 @@ type Server struct {
 	lim         *limiter.Limiter
 	metrics     *serverMetrics
 	internal    http.Handler // nil without an upstream: one surface
-	form        httplimit.Form
+	form        limitheader.Form
 	id          atomic.Pointer[identity]
 	log         *slog.Logger
 	mux         *http.ServeMux
@@ -202,7 +203,7 @@ func New(c Config) (*Server, error) {
 	if c.Limiter == nil {
 		return nil, errors.New("server: Config.Limiter is required")
 	}
-	form, err := httplimit.ParseForm(string(c.Headers))
+	form, err := limitheader.ParseForm(string(c.Headers))
 	if err != nil {
 		return nil, err
 	}
