@@ -36,30 +36,6 @@ func get(h http.Handler, key string) *httptest.ResponseRecorder {
 	return w
 }
 
-// The three lines: every tenant gets 2 requests a minute on its own.
-func ExamplePerTenant() {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/users/{id}", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "ok") })
-
-	h, err := httplimit.PerTenant{Limit: algo.PerMinute(2), Identify: tenantOf}.Wrap(mux)
-	if err != nil {
-		panic(err)
-	}
-	// log.Fatal(http.ListenAndServe(":8080", h))
-
-	for _, key := range []string{"key-acme", "key-acme", "key-acme", "key-globex", "", "key-nobody"} {
-		w := get(h, key)
-		fmt.Printf("%q: %d remaining=%q\n", key, w.Code, w.Header().Get("RateLimit-Remaining"))
-	}
-	// Output:
-	// "key-acme": 200 remaining="1"
-	// "key-acme": 200 remaining="0"
-	// "key-acme": 429 remaining="0"
-	// "key-globex": 200 remaining="1"
-	// "": 401 remaining=""
-	// "key-nobody": 401 remaining=""
-}
-
 // Middleware with a limiter of your own: a plan, a class at half the
 // plan's limit for search, and the IETF draft's structured headers.
 func ExampleMiddleware() {

@@ -202,23 +202,18 @@ func TestMiddleware(t *testing.T) {
 func TestNoHoldByDefault(t *testing.T) {
 	for _, slow := range []bool{false, true} {
 		synctest.Test(t, func(t *testing.T) {
-			h, err := PerTenant{Limit: algo.PerMinute(1), Identify: func(r *http.Request) (policy.Identity, error) {
-				return policy.Identity{Tenant: "acme"}, nil
-			}}.Wrap(http.NotFoundHandler())
+			lim, err := limiter.New(limiter.Config{Store: memstore.New(memstore.Config{}), Policy: policy.Policy{
+				DefaultPlan: "p", DefaultClass: "c",
+				Plans:   map[string]policy.Plan{"p": {Rules: []policy.Rule{{Limit: algo.PerMinute(1)}}}},
+				Classes: map[string]policy.Class{"c": {}},
+			}})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if slow {
-				lim, _ := limiter.New(limiter.Config{Store: memstore.New(memstore.Config{}), Policy: policy.Policy{
-					DefaultPlan: "p", DefaultClass: "c",
-					Plans:   map[string]policy.Plan{"p": {Rules: []policy.Rule{{Limit: algo.PerMinute(1)}}}},
-					Classes: map[string]policy.Class{"c": {}},
-				}})
-				mw, _ := Middleware(Config{Limiter: lim, SlowDown: true, Identify: func(r *http.Request) (policy.Identity, error) {
-					return policy.Identity{Tenant: "acme"}, nil
-				}})
-				h = mw(http.NotFoundHandler())
-			}
+			mw, _ := Middleware(Config{Limiter: lim, SlowDown: slow, Identify: func(r *http.Request) (policy.Identity, error) {
+				return policy.Identity{Tenant: "acme"}, nil
+			}})
+			h := mw(http.NotFoundHandler())
 			for i := range 3 { // allowed, rejected by the store, rejected by the near cache
 				start := time.Now()
 				w := httptest.NewRecorder()

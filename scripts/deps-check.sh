@@ -9,7 +9,8 @@
 # header formats (limitheader) only limiter and algo, and grpclimit uses
 # them without the HTTP middleware (httplimit); no
 # public package (anything outside internal/ and cmd/) imports internal/.
-# Test files are not checked.
+# Test files are not checked. Last, what httplimit and grpclimit link
+# (all their dependencies, not only their imports).
 set -euo pipefail
 mod=$(go list -m)
 fail=0
@@ -40,5 +41,13 @@ while read -r pkg imports; do
     fi
   done
 done < <(go list -f '{{.ImportPath}} {{join .Imports " "}}' ./...)
+# What a library user links: httplimit with a policy built in Go links
+# neither the YAML decoder nor the memory store (httplimit/pertenant does),
+# and grpclimit links no HTTP middleware.
+linked() { go list -deps "./$1" | grep -qx "$2"; }
+for dep in go.yaml.in/yaml/v3 "$mod/store/memstore" "$mod/policy/policyfile"; do
+  if linked httplimit "$dep"; then echo "deps-check: httplimit links $dep (file loading and defaults belong in httplimit/pertenant)"; fail=1; fi
+done
+if linked grpclimit "$mod/httplimit"; then echo "deps-check: grpclimit links httplimit (it shares only limitheader with it)"; fail=1; fi
 [ $fail = 0 ] && echo "deps-check: ok"
 exit $fail
