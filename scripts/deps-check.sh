@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
-# Keeps the import layers (the house style's "small packages, a pure core";
-# the rules are stated here, this script is their only home): algo imports only the
-# standard library; store imports only algo; policy (the pure policy
-# model) imports only algo and the standard library; backends never import
-# each other; quota, fairq and the config loader depend on policy, never on
-# the limiter engine; the policy file decoder imports only policy and
+# Keeps the import layers (the house style's "small packages, a pure
+# core"; the rules are stated here, this script is their only home): algo
+# imports only the standard library; store imports only algo; policy (the
+# pure policy model) imports only algo and the standard library; backends
+# never import each other; quota, fairq and the config loader depend on
+# policy, never on the limiter engine, nor the config loader on the Envoy
+# service (its types are internal/rlsconfig's, which imports only policy
+# and algo); the policy file decoder (policy/*) imports only policy and
 # algo; metric registration (promshare) imports nothing of the module; the
-# header formats (limitheader) only limiter and algo, and grpclimit uses
-# them without the HTTP middleware (httplimit); no
-# public package (anything outside internal/ and cmd/) imports internal/.
-# Test files are not checked. Last, what httplimit and grpclimit link
-# (all their dependencies, not only their imports).
+# header formats (limitheader) only limiter and algo; grpclimit uses them
+# without the HTTP middleware (httplimit); no public package (anything
+# outside internal/ and cmd/) imports internal/. Test files are not
+# checked. Last, what httplimit and grpclimit link (all their
+# dependencies, not only their imports).
 set -euo pipefail
 mod=$(go list -m)
 fail=0
@@ -31,7 +33,9 @@ while read -r pkg imports; do
       promshare) echo "deps-check: promshare imports $irel (nothing of the module)"; fail=1 ;;
       limitheader) [[ "$irel" == limiter || "$irel" == algo ]] || { echo "deps-check: limitheader imports $irel (only limiter and algo: HTTP and gRPC share it)"; fail=1; } ;;
       grpclimit) [[ "$irel" == httplimit || "$irel" == httplimit/* ]] && { echo "deps-check: grpclimit imports $irel (it shares only limitheader with the HTTP middleware)"; fail=1; } ;;
-      quota|quota/*|fairq|fairq/*|internal/config) [[ "$irel" == limiter || "$irel" == limiter/* ]] && { echo "deps-check: $rel imports $irel (it needs policy, not the engine)"; fail=1; } ;;
+      quota|quota/*|fairq|fairq/*) [[ "$irel" == limiter || "$irel" == limiter/* ]] && { echo "deps-check: $rel imports $irel (it needs policy, not the engine)"; fail=1; } ;;
+      internal/config) [[ "$irel" == limiter || "$irel" == limiter/* || "$irel" == internal/rls ]] && { echo "deps-check: $rel imports $irel (it needs policy and internal/rlsconfig, not the engine or the gRPC service)"; fail=1; } ;;
+      internal/rlsconfig) [[ "$irel" == policy || "$irel" == algo ]] || { echo "deps-check: $rel imports $irel (only policy and algo: it is types)"; fail=1; } ;;
       store/memstore) [[ "$irel" == store/redisstore* ]] && { echo "deps-check: memstore imports $irel"; fail=1; } ;;
       store/redisstore) [[ "$irel" == store/memstore* ]] && { echo "deps-check: redisstore imports $irel"; fail=1; } ;;
       limiter|limiter/*) [[ "$irel" == store/?* && "$irel" != store/storetest ]] && { echo "deps-check: $rel imports the backend $irel (the app wires backends)"; fail=1; } ;;

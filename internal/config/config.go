@@ -17,7 +17,7 @@ import (
 
 	"github.com/fairgate/fairgate/internal/auth"
 	"github.com/fairgate/fairgate/internal/gateway"
-	"github.com/fairgate/fairgate/internal/rls"
+	"github.com/fairgate/fairgate/internal/rlsconfig"
 	"github.com/fairgate/fairgate/internal/statsd"
 	"github.com/fairgate/fairgate/policy"
 	"github.com/fairgate/fairgate/policy/policyfile"
@@ -52,7 +52,7 @@ type Config struct {
 	// by name; "upstream" is the proxied API's.
 	Dependencies map[string]breaker.Settings
 	// RLS is the Envoy rate limit service's configuration.
-	RLS rls.Config
+	RLS rlsconfig.Config
 	// HasRLS reports an rls section: a file with one needs no policy.
 	HasRLS bool
 	// RLSSources are the directories the rls domains were read from:
@@ -63,7 +63,7 @@ type Config struct {
 	// rlsDefault and rlsOwn are the rls section's fail mode, algorithm and
 	// atomic, and each domain's own, for the domains that come from xDS
 	// (RLSDomainDefaults).
-	rlsDefault rls.Domain
+	rlsDefault rlsconfig.Domain
 	rlsOwn     map[string]*rlsDomainSettings
 	// RLSXDS, when its Address is set, is the xDS management server the
 	// Envoy service's domains also come from.

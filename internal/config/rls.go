@@ -14,7 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/fairgate/fairgate/algo"
-	"github.com/fairgate/fairgate/internal/rls"
+	"github.com/fairgate/fairgate/internal/rlsconfig"
 	"github.com/fairgate/fairgate/internal/statsd"
 	"github.com/fairgate/fairgate/policy"
 	"github.com/fairgate/fairgate/policy/policyfile"
@@ -22,7 +22,7 @@ import (
 
 // rlsFiles reads the envoyproxy/ratelimit files a list of globs names,
 // with the node each domain came from.
-func (d *decoder) rlsFiles(v *yaml.Node, path string, c *Config) (domains []rls.Domain, where []*yaml.Node) {
+func (d *decoder) rlsFiles(v *yaml.Node, path string, c *Config) (domains []rlsconfig.Domain, where []*yaml.Node) {
 	d.List(v, path, func(i int, v *yaml.Node, path string) {
 		pattern := d.rel(d.Str(v, path))
 		c.RLSFiles = append(c.RLSFiles, pattern)
@@ -58,7 +58,7 @@ type rlsDomainSettings struct {
 }
 
 // apply sets a domain's own settings on dom.
-func (o *rlsDomainSettings) apply(dom *rls.Domain) {
+func (o *rlsDomainSettings) apply(dom *rlsconfig.Domain) {
 	dom.Fail = deref(o.fail, dom.Fail)
 	dom.Algorithm = deref(o.algorithm, dom.Algorithm)
 	dom.Atomic = deref(o.atomic, dom.Atomic)
@@ -71,7 +71,7 @@ type rlsState struct {
 	algorithm algo.Algorithm
 	atomic    bool
 	own       map[string]*rlsDomainSettings
-	domains   []rls.Domain
+	domains   []rlsconfig.Domain
 	where     []*yaml.Node // the node each domain came from, for duplicate errors
 	runtime   []*yaml.Node // each runtime_dir's node
 	ignoreDot bool
@@ -82,7 +82,7 @@ type rlsState struct {
 // (as they are), its runtime directory, inline domains in the same
 // format, xDS, and the service's settings.
 func (d *decoder) rlsSection(n *yaml.Node, path string, c *Config) {
-	c.RLS.FailClosed = rls.ClosedUnavailable
+	c.RLS.FailClosed = rlsconfig.ClosedUnavailable
 	c.HasRLS = true
 	st := &rlsState{fail: policy.FailOpen, algorithm: algo.FixedWindow, own: map[string]*rlsDomainSettings{}}
 	h := d.rlsSources(st, c)
@@ -91,7 +91,7 @@ func (d *decoder) rlsSection(n *yaml.Node, path string, c *Config) {
 	h["xds"] = func(v *yaml.Node, path string) { d.rlsXDS(v, path, &c.RLSXDS) }
 	h["statsd"] = func(v *yaml.Node, path string) { d.rlsStatsd(v, path, &c.Statsd) }
 	d.Fields(n, path, h)
-	c.rlsDefault = rls.Domain{Fail: st.fail, Algorithm: st.algorithm, Atomic: st.atomic}
+	c.rlsDefault = rlsconfig.Domain{Fail: st.fail, Algorithm: st.algorithm, Atomic: st.atomic}
 	for i := range c.RLSSources {
 		c.RLSSources[i].IgnoreDot = st.ignoreDot
 		ds, err := c.RLSSources[i].domains()
@@ -137,9 +137,9 @@ func (d *decoder) rlsDecisions(st *rlsState, c *Config) policyfile.Handlers {
 		"fail_closed_code": func(v *yaml.Node, path string) {
 			switch s := d.Str(v, path); s {
 			case "unavailable":
-				c.RLS.FailClosed = rls.ClosedUnavailable
+				c.RLS.FailClosed = rlsconfig.ClosedUnavailable
 			case "over_limit":
-				c.RLS.FailClosed = rls.ClosedOverLimit
+				c.RLS.FailClosed = rlsconfig.ClosedOverLimit
 			default:
 				d.Add(v, path, "%q: want unavailable (the gRPC status; Envoy applies its failure_mode_deny) or over_limit", s)
 			}
@@ -162,7 +162,7 @@ func (d *decoder) rlsDecisions(st *rlsState, c *Config) policyfile.Handlers {
 
 // rlsSettings are the handlers of envoyproxy/ratelimit's service-wide
 // settings.
-func (d *decoder) rlsSettings(set *rls.Settings) policyfile.Handlers {
+func (d *decoder) rlsSettings(set *rlsconfig.Settings) policyfile.Handlers {
 	return policyfile.Handlers{
 		"stop_increment_when_over_limit": func(v *yaml.Node, path string) { set.StopIncrementWhenOverLimit = d.Bool(v, path) },
 		"near_limit_ratio": func(v *yaml.Node, path string) {
@@ -174,11 +174,13 @@ func (d *decoder) rlsSettings(set *rls.Settings) policyfile.Handlers {
 		},
 		"shadow_mode": func(v *yaml.Node, path string) { set.Shadow = d.Bool(v, path) },
 		"healthy_with_at_least_one_config_loaded": func(v *yaml.Node, path string) { set.RequireDomains = d.Bool(v, path) },
-		"quota_mode":        func(v *yaml.Node, path string) { set.Quota = d.Bool(v, path) },
-		"dynamic_metadata":  func(v *yaml.Node, path string) { set.DynamicMetadata = d.Bool(v, path) },
-		"local_cache_bytes": func(v *yaml.Node, path string) { set.LocalCacheEntries = rls.LocalCacheEntries(int(d.Count(v, path))) },
+		"quota_mode":       func(v *yaml.Node, path string) { set.Quota = d.Bool(v, path) },
+		"dynamic_metadata": func(v *yaml.Node, path string) { set.DynamicMetadata = d.Bool(v, path) },
+		"local_cache_bytes": func(v *yaml.Node, path string) {
+			set.LocalCacheEntries = rlsconfig.LocalCacheEntries(int(d.Count(v, path)))
+		},
 		"max_override_unit": func(v *yaml.Node, path string) {
-			u, ok := rls.ParseUnit(d.Str(v, path))
+			u, ok := rlsconfig.ParseUnit(d.Str(v, path))
 			if !ok {
 				d.Add(v, path, "max_override_unit %q: want second, minute, hour, day (the default), week, month or year", v.Value)
 			}
@@ -311,7 +313,7 @@ func (d *decoder) rlsDomains(path string, st *rlsState, c *Config) {
 
 // mergeDomain adds from's descriptors to into's, as envoyproxy/ratelimit's
 // MERGE_DOMAIN_CONFIG does: a descriptor both have is a problem.
-func (d *decoder) mergeDomain(n *yaml.Node, path string, into *rls.Domain, from rls.Domain) {
+func (d *decoder) mergeDomain(n *yaml.Node, path string, into *rlsconfig.Domain, from rlsconfig.Domain) {
 	for _, x := range from.Descriptors {
 		for _, y := range into.Descriptors {
 			if x.Key == y.Key && x.Value == y.Value {
@@ -350,10 +352,10 @@ func (d *decoder) headerName(v *yaml.Node, path string) string {
 }
 
 // rlsLimits checks every limit of a domain against the algorithm's bounds.
-func (d *decoder) rlsLimits(n *yaml.Node, path, domain string, ds []*rls.Descriptor, a algo.Algorithm) {
+func (d *decoder) rlsLimits(n *yaml.Node, path, domain string, ds []*rlsconfig.Descriptor, a algo.Algorithm) {
 	for _, x := range ds {
 		if rl := x.Limit; rl != nil && !rl.Unlimited && rl.RequestsPerUnit > 0 {
-			l := algo.Limit{Limit: int64(rl.RequestsPerUnit), Period: rls.Period(rl.Unit), Algorithm: a}
+			l := algo.Limit{Limit: int64(rl.RequestsPerUnit), Period: rlsconfig.Period(rl.Unit), Algorithm: a}
 			if err := l.Validate(); err != nil {
 				d.Add(n, path, "domain %q, descriptor %s: %d per %s: %v", domain, x.Key, rl.RequestsPerUnit, strings.ToLower(rl.Unit.String()), err)
 			}
@@ -365,7 +367,7 @@ func (d *decoder) rlsLimits(n *yaml.Node, path, domain string, ds []*rls.Descrip
 // ParseRLSFile reads one envoyproxy/ratelimit config file: a domain and
 // its descriptors, strictly (unknown keys and every rule envoyproxy/ratelimit
 // enforces are problems, each with its line).
-func ParseRLSFile(file string) ([]rls.Domain, error) {
+func ParseRLSFile(file string) ([]rlsconfig.Domain, error) {
 	data, err := ReadFile(file)
 	if err != nil {
 		return nil, fmt.Errorf("rls %w", err)
@@ -374,7 +376,7 @@ func ParseRLSFile(file string) ([]rls.Domain, error) {
 }
 
 // ParseRLS is ParseRLSFile on data already read; file names it in errors.
-func ParseRLS(file string, data []byte) ([]rls.Domain, error) {
+func ParseRLS(file string, data []byte) ([]rlsconfig.Domain, error) {
 	root, err := policyfile.Root(file, data, "want a domain and its descriptors")
 	if err != nil {
 		return nil, err
@@ -384,12 +386,12 @@ func ParseRLS(file string, data []byte) ([]rls.Domain, error) {
 	if err := d.Err(); err != nil {
 		return nil, err
 	}
-	return []rls.Domain{dom}, nil
+	return []rlsconfig.Domain{dom}, nil
 }
 
 // rlsDomain decodes {domain, descriptors}.
-func (d *decoder) rlsDomain(n *yaml.Node, path string) rls.Domain {
-	dom := rls.Domain{Algorithm: algo.FixedWindow} // as envoyproxy/ratelimit counts
+func (d *decoder) rlsDomain(n *yaml.Node, path string) rlsconfig.Domain {
+	dom := rlsconfig.Domain{Algorithm: algo.FixedWindow} // as envoyproxy/ratelimit counts
 	d.Fields(n, path, policyfile.Handlers{
 		"domain":      func(v *yaml.Node, path string) { dom.Name = d.Str(v, path) },
 		"descriptors": func(v *yaml.Node, path string) { dom.Descriptors = d.rlsDescriptors(v, path) },
@@ -401,11 +403,11 @@ func (d *decoder) rlsDomain(n *yaml.Node, path string) rls.Domain {
 }
 
 // rlsDescriptors decodes one level of descriptors.
-func (d *decoder) rlsDescriptors(n *yaml.Node, path string) []*rls.Descriptor {
-	var out []*rls.Descriptor
+func (d *decoder) rlsDescriptors(n *yaml.Node, path string) []*rlsconfig.Descriptor {
+	var out []*rlsconfig.Descriptor
 	seen := map[[2]string]bool{}
 	d.List(n, path, func(i int, v *yaml.Node, path string) {
-		x := &rls.Descriptor{}
+		x := &rlsconfig.Descriptor{}
 		d.Fields(v, path, policyfile.Handlers{
 			"key":             func(v *yaml.Node, path string) { x.Key = d.Str(v, path) },
 			"value":           func(v *yaml.Node, path string) { x.Value = d.Str(v, path) },
@@ -434,8 +436,8 @@ func (d *decoder) rlsDescriptors(n *yaml.Node, path string) []*rls.Descriptor {
 }
 
 // rlsRateLimit decodes a rate_limit block.
-func (d *decoder) rlsRateLimit(n *yaml.Node, path string) *rls.RateLimit {
-	rl := &rls.RateLimit{}
+func (d *decoder) rlsRateLimit(n *yaml.Node, path string) *rlsconfig.RateLimit {
+	rl := &rlsconfig.RateLimit{}
 	unit := ""
 	var unitNode *yaml.Node
 	hasRPU := false
@@ -465,7 +467,7 @@ func (d *decoder) rlsRateLimit(n *yaml.Node, path string) *rls.RateLimit {
 			})
 		},
 	})
-	u, ok := rls.ParseUnit(unit)
+	u, ok := rlsconfig.ParseUnit(unit)
 	switch {
 	case rl.Unlimited && unit != "":
 		d.Add(unitNode, policyfile.Join(path, "unit"), "an unlimited rate_limit takes no unit")
@@ -504,7 +506,7 @@ func (d *decoder) metadata(v *yaml.Node, path string) *structpb.Struct {
 // RLSDomainDefaults sets on each of ds (domains from xDS) the rls
 // section's fail mode, algorithm and atomic, and a domain's own where the
 // section's domains name it.
-func (c *Config) RLSDomainDefaults(ds []rls.Domain) {
+func (c *Config) RLSDomainDefaults(ds []rlsconfig.Domain) {
 	for i := range ds {
 		ds[i].Fail, ds[i].Algorithm, ds[i].Atomic = c.rlsDefault.Fail, c.rlsDefault.Algorithm, c.rlsDefault.Atomic
 		if o := c.rlsOwn[ds[i].Name]; o != nil {

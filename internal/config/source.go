@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/fairgate/fairgate/internal/rls"
+	"github.com/fairgate/fairgate/internal/rlsconfig"
 )
 
 // Source is a directory of envoyproxy/ratelimit config files, as that
@@ -252,13 +252,13 @@ func (s Source) read() (generation, error) {
 
 // domains reads every file of the directory, filling in s.Skipped and
 // s.Generation.
-func (s *Source) domains() ([]rls.Domain, error) {
+func (s *Source) domains() ([]rlsconfig.Domain, error) {
 	g, err := s.read()
 	s.Skipped, s.Generation = g.skipped, g.gen
 	if err != nil {
 		return nil, err
 	}
-	var out []rls.Domain
+	var out []rlsconfig.Domain
 	var errs []string
 	for i, f := range g.files {
 		if g.errs[i] != nil {

@@ -22,14 +22,6 @@ type localCache struct {
 	hits, misses, expired, evacuated, overwrites uint64
 }
 
-// localEntryBytes is what one entry is taken to cost when a size in bytes
-// is converted to entries: a key (about 40 bytes), its time and the map's
-// overhead.
-const localEntryBytes = 128
-
-// LocalCacheEntries converts LOCAL_CACHE_SIZE_IN_BYTES to entries.
-func LocalCacheEntries(bytes int) int { return max(bytes, 0) / localEntryBytes }
-
 func newLocalCache(n int) *localCache {
 	if n <= 0 {
 		return &localCache{}

@@ -242,7 +242,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 		}
 	}
 	var closed bool
-	if dom == nil || dom.counts() {
+	if dom == nil || counts(dom) {
 		closed, err = s.count(ctx, cfg, dom, rules, a, resp)
 	} else {
 		closed, err = s.decide(ctx, cfg, dom, rules, a, resp)
@@ -302,7 +302,7 @@ func (s *Service) rules(cfg *compiled, req *rlspb.RateLimitRequest) ([]rule, err
 			// counter lives as long as its unit: a unit past the settings'
 			// longest is refused rather than shortened, which would enforce
 			// a limit nobody asked for.
-			u, most := Unit(o.GetUnit()), cfg.cfg.Settings.maxOverride()
+			u, most := Unit(o.GetUnit()), maxOverride(&cfg.cfg.Settings)
 			if Period(u) > Period(most) {
 				return nil, status.Errorf(codes.InvalidArgument, "descriptor %d has its own limit per %s, longer than max_override_unit (%s): its counter would live that long; use a shorter unit, or raise rls.max_override_unit (FAIRGATE_RLS_MAX_OVERRIDE_UNIT)", i, unitName(u), unitName(most))
 			}
@@ -391,7 +391,7 @@ func (s *Service) finish(cfg *compiled, dom *Domain, req *rlspb.RateLimitRequest
 		resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
 	}
 	if set.Headers.Enabled {
-		resp.ResponseHeadersToAdd = headers(set.Headers, rules, resp, a, dom != nil && !dom.counts())
+		resp.ResponseHeadersToAdd = headers(set.Headers, rules, resp, a, dom != nil && !counts(dom))
 	}
 	if resp.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT && set.Shadow {
 		resp.OverallCode = rlspb.RateLimitResponse_OK
