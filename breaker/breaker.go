@@ -352,10 +352,23 @@ func (s *Set) Has(name string) bool { _, ok := s.deps[name]; return ok }
 func (s *Set) Names() []string { return slices.Sorted(maps.Keys(s.deps)) }
 
 // States returns each dependency's state: "closed", "half-open" or "open".
+// An open breaker whose cooldown is over is half-open from then on.
 func (s *Set) States() map[string]string {
 	out := make(map[string]string, len(s.deps))
 	for name, d := range s.deps {
 		out[name] = d.sh.now(time.Now()).String()
+	}
+	return out
+}
+
+// Shown returns each dependency's state as fairgate_dependency_breaker_state
+// shows it: the state last entered ("closed", "half-open" or "open"), an
+// open breaker staying open past its cooldown until a call or [Set.States]
+// moves it. Reading it changes nothing.
+func (s *Set) Shown() map[string]string {
+	out := make(map[string]string, len(s.deps))
+	for name, d := range s.deps {
+		out[name] = d.sh.last().String()
 	}
 	return out
 }

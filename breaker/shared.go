@@ -212,6 +212,13 @@ func (s *shared) now(now time.Time) gobreaker.State {
 	return s.state
 }
 
+// last returns the state last entered, changing nothing.
+func (s *shared) last() gobreaker.State {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.state
+}
+
 // left is the time left of the cooldown at now.
 func (s *shared) left(now time.Time) time.Duration {
 	s.mu.Lock()

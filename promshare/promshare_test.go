@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/fairgate/fairgate/promshare"
 )
@@ -71,5 +72,16 @@ func TestRegisterNil(t *testing.T) {
 	c := newCounter("Tests.")
 	if err := promshare.Register(nil, &c); err != nil {
 		t.Errorf("nil registerer: %v", err)
+	}
+}
+
+func TestCollect(t *testing.T) {
+	v := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fairgate_test_total", Help: "Tests."}, []string{"outcome"})
+	v.WithLabelValues("ok").Add(3)
+	v.WithLabelValues("failed").Inc()
+	got := map[string]float64{}
+	promshare.Collect(v, func(m *dto.Metric) { got[promshare.Label(m, "outcome")] += m.GetCounter().GetValue() })
+	if len(got) != 2 || got["ok"] != 3 || got["failed"] != 1 {
+		t.Errorf("collected %v, want ok 3 and failed 1", got)
 	}
 }

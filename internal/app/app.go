@@ -101,15 +101,16 @@ func openMemory(raw, query string) (store.Store, error) {
 // backpressure builds the dependencies' breakers (the proxied upstream
 // always has one) and the fair job queue: on Redis Streams when the store
 // is Redis, in memory otherwise. Dispatch weights come from the tenant's
-// plan and change on a config reload (through the returned pointer).
-func backpressure(cfg *config.Config, c ServeConfig, st store.Store, lazy *lazyRedis, lim *limiter.Limiter, reg prometheus.Registerer) (*breaker.Set, fairq.Queue, *atomic.Pointer[map[string]int], error) {
+// plan and change on a config reload (through the returned pointer). The
+// queue depths by kind are read as fairgate_queue_depth reads them.
+func backpressure(cfg *config.Config, c ServeConfig, st store.Store, lazy *lazyRedis, lim *limiter.Limiter, reg prometheus.Registerer) (*breaker.Set, fairq.Queue, *atomic.Pointer[map[string]int], map[string]*queueDepth, error) {
 	deps := maps.Clone(cfg.Dependencies)
 	if _, ok := deps[server.UpstreamDependency]; !ok && c.Upstream != "" {
 		deps[server.UpstreamDependency] = breaker.Settings{}
 	}
 	breakers, err := breaker.New(deps, reg)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	weights := &atomic.Pointer[map[string]int]{}
 	weights.Store(&cfg.QueueWeights)
@@ -132,7 +133,7 @@ func backpressure(cfg *config.Config, c ServeConfig, st store.Store, lazy *lazyR
 	var q fairq.Queue
 	if lazy != nil {
 		if err := cfg.Queues.Check(); err != nil {
-			return nil, nil, nil, err
+			return nil, nil, nil, nil, err
 		}
 		lazy.kinds, lazy.weigh, lazy.share = cfg.Queues, weigh, share
 		q = lazyQueue{lazy}
@@ -140,18 +141,20 @@ func backpressure(cfg *config.Config, c ServeConfig, st store.Store, lazy *lazyR
 		q, err = fairq.NewMemory(fairq.MemoryConfig{Kinds: cfg.Queues, Weight: weigh, Share: share})
 	}
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
+	depths := map[string]*queueDepth{}
 	for _, kind := range slices.Sorted(maps.Keys(cfg.Queues)) {
+		depths[kind] = &queueDepth{q: q, kind: kind, now: time.Now}
 		err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "fairgate_queue_depth", Help: "Unfinished jobs (queued, waiting to retry or running) by kind, read at most every 5 s.",
 			ConstLabels: prometheus.Labels{"kind": kind},
-		}, (&queueDepth{q: q, kind: kind, now: time.Now}).value))
+		}, depths[kind].value))
 		if err != nil {
-			return nil, nil, nil, err
+			return nil, nil, nil, nil, err
 		}
 	}
-	return breakers, q, weights, nil
+	return breakers, q, weights, depths, nil
 }
 
 // TenantQueueShare is the share of a job kind's refuse depth a tenant on

@@ -104,6 +104,7 @@ type daemon struct {
 	breakers     *breaker.Set
 	jobs         fairq.Queue
 	weights      *atomic.Pointer[map[string]int]
+	depths       map[string]*queueDepth // by job kind
 	rlsSvc       *rls.Service
 	// rlsBound bounds the Envoy service's calls in flight, gRPC and /json
 	// together, and marks the gRPC listener's idle connections.
@@ -204,7 +205,7 @@ func (d *daemon) build() error {
 	d.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fairgate_config_reloads_total", Help: "Config file reloads by result (applied, refused)."}, []string{"result"})
 	d.reg.MustRegister(d.reloads, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if d.cfg.Dashboard {
-		d.board = dash.New(d.reg, d.c.AdminToken, d.c.InternalToken)
+		d.board = dash.New(dashSource{d}, d.c.AdminToken, d.c.InternalToken)
 	}
 	if d.cfg.NoPolicy && d.c.Upstream != "" {
 		return fmt.Errorf("serve: --upstream needs a policy to decide the proxied requests by: %s has no plans, classes or routes, only the rls section", d.cfg.File)
@@ -242,7 +243,7 @@ func (d *daemon) buildDeciders() error {
 	if d.quotas, err = quota.New(quota.Config{Store: d.be.Store, Providers: d.cfg.Providers, Timeout: qtimeout, Registerer: d.reg}); err != nil {
 		return err
 	}
-	if d.breakers, d.jobs, d.weights, err = backpressure(d.cfg, d.c, d.be.Store, d.be.lazy, d.lim, d.reg); err != nil {
+	if d.breakers, d.jobs, d.weights, d.depths, err = backpressure(d.cfg, d.c, d.be.Store, d.be.lazy, d.lim, d.reg); err != nil {
 		return err
 	}
 	d.closers = append(d.closers, d.jobs.Close)

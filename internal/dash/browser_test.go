@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fairgate/fairgate/internal/app"
 	"github.com/fairgate/fairgate/internal/dash"
@@ -226,20 +225,16 @@ func TestDashboardAsksForToken(t *testing.T) {
 
 func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
-// TestDashboardUpstreamCard: with the upstream capacity gate's metrics in
-// the registry, the page shows its card with the limit, the waiting
-// requests and the classes in flight; without them the card stays hidden
-// (the other browser tests).
+// upstreamSource reads an upstream capacity gate and nothing else.
+type upstreamSource struct{ u dash.Upstream }
+
+func (s upstreamSource) Read() dash.Reading { u := s.u; return dash.Reading{Upstream: &u} }
+
+// TestDashboardUpstreamCard: with an upstream capacity gate, the page
+// shows its card with the limit, the waiting requests and the classes in
+// flight; without one the card stays hidden (the other browser tests).
 func TestDashboardUpstreamCard(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	limit := prometheus.NewGauge(prometheus.GaugeOpts{Name: "fairgate_upstream_capacity_limit"})
-	waiting := prometheus.NewGauge(prometheus.GaugeOpts{Name: "fairgate_upstream_capacity_waiting"})
-	in := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "fairgate_upstream_capacity_in_flight"}, []string{"class"})
-	reg.MustRegister(limit, waiting, in)
-	limit.Set(17)
-	waiting.Set(4)
-	in.WithLabelValues("export").Set(9)
-	d := dash.New(reg, "")
+	d := dash.New(upstreamSource{dash.Upstream{Limit: 17, Waiting: 4, InFlight: map[string]float64{"export": 9}}}, "")
 	d.Sample(time.Now())
 	ts := httptest.NewServer(d)
 	defer ts.Close()

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	_ "embed"
 	"encoding/json"
+	"maps"
 	"math"
 	"net/http"
 	"slices"
@@ -13,11 +14,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
-
 	"github.com/fairgate/fairgate/httplimit/problem"
 	"github.com/fairgate/fairgate/internal/auth"
+	"github.com/fairgate/fairgate/limiter"
 )
 
 //go:embed index.html
@@ -81,30 +80,54 @@ type Upstream struct {
 	ShedPerSecond float64 `json:"shed_per_second"`
 }
 
-// Dashboard samples a registry and serves the page. It is safe for
+// Source gives the dashboard its numbers, read once a second. The daemon
+// implements it from the counters its metrics export, read as values.
+type Source interface {
+	Read() Reading
+}
+
+// Reading is what the dashboard shows, read at one moment. Counts are
+// since start; the dashboard makes rates of them.
+type Reading struct {
+	// Limiter is the limiter's decisions, store calls and store breaker
+	// (shown as the breaker "store"; none when its Breaker is "").
+	Limiter limiter.Stats
+	// Breakers are the dependencies' breakers by name: "closed",
+	// "half-open" or "open".
+	Breakers map[string]string
+	// Queues are the job queues' depths by kind; NaN for a kind whose
+	// depth cannot be read (its store is out).
+	Queues map[string]float64
+	// Upstream is the upstream capacity gate (its ShedPerSecond is the
+	// dashboard's to fill); nil without one.
+	Upstream *Upstream
+}
+
+// Dashboard samples a Source and serves the page. It is safe for
 // concurrent use.
 type Dashboard struct {
-	g      prometheus.Gatherer
+	src    Source
 	top    *TopK
 	tokens [][sha256.Size]byte // the hashes of the tokens the data accepts
 
 	mu       sync.Mutex
-	prev     map[string]float64 // counter values at the last sample
-	prevLat  []float64          // the store latency histogram's cumulative counts
-	prevShed float64            // the gate's shed count at the last sample
+	prev     map[limiter.PolicyOutcome]int64 // decisions at the last sample
+	prevLat  []float64                       // the store latency histogram's cumulative counts
+	prevShed float64                         // the gate's shed count at the last sample
 	hist     []Point
 	data     Data
 	last     time.Time
 }
 
-// New returns a dashboard over g. Limited tenants come through
-// Dashboard.Limited (wire it to limiter.Config.Limited). The non-empty
-// tokens (the admin and the internal token) are the bearer tokens
-// /dashboard/data accepts: with any, it answers 401 to a request that
-// carries none of them; with none, it answers without tenant IDs (an
-// empty top_limited and tenants_hidden), which only a credential shows.
-func New(g prometheus.Gatherer, tokens ...string) *Dashboard {
-	d := &Dashboard{g: g, top: NewTopK(64), prev: map[string]float64{}}
+// New returns a dashboard over src (nil: nothing to show but the limited
+// tenants). Limited tenants come through Dashboard.Limited (wire it to
+// limiter.Config.Limited). The non-empty tokens (the admin and the
+// internal token) are the bearer tokens /dashboard/data accepts: with
+// any, it answers 401 to a request that carries none of them; with none,
+// it answers without tenant IDs (an empty top_limited and
+// tenants_hidden), which only a credential shows.
+func New(src Source, tokens ...string) *Dashboard {
+	d := &Dashboard{src: src, top: NewTopK(64), prev: map[limiter.PolicyOutcome]int64{}}
 	for _, t := range tokens {
 		if t != "" {
 			d.tokens = append(d.tokens, sha256.Sum256([]byte(t)))
@@ -121,7 +144,7 @@ func (d *Dashboard) Limited(tenant string) {
 	d.top.Add(tenant)
 }
 
-// Run samples the registry every second until ctx ends, and lets the
+// Run samples the source every second until ctx ends, and lets the
 // limited-tenants sketch forget half of its counts every minute.
 func (d *Dashboard) Run(ctx context.Context) error {
 	t := time.NewTicker(time.Second)
@@ -140,12 +163,12 @@ func (d *Dashboard) Run(ctx context.Context) error {
 	}
 }
 
-// Sample reads the registry at now and updates the data: rates are the
+// Sample reads the source at now and updates the data: rates are the
 // change since the previous sample.
 func (d *Dashboard) Sample(now time.Time) {
-	mfs, err := d.g.Gather()
-	if err != nil && len(mfs) == 0 {
-		return
+	var r Reading
+	if d.src != nil {
+		r = d.src.Read()
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -155,36 +178,46 @@ func (d *Dashboard) Sample(now time.Time) {
 	}
 	first := d.last.IsZero()
 	d.last = now
-	next := Data{Time: now, Breakers: map[string]string{}, Queues: map[string]any{}}
+	next := Data{Time: now, Breakers: map[string]string{}, Queues: map[string]any{},
+		FailOpen: float64(r.Limiter.FailOpen), FailClosed: float64(r.Limiter.FailClosed), Upstream: r.Upstream}
+	if r.Limiter.Breaker != "" {
+		next.Breakers["store"] = r.Limiter.Breaker
+	}
+	maps.Copy(next.Breakers, r.Breakers)
+	for kind, v := range r.Queues {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			next.Queues[kind] = "unavailable"
+		} else {
+			next.Queues[kind] = v
+		}
+	}
 	p := Point{T: now.Unix()}
-	cur, lat := read(mfs, &next)
 	var total, limited float64
-	for key, v := range cur {
-		delta := v - d.prev[key]
+	for key, v := range r.Limiter.Decisions {
+		delta := float64(v - d.prev[key])
 		if first || delta < 0 {
 			delta = 0
 		}
 		rate := delta / secs
-		policy, outcome, _ := strings.Cut(key, "\x00")
 		if rate > 0 {
-			next.Policies = append(next.Policies, PolicyRate{policy, outcome, rate})
+			next.Policies = append(next.Policies, PolicyRate{key.Policy, string(key.Outcome), rate})
 		}
 		total += rate
-		switch outcome {
-		case "limited":
+		switch key.Outcome {
+		case limiter.ReasonLimited:
 			p.Limited += rate
 			limited += rate
-		case "shadow_limited":
+		case limiter.ReasonShadowLimited:
 			p.Shadow += rate
-		case "degraded_open":
+		case limiter.ReasonDegradedOpen:
 			p.Degraded += rate
-		case "unavailable_closed":
+		case limiter.ReasonUnavailable:
 			p.Unavailable += rate
 		default:
 			p.Allowed += rate
 		}
 	}
-	d.prev = cur
+	d.prev = r.Limiter.Decisions
 	if u := next.Upstream; u != nil {
 		if !first && u.ShedTotal >= d.prevShed {
 			u.ShedPerSecond = (u.ShedTotal - d.prevShed) / secs
@@ -197,7 +230,7 @@ func (d *Dashboard) Sample(now time.Time) {
 	if total > 0 {
 		next.ShareLimited = limited / total
 	}
-	if lat != nil {
+	if lat := r.Limiter.StoreCalls; len(lat.Bounds) > 0 {
 		next.StoreP50ms, next.StoreP99ms, d.prevLat = quantiles(lat, d.prevLat)
 	}
 	d.hist = append(d.hist, p)
@@ -209,106 +242,35 @@ func (d *Dashboard) Sample(now time.Time) {
 	d.data = next
 }
 
-// read takes from the gathered metrics the decisions counted by policy
-// and outcome (cumulative), the store latency histogram, and into next the
-// fail-mode counts, breaker states and queue depths.
-func read(mfs []*dto.MetricFamily, next *Data) (map[string]float64, *dto.Histogram) {
-	cur := map[string]float64{}
-	var lat *dto.Histogram
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			l := labels(m)
-			switch mf.GetName() {
-			case "fairgate_decisions_total":
-				key := l["policy"] + "\x00" + l["outcome"]
-				v := m.GetCounter().GetValue()
-				cur[key] += v
-			case "fairgate_store_failure_decisions_total":
-				if l["fail_mode"] == "open" {
-					next.FailOpen += m.GetCounter().GetValue()
-				} else {
-					next.FailClosed += m.GetCounter().GetValue()
-				}
-			case "fairgate_store_call_seconds":
-				lat = m.GetHistogram()
-			case "fairgate_store_breaker_state":
-				next.Breakers["store"] = breakerState(m.GetGauge().GetValue())
-			case "fairgate_dependency_breaker_state":
-				next.Breakers[l["dependency"]] = breakerState(m.GetGauge().GetValue())
-			case "fairgate_upstream_capacity_limit":
-				upstream(next).Limit = m.GetGauge().GetValue()
-			case "fairgate_upstream_capacity_waiting":
-				upstream(next).Waiting = m.GetGauge().GetValue()
-			case "fairgate_upstream_capacity_in_flight":
-				upstream(next).InFlight[l["class"]] = m.GetGauge().GetValue()
-			case "fairgate_upstream_capacity_shed_total":
-				upstream(next).ShedTotal += m.GetCounter().GetValue()
-			case "fairgate_queue_depth":
-				if v := m.GetGauge().GetValue(); math.IsNaN(v) || math.IsInf(v, 0) {
-					next.Queues[l["kind"]] = "unavailable"
-				} else {
-					next.Queues[l["kind"]] = v
-				}
-			}
-		}
-	}
-	return cur, lat
-}
-
-// upstream is next's gate, made on first use.
-func upstream(next *Data) *Upstream {
-	if next.Upstream == nil {
-		next.Upstream = &Upstream{InFlight: map[string]float64{}}
-	}
-	return next.Upstream
-}
-
 // quantiles returns the p50 and p99 (ms) of the histogram's observations
-// since prev (its cumulative bucket counts and sample count then), and the
-// counts now. With nothing new they are 0. A quantile is the upper bound
-// of the bucket it falls in; past the last bucket it is +Inf, shown as the
-// last bound.
-func quantiles(h *dto.Histogram, prev []float64) (p50, p99 float64, now []float64) {
-	bs := h.GetBucket()
+// since prev (its cumulative bucket counts and count then), and the counts
+// now. With nothing new they are 0. A quantile is the upper bound of the
+// bucket it falls in; past the last bucket it is +Inf, shown as the last
+// bound.
+func quantiles(h limiter.Histogram, prev []float64) (p50, p99 float64, now []float64) {
+	bs := h.Bounds
 	now = make([]float64, len(bs)+1)
-	for i, b := range bs {
-		now[i] = float64(b.GetCumulativeCount())
+	for i := range bs {
+		now[i] = float64(h.Cumulative[i])
 	}
-	now[len(bs)] = float64(h.GetSampleCount())
+	now[len(bs)] = float64(h.Count)
 	if len(prev) != len(now) {
 		prev = make([]float64, len(now))
 	}
 	n := now[len(bs)] - prev[len(bs)]
+	ms := func(b time.Duration) float64 { return float64(b) / float64(time.Millisecond) }
 	q := func(f float64) float64 {
 		if n <= 0 || len(bs) == 0 {
 			return 0
 		}
 		for i, b := range bs {
 			if now[i]-prev[i] >= f*n {
-				return b.GetUpperBound() * 1000
+				return ms(b)
 			}
 		}
-		return bs[len(bs)-1].GetUpperBound() * 1000
+		return ms(bs[len(bs)-1])
 	}
 	return q(0.5), q(0.99), now
-}
-
-func breakerState(v float64) string {
-	switch v {
-	case 0:
-		return "closed"
-	case 1:
-		return "half-open"
-	}
-	return "open"
-}
-
-func labels(m *dto.Metric) map[string]string {
-	out := make(map[string]string, len(m.GetLabel()))
-	for _, l := range m.GetLabel() {
-		out[l.GetName()] = l.GetValue()
-	}
-	return out
 }
 
 // ServeHTTP serves GET /dashboard (the page) and GET /dashboard/data.

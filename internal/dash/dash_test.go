@@ -3,6 +3,7 @@ package dash
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -10,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
+	"github.com/fairgate/fairgate/limiter"
 )
 
 func TestTopKIsBoundedAndHoldsHeavyHitters(t *testing.T) {
@@ -42,23 +43,35 @@ func TestTopKIsBoundedAndHoldsHeavyHitters(t *testing.T) {
 	}
 }
 
+// source is a Source whose Reading the test sets.
+type source struct{ r Reading }
+
+// Read returns a copy of the reading, as the daemon's makes a new one each
+// time.
+func (s *source) Read() Reading {
+	r := s.r
+	r.Limiter.Decisions = maps.Clone(r.Limiter.Decisions)
+	if u := r.Upstream; u != nil {
+		c := *u
+		c.InFlight = maps.Clone(u.InFlight)
+		r.Upstream = &c
+	}
+	return r
+}
+
 func TestSampleRates(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	dec := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fairgate_decisions_total"}, []string{"policy", "plan", "outcome"})
-	lat := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "fairgate_store_call_seconds", Buckets: []float64{.001, .01, .1}})
-	br := prometheus.NewGauge(prometheus.GaugeOpts{Name: "fairgate_store_breaker_state"})
-	reg.MustRegister(dec, lat, br)
-	d := New(reg, "")
+	src := &source{}
+	d := New(src, "")
 	t0 := time.Unix(1_800_000_000, 0)
 	d.Sample(t0)
-	dec.WithLabelValues("free.tenant.1m", "free", "allowed").Add(30)
-	dec.WithLabelValues("free.tenant.1m", "free", "limited").Add(10)
-	for range 98 {
-		lat.Observe(0.0005)
+	// 30 allowed and 10 limited; of 100 store calls, 98 within 1 ms and 2
+	// within 100 ms; the store's breaker open.
+	src.r.Limiter = limiter.Stats{
+		Decisions: map[limiter.PolicyOutcome]int64{{Policy: "free.tenant.1m", Outcome: limiter.ReasonAllowed}: 30, {Policy: "free.tenant.1m", Outcome: limiter.ReasonLimited}: 10},
+		StoreCalls: limiter.Histogram{Bounds: []time.Duration{time.Millisecond, 10 * time.Millisecond, 100 * time.Millisecond},
+			Cumulative: []uint64{98, 98, 100}, Count: 100},
+		Breaker: "open",
 	}
-	lat.Observe(0.05)
-	lat.Observe(0.05)
-	br.Set(2)
 	d.Limited("acme")
 	d.Sample(t0.Add(2 * time.Second))
 	got := d.data
@@ -76,28 +89,19 @@ func TestSampleRates(t *testing.T) {
 	}
 }
 
-// TestSampleUpstream: the gate's metrics become the upstream card's
-// numbers, its sheds a rate; without them there is no card.
+// TestSampleUpstream: the gate's numbers become the upstream card's, its
+// sheds a rate; without a gate there is no card.
 func TestSampleUpstream(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	d := New(reg, "")
+	src := &source{}
+	d := New(src, "")
 	t0 := time.Unix(1_800_000_000, 0)
 	d.Sample(t0)
 	if d.data.Upstream != nil {
 		t.Fatalf("without a gate: %+v, want no upstream", d.data.Upstream)
 	}
-	limit := prometheus.NewGauge(prometheus.GaugeOpts{Name: "fairgate_upstream_capacity_limit"})
-	waiting := prometheus.NewGauge(prometheus.GaugeOpts{Name: "fairgate_upstream_capacity_waiting"})
-	in := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "fairgate_upstream_capacity_in_flight"}, []string{"class"})
-	shed := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fairgate_upstream_capacity_shed_total"}, []string{"class", "reason"})
-	reg.MustRegister(limit, waiting, in, shed)
-	limit.Set(16)
-	waiting.Set(3)
-	in.WithLabelValues("read").Set(10)
-	in.WithLabelValues("export").Set(6)
-	shed.WithLabelValues("export", "wait").Add(4)
+	src.r.Upstream = &Upstream{Limit: 16, Waiting: 3, InFlight: map[string]float64{"read": 10, "export": 6}, ShedTotal: 4}
 	d.Sample(t0.Add(time.Second))
-	shed.WithLabelValues("export", "queue_full").Add(6)
+	src.r.Upstream.ShedTotal += 6
 	d.Sample(t0.Add(3 * time.Second))
 	u := d.data.Upstream
 	if u == nil || u.Limit != 16 || u.Waiting != 3 || u.InFlight["read"] != 10 || u.InFlight["export"] != 6 || u.ShedTotal != 10 || u.ShedPerSecond != 3 {
@@ -108,7 +112,7 @@ func TestSampleUpstream(t *testing.T) {
 // TestDataNeedsTheToken: with the admin and the internal token set, the
 // data needs one of them; the page does not (it asks for one).
 func TestDataNeedsTheToken(t *testing.T) {
-	d := New(prometheus.NewRegistry(), "admin-token-0123456789", "", "internal-token-0123456789")
+	d := New(&source{}, "admin-token-0123456789", "", "internal-token-0123456789")
 	for _, c := range []struct {
 		path, auth string
 		code       int
@@ -137,17 +141,12 @@ func TestDataNeedsTheToken(t *testing.T) {
 	}
 }
 
-// TestDataDuringAnOutage: a queue depth the store cannot give (the gauge is
-// NaN during a Redis outage) is shown as unavailable, and the data is
+// TestDataDuringAnOutage: a queue depth the store cannot give (NaN during
+// a Redis outage) is shown as unavailable, and the data is
 // JSON; today /dashboard/data was 200 with an empty body exactly then.
 // Errors are problem+json.
 func TestDataDuringAnOutage(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "fairgate_queue_depth", ConstLabels: prometheus.Labels{"kind": "report"}}, func() float64 { return math.NaN() }))
-	br := prometheus.NewGauge(prometheus.GaugeOpts{Name: "fairgate_store_breaker_state"})
-	br.Set(2)
-	reg.MustRegister(br)
-	d := New(reg, "")
+	d := New(&source{Reading{Queues: map[string]float64{"report": math.NaN()}, Limiter: limiter.Stats{Breaker: "open"}}}, "")
 	d.Sample(time.Unix(1_800_000_000, 0))
 	w := httptest.NewRecorder()
 	d.ServeHTTP(w, httptest.NewRequest("GET", "/dashboard/data", nil))
@@ -172,7 +171,7 @@ func TestDataDuringAnOutage(t *testing.T) {
 // that sends it sees the limited tenants.
 func TestDataHidesTenantsWithoutToken(t *testing.T) {
 	for _, tok := range []string{"", "internal-token-0123456789"} {
-		d := New(prometheus.NewRegistry(), "", tok)
+		d := New(&source{}, "", tok)
 		d.Limited("acme-secret-customer")
 		d.Sample(time.Unix(1_800_000_000, 0))
 		r := httptest.NewRequest("GET", "/dashboard/data", nil)

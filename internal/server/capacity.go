@@ -8,11 +8,13 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/fairgate/fairgate/fairshare"
 	"github.com/fairgate/fairgate/httplimit"
 	"github.com/fairgate/fairgate/internal/config"
 	"github.com/fairgate/fairgate/limiter"
+	"github.com/fairgate/fairgate/promshare"
 )
 
 // capacity is the gate in force and how requests map onto it; swapped
@@ -84,6 +86,34 @@ func (s *Server) gate() (func(http.Handler) http.Handler, error) {
 			return nil
 		},
 	})
+}
+
+// UpstreamStats are the upstream capacity gate's numbers, as its metrics
+// export them.
+type UpstreamStats struct {
+	// Limit is the limit in force (learned or fixed); Waiting the
+	// requests waiting for room.
+	Limit, Waiting int
+	// InFlight are the admitted requests not yet done, by route class.
+	InFlight map[string]int64
+	// Shed counts the requests answered 503 since start.
+	Shed int64
+}
+
+// Upstream returns the upstream capacity gate's numbers; false without a
+// gate in force.
+func (s *Server) Upstream() (UpstreamStats, bool) {
+	cs := s.capacity.cur.Load()
+	if cs == nil {
+		return UpstreamStats{}, false
+	}
+	g := cs.gate.Stats()
+	u := UpstreamStats{Limit: g.Limit, Waiting: g.Waiting, InFlight: map[string]int64{}}
+	promshare.Collect(s.metrics.capInFlight, func(m *dto.Metric) {
+		u.InFlight[promshare.Label(m, "class")] = int64(m.GetGauge().GetValue())
+	})
+	promshare.Collect(s.metrics.capShed, func(m *dto.Metric) { u.Shed += int64(m.GetCounter().GetValue()) })
+	return u, true
 }
 
 // capacityCollector reports the gate's learned limit and waiting

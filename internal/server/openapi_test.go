@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/fairgate/fairgate/docs"
 	"github.com/fairgate/fairgate/internal/config"
 	"github.com/fairgate/fairgate/internal/dash"
@@ -94,8 +92,7 @@ func apiReport(code int) int {
 // other tests do not reach with a 2xx answer; every exchange is checked
 // against the description like all the package's.
 func TestOpenAPI(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	board := dash.New(reg, adminToken)
+	board := dash.New(nil, adminToken)
 	board.Sample(time.Now())
 	l := testLimiter(t, memstore.New(memstore.Config{}), time.Second)
 	s, err := New(Config{Limiter: l, Auth: testAuth(t), Dashboard: board, ForwardAuth: config.ForwardAuth{Gateway: "traefik"}})

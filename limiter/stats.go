@@ -1,0 +1,79 @@
+package limiter
+
+import (
+	"math"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/fairgate/fairgate/promshare"
+)
+
+// Stats are the numbers the limiter's metrics export, read as values: for
+// a program's own display of them (the daemon's dashboard) without reading
+// its metrics by name. Counts are since the limiter was made; limiters
+// that share a Registerer share them (see [Config].Registerer).
+type Stats struct {
+	// Decisions counts decisions by policy and outcome, over every plan
+	// (fairgate_decisions_total).
+	Decisions map[PolicyOutcome]int64
+	// FailOpen and FailClosed count the decisions made without the store,
+	// by fail mode (fairgate_store_failure_decisions_total).
+	FailOpen, FailClosed int64
+	// StoreCalls are the durations of store calls
+	// (fairgate_store_call_seconds).
+	StoreCalls Histogram
+	// Breaker is the store's circuit breaker as
+	// fairgate_store_breaker_state shows it: "closed", "half-open" or
+	// "open".
+	Breaker string
+}
+
+// PolicyOutcome is what decisions are counted by: the policy that decided
+// (the tightest layer, or the class) and the outcome.
+type PolicyOutcome struct {
+	Policy  string
+	Outcome Reason
+}
+
+// Histogram is a histogram's buckets: Cumulative[i] observations took at
+// most Bounds[i] (ascending); Count is every observation, the ones past
+// the last bound included.
+type Histogram struct {
+	Bounds     []time.Duration
+	Cumulative []uint64
+	Count      uint64
+}
+
+// Stats reads the limiter's counters.
+func (l *Limiter) Stats() Stats {
+	s := Stats{Decisions: map[PolicyOutcome]int64{}, Breaker: "closed"}
+	promshare.Collect(l.m.decisions, func(m *dto.Metric) {
+		k := PolicyOutcome{Policy: promshare.Label(m, "policy"), Outcome: Reason(promshare.Label(m, "outcome"))}
+		s.Decisions[k] += int64(m.GetCounter().GetValue())
+	})
+	promshare.Collect(l.m.failures, func(m *dto.Metric) {
+		if promshare.Label(m, "fail_mode") == "open" {
+			s.FailOpen += int64(m.GetCounter().GetValue())
+		} else {
+			s.FailClosed += int64(m.GetCounter().GetValue())
+		}
+	})
+	promshare.Collect(l.m.storeSeconds, func(m *dto.Metric) {
+		h := m.GetHistogram()
+		for _, b := range h.GetBucket() {
+			s.StoreCalls.Bounds = append(s.StoreCalls.Bounds, time.Duration(math.Round(b.GetUpperBound()*float64(time.Second))))
+			s.StoreCalls.Cumulative = append(s.StoreCalls.Cumulative, b.GetCumulativeCount())
+		}
+		s.StoreCalls.Count = h.GetSampleCount()
+	})
+	promshare.Collect(l.m.breaker, func(m *dto.Metric) {
+		switch m.GetGauge().GetValue() {
+		case 1:
+			s.Breaker = "half-open"
+		case 2:
+			s.Breaker = "open"
+		}
+	})
+	return s
+}
