@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -134,14 +133,7 @@ func DecisionFrom(ctx context.Context) (d limiter.Decision, ok bool) {
 }
 
 // peerIP is the address of r's peer, from RemoteAddr.
-func peerIP(r *http.Request) netip.Addr {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		host = r.RemoteAddr
-	}
-	a, _ := netip.ParseAddr(host)
-	return a.Unmap()
-}
+func peerIP(r *http.Request) netip.Addr { return policy.RemoteAddr(r.RemoteAddr) }
 
 // IsPreflight reports whether r is a CORS preflight: OPTIONS with Origin
 // and Access-Control-Request-Method, and no body. A browser sends it

@@ -82,13 +82,24 @@ func hashB64(s string) string {
 	return base64.RawURLEncoding.EncodeToString(h[:])
 }
 
-// clientPrefix returns what an anonymous rule by IP keys on: the address
-// itself for IPv4 (and IPv4-mapped IPv6), its /64 for IPv6.
 // ClientPrefix is how a client address is told apart from others in
 // limits per address: an IPv4 address, or an IPv6 address's /64 (what
 // one subscriber is given), as a string.
 func ClientPrefix(a netip.Addr) string { return clientPrefix(a) }
 
+// RemoteAddr is the address in an http.Request's RemoteAddr ("ip:port",
+// "[ipv6]:port", or a bare address), IPv4-mapped IPv6 unmapped; the zero
+// Addr when it holds none.
+func RemoteAddr(remote string) netip.Addr {
+	if ap, err := netip.ParseAddrPort(remote); err == nil {
+		return ap.Addr().Unmap()
+	}
+	a, _ := netip.ParseAddr(strings.Trim(remote, "[]"))
+	return a.Unmap()
+}
+
+// clientPrefix returns what an anonymous rule by IP keys on: the address
+// itself for IPv4 (and IPv4-mapped IPv6), its /64 for IPv6.
 func clientPrefix(a netip.Addr) string {
 	a = a.Unmap()
 	if a.Is6() {

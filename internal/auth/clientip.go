@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
+
+	"github.com/fairgate/fairgate/policy"
 )
 
 // ClientIP finds the client's address. The peer is the client unless it is
@@ -102,10 +104,4 @@ func parseHop(h string) (netip.Addr, error) {
 }
 
 // PeerIP is the address of r's peer, from RemoteAddr.
-func PeerIP(r *http.Request) netip.Addr {
-	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
-		return ap.Addr().Unmap()
-	}
-	a, _ := netip.ParseAddr(r.RemoteAddr)
-	return a.Unmap()
-}
+func PeerIP(r *http.Request) netip.Addr { return policy.RemoteAddr(r.RemoteAddr) }
