@@ -328,14 +328,7 @@ func (l *Limiter) decide(ctx context.Context, c *call, sr *store.Result) (Decisi
 // for the decision's span.
 func (l *Limiter) decideIn(ctx context.Context, c *call, sr *store.Result) (Decision, error) {
 	if ld, ok := l.nearAnswer(ctx, c); ok {
-		d := Decision{Reason: ReasonLimited, RetryAfter: ld.RetryAfter, Policy: ld.Policy, Resolution: c.res, Now: c.now, Layers: []LayerDecision{ld}}
-		if c.direct {
-			sr.Allowed, sr.Now = false, c.now
-			sr.Decisions = append(sr.Decisions[:0], algo.Decision{Limit: ld.Limit.Limit, Remaining: ld.Remaining, RetryAfter: ld.RetryAfter, ResetAfter: ld.ResetAfter})
-		}
-		l.m.nearHits.Inc()
-		l.count(c, &d)
-		return d, nil
+		return l.nearDecision(c, ld, sr), nil
 	}
 	if c.res.Lease > 0 {
 		if d, ok := l.leased(ctx, c.res, c.now); ok {
@@ -412,6 +405,18 @@ func (l *Limiter) nearAnswer(ctx context.Context, c *call) (LayerDecision, bool)
 		c.hold, c.now = false, c.now.Add(wait) // the hold is spent
 	}
 	return LayerDecision{}, false
+}
+
+// nearDecision is the rejection the near cache answered for c, counted.
+func (l *Limiter) nearDecision(c *call, ld LayerDecision, sr *store.Result) Decision {
+	d := Decision{Reason: ReasonLimited, RetryAfter: ld.RetryAfter, Policy: ld.Policy, Resolution: c.res, Now: c.now, Layers: []LayerDecision{ld}}
+	if c.direct {
+		sr.Allowed, sr.Now = false, c.now
+		sr.Decisions = append(sr.Decisions[:0], algo.Decision{Limit: ld.Limit.Limit, Remaining: ld.Remaining, RetryAfter: ld.RetryAfter, ResetAfter: ld.ResetAfter})
+	}
+	l.m.nearHits.Inc()
+	l.count(c, &d)
+	return d
 }
 
 // verdict decides d from its layers: rejected if an enforced layer

@@ -27,6 +27,9 @@ import (
 // leaseTTL is how long an instance keeps unspent leased units.
 const leaseTTL = time.Second
 
+// leaseErrorBackoff is how long no lease is tried after a take failed.
+const leaseErrorBackoff = 250 * time.Millisecond
+
 // maxLeases bounds the key sets an instance holds leases for.
 const maxLeases = 10_000
 
@@ -127,6 +130,12 @@ func (l *Limiter) leased(ctx context.Context, res policy.Resolution, now time.Ti
 				// after each refusal, up to leaseTTL.
 				e.wait = min(max(sr.RetryAfter(), 2*e.wait), leaseTTL)
 				e.backoff = now.Add(e.wait)
+			} else {
+				// The store failed: the requests that waited for this
+				// take decide as usual, at once and each on its own,
+				// rather than each trying a lease in turn and waiting a
+				// store deadline apiece.
+				e.backoff = now.Add(leaseErrorBackoff)
 			}
 			e.mu.Unlock()
 			return Decision{}, false

@@ -175,3 +175,42 @@ func TestLeaseWaitersShareTheTake(t *testing.T) {
 		t.Fatalf("%d of 8 allowed with %d store calls; want 8 with 1 (the lease of 10)", allowed.Load(), st.calls.Load())
 	}
 }
+
+// failingTakes is a store whose takes all fail, counting lease takes (cost
+// above 1) apart; the first take waits at the gate.
+type failingTakes struct {
+	store.Store
+	leaseTakes atomic.Int64
+	held       chan struct{}
+	gate       chan struct{}
+	once       sync.Once
+}
+
+func (f *failingTakes) Take(ctx context.Context, checks []store.Check, res *store.Result) error {
+	if checks[0].Cost > 1 {
+		f.leaseTakes.Add(1)
+	}
+	f.once.Do(func() { f.held <- struct{}{}; <-f.gate })
+	return store.ErrUnavailable
+}
+
+// TestLeaseTakeFailureBacksOff: while the store fails, the requests that
+// waited for a failed lease take decide at once on their own, rather than
+// each trying a lease in turn: one lease take, not one per request.
+func TestLeaseTakeFailureBacksOff(t *testing.T) {
+	st := &failingTakes{Store: memstore.New(memstore.Config{}), held: make(chan struct{}, 1), gate: make(chan struct{})}
+	l, err := New(Config{Store: st, Policy: leasePolicy, Timeout: -1, NoNearCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() { l.Decide(context.Background(), policy.Request{Tenant: "whale"}) })
+	}
+	<-st.held
+	close(st.gate)
+	wg.Wait()
+	if n := st.leaseTakes.Load(); n != 1 {
+		t.Fatalf("%d lease takes for 8 requests while the store fails, want 1", n)
+	}
+}

@@ -167,6 +167,20 @@ func (l *Limiter) releaseSlots(ctx context.Context, layers []policy.SlotLayer, i
 	return err
 }
 
+// releaseLate gives back the slots an acquire that failed with err may
+// still take: a call that missed its deadline can reach Redis after its
+// caller gave up, and the slots it then takes are nobody's until their
+// lease runs out (a day for a worker's), refusing the tenant's requests
+// meanwhile. The release follows it on the same connection, so Redis runs
+// it after the acquire; when the acquire never arrived it releases
+// nothing. It does not make the caller wait.
+func (l *Limiter) releaseLate(layers []policy.SlotLayer, id string, err error) {
+	if l.local || errors.Is(err, store.ErrInvalidCheck) {
+		return // decided in this process, or never sent
+	}
+	go l.releaseSlots(context.Background(), layers, id)
+}
+
 // leaseID is a fresh lease's ID: 128 random bits.
 func leaseID() string {
 	var b [16]byte
@@ -182,6 +196,13 @@ func leaseID() string {
 // decideWithSlots decides a request with concurrency layers: its slots
 // first, then its rate layers.
 func (l *Limiter) decideWithSlots(ctx context.Context, c *call) (Decision, error) {
+	// A rejection the near cache remembers (held for the class's
+	// slow-down first) is answered before any slot is taken: a tenant
+	// over its rate costs the store nothing, and holds no slot while
+	// held.
+	if ld, ok := l.nearAnswer(ctx, c); ok {
+		return l.nearDecision(c, ld, nil), nil
+	}
 	id := leaseID()
 	sd, refused, err := l.takeSlots(ctx, c, id, l.slots.lease)
 	if err != nil {
@@ -208,6 +229,7 @@ func (l *Limiter) decideWithSlots(ctx context.Context, c *call) (Decision, error
 func (l *Limiter) takeSlots(ctx context.Context, c *call, id string, lease time.Duration) ([]SlotDecision, *Decision, error) {
 	rs, err := l.acquireSlots(ctx, c.res.Slots, id, lease, false)
 	if err != nil {
+		l.releaseLate(c.res.Slots, id, err)
 		return nil, nil, err
 	}
 	sd := make([]SlotDecision, len(c.res.Slots))

@@ -284,3 +284,116 @@ func TestSlotsOneRoundTrip(t *testing.T) {
 		t.Fatalf("release: %v after %d calls, want one call", err, st.releases.Load())
 	}
 }
+
+// lateSlots is a remote-like slot store (not Local) whose calls run in
+// order on one worker, as commands on one Redis connection do: while
+// paused, an acquire whose caller's context ends returns the context's
+// error but stays queued, and runs once the worker goes on.
+type lateSlots struct {
+	mem   *memstore.Store
+	ops   chan func()
+	pause chan struct{} // closed: the worker runs
+	held  chan struct{} // one per acquire that waits in the queue
+	ran   atomic.Int64  // acquires the worker ran
+}
+
+func newLateSlots() *lateSlots {
+	s := &lateSlots{mem: memstore.New(memstore.Config{}), ops: make(chan func(), 64), pause: make(chan struct{}), held: make(chan struct{}, 64)}
+	go func() {
+		<-s.pause
+		for op := range s.ops {
+			op()
+		}
+	}()
+	return s
+}
+
+func (s *lateSlots) Take(ctx context.Context, checks []store.Check, res *store.Result) error {
+	return s.mem.Take(ctx, checks, res)
+}
+func (s *lateSlots) Close() error { return nil }
+
+func (s *lateSlots) AcquireSlots(ctx context.Context, id string, ttl time.Duration, as []store.SlotAcquire, res []store.SlotResult) error {
+	done := make(chan error, 1)
+	own := make([]store.SlotResult, len(res))
+	s.ops <- func() { done <- s.mem.AcquireSlots(context.Background(), id, ttl, as, own); s.ran.Add(1) }
+	s.held <- struct{}{}
+	select {
+	case err := <-done:
+		copy(res, own)
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("%w: %w", store.ErrUnavailable, ctx.Err())
+	}
+}
+
+func (s *lateSlots) ReleaseSlots(ctx context.Context, id string, keys []string) error {
+	done := make(chan error, 1)
+	s.ops <- func() { done <- s.mem.ReleaseSlots(context.Background(), id, keys) }
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// TestSlotsLateAcquireReleased: an acquire that misses the store
+// deadline but reaches the store afterwards takes slots nobody holds; the
+// release that follows it gives them back, so the tenant's next requests
+// are not refused for the lease's length.
+func TestSlotsLateAcquireReleased(t *testing.T) {
+	st := newLateSlots()
+	l, err := New(Config{Store: st, Policy: slotPolicy(), NoNearCache: true, Timeout: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := l.Decide(context.Background(), policy.Request{Tenant: "acme", Method: "GET", Path: "/x"})
+	if err != nil || d.Slots != nil {
+		t.Fatalf("with the store stalled: %+v %v, want a decision without slots", d, err)
+	}
+	<-st.held
+	close(st.pause) // the store goes on: the late acquire runs, then what follows it
+	var r store.SlotResult
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		ran := st.ran.Load() // read before the probe: the late acquire ran before it
+		r, err = store.AcquireSlot(context.Background(), st.mem, d.Resolution.Slots[0].Key, "probe", 4, time.Minute)
+		st.mem.ReleaseSlots(context.Background(), "probe", []string{d.Resolution.Slots[0].Key})
+		if err == nil && r.InUse == 1 && ran > 0 {
+			return // only the probe: the late acquire's slot was given back
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the tenant's slots after the late acquire: %+v %v; want only the probe's", r, err)
+		}
+	}
+}
+
+// TestSlotsAfterNearCacheRejection: a tenant over its rate whose
+// rejection the near cache remembers is refused without a slot call, and
+// holds no slot while its request is held for the slow-down.
+func TestSlotsAfterNearCacheRejection(t *testing.T) {
+	st := &slotCalls{Store: memstore.New(memstore.Config{})}
+	l, err := New(Config{Store: st, Policy: slotPolicy()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 6 { // the plan's 6 an hour
+		if d := decideSlot(t, l, "acme", "/x"); !d.Allowed {
+			t.Fatalf("request %d: %+v", i, d)
+		} else {
+			d.Slots.Release(context.Background())
+		}
+	}
+	if d := decideSlot(t, l, "acme", "/x"); d.Allowed { // the store rejects; the near cache learns
+		t.Fatalf("the 7th: %+v", d)
+	}
+	before := st.acquires.Load()
+	for range 5 {
+		if d := decideSlot(t, l, "acme", "/x"); d.Allowed || d.Reason != ReasonLimited {
+			t.Fatalf("over the rate: %+v", d)
+		}
+	}
+	if n := st.acquires.Load() - before; n != 0 {
+		t.Fatalf("%d slot calls for 5 requests the near cache rejects, want 0", n)
+	}
+}

@@ -39,6 +39,32 @@ func TestSlotKeysBounded(t *testing.T) {
 	}
 }
 
+// TestSlotKeysFullKeepsHeldLeases: a call refused because the slot keys
+// are at their bound takes nothing, and a slot the lease held before the
+// call (a renewal) stays held, with its old expiry.
+func TestSlotKeysFullKeepsHeldLeases(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	s := New(Config{Shards: 1, MaxKeys: 2, Now: func() time.Time { return now }})
+	ctx := context.Background()
+	for _, k := range []string{"a", "b"} {
+		if _, err := store.AcquireSlot(ctx, s, k, "r", 3, time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res := make([]store.SlotResult, 3)
+	err := s.AcquireSlots(ctx, "r", time.Minute, []store.SlotAcquire{{Key: "a", Limit: 3}, {Key: "b", Limit: 3}, {Key: "c", Limit: 3}}, res)
+	if !errors.Is(err, ErrSlotsFull) {
+		t.Fatalf("a third key with two live: %v, want ErrSlotsFull", err)
+	}
+	now = now.Add(500 * time.Millisecond)
+	for _, k := range []string{"a", "b"} {
+		r, err := store.AcquireSlot(ctx, s, k, "probe", 3, time.Minute)
+		if err != nil || r.InUse != 2 || r.NextExpiry != 500*time.Millisecond {
+			t.Fatalf("key %s after the refused renewal: %+v %v; want the lease still held, expiring as before (in 500ms)", k, r, err)
+		}
+	}
+}
+
 func TestConformance(t *testing.T) {
 	storetest.Run(t, New(Config{}), storetest.Options{})
 }

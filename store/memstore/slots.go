@@ -64,11 +64,13 @@ func (s *Store) AcquireSlots(ctx context.Context, id string, ttl time.Duration, 
 	unlock := s.lockSlotShards(len(as), func(i int) string { return as[i].Key })
 	defer unlock()
 	refused := false
+	var held [store.MaxSlotBatch]bool // the lease held the key's slot before the call
+	var prev [store.MaxSlotBatch]int64 // and its expiry then
 	for i, a := range as {
 		leases := s.slotShard(a.Key).keys[a.Key]
 		reclaim(leases, now)
-		_, held := leases[id]
-		ok := held || int64(len(leases)) < a.Limit
+		_, held[i] = leases[id]
+		ok := held[i] || int64(len(leases)) < a.Limit
 		res[i] = store.SlotResult{Acquired: ok, InUse: int64(len(leases)), Now: time.UnixMicro(now)}
 		refused = refused || !ok && !a.Optional
 	}
@@ -78,12 +80,19 @@ func (s *Store) AcquireSlots(ctx context.Context, id string, ttl time.Duration, 
 		if refused {
 			res[i].Acquired = false
 		} else if res[i].Acquired {
+			prev[i] = leases[id]
 			if leases == nil {
 				if len(sh.keys) >= s.slots.per && !sh.sweep(now, s.slots.per) {
-					// Keys taken earlier in this call are given back:
-					// nothing is taken when the call fails.
-					for _, b := range as[:i] {
-						if l := s.slotShard(b.Key).keys[b.Key]; l != nil {
+					// Slots taken earlier in this call are given back
+					// (nothing is taken when the call fails); the ones
+					// the lease held before it keep their old expiry.
+					for j, b := range as[:i] {
+						l := s.slotShard(b.Key).keys[b.Key]
+						switch {
+						case l == nil || !res[j].Acquired:
+						case held[j]:
+							l[id] = prev[j]
+						default:
 							delete(l, id)
 						}
 					}
