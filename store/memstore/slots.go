@@ -64,7 +64,7 @@ func (s *Store) AcquireSlots(ctx context.Context, id string, ttl time.Duration, 
 	unlock := s.lockSlotShards(len(as), func(i int) string { return as[i].Key })
 	defer unlock()
 	refused := false
-	var held [store.MaxSlotBatch]bool // the lease held the key's slot before the call
+	var held [store.MaxSlotBatch]bool  // the lease held the key's slot before the call
 	var prev [store.MaxSlotBatch]int64 // and its expiry then
 	for i, a := range as {
 		leases := s.slotShard(a.Key).keys[a.Key]
