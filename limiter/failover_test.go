@@ -247,6 +247,7 @@ func servedSlots(t *testing.T, cl *redistest.Cluster, id string) int {
 // store on it, both closed when the test ends.
 func startCluster(t *testing.T, replicas int, extra ...string) (*redistest.Cluster, *redisstore.Store) {
 	t.Helper()
+	redistest.Need(t)
 	cl, err := redistest.StartCluster(3, replicas, extra...)
 	if err != nil {
 		t.Fatal(err)

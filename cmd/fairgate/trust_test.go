@@ -133,6 +133,7 @@ func mustRead(t *testing.T, path string) []byte {
 // the example config having a fail-closed class: every pod left its
 // Service at once) and /healthz is 200, and uses Redis once it is back.
 func TestServeWithRedisDown(t *testing.T) {
+	redistest.Need(t)
 	srv, err := redistest.Start()
 	if err != nil {
 		t.Fatal(err)
@@ -200,6 +201,7 @@ func TestServeWithRedisDown(t *testing.T) {
 // policies' fail modes (on main a config failing open everywhere stayed
 // 200), and 200 once it is back; /healthz stays 200.
 func TestServeReadyRequiresStore(t *testing.T) {
+	redistest.Need(t)
 	allOpen := filepath.Join(t.TempDir(), "fairgate.yaml")
 	if err := os.WriteFile(allOpen, []byte(`default_plan: free
 default_class: read
@@ -263,6 +265,7 @@ plans:
 // key (allkeys-*) silently resets limits: serve says so in its log and in
 // /readyz.
 func TestEvictingRedisIsReported(t *testing.T) {
+	redistest.Need(t)
 	srv, err := redistest.Start("--maxmemory-policy", "allkeys-lru")
 	if err != nil {
 		t.Fatal(err)

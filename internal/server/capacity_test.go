@@ -19,6 +19,7 @@ import (
 
 	"github.com/fairgate/fairgate/fairshare"
 	"github.com/fairgate/fairgate/internal/config"
+	"github.com/fairgate/fairgate/internal/testenv"
 	"github.com/fairgate/fairgate/limiter"
 	"github.com/fairgate/fairgate/store/memstore"
 )
@@ -441,6 +442,7 @@ func trickled() io.Reader {
 // with a stream of fast 503s. The limit stays near the 16 workers (it
 // falls to the floor of 4 when one tenant's answers teach it alone).
 func TestProxyCapacityNoSingleParty(t *testing.T) {
+	testenv.Slow(t, "a 3 s attack per case on a live upstream")
 	for _, tc := range []struct {
 		name    string
 		clients int

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fairgate/fairgate/algo"
 	"github.com/fairgate/fairgate/fairq"
+	"github.com/fairgate/fairgate/internal/redistest"
 	"github.com/fairgate/fairgate/quota"
 	"github.com/fairgate/fairgate/store"
 	"github.com/fairgate/fairgate/store/redisstore"
@@ -174,7 +175,7 @@ func TestOutboundPauseAcrossInstances(t *testing.T) {
 	prefix := fmt.Sprintf("obsrv%d:", time.Now().UnixNano())
 	var inst [2]*Server
 	for i := range inst {
-		rs, err := redisstore.New(redisstore.Config{URL: "redis://" + redisSrv.Addr, Prefix: prefix})
+		rs, err := redisstore.New(redisstore.Config{URL: "redis://" + redistest.Shared(t).Addr, Prefix: prefix})
 		if err != nil {
 			t.Fatal(err)
 		}
