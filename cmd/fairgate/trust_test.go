@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/fairgate/fairgate/internal/redistest"
+	"github.com/fairgate/fairgate/internal/testwait"
 )
 
 // TestProxyModeListeners: with --upstream the public listener proxies
@@ -103,13 +104,12 @@ func TestConfigSizeAndRefusedReloads(t *testing.T) {
 		os.WriteFile(path, content, 0o600)
 		syscall.Kill(os.Getpid(), syscall.SIGHUP)
 		want := fmt.Sprint(i + 1)
-		deadline := time.Now().Add(5 * time.Second)
-		for refused() != want {
-			if time.Now().After(deadline) {
-				t.Fatalf("refused reloads %s, want %s:\n%s", refused(), want, sv.logs.String())
+		testwait.EventuallyNil(t, 30*time.Second, want+" refused reloads", func() error {
+			if got := refused(); got != want {
+				return fmt.Errorf("%s refused:\n%s", got, sv.logs.String())
 			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 	if !strings.Contains(sv.logs.String(), "over 4194304 bytes") {
 		t.Errorf("the oversized reload's log line does not say why:\n%s", sv.logs.String())
