@@ -4,7 +4,7 @@ FUZZTIME  ?= 10s
 BENCHTIME ?= 1s
 PKGS      := ./...
 
-.PHONY: help build run test bench bench-service fuzz vet staticcheck fmt-check tidy-check deps-check lint ci ensure-redis ensure-chromium ensure-gateways ensure-packaging image
+.PHONY: help build run test test-short bench bench-service fuzz vet staticcheck fmt-check tidy-check deps-check lint ci ensure-redis ensure-chromium ensure-gateways ensure-packaging image
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 18
@@ -35,6 +35,9 @@ ensure-packaging: ## install podman and systemd-analyze for the packaging tests 
 
 ensure-chromium: ## install Chromium for the dashboard's browser test if missing (apt-get, as root)
 	@bash scripts/ensure-chromium.sh
+
+test-short: ## the fast tier, under a minute: go test -short, no redis-server, nginx, Caddy, Chromium, podman or binary built (internal/testenv)
+	$(GO) test -short -shuffle=on $(PKGS)
 
 test: ensure-redis ensure-chromium ensure-gateways ensure-packaging ## the whole suite, race detector on, against real redis-server processes, nginx, Caddy and a headless Chromium
 	$(GO) test -race -shuffle=on -timeout 9m $(PKGS)

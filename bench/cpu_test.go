@@ -13,7 +13,7 @@ import (
 
 // redisCPU returns Redis's used CPU seconds, user and system.
 func redisCPU(b *testing.B) float64 {
-	info, _ := redistest.Do(redisSrv.Addr, "INFO", "cpu")
+	info, _ := redistest.Do(redistest.Shared(b).Addr, "INFO", "cpu")
 	var total float64
 	for _, line := range strings.Split(info, "\n") {
 		for _, k := range []string{"used_cpu_sys:", "used_cpu_user:"} {

@@ -12,9 +12,7 @@ import (
 	"github.com/fairgate/fairgate/internal/redistest"
 )
 
-var redisSrv *redistest.Server
-
-func TestMain(m *testing.M) { os.Exit(redistest.Main(m, func(s *redistest.Server) { redisSrv = s })) }
+func TestMain(m *testing.M) { os.Exit(redistest.Main(m)) }
 
 // keys returns n distinct tenant keys.
 func keys(n int) []string {

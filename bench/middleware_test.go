@@ -13,6 +13,7 @@ import (
 
 	"github.com/fairgate/fairgate/algo"
 	"github.com/fairgate/fairgate/httplimit"
+	"github.com/fairgate/fairgate/internal/redistest"
 	"github.com/fairgate/fairgate/limiter"
 	"github.com/fairgate/fairgate/policy"
 	"github.com/fairgate/fairgate/store/memstore"
@@ -23,7 +24,7 @@ import (
 // (so that the measured requests are decided, not limited) and a small
 // one for the abuser; slowDown is the classes' slow_down (0: the default).
 func benchLimiter(b *testing.B, slowDown time.Duration) *limiter.Limiter {
-	rs, err := redisstore.New(redisstore.Config{URL: "redis://" + redisSrv.Addr, Prefix: fmt.Sprintf("mw%d:", time.Now().UnixNano())})
+	rs, err := redisstore.New(redisstore.Config{URL: "redis://" + redistest.Shared(b).Addr, Prefix: fmt.Sprintf("mw%d:", time.Now().UnixNano())})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -28,7 +28,7 @@ var (
 )
 
 func fairgateStore(b *testing.B, prefix string) *redisstore.Store {
-	s, err := redisstore.New(redisstore.Config{URL: "redis://" + redisSrv.Addr, Prefix: prefix})
+	s, err := redisstore.New(redisstore.Config{URL: "redis://" + redistest.Shared(b).Addr, Prefix: prefix})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -38,7 +38,7 @@ func fairgateStore(b *testing.B, prefix string) *redisstore.Store {
 
 func goRedis(b *testing.B, callers int) *redis.Client {
 	// The pool as large as the callers: go-redis's best case.
-	c := redis.NewClient(&redis.Options{Addr: redisSrv.Addr, PoolSize: max(callers, 20)})
+	c := redis.NewClient(&redis.Options{Addr: redistest.Shared(b).Addr, PoolSize: max(callers, 20)})
 	b.Cleanup(func() { c.Close() })
 	return c
 }
@@ -61,7 +61,7 @@ func BenchmarkRedis(b *testing.B) {
 			})
 		})
 		b.Run(fmt.Sprintf("impl=fairgate-nocoalesce/callers=%d", n), func(b *testing.B) {
-			s, err := redisstore.New(redisstore.Config{URL: "redis://" + redisSrv.Addr, Prefix: "fgn:", NoCoalescing: true})
+			s, err := redisstore.New(redisstore.Config{URL: "redis://" + redistest.Shared(b).Addr, Prefix: "fgn:", NoCoalescing: true})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -91,7 +91,7 @@ func BenchmarkRedis(b *testing.B) {
 			})
 		})
 		b.Run(fmt.Sprintf("impl=fairgate-batch2-nocoalesce/callers=%d", n), func(b *testing.B) {
-			s, err := redisstore.New(redisstore.Config{URL: "redis://" + redisSrv.Addr, Prefix: "fgn2:", NoCoalescing: true})
+			s, err := redisstore.New(redisstore.Config{URL: "redis://" + redistest.Shared(b).Addr, Prefix: "fgn2:", NoCoalescing: true})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -175,11 +175,11 @@ func reportCalls(b *testing.B) func() {
 // redisCounters reads the test Redis's script calls, the µs spent in them,
 // and its CPU seconds (user and system).
 func redisCounters(b *testing.B) (calls int, scriptUS, cpu float64) {
-	calls, usec, err := redistest.ScriptStats(redisSrv.Addr)
+	calls, usec, err := redistest.ScriptStats(redistest.Shared(b).Addr)
 	if err != nil {
 		b.Fatal(err)
 	}
-	info, err := redistest.Do(redisSrv.Addr, "INFO", "cpu")
+	info, err := redistest.Do(redistest.Shared(b).Addr, "INFO", "cpu")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -199,7 +199,7 @@ func redisCounters(b *testing.B) (calls int, scriptUS, cpu float64) {
 }
 
 func rueidisClient(b *testing.B) rueidis.Client {
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{redisSrv.Addr}, DisableCache: true})
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{redistest.Shared(b).Addr}, DisableCache: true})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -245,7 +245,7 @@ func BenchmarkClient(b *testing.B) {
 func BenchmarkFootprint(b *testing.B) {
 	ctx := context.Background()
 	run := func(b *testing.B, key string, take func(i int) error) {
-		if _, err := redistest.Do(redisSrv.Addr, "CONFIG", "RESETSTAT"); err != nil {
+		if _, err := redistest.Do(redistest.Shared(b).Addr, "CONFIG", "RESETSTAT"); err != nil {
 			b.Fatal(err)
 		}
 		for i := 0; b.Loop(); i++ {
@@ -253,11 +253,11 @@ func BenchmarkFootprint(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		mem, err := redistest.Do(redisSrv.Addr, "MEMORY", "USAGE", key)
+		mem, err := redistest.Do(redistest.Shared(b).Addr, "MEMORY", "USAGE", key)
 		if err != nil {
 			b.Fatal(err)
 		}
-		stats, err := redistest.Do(redisSrv.Addr, "INFO", "commandstats")
+		stats, err := redistest.Do(redistest.Shared(b).Addr, "INFO", "commandstats")
 		if err != nil {
 			b.Fatal(err)
 		}

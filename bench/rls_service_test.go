@@ -62,6 +62,7 @@ type rlsService struct {
 // floors (name floor-*) take their address and Redis as flags.
 func startRLS(b *testing.B, name, bin, runtime string) *rlsService {
 	b.Helper()
+	redistest.Need(b)
 	r, err := redistest.Start()
 	if err != nil {
 		b.Fatal(err)

@@ -181,6 +181,7 @@ func median(xs []float64) float64 {
 // as '^(floor|take-memory|check-memory)$'); FAIRGATE_BENCH_ALT names
 // another fairgate build whose Redis paths run beside this one's (an A/B).
 func BenchmarkService(b *testing.B) {
+	redistest.Need(b)
 	if _, err := exec.LookPath("wrk"); err != nil {
 		b.Skip("wrk is not installed: make bench-service installs it (scripts/ensure-wrk.sh)")
 	}

@@ -18,13 +18,8 @@ import (
 	"github.com/fairgate/fairgate/internal/redistest"
 )
 
-var (
-	redisSrv *redistest.Server
-	cluster  *redistest.Cluster
-)
-
 func TestMain(m *testing.M) {
-	os.Exit(redistest.MainWithCluster(m, func(s *redistest.Server, c *redistest.Cluster) { redisSrv, cluster = s, c }))
+	os.Exit(redistest.MainWithCluster(m))
 }
 
 // shortVis is the visibility of the tests' "report" kind: short, so that
@@ -57,14 +52,14 @@ type memShared struct {
 
 func (m *memShared) clock() time.Time { m.mu.Lock(); defer m.mu.Unlock(); return m.now }
 
-func redisBackend(name string, addrs func() []string) backend {
+func redisBackend(name string, addrs func(t testing.TB) []string) backend {
 	return backend{
 		name: name,
 		shared: func(t testing.TB) any {
 			return fmt.Sprintf("fq%d:", rand.Uint32())
 		},
 		newQ: func(t testing.TB, shared any, w fairq.Weigher, sh fairq.Sharer) fairq.Queue {
-			c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs(), DisableCache: true})
+			c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs(t), DisableCache: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -102,8 +97,8 @@ func backends() []backend {
 				m.mu.Unlock()
 			},
 		},
-		redisBackend("redis", func() []string { return []string{redisSrv.Addr} }),
-		redisBackend("cluster", func() []string { return cluster.Addrs() }),
+		redisBackend("redis", func(t testing.TB) []string { return []string{redistest.Shared(t).Addr} }),
+		redisBackend("cluster", func(t testing.TB) []string { return redistest.SharedCluster(t).Addrs() }),
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/fairgate/fairgate/algo"
 	"github.com/fairgate/fairgate/grpclimit"
+	"github.com/fairgate/fairgate/internal/testwait"
 	"github.com/fairgate/fairgate/limiter"
 	"github.com/fairgate/fairgate/policy"
 	"github.com/fairgate/fairgate/store"
@@ -174,13 +175,8 @@ func TestConcurrency(t *testing.T) {
 		t.Fatalf("a call beside the open stream: %v, trailers %v; want RESOURCE_EXHAUSTED with the concurrency trailers", err, tr)
 	}
 	cancel()
-	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	testwait.EventuallyNil(t, 30*time.Second, "the slot back after the stream's client went away", func() error {
 		_, err := c.Check(ctx, &healthpb.HealthCheckRequest{})
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("2 s after the stream's client went away: %v; want the slot back", err)
-		}
-	}
+		return err
+	})
 }

@@ -27,7 +27,8 @@ import (
 // and are decided by the store again within 15 s. It reports how long that
 // took and how many requests the lost master's tenants were admitted while
 // the fallback decided (Redis replication is asynchronous, so the last
-// writes before the kill can be lost too).
+// writes before the kill can be lost too). The load runs until those
+// tenants have been decided by the store for 2 s on end, or for 20 s.
 func TestClusterFailover(t *testing.T) {
 	// Without cluster-require-full-coverage no, Redis answers CLUSTERDOWN
 	// for every slot while one master is out (its default), and no client
@@ -73,11 +74,16 @@ func TestClusterFailover(t *testing.T) {
 	var mu sync.Mutex
 	var recs []rec
 	start := time.Now()
-	stop := start.Add(20 * time.Second)
+	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for w := range 8 {
 		wg.Go(func() {
-			for i := w; time.Now().Before(stop); i += 8 {
+			for i := w; ; i += 8 {
+				select {
+				case <-stop:
+					return
+				default:
+				}
 				tn := tenants[i%len(tenants)]
 				class := []string{"open", "closed"}[i/len(tenants)%2]
 				d, err := l.Decide(context.Background(), policy.Request{Tenant: tn, Class: class})
@@ -92,10 +98,34 @@ func TestClusterFailover(t *testing.T) {
 			}
 		})
 	}
+	// storeAgain reports whether, since the kill at killedAt, the lost
+	// master's tenants have been decided without the store, and then by
+	// the store alone for the last 2 s.
+	storeAgain := func(killedAt time.Duration) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		var lastBad, lastGood time.Duration
+		for _, r := range recs {
+			if !ownsVictim[r.tenant] || r.at <= killedAt {
+				continue
+			}
+			if r.reason == limiter.ReasonAllowed || r.reason == limiter.ReasonLimited {
+				lastGood = max(lastGood, r.at)
+			} else {
+				lastBad = max(lastBad, r.at)
+			}
+		}
+		return lastBad > 0 && lastGood > lastBad && time.Since(start)-lastBad >= 2*time.Second
+	}
 	time.Sleep(3 * time.Second)
 	killedAt := time.Since(start)
 	victim.Kill()
+	for time.Since(start) < 20*time.Second && !storeAgain(killedAt) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	close(stop)
 	wg.Wait()
+	run := time.Since(start)
 
 	var others, othersBad, lostFallback, lostAdmitted int
 	var lastBad time.Duration
@@ -130,7 +160,7 @@ func TestClusterFailover(t *testing.T) {
 			admitted[r.tenant]++
 		}
 	}
-	bound := 20 + int(20*time.Second/(100*time.Millisecond))
+	bound := 20 + int(run/(100*time.Millisecond))
 	worstLost, worstOther := 0, 0
 	for tn, n := range admitted {
 		if ownsVictim[tn] {
@@ -247,6 +277,7 @@ func servedSlots(t *testing.T, cl *redistest.Cluster, id string) int {
 // store on it, both closed when the test ends.
 func startCluster(t *testing.T, replicas int, extra ...string) (*redistest.Cluster, *redisstore.Store) {
 	t.Helper()
+	redistest.Need(t)
 	cl, err := redistest.StartCluster(3, replicas, extra...)
 	if err != nil {
 		t.Fatal(err)

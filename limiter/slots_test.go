@@ -116,9 +116,7 @@ func TestSlotsClassShare(t *testing.T) {
 // its deadline on a loaded machine once let a fail-open request through
 // as "allowed", without a slot: 6 of 4; it is degraded_open now.
 func TestSlotsExactAcrossInstances(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts Redis servers")
-	}
+	redistest.Need(t)
 	srv, err := redistest.Start()
 	if err != nil {
 		t.Fatal(err)

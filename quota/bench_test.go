@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fairgate/fairgate/algo"
+	"github.com/fairgate/fairgate/internal/redistest"
 	"github.com/fairgate/fairgate/store"
 	"github.com/fairgate/fairgate/store/memstore"
 	"github.com/fairgate/fairgate/store/redisstore"
@@ -21,7 +22,7 @@ func BenchmarkAcquire(b *testing.B) {
 		b.Run("store="+name, func(b *testing.B) {
 			var st store.Store = memstore.New(memstore.Config{})
 			if name == "redis" {
-				rs, err := redisstore.New(redisstore.Config{URL: "redis://" + redis.Addr, Prefix: fmt.Sprintf("obbench%d:", rand.Uint32())})
+				rs, err := redisstore.New(redisstore.Config{URL: "redis://" + redistest.Shared(b).Addr, Prefix: fmt.Sprintf("obbench%d:", rand.Uint32())})
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -216,7 +216,7 @@ func TestOperatorCallPausesProvider(t *testing.T) {
 func TestTenantPauseBounds(t *testing.T) {
 	t.Parallel()
 	prefix := fmt.Sprintf("obb%d:", time.Now().UnixNano())
-	st, err := redisstore.New(redisstore.Config{URL: "redis://" + redis.Addr, Prefix: prefix})
+	st, err := redisstore.New(redisstore.Config{URL: "redis://" + redistest.Shared(t).Addr, Prefix: prefix})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +227,7 @@ func TestTenantPauseBounds(t *testing.T) {
 	}
 	pttl := func(tenant string) time.Duration {
 		t.Helper()
-		v, err := redistest.Do(redis.Addr, "PTTL", st.Key(pauseLimit.Algorithm, pauseKey("sms", policy.TenantTag(tenant))))
+		v, err := redistest.Do(redistest.Shared(t).Addr, "PTTL", st.Key(pauseLimit.Algorithm, pauseKey("sms", policy.TenantTag(tenant))))
 		if err != nil {
 			t.Fatal(err)
 		}

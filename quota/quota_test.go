@@ -22,9 +22,7 @@ import (
 	"github.com/fairgate/fairgate/store/redisstore"
 )
 
-var redis *redistest.Server
-
-func TestMain(m *testing.M) { os.Exit(redistest.Main(m, func(s *redistest.Server) { redis = s })) }
+func TestMain(m *testing.M) { os.Exit(redistest.Main(m)) }
 
 // sms is the example config's provider: 100/s account-wide with a burst of
 // 20, and 20/s per tenant with a burst of 5.
@@ -64,7 +62,7 @@ func instances(t *testing.T, n int, p Provider, maxWait time.Duration) ([]*Quota
 	var qs []*Quotas
 	var rs []*recorder
 	for range n {
-		st, err := redisstore.New(redisstore.Config{URL: "redis://" + redis.Addr, Prefix: prefix})
+		st, err := redisstore.New(redisstore.Config{URL: "redis://" + redistest.Shared(t).Addr, Prefix: prefix})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -282,7 +280,7 @@ func redisTime(t *testing.T, r *recorder) time.Time {
 
 // stores returns the two backends for tests that run on both.
 func stores(t *testing.T) map[string]store.Store {
-	st, err := redisstore.New(redisstore.Config{URL: "redis://" + redis.Addr, Prefix: fmt.Sprintf("ob%d:", rand.Uint32())})
+	st, err := redisstore.New(redisstore.Config{URL: "redis://" + redistest.Shared(t).Addr, Prefix: fmt.Sprintf("ob%d:", rand.Uint32())})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/fairgate/fairgate/algo"
+	"github.com/fairgate/fairgate/internal/redistest"
+	"github.com/fairgate/fairgate/internal/testenv"
 	"github.com/fairgate/fairgate/store/memstore"
 	"github.com/fairgate/fairgate/store/redisstore"
 )
@@ -19,7 +21,8 @@ import (
 var roomy = Provider{Limit: algo.Limit{Limit: 1000, Period: time.Second, Burst: 100}}
 
 // pairs returns, per backend, two Quotas sharing one store's state: two
-// fairgate instances (on Redis, each with its own client).
+// fairgate instances (on Redis, each with its own client; under -short,
+// memory alone).
 func pairs(t *testing.T, c Config) map[string][2]*Quotas {
 	t.Helper()
 	mk := func(c Config) *Quotas {
@@ -33,10 +36,13 @@ func pairs(t *testing.T, c Config) map[string][2]*Quotas {
 	out := map[string][2]*Quotas{}
 	c.Store = mem
 	out["memory"] = [2]*Quotas{mk(c), mk(c)}
+	if testenv.Short() {
+		return out // the fast tier starts no Redis
+	}
 	prefix := fmt.Sprintf("obp%d:", rand.Uint32())
 	var qs [2]*Quotas
 	for i := range qs {
-		st, err := redisstore.New(redisstore.Config{URL: "redis://" + redis.Addr, Prefix: prefix})
+		st, err := redisstore.New(redisstore.Config{URL: "redis://" + redistest.Shared(t).Addr, Prefix: prefix})
 		if err != nil {
 			t.Fatal(err)
 		}

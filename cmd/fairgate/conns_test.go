@@ -302,29 +302,41 @@ func TestServeServesPastUnreadBodies(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			sv := startServe(t, append([]string{"--listen", "127.0.0.1:0", "--max-connections", "20"}, tc.args...)...)
 			defer sv.stop()
+			// The 20 at once: each is answered only after the drain grace
+			// (connlimit.DrainGrace), which one after another adds up to 5 s.
+			var wg sync.WaitGroup
 			for i := range 20 {
 				c, err := tc.dial(sv.addr)
 				if err != nil {
 					t.Fatal(err)
 				}
 				defer c.Close()
-				if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 200000\r\n\r\na"); err != nil {
-					t.Fatal(err)
-				}
-				c.SetReadDeadline(time.Now().Add(10 * time.Second))
-				br := bufio.NewReader(c)
-				resp, err := http.ReadResponse(br, nil)
-				if err != nil {
-					t.Fatalf("connection %d with an unread body: no answer: %v", i, err)
-				}
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != 200 || !resp.Close {
-					t.Fatalf("connection %d with an unread body: %d, Connection: close %v; want 200 and close", i, resp.StatusCode, resp.Close)
-				}
-				if !closedByServer(c, br) {
-					t.Fatalf("connection %d with an unread body is still open after its answer", i)
-				}
+				wg.Go(func() {
+					if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 200000\r\n\r\na"); err != nil {
+						t.Error(err)
+						return
+					}
+					c.SetReadDeadline(time.Now().Add(10 * time.Second))
+					br := bufio.NewReader(c)
+					resp, err := http.ReadResponse(br, nil)
+					if err != nil {
+						t.Errorf("connection %d with an unread body: no answer: %v", i, err)
+						return
+					}
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode != 200 || !resp.Close {
+						t.Errorf("connection %d with an unread body: %d, Connection: close %v; want 200 and close", i, resp.StatusCode, resp.Close)
+						return
+					}
+					if !closedByServer(c, br) {
+						t.Errorf("connection %d with an unread body is still open after its answer", i)
+					}
+				})
+			}
+			wg.Wait()
+			if t.Failed() {
+				return
 			}
 			c, err := tc.dial(sv.addr)
 			if err != nil {

@@ -1,11 +1,15 @@
 package main
 
 import (
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fairgate/fairgate/internal/testwait"
 )
 
 // TestServeDashboardTenantIDs: the limited tenants' IDs on the dashboard
@@ -49,8 +53,7 @@ func TestServeDashboardTenantIDs(t *testing.T) {
 				}
 			}
 			// The dashboard samples once a second.
-			deadline := time.Now().Add(5 * time.Second)
-			for {
+			testwait.EventuallyNil(t, 30*time.Second, fmt.Sprintf("a sample showing what the token %q may see", tok), func() error {
 				code, body := data(tok)
 				if code != http.StatusOK {
 					t.Fatalf("with the token %q: %d %s", tok, code, body)
@@ -59,16 +62,13 @@ func TestServeDashboardTenantIDs(t *testing.T) {
 					if strings.Contains(body, tenant) {
 						t.Fatalf("without any token the data shows a tenant ID: %s", body)
 					}
-					break
+					return nil
 				}
 				if tok != "" && strings.Contains(body, tenant) {
-					break
+					return nil
 				}
-				if time.Now().After(deadline) {
-					t.Fatalf("with the token %q, no sample showed what it should: %s", tok, body)
-				}
-				time.Sleep(100 * time.Millisecond)
-			}
+				return errors.New(body)
+			})
 		})
 	}
 }

@@ -1,12 +1,15 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fairgate/fairgate/internal/testwait"
 )
 
 const demoWarn = `"level":"WARN","msg":"the config accepts a published demo API key`
@@ -40,10 +43,11 @@ func TestDemoKeysWarnAtEveryStart(t *testing.T) {
 	withKey := string(minimal) + "\nauth:\n  api_keys:\n    - {sha256: a2fb8545fcd457204e9fee11be92013aa3240b1b146fe262ba608fdfc159041c, tenant: acme}\n"
 	os.WriteFile(path, []byte(withKey), 0o600)
 	syscall.Kill(os.Getpid(), syscall.SIGHUP)
-	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(sv.logs.String(), demoWarn); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no WARN after a reload that adds a demo key:\n%s", sv.logs.String())
+	testwait.EventuallyNil(t, 30*time.Second, "a WARN after a reload that adds a demo key", func() error {
+		if !strings.Contains(sv.logs.String(), demoWarn) {
+			return fmt.Errorf("the logs:\n%s", sv.logs.String())
 		}
-	}
+		return nil
+	})
 	sv.stop()
 }

@@ -23,6 +23,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/fairgate/fairgate/examples"
+	"github.com/fairgate/fairgate/internal/testenv"
 )
 
 var (
@@ -35,6 +36,7 @@ var (
 // (CGO_ENABLED=0), with its commit, once per test run.
 func staticBinary(t *testing.T) string {
 	t.Helper()
+	testenv.External(t, "a fairgate binary it builds")
 	staticOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "fairgate-static-")
 		if err != nil {
@@ -59,6 +61,7 @@ func staticBinary(t *testing.T) string {
 // (make test installs it: scripts/ensure-packaging.sh).
 func need(t *testing.T, tool string) {
 	t.Helper()
+	testenv.External(t, tool)
 	if _, err := exec.LookPath(tool); err != nil {
 		t.Skipf("%s is not installed: make test installs it (scripts/ensure-packaging.sh), or apt-get install podman systemd", tool)
 	}
@@ -306,7 +309,7 @@ func TestHelmChart(t *testing.T) {
 	cfg := dig(def["ConfigMap"], "data", "fairgate.yaml").(string)
 	path := filepath.Join(t.TempDir(), "fairgate.yaml")
 	os.WriteFile(path, []byte(cfg), 0o600)
-	run1(t, staticBinary(t), "check-config", path)
+	t.Run("check-config", func(t *testing.T) { run1(t, staticBinary(t), "check-config", path) })
 
 	pod := dig(def["Deployment"], "spec", "template")
 	c := dig(pod, "spec", "containers", 0)

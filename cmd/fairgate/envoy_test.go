@@ -65,6 +65,7 @@ func serveEnvoyEnv(t *testing.T, env map[string]string) (*serving, *grpc.ClientC
 // HTTP ports, statsd, REDIS_AUTH on a Redis that asks for a password; files added, changed and removed are picked up
 // without a signal, and a bad file keeps the last good config.
 func TestEnvoyEnvironment(t *testing.T) {
+	redistest.Need(t)
 	srv, err := redistest.Start("--requirepass", "s3cret")
 	if err != nil {
 		t.Fatal(err)
@@ -252,6 +253,7 @@ func TestEnvoyEnvironmentXDS(t *testing.T) {
 // second are counted on the per-second Redis and the others on the main
 // one, as envoyproxy/ratelimit splits them; the answers are the same.
 func TestEnvoyEnvironmentPerSecond(t *testing.T) {
+	redistest.Need(t)
 	main, err := redistest.Start()
 	if err != nil {
 		t.Fatal(err)

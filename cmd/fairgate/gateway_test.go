@@ -44,6 +44,7 @@ import (
 	"github.com/fairgate/fairgate/internal/config"
 	"github.com/fairgate/fairgate/internal/envoyenv"
 	"github.com/fairgate/fairgate/internal/rls"
+	"github.com/fairgate/fairgate/internal/testenv"
 	"github.com/fairgate/fairgate/limiter"
 	"github.com/fairgate/fairgate/store/memstore"
 )
@@ -132,6 +133,7 @@ func gatewayFile(t *testing.T, name, own, gw, fairgate, api string) string {
 // accepts connections.
 func startProcess(t *testing.T, addr string, name string, args []string, env ...string) {
 	t.Helper()
+	testenv.External(t, name)
 	bin, err := exec.LookPath(name)
 	if err != nil {
 		t.Fatalf("%s is not installed: make test installs it (scripts/ensure-gateways.sh)", name)
@@ -429,9 +431,12 @@ http {
 		t.Errorf("the Ingress does not empty the tenant header on the auth request: %q", an("auth-snippet"))
 	}
 	os.WriteFile(filepath.Join(dir, "nginx.conf"), []byte(conf), 0o600)
-	if out, err := exec.Command("nginx", "-t", "-p", dir, "-c", filepath.Join(dir, "nginx.conf"), "-g", "pid "+dir+"/nginx.pid; error_log stderr;").CombinedOutput(); err != nil {
-		t.Fatalf("the Ingress's snippets do not pass nginx -t: %v\n%s", err, out)
-	}
+	t.Run("nginx -t", func(t *testing.T) {
+		testenv.External(t, "nginx")
+		if out, err := exec.Command("nginx", "-t", "-p", dir, "-c", filepath.Join(dir, "nginx.conf"), "-g", "pid "+dir+"/nginx.pid; error_log stderr;").CombinedOutput(); err != nil {
+			t.Fatalf("the Ingress's snippets do not pass nginx -t: %v\n%s", err, out)
+		}
+	})
 	var tr struct {
 		HTTP struct {
 			Middlewares map[string]struct {

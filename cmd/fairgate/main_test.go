@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -21,6 +22,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/fairgate/fairgate/internal/testwait"
 )
 
 // Tests stop `fairgate serve` at once; the drain test asks for its own.
@@ -140,13 +143,12 @@ func TestSIGHUPReloads(t *testing.T) {
 	logs := sv.logs
 	waitLog := func(what string) {
 		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for !strings.Contains(logs.String(), what) {
-			if time.Now().After(deadline) {
-				t.Fatalf("no log line with %q:\n%s", what, logs.String())
+		testwait.EventuallyNil(t, 30*time.Second, "a log line with "+what, func() error {
+			if !strings.Contains(logs.String(), what) {
+				return fmt.Errorf("the logs:\n%s", logs.String())
 			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 	bad := strings.Replace(string(example), "{share: 0.25, fail: open}", "{share: 3, fail: open}", 1)
 	os.WriteFile(path, []byte(bad), 0o600)
@@ -199,13 +201,12 @@ func TestOutboundProvidersReload(t *testing.T) {
 		t.Fatal("the example config has no sms provider to rename")
 	}
 	os.WriteFile(path, []byte(renamed), 0o600)
-	deadline := time.Now().Add(5 * time.Second)
-	for acquire("email") != 200 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the renamed provider was not served after the reload:\n%s", sv.logs.String())
+	testwait.EventuallyNil(t, 30*time.Second, "the renamed provider served after the reload", func() error {
+		if acquire("email") != 200 {
+			return fmt.Errorf("the logs:\n%s", sv.logs.String())
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	if c := acquire("sms"); c != 400 {
 		t.Errorf("acquire the removed provider: %d, want 400", c)
 	}
@@ -401,21 +402,23 @@ func TestCapacityReload(t *testing.T) {
 	}
 	waitLimit := func(want string) {
 		t.Helper()
-		for deadline := time.Now().Add(5 * time.Second); limit() != want; time.Sleep(50 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("the gate's limit is %q, want %s:\n%s", limit(), want, sv.logs.String())
+		testwait.EventuallyNil(t, 30*time.Second, "the gate's limit "+want, func() error {
+			if got := limit(); got != want {
+				return fmt.Errorf("it is %q:\n%s", got, sv.logs.String())
 			}
-		}
+			return nil
+		})
 	}
 	waitLimit("7")
 	with("{limit: 9, max_wait: 100ms}")
 	waitLimit("9")
 	with("{limit: 0}")
-	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(sv.logs.String(), "upstream_capacity.limit: 0 requests in flight"); time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the bad section was not refused by name:\n%s", sv.logs.String())
+	testwait.EventuallyNil(t, 30*time.Second, "the bad section refused by name", func() error {
+		if !strings.Contains(sv.logs.String(), "upstream_capacity.limit: 0 requests in flight") {
+			return fmt.Errorf("the logs:\n%s", sv.logs.String())
 		}
-	}
+		return nil
+	})
 	if got := limit(); got != "9" {
 		t.Fatalf("after a refused reload the limit is %q, want 9 still", got)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -17,6 +18,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/fairgate/fairgate/internal/testcerts"
+	"github.com/fairgate/fairgate/internal/testwait"
 )
 
 // TestTLSListeners: with --tls-cert-file and --tls-key-file the decision
@@ -103,17 +105,12 @@ func TestTLSListeners(t *testing.T) {
 	}
 	// A renewed certificate is served from a second on, no restart.
 	install(b)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		cn, err := get(b)
-		if err == nil && cn == "second server" {
-			break
+	testwait.EventuallyNil(t, 30*time.Second, "the renewed certificate served", func() error {
+		if cn, err := get(b); err != nil || cn != "second server" {
+			return fmt.Errorf("served %q, %v", cn, err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the renewed certificate was not served: %q %v", cn, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // TestServeInternalTLSOnListen: without --upstream, --listen serves the

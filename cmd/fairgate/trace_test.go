@@ -126,6 +126,7 @@ func TestServeKeysAndTraces(t *testing.T) {
 // key made through A's admin API is accepted by B's proxy within 2 s, and
 // refused there within 2 s of its revocation on A.
 func TestServeKeysAcrossInstances(t *testing.T) {
+	redistest.Need(t)
 	srv, err := redistest.Start()
 	if err != nil {
 		t.Fatal(err)

@@ -27,6 +27,7 @@ import (
 //
 //	FAIRGATE_SOAK=10m go test -run '^$' -bench Soak -benchtime 1x -timeout 30m ./internal/app
 func BenchmarkSoak(b *testing.B) {
+	redistest.Need(b)
 	d := 10 * time.Minute
 	if v := os.Getenv("FAIRGATE_SOAK"); v != "" {
 		var err error

@@ -18,6 +18,7 @@ import (
 
 	"github.com/fairgate/fairgate/internal/app"
 	"github.com/fairgate/fairgate/internal/dash"
+	"github.com/fairgate/fairgate/internal/testenv"
 )
 
 // Tests stop `fairgate serve` at once; the drain test asks for its own.
@@ -27,6 +28,7 @@ func init() { os.Setenv("FAIRGATE_DRAIN", "0") }
 // test installs it where it can).
 func browser(t *testing.T) (context.Context, func() []string) {
 	t.Helper()
+	testenv.External(t, "chromium")
 	path := ""
 	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
 		if p, err := exec.LookPath(name); err == nil {

@@ -93,6 +93,7 @@ func cacheKey(k string, local bool) string {
 // startRedis starts a redis-server for the test.
 func startRedis(t *testing.T, extra ...string) *redistest.Server {
 	t.Helper()
+	redistest.Need(t)
 	s, err := redistest.Start(extra...)
 	if err != nil {
 		t.Fatal(err)

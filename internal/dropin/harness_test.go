@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/fairgate/fairgate/internal/statsdtest"
+	"github.com/fairgate/fairgate/internal/testenv"
 )
 
 // target is a rate limit service binary, started as envoyproxy/ratelimit
@@ -44,6 +45,7 @@ var (
 // builds it.
 func fairgateBinary(t *testing.T) string {
 	t.Helper()
+	testenv.External(t, "a fairgate binary it builds")
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "fairgate-dropin-")
 		if err != nil {

@@ -4,21 +4,37 @@
 // directory with persistence off and is killed by Close.
 //
 // A missing redis-server or redis-cli is an error that says how to install
-// them; tests never skip for it.
+// them; tests never skip for it. They skip under -short only, the fast tier
+// that starts no external program (internal/testenv): [Main] then starts
+// nothing, [Shared], [SharedCluster] and [Need] skip the test that asks, and
+// every starter refuses with an error that says to call [Need].
+//
+// Ports: a server is started on a port the kernel just gave out, which
+// another process may take before the server binds it; the starter then
+// tries another port. A port is never given out twice within a process (a
+// killed server keeps its port for [Server.Restart]), a cluster node's bus
+// port (port + 10000) is checked free too, and a server is up only when the
+// process answering on its port is the one started.
 package redistest
 
 import (
 	"bufio"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
+	"testing"
 	"time"
+
+	"github.com/fairgate/fairgate/internal/testenv"
 )
 
 // Server is one running redis-server.
@@ -29,14 +45,30 @@ type Server struct {
 	Port int
 	dir  string
 	args []string
-	cmd  *exec.Cmd
-	done chan struct{}
+	// password is what the server asks its clients for ("" for none).
+	password string
+	cmd      *exec.Cmd
+	done     chan struct{}
 }
 
 const installHint = "install it: `make test` does so as root, or run `apt-get install redis-server`"
 
+// errShort is what every starter returns under -short.
+var errShort = errors.New("redistest: -short starts no redis-server: call redistest.Need(t) at the start of the test, so that it skips")
+
+// Need skips t under -short (the fast tier starts no redis-server): every
+// test that starts a server, or uses one, calls it first, directly or
+// through [Shared] and [SharedCluster].
+func Need(t testing.TB) {
+	t.Helper()
+	testenv.External(t, "redis-server")
+}
+
 // binary returns the path of a Redis binary or an error saying how to get it.
 func binary(name string) (string, error) {
+	if testenv.Short() {
+		return "", errShort
+	}
 	p, err := exec.LookPath(name)
 	if err != nil {
 		return "", fmt.Errorf("redistest: %s not found on PATH: %s", name, installHint)
@@ -44,14 +76,57 @@ func binary(name string) (string, error) {
 	return p, nil
 }
 
-// freePort asks the kernel for a free loopback port.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+// FreePort returns a free loopback port that no other caller in this
+// process, and no server started here, is given, for a test that needs one
+// more port for a server (its TLS port). The port may still be taken by
+// another process before it is bound.
+func FreePort() (int, error) { return freePort(false) }
+
+// given holds every port freePort gave out in this process.
+var given struct {
+	sync.Mutex
+	ports map[int]bool
+}
+
+// freePort asks the kernel for a free loopback port that this process has
+// not given out before, and, with bus, whose cluster bus port (port +
+// 10000, which a cluster node binds too) is free as well.
+func freePort(bus bool) (int, error) {
+	given.Lock()
+	defer given.Unlock()
+	if given.ports == nil {
+		given.ports = map[int]bool{}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	// Ports turned down stay bound until the end, so that the kernel gives
+	// another one each time.
+	var held []net.Listener
+	defer func() {
+		for _, l := range held {
+			l.Close()
+		}
+	}()
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		held = append(held, l)
+		port := l.Addr().(*net.TCPAddr).Port
+		if given.ports[port] || bus && (port+10000 > 65535 || given.ports[port+10000]) {
+			continue
+		}
+		if bus {
+			b, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port+10000)))
+			if err != nil {
+				continue
+			}
+			b.Close()
+			given.ports[port+10000] = true
+		}
+		given.ports[port] = true
+		return port, nil
+	}
+	return 0, errors.New("redistest: no free loopback port in 100 tries")
 }
 
 // Start starts a standalone redis-server with extra arguments appended to
@@ -61,7 +136,12 @@ func Start(extra ...string) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return startOnFreePort(bin, "fairgate-redis-", func(port int, dir string) ([]string, error) {
+	password := ""
+	if i := slices.Index(extra, "--requirepass"); i >= 0 && i+1 < len(extra) {
+		password = extra[i+1]
+	}
+	bus := slices.Contains(extra, "--cluster-enabled")
+	return startOnFreePort(bin, "fairgate-redis-", bus, password, func(port int, dir string) ([]string, error) {
 		return append([]string{
 			"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
 			"--save", "", "--appendonly", "no", "--daemonize", "no",
@@ -71,24 +151,28 @@ func Start(extra ...string) (*Server, error) {
 }
 
 // startOnFreePort starts bin with the arguments args gives for a free
-// port and a directory of its own, trying another port up to five times
-// (a port free a moment ago may be taken by the time the server binds it).
-func startOnFreePort(bin, dirPattern string, args func(port int, dir string) ([]string, error)) (*Server, error) {
+// port (see freePort; bus for a cluster node) and a directory of its own,
+// trying another port up to five times (a port free a moment ago may be
+// taken by the time the server binds it). password is what the server
+// asks its clients for.
+func startOnFreePort(bin, dirPattern string, bus bool, password string, args func(port int, dir string) ([]string, error)) (*Server, error) {
 	dir, err := os.MkdirTemp("", dirPattern)
 	if err != nil {
 		return nil, err
 	}
 	var lastErr error
 	for range 5 {
-		port, err := freePort()
+		port, err := freePort(bus)
 		if err != nil {
+			os.RemoveAll(dir)
 			return nil, err
 		}
 		a, err := args(port, dir)
 		if err != nil {
+			os.RemoveAll(dir)
 			return nil, err
 		}
-		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Port: port, dir: dir, args: a}
+		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Port: port, dir: dir, args: a, password: password}
 		if lastErr = s.start(bin); lastErr == nil {
 			return s, nil
 		}
@@ -97,6 +181,7 @@ func startOnFreePort(bin, dirPattern string, args func(port int, dir string) ([]
 	return nil, lastErr
 }
 
+// start runs the server and waits until it answers on its port.
 func (s *Server) start(bin string) error {
 	s.cmd = exec.Command(bin, s.args...)
 	s.cmd.Dir = s.dir
@@ -105,6 +190,7 @@ func (s *Server) start(bin string) error {
 	}
 	s.done = make(chan struct{})
 	go func(cmd *exec.Cmd, done chan struct{}) { _ = cmd.Wait(); close(done) }(s.cmd, s.done)
+	pid := "process_id:" + strconv.Itoa(s.cmd.Process.Pid)
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		select {
@@ -113,13 +199,18 @@ func (s *Server) start(bin string) error {
 			return fmt.Errorf("redistest: redis-server on port %d exited at start: %s", s.Port, strings.TrimSpace(string(log)))
 		default:
 		}
-		if r, err := Do(s.Addr, "PING"); err == nil && r == "PONG" || err != nil && strings.HasPrefix(err.Error(), "NOAUTH") {
-			return nil // up (NOAUTH: up, and asking for a password)
+		// Up when the process answering is this one, not another that
+		// took the port first (this one then exits, failing to bind). A
+		// server asking for a password it was not given here (an ACL file)
+		// cannot say which it is: its asking is taken for an answer.
+		info, err := DoAuth(s.Addr, s.password, "INFO", "server")
+		if err == nil && strings.Contains(info, pid+"\r\n") || err != nil && strings.HasPrefix(err.Error(), "NOAUTH") {
+			return nil
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	s.Kill()
-	return fmt.Errorf("redistest: redis-server on port %d did not answer PING within 10s", s.Port)
+	return fmt.Errorf("redistest: redis-server on port %d did not answer INFO within 10s", s.Port)
 }
 
 // Kill stops the server at once with SIGKILL, as a crash would, and waits
@@ -359,37 +450,75 @@ func send(conn net.Conn, r *bufio.Reader, args ...string) (string, error) {
 	return "", fmt.Errorf("redistest: unsupported reply %q", line)
 }
 
-// Main is a TestMain body for packages that share one standalone server:
-// it starts the server, hands it to use (to keep in a package variable),
-// runs the tests, closes the server and returns the exit code. A server
-// that cannot start fails the run loudly.
+// shared holds what Main and MainWithCluster started for the package's
+// tests.
+var shared struct {
+	server  *Server
+	cluster *Cluster
+}
+
+// Main is a TestMain body for packages whose tests share one standalone
+// server: it starts the server (for [Shared]), runs the tests, closes the
+// server and returns the exit code. A server that cannot start fails the
+// run loudly. Under -short it starts nothing and runs the tests: those
+// that ask for the server skip.
 //
-//	func TestMain(m *testing.M) { os.Exit(redistest.Main(m, func(s *redistest.Server) { srv = s })) }
-func Main(m interface{ Run() int }, use func(*Server)) int {
+//	func TestMain(m *testing.M) { os.Exit(redistest.Main(m)) }
+func Main(m interface{ Run() int }) int {
+	flag.Parse() // testing.M.Run would parse them; -short is needed first
+	if testenv.Short() {
+		return m.Run()
+	}
 	s, err := Start()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	use(s)
+	shared.server = s
 	defer s.Close()
 	return m.Run()
 }
 
-// MainWithCluster is Main that also starts a 3-master Redis Cluster, for
-// packages whose tests run on both.
+// MainWithCluster is Main that also starts a 3-master Redis Cluster (for
+// [SharedCluster]), for packages whose tests run on both.
 //
-//	func TestMain(m *testing.M) {
-//		os.Exit(redistest.MainWithCluster(m, func(s *redistest.Server, c *redistest.Cluster) { srv, cl = s, c }))
-//	}
-func MainWithCluster(m interface{ Run() int }, use func(*Server, *Cluster)) int {
+//	func TestMain(m *testing.M) { os.Exit(redistest.MainWithCluster(m)) }
+func MainWithCluster(m interface{ Run() int }) int {
+	flag.Parse()
+	if testenv.Short() {
+		return m.Run()
+	}
 	c, err := StartCluster(3, 0)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	shared.cluster = c
 	defer c.Close()
-	return Main(m, func(s *Server) { use(s, c) })
+	return Main(m)
+}
+
+// Shared returns the standalone server [Main] or [MainWithCluster]
+// started for the package's tests; under -short it skips t (see [Need]).
+// Each test keeps to keys of its own prefix: the server is shared.
+func Shared(t testing.TB) *Server {
+	t.Helper()
+	Need(t)
+	if shared.server == nil {
+		t.Fatal("redistest: no shared server: the package's TestMain must return redistest.Main(m) or redistest.MainWithCluster(m)")
+	}
+	return shared.server
+}
+
+// SharedCluster returns the cluster [MainWithCluster] started for the
+// package's tests; under -short it skips t (see [Need]).
+func SharedCluster(t testing.TB) *Cluster {
+	t.Helper()
+	Need(t)
+	if shared.cluster == nil {
+		t.Fatal("redistest: no shared cluster: the package's TestMain must return redistest.MainWithCluster(m)")
+	}
+	return shared.cluster
 }
 
 // MasterName is the name Sentinels watch their master under.
@@ -468,7 +597,7 @@ func StartSentinelsAuth(downAfter time.Duration, password, dataPassword string) 
 
 // startSentinel starts one sentinel watching the master on masterPort.
 func startSentinel(bin string, masterPort int, downAfter time.Duration, password, dataPassword string) (*Server, error) {
-	return startOnFreePort(bin, "fairgate-sentinel-", func(port int, dir string) ([]string, error) {
+	return startOnFreePort(bin, "fairgate-sentinel-", false, password, func(port int, dir string) ([]string, error) {
 		conf := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nlogfile %s/redis.log\nprotected-mode no\n"+
 			"sentinel monitor %s 127.0.0.1 %d 2\nsentinel down-after-milliseconds %s %d\nsentinel failover-timeout %s 10000\nsentinel parallel-syncs %s 1\n",
 			port, dir, dir, MasterName, masterPort, MasterName, downAfter.Milliseconds(), MasterName, MasterName)

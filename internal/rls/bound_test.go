@@ -21,6 +21,7 @@ import (
 	"github.com/fairgate/fairgate/algo"
 	"github.com/fairgate/fairgate/internal/connlimit"
 	"github.com/fairgate/fairgate/internal/rls"
+	"github.com/fairgate/fairgate/internal/testwait"
 	"github.com/fairgate/fairgate/store/memstore"
 )
 
@@ -68,17 +69,6 @@ func pending(t *testing.T, ctx context.Context, conn *grpc.ClientConn) (grpc.Cli
 		t.Fatal(err)
 	}
 	return s, cancel
-}
-
-// waitFor polls cond every 5 ms for up to 5 s: a stream's end reaches the
-// count just after the client has its answer.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for start := time.Now(); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Since(start) > 5*time.Second {
-			t.Fatalf("%s: not within 5 s", what)
-		}
-	}
 }
 
 // raw is a codec that sends bytes as they are: a message that does not
@@ -130,12 +120,12 @@ func TestBoundCountsEveryCall(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
 			s, _ := pending(t, ctx, conn)
-			waitFor(t, "the pending call counted", func() bool { return b.InFlight() == 1 })
+			testwait.Eventually(t, 30*time.Second, "the pending call counted", func() bool { return b.InFlight() == 1 })
 			return s.RecvMsg(new(rlspb.RateLimitResponse))
 		}, codes.DeadlineExceeded},
 		{"cancelled before its message", func() error {
 			s, cancel := pending(t, context.Background(), conn)
-			waitFor(t, "the pending call counted", func() bool { return b.InFlight() == 1 })
+			testwait.Eventually(t, 30*time.Second, "the pending call counted", func() bool { return b.InFlight() == 1 })
 			cancel()
 			return s.RecvMsg(new(rlspb.RateLimitResponse))
 		}, codes.Canceled},
@@ -144,7 +134,7 @@ func TestBoundCountsEveryCall(t *testing.T) {
 			if err := tc.do(); status.Code(err) != tc.code {
 				t.Fatalf("%v, want %v", err, tc.code)
 			}
-			waitFor(t, "no call in flight", func() bool { return b.InFlight() == 0 })
+			testwait.Eventually(t, 30*time.Second, "no call in flight", func() bool { return b.InFlight() == 0 })
 		})
 	}
 	if b.Refused() != 0 {
@@ -167,7 +157,7 @@ func TestBoundRefusesPastMaxCalls(t *testing.T) {
 		defer cancel()
 		cancels = append(cancels, cancel)
 	}
-	waitFor(t, "the pending calls counted", func() bool { return b.InFlight() == most })
+	testwait.Eventually(t, 30*time.Second, "the pending calls counted", func() bool { return b.InFlight() == most })
 	c := rlspb.NewRateLimitServiceClient(conn)
 	req := &rlspb.RateLimitRequest{Domain: "api", Descriptors: []*commonpb.RateLimitDescriptor{desc("k=v")}}
 	_, err := c.ShouldRateLimit(context.Background(), req)
@@ -186,7 +176,7 @@ func TestBoundRefusesPastMaxCalls(t *testing.T) {
 		t.Errorf("%d refused, %d in flight; want 3 and %d", b.Refused(), b.InFlight(), most)
 	}
 	cancels[0]()
-	waitFor(t, "a place free", func() bool { return b.InFlight() == most-1 })
+	testwait.Eventually(t, 30*time.Second, "a place free", func() bool { return b.InFlight() == most-1 })
 	if r, err := c.ShouldRateLimit(context.Background(), req); err != nil || r.OverallCode != rlspb.RateLimitResponse_OK {
 		t.Fatalf("with a place free: %v %v", r, err)
 	}
@@ -202,7 +192,7 @@ func TestBoundCallTimeout(t *testing.T) {
 	if err := s.RecvMsg(new(rlspb.RateLimitResponse)); status.Code(err) != codes.DeadlineExceeded {
 		t.Fatalf("a call whose message never comes: %v, want DeadlineExceeded", err)
 	}
-	waitFor(t, "no call in flight", func() bool { return b.InFlight() == 0 })
+	testwait.Eventually(t, 30*time.Second, "no call in flight", func() bool { return b.InFlight() == 0 })
 }
 
 // TestBoundHeaderList: a call whose metadata is past MaxHeaders is
@@ -218,7 +208,7 @@ func TestBoundHeaderList(t *testing.T) {
 	if _, err := c.ShouldRateLimit(ctx, &rlspb.RateLimitRequest{Domain: "api", Descriptors: []*commonpb.RateLimitDescriptor{desc("k=v")}}); err != nil {
 		t.Fatalf("a call with 8 KiB of trace context: %v", err)
 	}
-	waitFor(t, "no call in flight", func() bool { return b.InFlight() == 0 })
+	testwait.Eventually(t, 30*time.Second, "no call in flight", func() bool { return b.InFlight() == 0 })
 }
 
 // TestBoundIdleConnections: at the connection bound a new gRPC connection
@@ -231,7 +221,7 @@ func TestBoundIdleConnections(t *testing.T) {
 	// The first holds a call in flight; the others are idle after one call.
 	s, cancel := pending(t, context.Background(), dial(t, addr))
 	defer cancel()
-	waitFor(t, "the busy connection's call counted", func() bool { return b.InFlight() == 1 })
+	testwait.Eventually(t, 30*time.Second, "the busy connection's call counted", func() bool { return b.InFlight() == 1 })
 	for i := range 20 {
 		// Were the idle ones not reclaimed, the connection would wait in
 		// the accept queue.
@@ -248,7 +238,7 @@ func TestBoundIdleConnections(t *testing.T) {
 	if cl.Reclaimed() < 20-(most-1) {
 		t.Errorf("%d idle connections reclaimed, want at least %d", cl.Reclaimed(), 20-(most-1))
 	}
-	waitFor(t, "only the busy connection's call in flight", func() bool { return b.InFlight() == 1 })
+	testwait.Eventually(t, 30*time.Second, "only the busy connection's call in flight", func() bool { return b.InFlight() == 1 })
 	var r rlspb.RateLimitResponse
 	if err := s.SendMsg(req); err != nil {
 		t.Fatalf("the call in flight: %v", err)

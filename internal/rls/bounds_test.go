@@ -274,7 +274,7 @@ func TestOverrideLifetime(t *testing.T) {
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				prefix := fmt.Sprintf("rlslife%d:", time.Now().UnixNano())
-				st, err := redisstore.New(redisstore.Config{URL: "redis://" + redisSrv.Addr, Prefix: prefix})
+				st, err := redisstore.New(redisstore.Config{URL: "redis://" + redistest.Shared(t).Addr, Prefix: prefix})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -286,7 +286,7 @@ func TestOverrideLifetime(t *testing.T) {
 						t.Fatalf("call %d: %v, want refused %v", i, err, tc.refused)
 					}
 				}
-				got, err := redistest.Do(redisSrv.Addr, "EVAL", `local ks = redis.call('KEYS', ARGV[1] .. '*')
+				got, err := redistest.Do(redistest.Shared(t).Addr, "EVAL", `local ks = redis.call('KEYS', ARGV[1] .. '*')
 local most = 0
 for _, k in ipairs(ks) do most = math.max(most, redis.call('PTTL', k)) end
 return #ks .. ' ' .. most`, "0", prefix)

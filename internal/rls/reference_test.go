@@ -20,6 +20,7 @@ import (
 	"github.com/fairgate/fairgate/internal/config"
 	"github.com/fairgate/fairgate/internal/redistest"
 	"github.com/fairgate/fairgate/internal/rls"
+	"github.com/fairgate/fairgate/internal/testenv"
 	"github.com/fairgate/fairgate/store"
 	"github.com/fairgate/fairgate/store/memstore"
 	"github.com/fairgate/fairgate/store/redisstore"
@@ -194,7 +195,7 @@ func (c call) request(run string) *rlspb.RateLimitRequest {
 }
 
 // backends are the stores the reference cases run on: memory, Redis,
-// Redis Cluster and Redis behind Sentinel.
+// Redis Cluster and Redis behind Sentinel (under -short, memory alone).
 func backends(t *testing.T) map[string]func(t *testing.T) store.Store {
 	redis := func(url string) func(t *testing.T) store.Store {
 		return func(t *testing.T) store.Store {
@@ -206,15 +207,19 @@ func backends(t *testing.T) map[string]func(t *testing.T) store.Store {
 			return st
 		}
 	}
+	memory := func(*testing.T) store.Store { return memstore.New(memstore.Config{}) }
+	if testenv.Short() {
+		return map[string]func(t *testing.T) store.Store{"memory": memory} // the fast tier starts no Redis
+	}
 	ss, err := redistest.StartSentinels(5 * time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(ss.Close)
 	return map[string]func(t *testing.T) store.Store{
-		"memory":   func(*testing.T) store.Store { return memstore.New(memstore.Config{}) },
-		"redis":    redis("redis://" + redisSrv.Addr),
-		"cluster":  redis("redis-cluster://" + strings.Join(redisCluster.Addrs(), ",")),
+		"memory":   memory,
+		"redis":    redis("redis://" + redistest.Shared(t).Addr),
+		"cluster":  redis("redis-cluster://" + strings.Join(redistest.SharedCluster(t).Addrs(), ",")),
 		"sentinel": redis("redis-sentinel://" + strings.Join(ss.Addrs(), ",") + "/" + redistest.MasterName),
 	}
 }

@@ -36,13 +36,8 @@ import (
 	"github.com/fairgate/fairgate/store/redisstore"
 )
 
-var (
-	redisSrv     *redistest.Server
-	redisCluster *redistest.Cluster
-)
-
 func TestMain(m *testing.M) {
-	os.Exit(redistest.MainWithCluster(m, func(s *redistest.Server, c *redistest.Cluster) { redisSrv, redisCluster = s, c }))
+	os.Exit(redistest.MainWithCluster(m))
 }
 
 const (
@@ -89,7 +84,7 @@ func testLimiterTimeout(t testing.TB, st store.Store, timeout time.Duration) *li
 // serveOnRedis serves c on the test Redis, under a key prefix of its own.
 func serveOnRedis(t testing.TB, c rls.Config) rlspb.RateLimitServiceClient {
 	t.Helper()
-	st, err := redisstore.New(redisstore.Config{URL: "redis://" + redisSrv.Addr, Prefix: fmt.Sprintf("rls%d:", time.Now().UnixNano())})
+	st, err := redisstore.New(redisstore.Config{URL: "redis://" + redistest.Shared(t).Addr, Prefix: fmt.Sprintf("rls%d:", time.Now().UnixNano())})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -362,6 +357,7 @@ func TestTenantBatch(t *testing.T) {
 // answered OK (from the fallback limiter), a fail-closed one UNAVAILABLE or
 // OVER_LIMIT as configured; health stays SERVING.
 func TestFailModesWithRedisKilled(t *testing.T) {
+	redistest.Need(t)
 	srv, err := redistest.Start()
 	if err != nil {
 		t.Fatal(err)
@@ -450,7 +446,7 @@ func TestNearCacheOnRedis(t *testing.T) {
 // scriptCalls is how many scripts the test Redis has run.
 func scriptCalls(t *testing.T) int {
 	t.Helper()
-	n, err := redistest.ScriptCalls(redisSrv.Addr)
+	n, err := redistest.ScriptCalls(redistest.Shared(t).Addr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -68,6 +68,7 @@ func expectLines(t *testing.T, lines <-chan string, want ...string) {
 // <domain>.domain_not_found (one per descriptor), the gRPC server's
 // total_requests, and ratelimit.localcache.* with the local cache on.
 func TestServiceStats(t *testing.T) {
+	redistest.Need(t)
 	for _, proto := range []string{"tcp", "udp"} {
 		t.Run(proto, func(t *testing.T) {
 			srv, err := redistest.Start()

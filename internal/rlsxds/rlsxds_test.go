@@ -2,8 +2,10 @@ package rlsxds_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +16,7 @@ import (
 	"github.com/fairgate/fairgate/internal/rls"
 	"github.com/fairgate/fairgate/internal/rlsxds"
 	"github.com/fairgate/fairgate/internal/rlsxds/xdstest"
+	"github.com/fairgate/fairgate/internal/testwait"
 )
 
 func startMgmt(t *testing.T) *xdstest.Server {
@@ -36,11 +39,12 @@ func set(t *testing.T, m *xdstest.Server, version string, cfgs ...*confpb.RateLi
 // waitNACK waits for a refusal whose reason contains want.
 func waitNACK(t *testing.T, m *xdstest.Server, want string) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(m.NACKs(), want); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no NACK containing %q: %q", want, m.NACKs())
+	testwait.EventuallyNil(t, 30*time.Second, "a NACK containing "+strconv.Quote(want), func() error {
+		if !strings.Contains(m.NACKs(), want) {
+			return fmt.Errorf("the NACKs: %q", m.NACKs())
 		}
-	}
+		return nil
+	})
 }
 
 // TestFollow: updates from a go-control-plane management server are
@@ -118,9 +122,9 @@ func TestDomainsChecked(t *testing.T) {
 
 // TestRefusalBacksOff: against go-control-plane's snapshot cache, which
 // answers a refusal at once with the same invalid update, the client
-// refuses it a few times in 2 s (waiting 50 ms, then doubling to 400 ms),
-// not thousands, and logs the same refusal once; a valid update is then
-// applied within the longest wait.
+// waits before each refusal after the first (50 ms, then doubling to 400
+// ms), so that five take 750 ms at least, not a moment for thousands, and
+// logs the same refusal once; a valid update is then applied.
 func TestRefusalBacksOff(t *testing.T) {
 	m := startMgmt(t)
 	set(t, m, "1", xdstest.Domain("a", 7, confpb.RateLimitUnit_UNKNOWN))
@@ -132,12 +136,15 @@ func TestRefusalBacksOff(t *testing.T) {
 		Log:   slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	start := time.Now()
 	go c.Run(ctx)
-	time.Sleep(2 * time.Second)
-	// 50+100+200+400+400+400+400 ms: 7 refusals in 1.95 s, and one more
-	// on a slow machine's stream; thousands without the wait.
-	if n := strings.Count(m.NACKs(), `unit "UNKNOWN"`); n < 2 || n > 9 {
-		t.Errorf("%d refusals of the same update in 2 s, want about 7", n)
+	// A lower bound on the time is exact on any machine: a slow one only
+	// takes longer.
+	testwait.Eventually(t, 30*time.Second, "5 refusals of the same update", func() bool {
+		return strings.Count(m.NACKs(), `unit "UNKNOWN"`) >= 5
+	})
+	if took := time.Since(start); took < 750*time.Millisecond {
+		t.Errorf("5 refusals of the same update in %v, want 750 ms at least (50+100+200+400 ms of waits)", took)
 	}
 	mu.Lock()
 	if n := strings.Count(logs.String(), "update refused"); n != 1 {

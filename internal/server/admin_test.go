@@ -10,6 +10,7 @@ import (
 
 	"github.com/fairgate/fairgate/examples"
 	"github.com/fairgate/fairgate/internal/config"
+	"github.com/fairgate/fairgate/internal/redistest"
 	"github.com/fairgate/fairgate/limiter"
 	"github.com/fairgate/fairgate/limiter/redisctl"
 	"github.com/fairgate/fairgate/policy"
@@ -23,7 +24,7 @@ const adminToken = "test-admin-token-0123456789"
 // client, limiter (following the control store) and server.
 func redisInstance(t *testing.T, prefix string) (*limiter.Limiter, *Server) {
 	t.Helper()
-	rs, err := redisstore.New(redisstore.Config{URL: "redis://" + redisSrv.Addr, Prefix: prefix})
+	rs, err := redisstore.New(redisstore.Config{URL: "redis://" + redistest.Shared(t).Addr, Prefix: prefix})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/fairgate/fairgate/internal/apikeys"
 	"github.com/fairgate/fairgate/internal/apikeys/rediskeys"
 	"github.com/fairgate/fairgate/internal/auth"
+	"github.com/fairgate/fairgate/internal/redistest"
 	"github.com/fairgate/fairgate/store/redisstore"
 )
 
@@ -21,7 +22,7 @@ import (
 func keyInstance(t *testing.T, prefix string, maxKeys int) (pub, adm *adminClient) {
 	t.Helper()
 	l, _ := redisInstance(t, prefix)
-	rs, err := redisstore.New(redisstore.Config{URL: "redis://" + redisSrv.Addr, Prefix: prefix})
+	rs, err := redisstore.New(redisstore.Config{URL: "redis://" + redistest.Shared(t).Addr, Prefix: prefix})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,8 @@ import (
 
 	"github.com/fairgate/fairgate/fairshare"
 	"github.com/fairgate/fairgate/internal/config"
+	"github.com/fairgate/fairgate/internal/testenv"
+	"github.com/fairgate/fairgate/internal/testwait"
 	"github.com/fairgate/fairgate/limiter"
 	"github.com/fairgate/fairgate/store/memstore"
 )
@@ -151,10 +153,10 @@ func TestProxyCapacityFairOrder(t *testing.T) {
 	<-up.arrived
 	<-up.arrived
 	a3 := getKey(ts.URL, "key-acme", "/fast/a3")
-	waitFor(t, "acme's third request to wait", func() bool { return gate.Stats().Waiting == 1 })
+	testwait.Eventually(t, 30*time.Second, "acme's third request to wait", func() bool { return gate.Stats().Waiting == 1 })
 	wantShed(t, <-getKey(ts.URL, "key-acme", "/fast/a4"), "acme's fourth, over its queue of 1")
 	n1 := getKey(ts.URL, "key-newco", "/fast/n1")
-	waitFor(t, "newco's request to wait", func() bool { return gate.Stats().Waiting == 2 })
+	testwait.Eventually(t, 30*time.Second, "newco's request to wait", func() bool { return gate.Stats().Waiting == 2 })
 	if got := testutil.ToFloat64(s.metrics.capInFlight.WithLabelValues("read")); got != 2 {
 		t.Errorf("in flight %v, want 2", got)
 	}
@@ -254,10 +256,10 @@ func TestProxyCapacityClientGone(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { _, err := getAs(ctx, t, ts.URL, "/fast/c2"); done <- err }()
-	waitFor(t, "the second request to wait", func() bool { return gate.Stats().Waiting == 1 })
+	testwait.Eventually(t, 30*time.Second, "the second request to wait", func() bool { return gate.Stats().Waiting == 1 })
 	cancel()
 	<-done
-	waitFor(t, "the queue to empty", func() bool { return gate.Stats().Waiting == 0 })
+	testwait.Eventually(t, 30*time.Second, "the queue to empty", func() bool { return gate.Stats().Waiting == 0 })
 	up.release("c1")
 	<-held
 	select {
@@ -279,7 +281,7 @@ func TestProblemOfShed(t *testing.T) {
 	held := getKey(ts.URL, "key-acme", "/slow/p1")
 	<-up.arrived
 	waiting := getKey(ts.URL, "key-newco", "/fast/p2")
-	waitFor(t, "newco's first request to wait", func() bool { return s.capacity.cur.Load().gate.Stats().Waiting == 1 })
+	testwait.Eventually(t, 30*time.Second, "newco's first request to wait", func() bool { return s.capacity.cur.Load().gate.Stats().Waiting == 1 })
 	req, _ := http.NewRequest("GET", ts.URL+"/fast/p3", nil)
 	req.Header.Set("X-API-Key", "key-newco")
 	resp, err := http.DefaultClient.Do(req)
@@ -313,7 +315,7 @@ func TestProxyCapacityAnonymousIsOneParty(t *testing.T) {
 		t.Fatalf("arrived %s", p)
 	}
 	waiting := get("/public/w", "b")
-	waitFor(t, "the second anonymous request to wait", func() bool { return gate.Stats().Waiting == 1 })
+	testwait.Eventually(t, 30*time.Second, "the second anonymous request to wait", func() bool { return gate.Stats().Waiting == 1 })
 	wantShed(t, <-get("/public/x", "c"), "a third anonymous request, over the one queue of 1")
 	if st := gate.Stats(); st.Tenants != 1 {
 		t.Errorf("%+v, want the anonymous requests as one party", st)
@@ -361,11 +363,11 @@ func TestPreflightsAreRequests(t *testing.T) {
 		t.Fatalf("two slow preflights upstream, the gate holds %d: they must pass it", st.InFlight)
 	}
 	p3 := preflight(ts.URL, "/slow/p3")
-	waitFor(t, "the third preflight to wait in the gate", func() bool { return gate.Stats().Waiting == 1 })
+	testwait.Eventually(t, 30*time.Second, "the third preflight to wait in the gate", func() bool { return gate.Stats().Waiting == 1 })
 	wantShed(t, <-preflight(ts.URL, "/slow/p4"), "a fourth preflight, over the anonymous party's queue of 1")
 	// A tenant within its share still gets the next free slot.
 	n1 := getKey(ts.URL, "key-newco", "/fast/n1")
-	waitFor(t, "the tenant's request to wait", func() bool { return gate.Stats().Waiting == 2 })
+	testwait.Eventually(t, 30*time.Second, "the tenant's request to wait", func() bool { return gate.Stats().Waiting == 2 })
 	up.release("p1")
 	if p := <-up.arrived; p != "/fast/n1" {
 		t.Fatalf("the freed slot went to %s, want the tenant's request", p)
@@ -441,6 +443,7 @@ func trickled() io.Reader {
 // with a stream of fast 503s. The limit stays near the 16 workers (it
 // falls to the floor of 4 when one tenant's answers teach it alone).
 func TestProxyCapacityNoSingleParty(t *testing.T) {
+	testenv.Slow(t, "a 3 s attack per case on a live upstream")
 	for _, tc := range []struct {
 		name    string
 		clients int

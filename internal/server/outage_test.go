@@ -39,6 +39,7 @@ func TestStoreOutageUnderLoad(t *testing.T) {
 }
 
 func testOutage(t *testing.T, mode string) {
+	redistest.Need(t)
 	srv, err := redistest.Start()
 	if err != nil {
 		t.Fatal(err)

@@ -22,6 +22,7 @@ import (
 // its Service at once); with ReadyRequiresStore it answers 503; /healthz
 // is 200 either way; fairgate_store_up and fairgate_ready say the same.
 func TestReadyzWithRedisDown(t *testing.T) {
+	redistest.Need(t)
 	for _, c := range []struct {
 		name         string
 		requires     bool

@@ -17,20 +17,16 @@ import (
 	"github.com/fairgate/fairgate/httplimit/problem"
 	"github.com/fairgate/fairgate/internal/config"
 	"github.com/fairgate/fairgate/internal/redistest"
+	"github.com/fairgate/fairgate/internal/testenv"
 	"github.com/fairgate/fairgate/limiter"
 	"github.com/fairgate/fairgate/store"
 	"github.com/fairgate/fairgate/store/memstore"
 	"github.com/fairgate/fairgate/store/redisstore"
 )
 
-var (
-	redisSrv     *redistest.Server
-	redisCluster *redistest.Cluster
-)
-
 func TestMain(m *testing.M) {
 	apiWarm()
-	os.Exit(apiReport(redistest.MainWithCluster(m, func(s *redistest.Server, c *redistest.Cluster) { redisSrv, redisCluster = s, c })))
+	os.Exit(apiReport(redistest.MainWithCluster(m)))
 }
 
 // testLimiter is a limiter with the example policy on st.
@@ -80,13 +76,21 @@ func post(t *testing.T, url, body string) (*http.Response, map[string]any) {
 	return resp, m
 }
 
+// stores is a fresh memory store and one on the shared Redis with a key
+// prefix of its own; under -short the memory store alone (the fast tier
+// starts no Redis).
 func stores(t *testing.T) map[string]store.Store {
-	rs, err := redisstore.New(redisstore.Config{URL: "redis://" + redisSrv.Addr, Prefix: fmt.Sprintf("srv%d:", time.Now().UnixNano())})
+	out := map[string]store.Store{"memory": memstore.New(memstore.Config{})}
+	if testenv.Short() {
+		return out
+	}
+	rs, err := redisstore.New(redisstore.Config{URL: "redis://" + redistest.Shared(t).Addr, Prefix: fmt.Sprintf("srv%d:", time.Now().UnixNano())})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { rs.Close() })
-	return map[string]store.Store{"memory": memstore.New(memstore.Config{}), "redis": rs}
+	out["redis"] = rs
+	return out
 }
 
 func TestTake(t *testing.T) {
@@ -218,6 +222,7 @@ func TestHealthzAndUnknownPaths(t *testing.T) {
 // within the deadline rather than hanging; once Redis is back, decisions
 // are clean again without a restart.
 func TestFailModes(t *testing.T) {
+	redistest.Need(t)
 	srv, err := redistest.Start()
 	if err != nil {
 		t.Fatal(err)

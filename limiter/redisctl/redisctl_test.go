@@ -17,13 +17,8 @@ import (
 	"github.com/fairgate/fairgate/store/redisstore"
 )
 
-var (
-	standalone *redistest.Server
-	cluster    *redistest.Cluster
-)
-
 func TestMain(m *testing.M) {
-	os.Exit(redistest.MainWithCluster(m, func(s *redistest.Server, c *redistest.Cluster) { standalone, cluster = s, c }))
+	os.Exit(redistest.MainWithCluster(m))
 }
 
 func testPolicy() policy.Policy {
@@ -134,21 +129,21 @@ func testAcrossInstances(t *testing.T, url string) {
 
 func TestOverrideAcrossInstancesStandalone(t *testing.T) {
 	t.Parallel()
-	testAcrossInstances(t, "redis://"+standalone.Addr)
+	testAcrossInstances(t, "redis://"+redistest.Shared(t).Addr)
 }
 
 func TestOverrideAcrossInstancesCluster(t *testing.T) {
 	t.Parallel()
-	testAcrossInstances(t, "redis-cluster://"+strings.Join(cluster.Addrs(), ","))
+	testAcrossInstances(t, "redis-cluster://"+strings.Join(redistest.SharedCluster(t).Addrs(), ","))
 }
 
 func TestBadOverrideIsRefusedBeforeWriting(t *testing.T) {
 	prefix := fmt.Sprintf("t%d:", rand.Uint32())
-	a := instance(t, "redis://"+standalone.Addr, prefix)
+	a := instance(t, "redis://"+redistest.Shared(t).Addr, prefix)
 	if err := a.PutOverride(context.Background(), "acme", policy.Tenant{Plan: "gold"}); err == nil {
 		t.Fatal("override naming an unknown plan accepted")
 	}
-	st, _ := redisstore.New(redisstore.Config{URL: "redis://" + standalone.Addr})
+	st, _ := redisstore.New(redisstore.Config{URL: "redis://" + redistest.Shared(t).Addr})
 	defer st.Close()
 	if v, err := redisctl.New(st.Client(), prefix).Version(context.Background()); err != nil || v != 0 {
 		t.Errorf("control version = %d, %v after a refused write; want 0", v, err)

@@ -25,6 +25,7 @@ import (
 // the prefix is refused.
 func TestACLUser(t *testing.T) {
 	t.Parallel()
+	redistest.Need(t)
 	doc, err := os.ReadFile("../../docs/redis.md")
 	if err != nil {
 		t.Fatal(err)

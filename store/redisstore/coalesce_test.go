@@ -89,6 +89,7 @@ func TestMergedArgs(t *testing.T) {
 // their own, merged into shared script calls, each get the decision of
 // their own limit and cost.
 func TestMergedDistinctLimits(t *testing.T) {
+	redistest.Need(t)
 	srv, err := redistest.Start()
 	if err != nil {
 		t.Fatal(err)

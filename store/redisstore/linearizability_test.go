@@ -15,6 +15,7 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/fairgate/fairgate/algo"
+	"github.com/fairgate/fairgate/internal/redistest"
 	"github.com/fairgate/fairgate/store"
 )
 
@@ -139,7 +140,7 @@ func delayProxy(t *testing.T, target string, resetEvery int) (string, *atomic.In
 // at the Redis time the script read. A failure prints the history and
 // writes porcupine's visualisation.
 func TestLinearizable(t *testing.T) {
-	proxy, _ := delayProxy(t, standalone.Addr, 0)
+	proxy, _ := delayProxy(t, redistest.Shared(t).Addr, 0)
 	for _, a := range algo.Algorithms {
 		t.Run(a.String(), func(t *testing.T) {
 			lim := algo.Limit{Limit: 4, Period: 40 * time.Millisecond, Algorithm: a}

@@ -21,14 +21,7 @@ import (
 	"github.com/fairgate/fairgate/store/storetest"
 )
 
-var (
-	standalone *redistest.Server
-	cluster    *redistest.Cluster
-)
-
-func TestMain(m *testing.M) {
-	os.Exit(redistest.MainWithCluster(m, func(s *redistest.Server, c *redistest.Cluster) { standalone, cluster = s, c }))
-}
+func TestMain(m *testing.M) { os.Exit(redistest.MainWithCluster(m)) }
 
 func open(t testing.TB, url string) *Store {
 	t.Helper()
@@ -40,17 +33,21 @@ func open(t testing.TB, url string) *Store {
 	return s
 }
 
-func standaloneURL() string { return "redis://" + standalone.Addr }
-func clusterURL() string    { return "redis-cluster://" + strings.Join(cluster.Addrs(), ",") }
+// standaloneURL and clusterURL name the shared servers (under -short, they
+// skip t).
+func standaloneURL(t testing.TB) string { return "redis://" + redistest.Shared(t).Addr }
+func clusterURL(t testing.TB) string {
+	return "redis-cluster://" + strings.Join(redistest.SharedCluster(t).Addrs(), ",")
+}
 
 func TestConformanceStandalone(t *testing.T) {
 	t.Parallel()
-	storetest.Run(t, open(t, standaloneURL()), storetest.Options{})
+	storetest.Run(t, open(t, standaloneURL(t)), storetest.Options{})
 }
 
 func TestConformanceCluster(t *testing.T) {
 	t.Parallel()
-	s := open(t, clusterURL())
+	s := open(t, clusterURL(t))
 	if !s.cluster {
 		t.Fatal("redis-cluster:// did not give a cluster client")
 	}
@@ -63,13 +60,13 @@ func TestConformanceCluster(t *testing.T) {
 // sharing one Redis take exactly the limit's slots, 100 trials, and leases
 // not released come back when they run out, on Redis's clock.
 func TestSlotsStandalone(t *testing.T) {
-	a := open(t, standaloneURL())
-	storetest.RunSlots(t, a, openPrefix(t, standaloneURL(), a.Prefix()), storetest.SlotOptions{})
+	a := open(t, standaloneURL(t))
+	storetest.RunSlots(t, a, openPrefix(t, standaloneURL(t), a.Prefix()), storetest.SlotOptions{})
 }
 
 func TestSlotsCluster(t *testing.T) {
-	a := open(t, clusterURL())
-	storetest.RunSlots(t, a, openPrefix(t, clusterURL(), a.Prefix()), storetest.SlotOptions{})
+	a := open(t, clusterURL(t))
+	storetest.RunSlots(t, a, openPrefix(t, clusterURL(t), a.Prefix()), storetest.SlotOptions{})
 }
 
 // openPrefix is open with the key prefix given: a second instance of a
@@ -85,7 +82,7 @@ func openPrefix(t testing.TB, url, prefix string) *Store {
 }
 
 func TestClusterDetectedFromPlainURL(t *testing.T) {
-	s := open(t, "redis://"+cluster.Nodes[0].Addr)
+	s := open(t, "redis://"+redistest.SharedCluster(t).Nodes[0].Addr)
 	if !s.cluster {
 		t.Fatal("cluster node behind redis:// not detected as a cluster")
 	}
@@ -108,7 +105,7 @@ func TestSlotMatchesRedis(t *testing.T) {
 		keys = append(keys, string(b))
 	}
 	for _, k := range keys {
-		want, err := redistest.Do(cluster.Nodes[0].Addr, "CLUSTER", "KEYSLOT", k)
+		want, err := redistest.Do(redistest.SharedCluster(t).Nodes[0].Addr, "CLUSTER", "KEYSLOT", k)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -182,17 +179,17 @@ func TestNewErrors(t *testing.T) {
 	if _, err := New(Config{}); err == nil {
 		t.Error("New with neither client nor URL succeeded")
 	}
-	if _, err := New(Config{URL: standaloneURL(), Prefix: "{x}"}); err == nil || !strings.Contains(err.Error(), "brace") {
-		t.Errorf("prefix with braces: err = %v", err)
-	}
 	if _, err := New(Config{URL: "redis://127.0.0.1:1"}); err == nil {
 		t.Error("New on a closed port succeeded")
+	}
+	if _, err := New(Config{URL: standaloneURL(t), Prefix: "{x}"}); err == nil || !strings.Contains(err.Error(), "brace") {
+		t.Errorf("prefix with braces: err = %v", err)
 	}
 }
 
 // TestUserClient: the store accepts the caller's own client and leaves it open.
 func TestUserClient(t *testing.T) {
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{standalone.Addr}, DisableCache: true})
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{redistest.Shared(t).Addr}, DisableCache: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,7 +291,7 @@ func redisTime(t *testing.T, s *Store) int64 {
 // must be identical, for all five algorithms, alone and mixed in batches.
 func TestDifferential(t *testing.T) {
 	t.Parallel()
-	s := open(t, standaloneURL())
+	s := open(t, standaloneURL(t))
 	seed := rand.Uint64()
 	r := rand.New(rand.NewPCG(seed, 9))
 	defer func() {
@@ -368,7 +365,7 @@ func TestDifferential(t *testing.T) {
 // TestScriptFlushCostsNoError: SCRIPT FLUSH mid-run; callers see no error.
 func TestScriptFlushCostsNoError(t *testing.T) {
 	t.Parallel()
-	s := open(t, standaloneURL())
+	s := open(t, standaloneURL(t))
 	var errs atomic.Int64
 	var calls atomic.Int64
 	stop := make(chan struct{})
@@ -393,7 +390,7 @@ func TestScriptFlushCostsNoError(t *testing.T) {
 	}
 	for range 10 {
 		time.Sleep(20 * time.Millisecond)
-		if _, err := redistest.Do(standalone.Addr, "SCRIPT", "FLUSH"); err != nil {
+		if _, err := redistest.Do(redistest.Shared(t).Addr, "SCRIPT", "FLUSH"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -409,6 +406,7 @@ func TestScriptFlushCostsNoError(t *testing.T) {
 // reconnects, no call fails, NOSCRIPT least of all.
 func TestRestartCostsNoErrorOnceReconnected(t *testing.T) {
 	t.Parallel()
+	redistest.Need(t)
 	srv, err := redistest.Start()
 	if err != nil {
 		t.Fatal(err)
@@ -452,7 +450,7 @@ func TestRestartCostsNoErrorOnceReconnected(t *testing.T) {
 // value and TTL as they were (no write, no penalty extension).
 func TestRejectionWritesNothing(t *testing.T) {
 	t.Parallel()
-	s := open(t, standaloneURL())
+	s := open(t, standaloneURL(t))
 	for _, a := range algo.Algorithms {
 		l := algo.Limit{Limit: 2, Period: time.Hour, Algorithm: a}
 		key := "nowrite:" + a.String()
@@ -461,7 +459,7 @@ func TestRejectionWritesNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 		before, _ := readState(t, s, a, key)
-		ttl1, _ := redistest.Do(standalone.Addr, "PTTL", s.Key(a, key))
+		ttl1, _ := redistest.Do(redistest.Shared(t).Addr, "PTTL", s.Key(a, key))
 		time.Sleep(5 * time.Millisecond)
 		for _, cost := range []int64{1, 0, 2} {
 			if err := s.Take(context.Background(), []store.Check{{Key: key, Limit: l, Cost: cost}}, &res); err != nil {
@@ -469,7 +467,7 @@ func TestRejectionWritesNothing(t *testing.T) {
 			}
 		}
 		after, _ := readState(t, s, a, key)
-		ttl2, _ := redistest.Do(standalone.Addr, "PTTL", s.Key(a, key))
+		ttl2, _ := redistest.Do(redistest.Shared(t).Addr, "PTTL", s.Key(a, key))
 		if !cmp.Equal(before, after) || ttl2 > ttl1 {
 			t.Errorf("%v: rejected takes changed state %+v -> %+v or TTL %s -> %s", a, before, after, ttl1, ttl2)
 		}
@@ -482,7 +480,7 @@ func TestRejectionWritesNothing(t *testing.T) {
 func TestEveryScriptCompiles(t *testing.T) {
 	for m := 1; m <= allAlgorithms; m++ {
 		for _, driver := range []string{"take1", "take_multi", "take1_multi", "refund"} {
-			if _, err := redistest.Do(standalone.Addr, "SCRIPT", "LOAD", script(driver, uint8(m))); err != nil {
+			if _, err := redistest.Do(redistest.Shared(t).Addr, "SCRIPT", "LOAD", script(driver, uint8(m))); err != nil {
 				t.Errorf("%s script for algorithm set %05b: %v", driver, m, err)
 			}
 		}
@@ -500,13 +498,13 @@ func scriptCalls(t *testing.T, addrs ...string) int {
 }
 
 // evalCalls sums the script calls every cluster node has served.
-func evalCalls(t *testing.T) int { return scriptCalls(t, cluster.Addrs()...) }
+func evalCalls(t *testing.T) int { return scriptCalls(t, redistest.SharedCluster(t).Addrs()...) }
 
 // TestClusterCallsPerBatch: a batch whose keys share a hash tag is one
 // script call; a batch over three slots is one call per slot (and, when a
 // part rejects, one refund call per charged part).
 func TestClusterCallsPerBatch(t *testing.T) {
-	s := open(t, clusterURL())
+	s := open(t, clusterURL(t))
 	l := algo.Limit{Limit: 5, Period: time.Hour}
 	var res store.Result
 	take := func(checks ...store.Check) int {
@@ -551,6 +549,7 @@ func TestClusterCallsPerBatch(t *testing.T) {
 // script calls than takes, and still admit exactly the burst; with
 // NoCoalescing every take is a call of its own.
 func TestCoalescing(t *testing.T) {
+	redistest.Need(t)
 	srv, err := redistest.Start()
 	if err != nil {
 		t.Fatal(err)
@@ -601,7 +600,7 @@ func TestCoalescing(t *testing.T) {
 // with a non-integer is store.ErrProtocol, never ErrUnavailable, which the
 // limiter would take for an outage and decide by the fail mode unseen.
 func TestWrongShapeIsAProtocolError(t *testing.T) {
-	s, err := New(Config{URL: "redis://" + standalone.Addr})
+	s, err := New(Config{URL: "redis://" + redistest.Shared(t).Addr})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/fairgate/fairgate/algo"
+	"github.com/fairgate/fairgate/internal/redistest"
 	"github.com/fairgate/fairgate/store"
 )
 
@@ -29,7 +30,7 @@ import (
 // algorithm's bound in any window (GCRA: burst + span/emission), and that
 // callers see errors only as store errors.
 func TestResetsNeverOverAdmit(t *testing.T) {
-	proxy, resets := delayProxy(t, standalone.Addr, 40)
+	proxy, resets := delayProxy(t, redistest.Shared(t).Addr, 40)
 	lim := algo.Limit{Limit: 5, Period: 50 * time.Millisecond, Burst: 3}
 	st, err := New(Config{URL: "redis://" + proxy, Prefix: fmt.Sprintf("rst%d:", rand.Uint32())})
 	if err != nil {

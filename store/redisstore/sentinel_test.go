@@ -23,6 +23,7 @@ import (
 // address given as a Redis server's is refused by name.
 func TestSentinel(t *testing.T) {
 	t.Parallel()
+	redistest.Need(t)
 	ss, err := redistest.StartSentinels(2 * time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -126,6 +127,7 @@ func TestSentinel(t *testing.T) {
 // NOAUTH instead of starting and failing every call.
 func TestSentinelPassword(t *testing.T) {
 	t.Parallel()
+	redistest.Need(t)
 	ss, err := redistest.StartSentinelsWith(2*time.Second, "sentinel-secret")
 	if err != nil {
 		t.Fatal(err)

@@ -3,7 +3,6 @@ package redisstore
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -31,12 +30,11 @@ func testCA(t *testing.T, dir string) {
 // requiring client certificates when authClients.
 func startTLSRedis(t *testing.T, dir string, authClients bool) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	redistest.Need(t)
+	port, err := redistest.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
 	auth := "no"
 	if authClients {
 		auth = "yes"
@@ -99,6 +97,7 @@ func TestTLS(t *testing.T) {
 // TestPasswordFile: the password comes from a file, never the command line.
 func TestPasswordFile(t *testing.T) {
 	t.Parallel()
+	redistest.Need(t)
 	srv, err := redistest.Start()
 	if err != nil {
 		t.Fatal(err)
@@ -125,6 +124,7 @@ func TestPasswordFile(t *testing.T) {
 // password in the URL (envoyproxy/ratelimit's REDIS_SOCKET_TYPE=unix).
 func TestUnixSocket(t *testing.T) {
 	t.Parallel()
+	redistest.Need(t)
 	sock := filepath.Join(t.TempDir(), "redis.sock")
 	srv, err := redistest.Start("--unixsocket", sock, "--unixsocketperm", "700", "--requirepass", "pw")
 	if err != nil {

@@ -17,14 +17,10 @@ import (
 	"github.com/fairgate/fairgate/internal/redistest"
 )
 
-var (
-	standalone *redistest.Server
-	cluster    *redistest.Cluster
-	prefixes   atomic.Int64
-)
+var prefixes atomic.Int64
 
 func TestMain(m *testing.M) {
-	os.Exit(redistest.MainWithCluster(m, func(s *redistest.Server, c *redistest.Cluster) { standalone, cluster = s, c }))
+	os.Exit(redistest.MainWithCluster(m))
 }
 
 // clients returns two clients (two instances) of Redis at addrs, on a
@@ -45,21 +41,20 @@ func clients(t *testing.T, addrs ...string) (apikeys.Backend, apikeys.Backend) {
 }
 
 func TestStandalone(t *testing.T) {
-	backendtest.Run(t, func(t *testing.T) (apikeys.Backend, apikeys.Backend) { return clients(t, standalone.Addr) })
+	backendtest.Run(t, func(t *testing.T) (apikeys.Backend, apikeys.Backend) { return clients(t, redistest.Shared(t).Addr) })
 }
 
 func TestCluster(t *testing.T) {
-	backendtest.Run(t, func(t *testing.T) (apikeys.Backend, apikeys.Backend) { return clients(t, cluster.Addrs()...) })
+	backendtest.Run(t, func(t *testing.T) (apikeys.Backend, apikeys.Backend) {
+		return clients(t, redistest.SharedCluster(t).Addrs()...)
+	})
 }
 
 // TestHundredThousandKeys: 100,000 keys on Redis; an instance that falls
 // behind the change log reloads them all, and a key revoked on one
 // instance is refused on another within 2 s.
 func TestHundredThousandKeys(t *testing.T) {
-	if testing.Short() {
-		t.Skip("100,000 writes to Redis")
-	}
-	b1, b2 := clients(t, standalone.Addr)
+	b1, b2 := clients(t, redistest.Shared(t).Addr)
 	ctx := context.Background()
 	s1, _ := apikeys.New(apikeys.Config{Backend: b1})
 	s2, _ := apikeys.New(apikeys.Config{Backend: b2, Poll: 200 * time.Millisecond})
