@@ -6,6 +6,7 @@
 package config
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -58,6 +59,9 @@ type Config struct {
 	// RLSSources are the directories the rls domains were read from:
 	// the watcher looks at them for changes too.
 	RLSSources []Source
+
+	read   *digest           // what decoding read of the rls files and directories
+	loaded [sha256.Size]byte // its sum: LoadedFingerprint
 	// RLSFiles are the files the rls section named (its files globs).
 	RLSFiles []string
 	// rlsDefault and rlsOwn are the rls section's fail mode, algorithm and
@@ -198,6 +202,7 @@ func Parse(file string, data []byte) (*Config, error) {
 	c := &Config{File: file, Headers: "draft", Providers: map[string]quota.Provider{}, Queues: fairq.Kinds{}, QueueWeights: map[string]int{}, Dependencies: map[string]breaker.Settings{}, Instances: 1, Dashboard: true,
 		ClientIPHeader: "x-forwarded-for", UpstreamHeaders: UpstreamHeaders{Tenant: "X-Fairgate-Tenant", Plan: "X-Fairgate-Plan"}}
 	d := &decoder{}
+	c.read = newDigest()
 	// A file with only the Envoy service's settings needs no policy.
 	rlsOnly := func() bool { return c.HasRLS }
 	p, err := policyfile.ParseWith(file, data, d.sections(c), d.checkWeights, rlsOnly)
@@ -205,6 +210,7 @@ func Parse(file string, data []byte) (*Config, error) {
 		return nil, err
 	}
 	c.Policy, c.NoPolicy = p, p.Plans == nil
+	c.loaded, c.read = c.read.sum(), nil
 	return c, nil
 }
 

@@ -195,3 +195,39 @@ func TestWatcherSeesDataSwap(t *testing.T) {
 		t.Fatalf("after the swap the watcher applied %v, want the two domains of the new generation", applied)
 	}
 }
+
+// TestWatcherSeesSwapDuringReload: a ..data swap that lands while a reload
+// is being applied (after the new generation was read) is applied at the
+// next look, not taken for the generation already in force.
+func TestWatcherSeesSwapDuringReload(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "config")
+	v := kubetest.NewVolume(t, dir, map[string]string{"a.yaml": domainFile("a", 1)})
+	file := filepath.Join(root, "fairgate.yaml")
+	data := fmt.Appendf(nil, "rls:\n  runtime_dir: %s\n  ignore_dot_files: true\n", dir)
+	os.WriteFile(file, data, 0o600)
+	c, err := Parse(file, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var applied []uint32
+	swapped := false
+	w := NewWatcher(file, time.Second, data, func(c *Config) error {
+		applied = append(applied, c.RLS.Domains[0].Descriptors[0].Limit.RequestsPerUnit)
+		if !swapped { // the next generation lands while this one is applied
+			swapped = true
+			v.Write(map[string]string{"a.yaml": domainFile("a", 9)})
+		}
+		return nil
+	}, nil)
+	w.Track(c)
+	v.Write(map[string]string{"a.yaml": domainFile("a", 7)})
+	for range 3 {
+		if err := w.check(false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(applied) != 2 || applied[0] != 7 || applied[1] != 9 {
+		t.Fatalf("applied %v, want 7 then 9 (the generation swapped in during the first reload)", applied)
+	}
+}

@@ -27,6 +27,7 @@ func (d *decoder) rlsFiles(v *yaml.Node, path string, c *Config) (domains []rlsc
 		pattern := d.rel(d.Str(v, path))
 		c.RLSFiles = append(c.RLSFiles, pattern)
 		matches, err := filepath.Glob(pattern)
+		c.read.glob(pattern, len(matches))
 		if err == nil && len(matches) == 0 {
 			err = errors.New("no such file")
 		}
@@ -35,7 +36,14 @@ func (d *decoder) rlsFiles(v *yaml.Node, path string, c *Config) (domains []rlsc
 			return
 		}
 		for _, f := range matches {
-			ds, err := ParseRLSFile(f)
+			b, err := ReadFile(f)
+			c.read.file(f, b, err)
+			var ds []rlsconfig.Domain
+			if err == nil {
+				ds, err = ParseRLS(f, b)
+			} else {
+				err = fmt.Errorf("rls %w", err)
+			}
 			if err != nil {
 				d.Add(v, path, "%v", err)
 				continue
@@ -94,7 +102,7 @@ func (d *decoder) rlsSection(n *yaml.Node, path string, c *Config) {
 	c.rlsDefault = rlsconfig.Domain{Fail: st.fail, Algorithm: st.algorithm, Atomic: st.atomic}
 	for i := range c.RLSSources {
 		c.RLSSources[i].IgnoreDot = st.ignoreDot
-		ds, err := c.RLSSources[i].domains()
+		ds, err := c.RLSSources[i].domains(c.read)
 		if err != nil {
 			d.Add(st.runtime[i], path+".runtime_dir", "%v", err)
 		}

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"hash"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -252,8 +253,9 @@ func (s Source) read() (generation, error) {
 
 // domains reads every file of the directory, filling in s.Skipped and
 // s.Generation.
-func (s *Source) domains() ([]rlsconfig.Domain, error) {
+func (s *Source) domains(d *digest) ([]rlsconfig.Domain, error) {
 	g, err := s.read()
+	d.dir(s.Dir, g, err)
 	s.Skipped, s.Generation = g.skipped, g.gen
 	if err != nil {
 		return nil, err
@@ -279,40 +281,68 @@ func (s *Source) domains() ([]rlsconfig.Domain, error) {
 	return out, nil
 }
 
-// Fingerprint sums what the rls section of c read besides its own file:
-// the names and contents of the files its globs and directories hold now.
-// A change of any (a file added, changed or removed, a directory's link
-// or a Kubernetes volume's ..data swapped) changes it.
+// Fingerprint sums what the rls section of c reads besides its own file,
+// as it is now: the names and contents of the files its globs and
+// directories hold. A change of any (a file added, changed or removed, a
+// directory's link or a Kubernetes volume's ..data swapped) changes it.
+// It equals c's LoadedFingerprint while nothing changed since c was read.
 func Fingerprint(c *Config) [sha256.Size]byte {
-	h := sha256.New()
-	add := func(name string, b []byte, err error) {
-		fmt.Fprintf(h, "%d:%s\n", len(name), name)
-		if err == nil {
-			fmt.Fprintf(h, "%d:", len(b))
-			h.Write(b)
-		} else {
-			fmt.Fprintf(h, "error:%v", err)
-		}
-	}
 	if c == nil {
 		return [sha256.Size]byte{}
 	}
+	d := newDigest()
 	for _, g := range c.RLSFiles {
 		matches, _ := filepath.Glob(g)
-		fmt.Fprintf(h, "glob %s %d\n", g, len(matches))
+		d.glob(g, len(matches))
 		for _, f := range matches {
 			b, err := ReadFile(f)
-			add(f, b, err)
+			d.file(f, b, err)
 		}
 	}
 	for _, s := range c.RLSSources {
 		g, err := s.read()
-		fmt.Fprintf(h, "dir %s %d %v %q %q\n", s.Dir, len(g.files), err, g.gen, g.skipped)
-		for i, f := range g.files {
-			add(f.name, g.data[i], g.errs[i])
-		}
+		d.dir(s.Dir, g, err)
 	}
+	return d.sum()
+}
+
+// LoadedFingerprint is Fingerprint of what c was built from: taken from
+// the very bytes its decoding read, so that a change landing between that
+// read and a later look is seen as a change.
+func (c *Config) LoadedFingerprint() [sha256.Size]byte {
+	if c == nil {
+		return [sha256.Size]byte{}
+	}
+	return c.loaded
+}
+
+// digest sums, in Fingerprint's form, the globs, files and directories
+// the rls section reads.
+type digest struct{ h hash.Hash }
+
+func newDigest() *digest { return &digest{h: sha256.New()} }
+
+func (d *digest) glob(pattern string, n int) { fmt.Fprintf(d.h, "glob %s %d\n", pattern, n) }
+
+func (d *digest) file(name string, b []byte, err error) {
+	fmt.Fprintf(d.h, "%d:%s\n", len(name), name)
+	if err == nil {
+		fmt.Fprintf(d.h, "%d:", len(b))
+		d.h.Write(b)
+	} else {
+		fmt.Fprintf(d.h, "error:%v", err)
+	}
+}
+
+func (d *digest) dir(dir string, g generation, err error) {
+	fmt.Fprintf(d.h, "dir %s %d %v %q %q\n", dir, len(g.files), err, g.gen, g.skipped)
+	for i, f := range g.files {
+		d.file(f.name, g.data[i], g.errs[i])
+	}
+}
+
+func (d *digest) sum() [sha256.Size]byte {
 	var sum [sha256.Size]byte
-	h.Sum(sum[:0])
+	d.h.Sum(sum[:0])
 	return sum
 }

@@ -40,7 +40,7 @@ type Watcher struct {
 func (w *Watcher) Track(c *Config) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.cur, w.lastFP = c, Fingerprint(c)
+	w.cur, w.lastFP = c, c.LoadedFingerprint()
 }
 
 // NewWatcher returns a watcher of path that passes every valid new content
@@ -102,7 +102,9 @@ func (w *Watcher) check(force bool) error {
 		err = w.apply(c)
 	}
 	if err == nil {
-		w.cur, w.lastFP = c, Fingerprint(c)
+		// What c was built from, not what is there now: a change that
+		// landed since c was read is then seen at the next look.
+		w.cur, w.lastFP = c, c.LoadedFingerprint()
 	}
 	if err != nil {
 		w.log.Error("config reload refused; keeping the running config", slog.String("file", w.path), slog.String("error", err.Error()))
