@@ -171,9 +171,11 @@ func TestKubernetesSwapUnderLoad(t *testing.T) {
 	t.Logf("loads: %v", loads)
 }
 
-// TestWatcherSeesDataSwap: the config watcher reloads when ..data is
-// swapped, and the reloaded config is the new generation.
-func TestWatcherSeesDataSwap(t *testing.T) {
+// volumeWatcher is a watcher, tracking the config in force, of a file
+// whose rls runtime directory is a ConfigMap volume holding domain a (1 a
+// second), with apply called for each reload.
+func volumeWatcher(t *testing.T, apply func(*Config) error) (*Watcher, *kubetest.Volume) {
+	t.Helper()
 	root := t.TempDir()
 	dir := filepath.Join(root, "config")
 	v := kubetest.NewVolume(t, dir, map[string]string{"a.yaml": domainFile("a", 1)})
@@ -184,9 +186,16 @@ func TestWatcherSeesDataSwap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var applied *Config
-	w := NewWatcher(file, time.Second, data, func(c *Config) error { applied = c; return nil }, nil)
+	w := NewWatcher(file, time.Second, data, apply, nil)
 	w.Track(c)
+	return w, v
+}
+
+// TestWatcherSeesDataSwap: the config watcher reloads when ..data is
+// swapped, and the reloaded config is the new generation.
+func TestWatcherSeesDataSwap(t *testing.T) {
+	var applied *Config
+	w, v := volumeWatcher(t, func(c *Config) error { applied = c; return nil })
 	v.Write(map[string]string{"a.yaml": domainFile("a", 2), "b.yaml": domainFile("b", 2)})
 	if err := w.check(false); err != nil {
 		t.Fatal(err)
@@ -200,27 +209,17 @@ func TestWatcherSeesDataSwap(t *testing.T) {
 // is being applied (after the new generation was read) is applied at the
 // next look, not taken for the generation already in force.
 func TestWatcherSeesSwapDuringReload(t *testing.T) {
-	root := t.TempDir()
-	dir := filepath.Join(root, "config")
-	v := kubetest.NewVolume(t, dir, map[string]string{"a.yaml": domainFile("a", 1)})
-	file := filepath.Join(root, "fairgate.yaml")
-	data := fmt.Appendf(nil, "rls:\n  runtime_dir: %s\n  ignore_dot_files: true\n", dir)
-	os.WriteFile(file, data, 0o600)
-	c, err := Parse(file, data)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var applied []uint32
 	swapped := false
-	w := NewWatcher(file, time.Second, data, func(c *Config) error {
+	var v *kubetest.Volume
+	w, v := volumeWatcher(t, func(c *Config) error {
 		applied = append(applied, c.RLS.Domains[0].Descriptors[0].Limit.RequestsPerUnit)
 		if !swapped { // the next generation lands while this one is applied
 			swapped = true
 			v.Write(map[string]string{"a.yaml": domainFile("a", 9)})
 		}
 		return nil
-	}, nil)
-	w.Track(c)
+	})
 	v.Write(map[string]string{"a.yaml": domainFile("a", 7)})
 	for range 3 {
 		if err := w.check(false); err != nil {
