@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sony/gobreaker/v2"
+
 	"github.com/fairgate/fairgate/policy"
 	"github.com/fairgate/fairgate/store"
 )
@@ -175,8 +177,8 @@ func (l *Limiter) releaseSlots(ctx context.Context, layers []policy.SlotLayer, i
 // it after the acquire; when the acquire never arrived it releases
 // nothing. It does not make the caller wait.
 func (l *Limiter) releaseLate(layers []policy.SlotLayer, id string, err error) {
-	if l.local || errors.Is(err, store.ErrInvalidCheck) {
-		return // decided in this process, or never sent
+	if l.local || errors.Is(err, store.ErrInvalidCheck) || errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
+		return // decided in this process, or never sent (invalid, or refused by the breaker)
 	}
 	go l.releaseSlots(context.Background(), layers, id)
 }
