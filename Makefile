@@ -50,18 +50,12 @@ bench-service: ensure-redis ## the real binaries under wrk, server CPU per reque
 bench: ensure-redis ## benchmarks of this module (peers: cd bench && go test -bench .)
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
 
-fuzz: ## run every fuzz target for FUZZTIME each
+fuzz: ## run every fuzz target for FUZZTIME each (scripts/fuzz.sh: a coordinator stall after the last input is a pass)
 	@set -e; for pkg in $$($(GO) list $(PKGS)); do \
 	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
 	    echo "fuzz $$pkg $$f"; \
-	    $(FUZZ1) || { rc=$$?; [ $$rc -eq 124 ] || exit $$rc; \
-	      echo "fuzz: $$f stalled with its inputs done (Go's coordinator: golang/go#51484); once more"; $(FUZZ1); }; \
+	    GO=$(GO) bash scripts/fuzz.sh $$pkg $$f $(FUZZTIME); \
 	  done; done
-
-# FUZZ1 runs one fuzz target, killed after 3 minutes: the coordinator can
-# wait forever after a count-based -fuzztime's last input (workers gone).
-# A stall (exit 124) is retried once above; a failure fails at once.
-FUZZ1 = timeout -k 10 180 $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg
 
 vet: ## go vet
 	$(GO) vet $(PKGS)
