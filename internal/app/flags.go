@@ -1,5 +1,3 @@
-// Package app wires fairgate's daemon: flags and environment -> store ->
-// servers, and runs them until the context ends.
 package app
 
 import (
@@ -8,176 +6,20 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
-	"maps"
 	"net"
-	"net/url"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/fairgate/fairgate/breaker"
-	"github.com/fairgate/fairgate/examples"
-	"github.com/fairgate/fairgate/fairq"
-	"github.com/fairgate/fairgate/internal/config"
-	"github.com/fairgate/fairgate/internal/dash"
 	"github.com/fairgate/fairgate/internal/envoyenv"
 	"github.com/fairgate/fairgate/internal/rls"
-	"github.com/fairgate/fairgate/internal/server"
-	"github.com/fairgate/fairgate/limiter"
-	"github.com/fairgate/fairgate/store"
-	"github.com/fairgate/fairgate/store/memstore"
-	"github.com/fairgate/fairgate/store/redisstore"
 )
-
-// Backend is the store a URL names, with what comes with it.
-type Backend struct {
-	// Store decides.
-	Store store.Store
-	// Control keeps the run-time overlay; nil means in-process.
-	Control limiter.ControlStore
-	// Timeout bounds each decision's store call: -1 (none) in-process.
-	Timeout time.Duration
-	// lazy is the Redis connection, connected or still connecting; nil
-	// for the memory store.
-	lazy *lazyRedis
-}
-
-// OpenBackend opens the store a URL names: memory:// (optionally
-// ?max_keys=N&max_bytes=N&shards=N), in this process; or a redisstore
-// URL, shared, connected in the background by Start (a pod restarted
-// during a Redis outage still comes up). timeout bounds each decision's
-// call to a shared store.
-func OpenBackend(raw string, timeout time.Duration, log *slog.Logger) (Backend, error) {
-	if rest, ok := strings.CutPrefix(raw, "memory://"); ok {
-		st, err := openMemory(raw, rest)
-		return Backend{Store: st, Timeout: -1}, err
-	}
-	if err := redisstore.CheckURL(raw); err != nil {
-		return Backend{}, err
-	}
-	z := &lazyRedis{url: raw, log: log}
-	return Backend{Store: lazyStore{z}, Control: lazyControl{z}, Timeout: timeout, lazy: z}, nil
-}
-
-// openMemory opens a memory store with the options of its URL's query.
-func openMemory(raw, query string) (store.Store, error) {
-	var c memstore.Config
-	if query == "" {
-		return memstore.New(c), nil
-	}
-	q, err := url.ParseQuery(strings.TrimPrefix(query, "?"))
-	if err != nil {
-		return nil, fmt.Errorf("store %q: %w", raw, err)
-	}
-	for k, v := range q {
-		if k != "max_keys" && k != "max_bytes" && k != "shards" {
-			return nil, fmt.Errorf("store %q: unknown option %q: want max_keys, max_bytes or shards", raw, k)
-		}
-		n, err := strconv.Atoi(v[0])
-		if err != nil || n < 1 {
-			return nil, fmt.Errorf("store %q: %s=%q is not a positive integer", raw, k, v[0])
-		}
-		switch k {
-		case "max_keys":
-			c.MaxKeys = n
-		case "max_bytes":
-			if n < 1<<20 {
-				return nil, fmt.Errorf("store %q: max_bytes=%d is under 1 MiB (1048576)", raw, n)
-			}
-			c.MaxBytes = int64(n)
-		case "shards":
-			c.Shards = n
-		}
-	}
-	return memstore.New(c), nil
-}
-
-// backpressure builds the dependencies' breakers (the proxied upstream
-// always has one) and the fair job queue: on Redis Streams when the store
-// is Redis, in memory otherwise. Dispatch weights come from the tenant's
-// plan and change on a config reload (through the returned pointer). The
-// queue depths by kind are read as fairgate_queue_depth reads them.
-func backpressure(cfg *config.Config, c ServeConfig, st store.Store, lazy *lazyRedis, lim *limiter.Limiter, reg prometheus.Registerer) (*breaker.Set, fairq.Queue, *atomic.Pointer[map[string]int], map[string]*queueDepth, error) {
-	deps := maps.Clone(cfg.Dependencies)
-	if _, ok := deps[server.UpstreamDependency]; !ok && c.Upstream != "" {
-		deps[server.UpstreamDependency] = breaker.Settings{}
-	}
-	breakers, err := breaker.New(deps, reg)
-	if err != nil {
-		return nil, nil, nil, nil, err
-	}
-	weights := &atomic.Pointer[map[string]int]{}
-	weights.Store(&cfg.QueueWeights)
-	weigh := func(tenant string) int {
-		if w, ok := (*weights.Load())[lim.Snapshot().Standing(tenant, "", time.Now()).Plan]; ok {
-			return w
-		}
-		return 1
-	}
-	// A tenant may hold at most TenantQueueShare of a kind's refuse depth
-	// scaled by its weight against the heaviest plan's, so that no one
-	// tenant fills a queue the others need.
-	share := func(tenant string) float64 {
-		heaviest := 1
-		for _, w := range *weights.Load() {
-			heaviest = max(heaviest, w)
-		}
-		return TenantQueueShare * float64(weigh(tenant)) / float64(heaviest)
-	}
-	var q fairq.Queue
-	if lazy != nil {
-		if err := cfg.Queues.Check(); err != nil {
-			return nil, nil, nil, nil, err
-		}
-		lazy.kinds, lazy.weigh, lazy.share = cfg.Queues, weigh, share
-		q = lazyQueue{lazy}
-	} else {
-		q, err = fairq.NewMemory(fairq.MemoryConfig{Kinds: cfg.Queues, Weight: weigh, Share: share})
-	}
-	if err != nil {
-		return nil, nil, nil, nil, err
-	}
-	depths := map[string]*queueDepth{}
-	for _, kind := range slices.Sorted(maps.Keys(cfg.Queues)) {
-		depths[kind] = &queueDepth{q: q, kind: kind, now: time.Now}
-		err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "fairgate_queue_depth", Help: "Unfinished jobs (queued, waiting to retry or running) by kind, read at most every 5 s.",
-			ConstLabels: prometheus.Labels{"kind": kind},
-		}, depths[kind].value))
-		if err != nil {
-			return nil, nil, nil, nil, err
-		}
-	}
-	return breakers, q, weights, depths, nil
-}
-
-// TenantQueueShare is the share of a job kind's refuse depth a tenant on
-// the heaviest plan may hold; a tenant of weight w holds at most
-// TenantQueueShare × w / (the heaviest weight) of it.
-const TenantQueueShare = 0.5
-
-// limitedHook is the limiter's Limited hook for the dashboard, or nil.
-func limitedHook(b *dash.Dashboard) func(string) {
-	if b == nil {
-		return nil
-	}
-	return b.Limited
-}
 
 // DefaultMaxConnections is the open connections an HTTP listener holds at
 // most unless --max-connections says otherwise: at some 25 KB each, about
 // 100 MB, under DefaultMemoryLimit with room for the rest.
 const DefaultMaxConnections = 4096
-
-// DefaultMemoryLimit is the Go runtime's soft memory limit `fairgate serve`
-// sets when GOMEMLIMIT is not in the environment.
-const DefaultMemoryLimit = 384 << 20
 
 // ServeConfig is what `fairgate serve` runs.
 type ServeConfig struct {
@@ -278,12 +120,6 @@ type TLSFiles struct{ Cert, Key, ClientCA, ClientSAN string }
 
 // on reports whether the listener serves TLS.
 func (f TLSFiles) on() bool { return f.Cert != "" || f.Key != "" }
-
-// loopback reports whether a is a loopback address.
-func loopback(a net.Addr) bool {
-	ta, ok := a.(*net.TCPAddr)
-	return ok && ta.IP.IsLoopback()
-}
 
 // loopbackDefault is addr with 127.0.0.1 for an empty host (":6070").
 func loopbackDefault(addr string) (string, error) {
@@ -532,44 +368,4 @@ func token(what, envName, file string) (string, error) {
 		return "", fmt.Errorf("serve: %s token file: %w", what, err)
 	}
 	return strings.TrimSpace(string(b)), nil
-}
-
-// Logger returns the daemon's logger on w: JSON lines, or text for format
-// "text"; at level (debug, info, warn, error; "" is info), as
-// envoyproxy/ratelimit's LOG_LEVEL and LOG_FORMAT ask.
-func Logger(w io.Writer, level, format string) *slog.Logger {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(level)); err != nil || level == "" {
-		l = slog.LevelInfo
-	}
-	opts := &slog.HandlerOptions{Level: l}
-	if format == "text" {
-		return slog.New(slog.NewTextHandler(w, opts))
-	}
-	return slog.New(slog.NewJSONHandler(w, opts))
-}
-
-// EnvConfigName names a config made from envoyproxy/ratelimit's
-// environment in messages.
-const EnvConfigName = "envoyproxy-ratelimit-environment.yaml"
-
-// LoadConfig reads the config file at path, or else data (a config made
-// from the environment), or else the embedded example, and returns it with
-// its raw content.
-func LoadConfig(path string, data []byte) (*config.Config, []byte, error) {
-	if path == "" && data != nil {
-		c, err := config.Parse(EnvConfigName, data)
-		return c, data, err
-	}
-	if path == "" {
-		data := examples.Config()
-		c, err := config.Parse(examples.ConfigName, data)
-		return c, data, err
-	}
-	data, err := config.ReadFile(path)
-	if err != nil {
-		return nil, nil, err
-	}
-	c, err := config.Parse(path, data)
-	return c, data, err
 }
