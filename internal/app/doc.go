@@ -13,5 +13,9 @@
 //     the config file and an xDS management server.
 //   - serve.go: the daemon's life, as Caddy's: build every part, start the
 //     listeners (listen.go) and loops, wait, stop.
-//   - reload.go: the config watcher, and a reload put in force.
+//   - reload.go: a config reload, also as Caddy's: the whole graph of
+//     what the config determines is built from the new file and
+//     validated, then swapped in; the settings only a restart changes are
+//     decided in one place (fixedAtStart), and a reload that changes one
+//     says so.
 package app

@@ -6,76 +6,52 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/fairgate/fairgate/internal/config"
 	"github.com/fairgate/fairgate/internal/rls"
 	"github.com/fairgate/fairgate/internal/rlsxds"
 )
 
-// checkRLS reports a domain both the file and xDS configure. Nil
-// arguments are the ones in force.
-func (d *daemon) checkRLS(file, xds []rls.Domain) error {
-	d.rlsMu.Lock()
-	defer d.rlsMu.Unlock()
-	if file == nil {
-		file = d.rlsFile.Domains
-	}
-	if xds == nil {
-		xds = d.rlsXDS
-	}
-	for _, x := range xds {
-		for _, f := range file {
+// This file is the Envoy rate limit service's domains: the config file's
+// rls section merged with the domains an xDS management server sends.
+
+// mergeDomains is the Envoy service's config: cfg's rls section (its
+// settings and domains) with xDS's domains (nil: none yet), each of those
+// given the section's fail, algorithm and atomic and, where the section's
+// domains name it, its own. A domain both the file and xDS configure is
+// refused. xds is not changed: the domains in force are merged again with
+// each new file.
+func mergeDomains(cfg *config.Config, xds []rls.Domain) (rls.Config, error) {
+	ds := slices.Clone(xds)
+	cfg.RLSDomainDefaults(ds)
+	for _, x := range ds {
+		for _, f := range cfg.RLS.Domains {
 			if x.Name == f.Name {
-				return fmt.Errorf("rls domain %q comes both from the config file and from xDS", x.Name)
+				return rls.Config{}, fmt.Errorf("rls domain %q comes both from the config file and from xDS", x.Name)
 			}
 		}
 	}
-	return nil
-}
-
-// setRLS puts the Envoy service's domains in force: the file's (nil: the
-// ones in force) and xDS's (nil: the ones in force).
-func (d *daemon) setRLS(file *rls.Config, xds []rls.Domain) error {
-	if err := d.checkRLS(domainsOf(file), xds); err != nil {
-		return err
-	}
-	d.rlsMu.Lock()
-	defer d.rlsMu.Unlock()
-	if file != nil {
-		d.rlsFile = *file
-	}
-	if xds != nil {
-		d.rlsXDS = xds
-	}
-	c := d.rlsFile
-	c.Domains = append(slices.Clip(c.Domains), d.rlsXDS...)
-	d.rlsSvc.SetConfig(c)
-	return nil
-}
-
-// domainsOf is c's domains, nil for a nil c.
-func domainsOf(c *rls.Config) []rls.Domain {
-	if c == nil {
-		return nil
-	}
-	return c.Domains
+	c := cfg.RLS
+	c.Domains = append(slices.Clip(c.Domains), ds...)
+	return c, nil
 }
 
 // followXDS receives the Envoy service's domains from the xDS management
-// server of the config, with the rls section's defaults and domains'
-// own settings (those of the config at start: the xDS address and these
-// take effect at the next restart).
+// server of the config at start (its address, node and retry take effect
+// at the next restart: fixedAtStart). Each update is merged with the file
+// in force (mergeDomains) and swapped in with the rest of the graph kept;
+// one the file refuses changes nothing.
 func (d *daemon) followXDS() {
-	x, cfg := d.cfg.RLSXDS, d.cfg
+	x := d.cfg.RLSXDS
 	var first sync.Once
 	if !d.c.Env.ForceStart {
 		d.xdsFirst = make(chan struct{})
 	}
 	c := &rlsxds.Client{Address: x.Address, NodeID: x.NodeID, Metadata: x.Metadata, Retry: x.Retry, Log: d.log,
 		Apply: func(ds []rls.Domain) error {
-			cfg.RLSDomainDefaults(ds)
 			if ds == nil {
 				ds = []rls.Domain{}
 			}
-			if err := d.setRLS(nil, ds); err != nil {
+			if err := d.swapXDS(ds); err != nil {
 				d.rlsSvc.CountConfigLoad(false)
 				return err
 			}
@@ -88,4 +64,21 @@ func (d *daemon) followXDS() {
 		Refused: func() { d.rlsSvc.CountConfigLoad(false) }}
 	d.log.Info("following the xDS management server for rls domains", slog.String("server", x.Address), slog.String("node_id", x.NodeID))
 	d.goCheck("xDS client", func() error { return c.Run(d.bg) })
+}
+
+// swapXDS puts xDS's domains ds in force with the graph's file, or changes
+// nothing and says why.
+func (d *daemon) swapXDS(ds []rls.Domain) error {
+	d.swapMu.Lock()
+	defer d.swapMu.Unlock()
+	cur := d.live.Load()
+	merged, err := mergeDomains(cur.cfg, ds)
+	if err != nil {
+		return err
+	}
+	next := *cur
+	next.xds, next.rls = ds, merged
+	d.rlsSvc.SetConfig(merged)
+	d.live.Store(&next)
+	return nil
 }

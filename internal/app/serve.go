@@ -78,36 +78,37 @@ type daemon struct {
 	wg    sync.WaitGroup
 	fatal chan error
 
-	cfg *config.Config
-	raw []byte
-	be  Backend
+	// cfg is the config the daemon started with: the fixedAtStart
+	// settings are its; live is the graph in force, swapped whole on
+	// each reload and xDS update, one at a time (swapMu).
+	cfg    *config.Config
+	raw    []byte
+	live   atomic.Pointer[graph]
+	swapMu sync.Mutex
+	be     Backend
 	// perSecond is the per-second store and its limiter, when configured.
 	perSecond    Backend
 	perSecondLim *limiter.Limiter
 	reg          registry
 	reloads      *prometheus.CounterVec
-	rtSkipped    *prometheus.GaugeVec // fairgate_rls_runtime_skipped_entries
-	board        *dash.Dashboard
-	lim          *limiter.Limiter
-	quotas       *quota.Quotas
-	breakers     *breaker.Set
-	jobs         fairq.Queue
-	weights      *atomic.Pointer[map[string]int]
-	depths       map[string]*queueDepth // by job kind
-	rlsSvc       *rls.Service
+	// restartPending is fairgate_config_restart_pending.
+	restartPending *prometheus.GaugeVec
+	rtSkipped      *prometheus.GaugeVec // fairgate_rls_runtime_skipped_entries
+	board          *dash.Dashboard
+	lim            *limiter.Limiter
+	quotas         *quota.Quotas
+	breakers       *breaker.Set
+	jobs           fairq.Queue
+	weights        *atomic.Pointer[map[string]int]
+	depths         map[string]*queueDepth // by job kind
+	rlsSvc         *rls.Service
 	// rlsBound bounds the Envoy service's calls in flight, gRPC and /json
 	// together, and marks the gRPC listener's idle connections.
 	rlsBound *rls.Bound
-	// rlsMu guards the two sources of the Envoy service's domains: the
-	// config file's and xDS's.
-	rlsMu   sync.Mutex
-	rlsFile rls.Config
-	rlsXDS  []rls.Domain
 	// xdsFirst, with xDS and without FORCE_START_WITHOUT_INITIAL_CONFIG,
 	// closes when the first xDS config is in force: the gRPC port opens
 	// then, as envoyproxy/ratelimit's does.
 	xdsFirst chan struct{}
-	authn    *auth.Authenticator
 	keys     *apikeys.Set // the stored API keys
 	tr       tracing.Tracing
 	h        *server.Server
@@ -196,23 +197,40 @@ func (d *daemon) build() error {
 	if d.cfg.Dashboard {
 		d.board = dash.New(dashSource{d}, d.c.AdminToken, d.c.InternalToken)
 	}
-	if d.cfg.NoPolicy && d.c.Upstream != "" {
-		return fmt.Errorf("serve: --upstream needs a policy to decide the proxied requests by: %s has no plans, classes or routes, only the rls section", d.cfg.File)
-	}
-	if err := d.buildDeciders(); err != nil {
+	if d.restartPending, err = newRestartPending(d.reg); err != nil {
 		return err
 	}
-	return d.buildServer()
+	if d.cfg.Auth.JWT != nil && d.cfg.Auth.JWT.JWKSURL != "" {
+		d.log.Info("fetching the JWT key set", slog.String("jwks_url", d.cfg.Auth.JWT.JWKSURL), slog.Int64("timeout_ms", auth.DefaultJWKSTimeout.Milliseconds()))
+	}
+	backend := apikeys.NewMemory()
+	if z := d.be.lazy; z != nil {
+		backend = apikeys.Deferred(z.keyBackend)
+	}
+	if d.keys, err = apikeys.New(apikeys.Config{Backend: backend, Logger: d.log}); err != nil {
+		return err
+	}
+	// The graph of the config, as a reload builds it: the parts below
+	// start with it.
+	g, err := d.buildGraph(d.cfg, nil)
+	if err != nil {
+		return err
+	}
+	d.live.Store(g)
+	if err := d.buildDeciders(g); err != nil {
+		return err
+	}
+	return d.buildServer(g)
 }
 
 // buildDeciders builds the limiter, the outbound quotas, the breakers and
-// job queues, and the Envoy service.
-func (d *daemon) buildDeciders() error {
+// job queues, and the Envoy service, in the state of g.
+func (d *daemon) buildDeciders(g *graph) error {
 	var err error
 	d.lim, err = limiter.New(limiter.Config{
 		Limited:      limitedHook(d.board),
 		Store:        d.be.Store,
-		Policy:       policyOf(d.cfg),
+		Policy:       g.policy,
 		Control:      d.be.Control,
 		Timeout:      d.be.Timeout,
 		Fallback:     memstore.New(memstore.Config{MaxKeys: 100_000, MaxBytes: 32 << 20}),
@@ -236,10 +254,9 @@ func (d *daemon) buildDeciders() error {
 		return err
 	}
 	d.closers = append(d.closers, d.jobs.Close)
-	if d.rlsSvc, err = rls.New(d.cfg.RLS, d.lim, d.log, d.reg); err != nil {
+	if d.rlsSvc, err = rls.New(g.rls, d.lim, d.log, d.reg); err != nil {
 		return err
 	}
-	d.rlsFile = d.cfg.RLS
 	if d.rtSkipped, err = newRuntimeSkipped(d.reg); err != nil {
 		return err
 	}
@@ -256,7 +273,7 @@ func (d *daemon) buildDeciders() error {
 		func() float64 { return float64(d.rlsBound.Refused()) })); err != nil {
 		return err
 	}
-	if err := d.buildPerSecond(); err != nil {
+	if err := d.buildPerSecond(g); err != nil {
 		return err
 	}
 	if s := d.cfg.Statsd; s.Address != "" {
@@ -285,7 +302,7 @@ func (d *daemon) buildDeciders() error {
 // buildPerSecond opens the per-second store, when configured, with a
 // limiter of its own (its metrics prefixed per_second_), for the Envoy
 // service's counted windows of one second.
-func (d *daemon) buildPerSecond() error {
+func (d *daemon) buildPerSecond(g *graph) error {
 	if d.c.PerSecondStore == "" {
 		return nil
 	}
@@ -295,7 +312,7 @@ func (d *daemon) buildPerSecond() error {
 	}
 	d.closers = append(d.closers, d.perSecond.Store.Close)
 	d.perSecondLim, err = limiter.New(limiter.Config{
-		Store: d.perSecond.Store, Policy: policyOf(d.cfg), Timeout: d.perSecond.Timeout,
+		Store: d.perSecond.Store, Policy: g.policy, Timeout: d.perSecond.Timeout,
 		Fallback: memstore.New(memstore.Config{MaxKeys: 100_000, MaxBytes: 32 << 20}), Instances: d.cfg.Instances, Tracer: d.tr.Tracer(),
 		Logger: d.log, Registerer: prometheus.WrapRegistererWithPrefix("per_second_", d.reg),
 	})
@@ -306,27 +323,12 @@ func (d *daemon) buildPerSecond() error {
 	return nil
 }
 
-// buildServer builds the authenticator and the HTTP handlers.
-func (d *daemon) buildServer() error {
-	cfg, c, log := d.cfg, d.c, d.log
-	cfg.Auth.Logger = log
-	if cfg.Auth.JWT != nil && cfg.Auth.JWT.JWKSURL != "" {
-		log.Info("fetching the JWT key set", slog.String("jwks_url", cfg.Auth.JWT.JWKSURL), slog.Int64("timeout_ms", auth.DefaultJWKSTimeout.Milliseconds()))
-	}
-	backend := apikeys.NewMemory()
-	if z := d.be.lazy; z != nil {
-		backend = apikeys.Deferred(z.keyBackend)
-	}
+// buildServer builds the HTTP handlers, in the state of g.
+func (d *daemon) buildServer(g *graph) error {
+	cfg, c, log := g.cfg, d.c, d.log
 	var err error
-	if d.keys, err = apikeys.New(apikeys.Config{Backend: backend, Logger: log}); err != nil {
-		return err
-	}
-	cfg.Auth.Stored = d.keys
-	if d.authn, err = auth.New(d.bg, cfg.Auth); err != nil {
-		return err
-	}
 	sc := server.Config{
-		Limiter: d.lim, Headers: limitheader.Form(cfg.Headers), Auth: d.authn, ClientIP: auth.ClientIP{Trusted: cfg.TrustedProxies, Header: cfg.ClientIPHeader},
+		Limiter: d.lim, Headers: limitheader.Form(cfg.Headers), Auth: g.authn, ClientIP: g.ip,
 		UpstreamHeaders: cfg.UpstreamHeaders, ForwardAuth: cfg.ForwardAuth,
 		UpstreamTimeout: c.UpstreamTimeout, Logger: log, NoPolicy: cfg.NoPolicy, Metrics: promhttp.HandlerFor(d.reg, promhttp.HandlerOpts{EnableOpenMetrics: true}), Tracer: d.tr.Tracer(), TrustTraceContext: c.TrustTraceContext,
 		Quotas: d.quotas, WorkerToken: c.WorkerToken, InternalToken: c.InternalToken, ControlTimeout: c.ControlTimeout,
