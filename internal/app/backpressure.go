@@ -3,7 +3,6 @@ package app
 import (
 	"maps"
 	"slices"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,22 +17,20 @@ import (
 
 // backpressure builds the dependencies' breakers (the proxied upstream
 // always has one) and the fair job queue: on Redis Streams when the store
-// is Redis, in memory otherwise. Dispatch weights come from the tenant's
-// plan and change on a config reload (through the returned pointer). The
-// queue depths by kind are read as fairgate_queue_depth reads them.
-func backpressure(cfg *config.Config, c ServeConfig, st store.Store, lazy *lazyRedis, lim *limiter.Limiter, reg prometheus.Registerer) (*breaker.Set, fairq.Queue, *atomic.Pointer[map[string]int], map[string]*queueDepth, error) {
+// is Redis, in memory otherwise. Dispatch weights are weights() (the
+// config in force's, so that a reload changes them) by the tenant's plan.
+// The queue depths by kind are read as fairgate_queue_depth reads them.
+func backpressure(cfg *config.Config, c ServeConfig, st store.Store, lazy *lazyRedis, lim *limiter.Limiter, weights func() map[string]int, reg prometheus.Registerer) (*breaker.Set, fairq.Queue, map[string]*queueDepth, error) {
 	deps := maps.Clone(cfg.Dependencies)
 	if _, ok := deps[server.UpstreamDependency]; !ok && c.Upstream != "" {
 		deps[server.UpstreamDependency] = breaker.Settings{}
 	}
 	breakers, err := breaker.New(deps, reg)
 	if err != nil {
-		return nil, nil, nil, nil, err
+		return nil, nil, nil, err
 	}
-	weights := &atomic.Pointer[map[string]int]{}
-	weights.Store(&cfg.QueueWeights)
 	weigh := func(tenant string) int {
-		if w, ok := (*weights.Load())[lim.Snapshot().Standing(tenant, "", time.Now()).Plan]; ok {
+		if w, ok := weights()[lim.Snapshot().Standing(tenant, "", time.Now()).Plan]; ok {
 			return w
 		}
 		return 1
@@ -43,7 +40,7 @@ func backpressure(cfg *config.Config, c ServeConfig, st store.Store, lazy *lazyR
 	// tenant fills a queue the others need.
 	share := func(tenant string) float64 {
 		heaviest := 1
-		for _, w := range *weights.Load() {
+		for _, w := range weights() {
 			heaviest = max(heaviest, w)
 		}
 		return TenantQueueShare * float64(weigh(tenant)) / float64(heaviest)
@@ -51,7 +48,7 @@ func backpressure(cfg *config.Config, c ServeConfig, st store.Store, lazy *lazyR
 	var q fairq.Queue
 	if lazy != nil {
 		if err := cfg.Queues.Check(); err != nil {
-			return nil, nil, nil, nil, err
+			return nil, nil, nil, err
 		}
 		lazy.kinds, lazy.weigh, lazy.share = cfg.Queues, weigh, share
 		q = lazyQueue{lazy}
@@ -59,7 +56,7 @@ func backpressure(cfg *config.Config, c ServeConfig, st store.Store, lazy *lazyR
 		q, err = fairq.NewMemory(fairq.MemoryConfig{Kinds: cfg.Queues, Weight: weigh, Share: share})
 	}
 	if err != nil {
-		return nil, nil, nil, nil, err
+		return nil, nil, nil, err
 	}
 	depths := map[string]*queueDepth{}
 	for _, kind := range slices.Sorted(maps.Keys(cfg.Queues)) {
@@ -69,10 +66,10 @@ func backpressure(cfg *config.Config, c ServeConfig, st store.Store, lazy *lazyR
 			ConstLabels: prometheus.Labels{"kind": kind},
 		}, depths[kind].value))
 		if err != nil {
-			return nil, nil, nil, nil, err
+			return nil, nil, nil, err
 		}
 	}
-	return breakers, q, weights, depths, nil
+	return breakers, q, depths, nil
 }
 
 // TenantQueueShare is the share of a job kind's refuse depth a tenant on

@@ -27,7 +27,9 @@ import (
 // force: the policy, the credentials and trusted proxies, the Envoy
 // service's domains, and the config itself (providers, queue weights,
 // upstream capacity, identity headers, forward auth). It is built whole
-// and never changed: a reload or an xDS update builds the next one.
+// and never changed: a reload or an xDS update builds the next one. The
+// job queue reads its weights from the graph in force; the other parts
+// are handed theirs by swap.
 type graph struct {
 	cfg    *config.Config
 	policy policy.Policy // policyOf(cfg), compiled once to validate it
@@ -87,7 +89,6 @@ func (d *daemon) swap(g *graph) {
 	}
 	_ = d.quotas.SetProviders(g.cfg.Providers)
 	d.rlsSvc.SetConfig(g.rls)
-	d.weights.Store(&g.cfg.QueueWeights)
 	d.h.SetNoPolicy(g.cfg.NoPolicy)
 	d.h.SetCapacity(g.cfg.UpstreamCapacity)
 	_ = d.h.SetIdentity(g.authn, g.ip, g.cfg.UpstreamHeaders, g.cfg.ForwardAuth)

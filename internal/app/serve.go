@@ -99,7 +99,6 @@ type daemon struct {
 	quotas         *quota.Quotas
 	breakers       *breaker.Set
 	jobs           fairq.Queue
-	weights        *atomic.Pointer[map[string]int]
 	depths         map[string]*queueDepth // by job kind
 	rlsSvc         *rls.Service
 	// rlsBound bounds the Envoy service's calls in flight, gRPC and /json
@@ -250,7 +249,8 @@ func (d *daemon) buildDeciders(g *graph) error {
 	if d.quotas, err = quota.New(quota.Config{Store: d.be.Store, Providers: d.cfg.Providers, Timeout: qtimeout, Registerer: d.reg}); err != nil {
 		return err
 	}
-	if d.breakers, d.jobs, d.weights, d.depths, err = backpressure(d.cfg, d.c, d.be.Store, d.be.lazy, d.lim, d.reg); err != nil {
+	weights := func() map[string]int { return d.live.Load().cfg.QueueWeights }
+	if d.breakers, d.jobs, d.depths, err = backpressure(d.cfg, d.c, d.be.Store, d.be.lazy, d.lim, weights, d.reg); err != nil {
 		return err
 	}
 	d.closers = append(d.closers, d.jobs.Close)
