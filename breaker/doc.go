@@ -34,6 +34,13 @@
 // failure, and a call marked [Uncounted] (a CORS preflight) counts for
 // nothing. Every type is safe for concurrent use.
 //
+// This package is not the store's breaker: package limiter keeps one per
+// store failure domain, shared by every caller since no caller can make
+// the store fail, with a 2 s default cooldown since while it is open every
+// decision is degraded. A dependency's failures may be one party's doing,
+// hence the parties here, and its probe is a real call to a recovering
+// dependency, hence the 30 s default. docs/jobs.md compares the two.
+//
 // Metrics, labelled by dependency (a name from the config):
 // fairgate_dependency_breaker_state (0 closed, 1 half-open, 2 open),
 // fairgate_dependency_rejections_total (calls refused by the shared

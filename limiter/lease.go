@@ -10,30 +10,33 @@ import (
 	"github.com/fairgate/fairgate/store"
 )
 
-// Leases (opt-in per class, Class.Lease = n): for a hot tenant, an
-// instance takes n units from every layer of the request's batch in one
-// store call and spends them locally, one request at a time, so the store
-// sees one call per n requests instead of one per request.
+// Unit grants (opt-in per class, Class.Lease = n): for a hot tenant, an
+// instance takes a grant of n units from every layer of the request's
+// batch in one store call and spends them locally, one request at a time,
+// so the store sees one call per n requests instead of one per request.
+// The identifiers here say "lease" after the config key `lease`; the word
+// for the thing is "unit grant" (docs/glossary.md): a job lease (fairq) and
+// a slot (its id and TTL) are other things.
 //
-// The price is exactness in time: units leased at t and spent later were
+// The price is exactness in time: units granted at t and spent later were
 // charged at t. In any window the requests admitted can exceed the
-// limit's bound by at most the units leased but not yet spent, summed over
-// the instances (n per instance per key set). A lease not spent within
-// leaseTTL is dropped, its units left charged (under-admission, never
-// over). Retry-After: a request that finds no lease and whose lease take
-// is refused is decided as usual at its own cost, so its retry-after is
-// exact for that cost.
+// limit's bound by at most the units granted but not yet spent, summed
+// over the instances (n per instance per key set). A grant not spent
+// within leaseTTL is dropped, its units left charged (under-admission,
+// never over). Retry-After: a request that finds no grant and whose grant
+// take is refused is decided as usual at its own cost, so its retry-after
+// is exact for that cost.
 
-// leaseTTL is how long an instance keeps unspent leased units.
+// leaseTTL is how long an instance keeps the unspent units of a grant.
 const leaseTTL = time.Second
 
-// leaseErrorBackoff is how long no lease is tried after a take failed.
+// leaseErrorBackoff is how long no grant is asked for after a take failed.
 const leaseErrorBackoff = 250 * time.Millisecond
 
-// maxLeases bounds the key sets an instance holds leases for.
+// maxLeases bounds the key sets an instance keeps grants for.
 const maxLeases = 10_000
 
-// lease is what an instance holds for one key set. Its mutex guards the
+// lease is the unit grant an instance keeps for one key set. Its mutex guards the
 // fields only and is never held across a store call: the take of a new
 // lease is marked in taking, and the requests that arrive meanwhile wait
 // for it (or for their context) and then spend from it.

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -29,6 +30,7 @@ import (
 
 	"github.com/fairgate/fairgate/internal/rls"
 	"github.com/fairgate/fairgate/internal/testcerts"
+	"github.com/fairgate/fairgate/internal/testwait"
 )
 
 // keepAlive opens a connection to addr, sends one GET of path with the
@@ -65,7 +67,13 @@ func closedByServer(c net.Conn, br *bufio.Reader) bool {
 // metric reads one sample of /metrics at base.
 func metric(t *testing.T, base, name string) float64 {
 	t.Helper()
-	resp, err := http.Get(base + "/metrics")
+	return metricVia(t, http.DefaultClient, base, name)
+}
+
+// metricVia reads one sample of /metrics at base with the client c.
+func metricVia(t *testing.T, c *http.Client, base, name string) float64 {
+	t.Helper()
+	resp, err := c.Get(base + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -466,7 +474,10 @@ anonymous:
 // stream whose body never comes (the second attacker review's h2 hold:
 // about 100 bytes a place) do not lock a new client out: once the
 // handlers have waited BodyGrace for the bodies, a connection of them is
-// closed and the new client's GET /healthz is served.
+// closed and the new client's GET /healthz is served; the listener counts
+// that one connection reclaimed as stalled (not idle: an HTTP/2 connection
+// whose first stream the server has not read yet is idle, so the test
+// waits, over the streams' own connections, until none is).
 func TestServeReclaimsStalledHTTP2Streams(t *testing.T) {
 	dir := t.TempDir()
 	if err := testcerts.Write(dir, "h2"); err != nil {
@@ -483,21 +494,42 @@ func TestServeReclaimsStalledHTTP2Streams(t *testing.T) {
 			w.CloseWithError(errors.New("test over"))
 		}
 	}()
-	for range 5 {
+	var last *http.Transport
+	for i := range 5 {
 		tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, ServerName: "localhost"}, ForceAttemptHTTP2: true}
 		defer tr.CloseIdleConnections()
 		pr, pw := io.Pipe()
 		writers = append(writers, pw)
-		req, _ := http.NewRequest("POST", "https://"+sv.addr+"/v1/take", pr)
+		// The stream is sent once its HEADERS frame is written on its own
+		// connection, whose TLS handshake the server has answered.
+		sent := make(chan struct{})
+		trace := &httptrace.ClientTrace{WroteHeaders: func() { close(sent) }}
+		req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), "POST", "https://"+sv.addr+"/v1/take", pr)
 		req.Header.Set("Content-Type", "application/json")
 		go func() {
 			if resp, err := tr.RoundTrip(req); err == nil {
 				resp.Body.Close()
 			}
 		}()
-		time.Sleep(100 * time.Millisecond) // one connection each, in turn
+		select { // one connection each, in turn
+		case <-sent:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("stream %d: its headers are not sent within 10s", i+1)
+		}
+		last = tr
 	}
-	time.Sleep(300 * time.Millisecond)
+	// Each stream's handler waits for its body: read over the last
+	// stream's own connection (HTTP/2 carries the GET beside it), the five
+	// connections are open and none is idle (an HTTP/2 connection is idle
+	// until its first stream is read) or silent.
+	via := &http.Client{Transport: last}
+	for _, state := range []string{"open", "idle", "silent"} {
+		want := map[string]float64{"open": 5}[state]
+		name := `fairgate_connections_` + state + `{listener="main"}`
+		testwait.Eventually(t, 10*time.Second, fmt.Sprintf("%s at %v", name, want), func() bool {
+			return metricVia(t, via, "https://"+sv.addr, name) == want
+		})
+	}
 	c := &http.Client{Timeout: 15 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, ServerName: "localhost"}, ForceAttemptHTTP2: true}}
 	start := time.Now()
 	resp, err := c.Get("https://" + sv.addr + "/healthz")
@@ -509,4 +541,10 @@ func TestServeReclaimsStalledHTTP2Streams(t *testing.T) {
 		t.Fatalf("GET /healthz: %d over HTTP/%d", resp.StatusCode, resp.ProtoMajor)
 	}
 	t.Logf("served after %v", time.Since(start))
+	for state, want := range map[string]float64{"stalled": 1, "silent": 0, "idle": 0} {
+		name := `fairgate_connections_reclaimed_total{listener="main",state="` + state + `"}`
+		if got := metricVia(t, c, "https://"+sv.addr, name); got != want {
+			t.Errorf("%s %v, want %v", name, got, want)
+		}
+	}
 }

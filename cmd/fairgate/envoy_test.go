@@ -23,6 +23,7 @@ import (
 	"github.com/fairgate/fairgate/internal/redistest"
 	"github.com/fairgate/fairgate/internal/rlsxds/xdstest"
 	"github.com/fairgate/fairgate/internal/statsdtest"
+	"github.com/fairgate/fairgate/internal/testwait"
 )
 
 // writeDomain writes an envoyproxy/ratelimit config file of one domain
@@ -314,30 +315,36 @@ func TestEnvoyXDSOpensOnFirstConfig(t *testing.T) {
 			}
 			_, _, c := serveEnvoyEnv(t, env)
 			grpcAddr := "127.0.0.1:" + os.Getenv("GRPC_PORT")
-			time.Sleep(300 * time.Millisecond) // the xDS stream is up, with nothing to send
-			if conn, err := net.DialTimeout("tcp", grpcAddr, time.Second); err == nil {
-				conn.Close()
-				if !force {
+			open := func() bool {
+				conn, err := net.DialTimeout("tcp", grpcAddr, time.Second)
+				if err == nil {
+					conn.Close()
+				}
+				return err == nil
+			}
+			if force {
+				testwait.Eventually(t, 10*time.Second, "the gRPC port to open with FORCE_START_WITHOUT_INITIAL_CONFIG=true and no config", open)
+			} else {
+				// Once the stream has asked, with nothing to send, only a
+				// config can open the port.
+				testwait.Eventually(t, 10*time.Second, "fairgate's xDS stream to ask for a config", func() bool { return m.Requests() > 0 })
+				if open() {
 					t.Fatal("the gRPC port is open before any config is in")
 				}
-			} else if force {
-				t.Fatalf("FORCE_START_WITHOUT_INITIAL_CONFIG=true, the gRPC port is closed: %v", err)
 			}
 			if err := m.Set("rl-node", "1", xdstest.Domain("x", 1, confpb.RateLimitUnit_HOUR)); err != nil {
 				t.Fatal(err)
 			}
 			req := &rlspb.RateLimitRequest{Domain: "x", Descriptors: []*commonpb.RateLimitDescriptor{{Entries: []*commonpb.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}}}}
-			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			testwait.EventuallyNil(t, 10*time.Second, "the first config to be served", func() error {
 				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				defer cancel()
 				r, err := c.ShouldRateLimit(ctx, req)
-				cancel()
-				if err == nil && r.Statuses[0].GetCurrentLimit().GetRequestsPerUnit() == 1 {
-					break
+				if err == nil && r.Statuses[0].GetCurrentLimit().GetRequestsPerUnit() != 1 {
+					err = fmt.Errorf("answered %v", r)
 				}
-				if time.Now().After(deadline) {
-					t.Fatalf("the first config is not served within 10s: %v %v", r, err)
-				}
-			}
+				return err
+			})
 		})
 	}
 }

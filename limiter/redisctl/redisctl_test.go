@@ -9,11 +9,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/fairgate/fairgate/algo"
 	"github.com/fairgate/fairgate/internal/redistest"
 	"github.com/fairgate/fairgate/limiter"
 	"github.com/fairgate/fairgate/limiter/redisctl"
 	"github.com/fairgate/fairgate/policy"
+	"github.com/fairgate/fairgate/policy/policyfile"
 	"github.com/fairgate/fairgate/store/redisstore"
 )
 
@@ -147,5 +150,46 @@ func TestBadOverrideIsRefusedBeforeWriting(t *testing.T) {
 	defer st.Close()
 	if v, err := redisctl.New(st.Client(), prefix).Version(context.Background()); err != nil || v != 0 {
 		t.Errorf("control version = %d, %v after a refused write; want 0", v, err)
+	}
+}
+
+// TestStoredPlanIsTheFilesPlan: a plan written to the control store and
+// read back is the plan the policy file gives (every field of its rules:
+// algorithm, calendar, shadow, sub-millisecond period, concurrency), so
+// the stored form (policy.Plan's JSON) agrees with the YAML one.
+func TestStoredPlanIsTheFilesPlan(t *testing.T) {
+	p, err := policyfile.Parse("plans.yaml", []byte(`default_plan: free
+default_class: read
+classes: {read: {}}
+plans:
+  free:
+    - {limit: 120, period: 1m, burst: 30}
+    - {name: tb, limit: 10, period: 1500us, algorithm: token_bucket, shadow: true}
+    - {name: sw, limit: 10, period: 1s, algorithm: sliding_window}
+    - {name: daily, limit: 10000, period: day}
+    - {concurrency: 5}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := p.Plans["free"]
+	want.Name = "free"
+	srv := redistest.Shared(t)
+	st, err := redisstore.New(redisstore.Config{URL: "redis://" + srv.Addr, Prefix: "storedplan:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	c := redisctl.New(st.Client(), "storedplan:")
+	ctx := context.Background()
+	if err := c.PutPlan(ctx, want); err != nil {
+		t.Fatal(err)
+	}
+	ov, err := c.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, ov.Plans["free"]); diff != "" {
+		t.Errorf("the plan read back from the control store (-file +stored):\n%s", diff)
 	}
 }

@@ -24,8 +24,9 @@ type Server struct {
 	Addr string
 	g    *grpc.Server
 
-	mu    sync.Mutex
-	nacks []string
+	mu       sync.Mutex
+	nacks    []string
+	requests int
 }
 
 // Start starts a server on addr ("127.0.0.1:0" for any port).
@@ -43,10 +44,11 @@ func (s *Server) Restart(addr string) error {
 	s.Addr = ln.Addr().String()
 	srv := xdsserver.NewServer(context.Background(), s.cache, xdsserver.CallbackFuncs{
 		StreamRequestFunc: func(_ int64, req *discoverypb.DiscoveryRequest) error {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			s.requests++
 			if req.ErrorDetail != nil {
-				s.mu.Lock()
 				s.nacks = append(s.nacks, req.ErrorDetail.Message)
-				s.mu.Unlock()
 			}
 			return nil
 		},
@@ -78,6 +80,14 @@ func (s *Server) NACKs() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return strings.Join(s.nacks, "|")
+}
+
+// Requests returns the number of discovery requests received so far: a
+// client's stream is up, and has asked, once it is above zero.
+func (s *Server) Requests() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.requests
 }
 
 // Domain is a RateLimitConfig of one domain with one key limited to n per
