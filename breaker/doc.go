@@ -46,4 +46,9 @@
 // fairgate_dependency_rejections_total (calls refused by the shared
 // breaker), fairgate_dependency_party_trips_total and
 // fairgate_dependency_party_rejections_total (parties' own breakers).
+//
+// Clock: the per-party breakers are sony/gobreaker's, which read time.Now
+// themselves and take no clock, so the shared breaker reads time.Now too:
+// one clock for every breaker of a dependency. Tests run under
+// testing/synctest, whose fake time both follow.
 package breaker

@@ -28,4 +28,9 @@
 // It is per instance and in memory: nothing here touches a store. The
 // proxy of `fairgate serve` puts it in front of the upstream with the
 // config's upstream_capacity section (docs/concurrency.md).
+//
+// Clock: the gate reads time.Now, as its waits are real timers (a waiter
+// gives up on a context or a timer, never on a clock of its own); tests
+// run under testing/synctest, whose fake time moves the clock and the
+// timers together, which an injected clock alone could not.
 package fairshare

@@ -84,6 +84,10 @@ type Config struct {
 	// registration refused otherwise (a name registered with other labels
 	// or help, or a Registerer that refuses duplicates) fails New.
 	Registerer prometheus.Registerer
+	// Now is the clock of this instance's tally of which tenants called a
+	// provider and which it asked to wait (Window's clock). Nil means
+	// time.Now. Budgets and pauses are timed by the store's clock.
+	Now func() time.Time
 }
 
 // Quotas decides outbound calls. It is safe for concurrent use.
@@ -103,6 +107,7 @@ type Quotas struct {
 	timeout    time.Duration
 	window     time.Duration
 	minTenants int
+	now        func() time.Time
 	m          *metrics
 }
 
@@ -162,7 +167,10 @@ func New(c Config) (*Quotas, error) {
 		return nil, fmt.Errorf("quota: the store %T cannot hold keys (store.Holder), so pauses could not work", c.Store)
 	}
 	q := &Quotas{st: c.Store, hold: h, maxWait: c.MaxWait, maxPause: c.MaxPause, timeout: c.Timeout,
-		window: cmp.Or(c.Window, DefaultWindow), minTenants: cmp.Or(c.MinTenants, DefaultMinTenants)}
+		window: cmp.Or(c.Window, DefaultWindow), minTenants: cmp.Or(c.MinTenants, DefaultMinTenants), now: c.Now}
+	if q.now == nil {
+		q.now = time.Now
+	}
 	if c.Window < 0 {
 		return nil, fmt.Errorf("%w: Config.Window %v is negative", ErrInvalid, c.Window)
 	}
@@ -347,7 +355,7 @@ func (q *Quotas) AcquireWithin(ctx context.Context, provider, tenant string, max
 		now := time.Now()
 		if res.Allowed {
 			if !own {
-				p.tally.call(tag, now, q.window)
+				p.tally.call(tag, q.now(), q.window)
 			}
 			waited := now.Sub(start)
 			q.m.wait.WithLabelValues(provider).Observe(waited.Seconds())
@@ -464,7 +472,7 @@ func (q *Quotas) PauseTenant(ctx context.Context, provider, tenant string, d tim
 		return false, nil
 	}
 	tag := policy.TenantTag(tenant)
-	now := time.Now()
+	now := q.now()
 	until, quorum := p.tally.pause(tag, now, now.Add(d), q.window, q.minTenants)
 	hctx, cancel := q.storeContext(ctx)
 	err = q.hold.Hold(hctx, pauseKey(provider, tag), pauseLimit, d)

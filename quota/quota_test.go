@@ -456,3 +456,32 @@ func TestMetrics(t *testing.T) {
 		t.Errorf("second Quotas on one registry: %v", err)
 	}
 }
+
+// TestQuorumWindowClock drives the tally's clock: two tenants asked to
+// wait within Window pause the provider for everyone; the same two with
+// more than Window between them do not.
+func TestQuorumWindowClock(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1_800_000_000, 0)
+	q, err := New(Config{Store: memstore.New(memstore.Config{}), Providers: map[string]Provider{"sms": sms},
+		Window: time.Minute, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, c := range []struct {
+		tenant  string
+		advance time.Duration
+		want    bool
+	}{
+		{"a", 0, false},
+		{"b", time.Minute + time.Second, false}, // a's request to wait left the window
+		{"c", 30 * time.Second, true},           // b and c within one window: a quorum
+	} {
+		now = now.Add(c.advance)
+		got, err := q.PauseTenant(ctx, "sms", c.tenant, time.Hour)
+		if err != nil || got != c.want {
+			t.Errorf("tenant %s after %v: provider paused %v, %v; want %v", c.tenant, c.advance, got, err, c.want)
+		}
+	}
+}

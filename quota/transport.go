@@ -89,7 +89,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return resp, err
 	}
 	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
-		if d, ok := ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now()); ok && d > 0 {
+		if d, ok := ParseRetryAfter(resp.Header.Get("Retry-After"), t.Quotas.now()); ok && d > 0 {
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(req.Context()), pauseTimeout)
 			d = min(d, t.Quotas.MaxPause())
 			var err error
