@@ -51,9 +51,8 @@ const (
 
 // Config configures Quotas.
 type Config struct {
-	// Store holds the budgets; it must also be a [store.Holder] (both of
-	// fairgate's stores are). Share one Redis between instances to share
-	// the budgets. Required.
+	// Store holds the budgets and the pauses ([store.Holder]). Share one
+	// Redis between instances to share the budgets. Required.
 	Store store.Store
 	// Providers are the providers by name: lower-case letters, digits, '-'
 	// and '_'.
@@ -96,7 +95,6 @@ type Config struct {
 // tenant's calls.
 type Quotas struct {
 	st         store.Store
-	hold       store.Holder
 	provs      atomic.Pointer[map[string]*provider]
 	maxWait    time.Duration
 	maxPause   time.Duration
@@ -157,11 +155,7 @@ func New(c Config) (*Quotas, error) {
 	if c.Store == nil {
 		return nil, errors.New("quota: Config.Store is required")
 	}
-	h, ok := c.Store.(store.Holder)
-	if !ok {
-		return nil, fmt.Errorf("quota: the store %T cannot hold keys (store.Holder), so pauses could not work", c.Store)
-	}
-	q := &Quotas{st: c.Store, hold: h, maxWait: c.MaxWait, maxPause: c.MaxPause, timeout: c.Timeout,
+	q := &Quotas{st: c.Store, maxWait: c.MaxWait, maxPause: c.MaxPause, timeout: c.Timeout,
 		window: cmp.Or(c.Window, DefaultWindow), minTenants: cmp.Or(c.MinTenants, DefaultMinTenants)}
 	if c.Window < 0 {
 		return nil, fmt.Errorf("%w: Config.Window %v is negative", ErrInvalid, c.Window)
@@ -424,7 +418,7 @@ func (q *Quotas) pause(ctx context.Context, provider string, p *provider, d time
 	}
 	hctx, cancel := q.storeContext(ctx)
 	defer cancel()
-	if err := q.hold.Hold(hctx, p.budget, p.Limit, d); err != nil {
+	if err := q.st.Hold(hctx, p.budget, p.Limit, d); err != nil {
 		return fmt.Errorf("quota: pausing provider %q: %w", provider, err)
 	}
 	q.m.pauses.WithLabelValues(provider).Inc()
@@ -467,7 +461,7 @@ func (q *Quotas) PauseTenant(ctx context.Context, provider, tenant string, d tim
 	now := time.Now()
 	until, quorum := p.tally.pause(tag, now, now.Add(d), q.window, q.minTenants)
 	hctx, cancel := q.storeContext(ctx)
-	err = q.hold.Hold(hctx, pauseKey(provider, tag), pauseLimit, d)
+	err = q.st.Hold(hctx, pauseKey(provider, tag), pauseLimit, d)
 	cancel()
 	if err != nil {
 		err = fmt.Errorf("quota: pausing tenant %q of provider %q: %w", tenant, provider, err)

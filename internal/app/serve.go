@@ -48,6 +48,7 @@ import (
 	"github.com/fairgate/fairgate/limitheader"
 	"github.com/fairgate/fairgate/policy"
 	"github.com/fairgate/fairgate/quota"
+	"github.com/fairgate/fairgate/store/guard"
 	"github.com/fairgate/fairgate/store/memstore"
 	"github.com/fairgate/fairgate/store/redisstore"
 )
@@ -92,9 +93,10 @@ type daemon struct {
 	cfg *config.Config
 	raw []byte
 	be  Backend
-	// perSecond is the per-second store and its limiter, when configured.
+	// perSecond is the per-second store, and secondsGuard its guard, when
+	// configured.
 	perSecond    Backend
-	perSecondLim *limiter.Limiter
+	secondsGuard *guard.Guard
 	reg          registry
 	reloads      *prometheus.CounterVec
 	rtSkipped    *prometheus.GaugeVec // fairgate_rls_runtime_skipped_entries
@@ -247,7 +249,7 @@ func (d *daemon) buildDeciders() error {
 		return err
 	}
 	d.closers = append(d.closers, d.jobs.Close)
-	if d.rlsSvc, err = rls.New(d.cfg.RLS, d.lim, d.log, d.reg); err != nil {
+	if d.rlsSvc, err = rls.New(d.cfg.RLS, d.lim.Guard(), d.log, d.reg); err != nil {
 		return err
 	}
 	d.rlsFile = d.cfg.RLS
@@ -294,7 +296,7 @@ func (d *daemon) buildDeciders() error {
 }
 
 // buildPerSecond opens the per-second store, when configured, with a
-// limiter of its own (its metrics prefixed per_second_), for the Envoy
+// guard of its own (its metrics prefixed per_second_), for the Envoy
 // service's counted windows of one second.
 func (d *daemon) buildPerSecond() error {
 	if d.c.PerSecondStore == "" {
@@ -305,15 +307,15 @@ func (d *daemon) buildPerSecond() error {
 		return fmt.Errorf("serve: per-second store: %w", err)
 	}
 	d.closers = append(d.closers, d.perSecond.Store.Close)
-	d.perSecondLim, err = limiter.New(limiter.Config{
-		Store: d.perSecond.Store, Policy: policyOf(d.cfg), Timeout: d.perSecond.Timeout,
+	d.secondsGuard, err = guard.New(guard.Config{
+		Store: d.perSecond.Store, Timeout: d.perSecond.Timeout,
 		Fallback: memstore.New(memstore.Config{MaxKeys: 100_000, MaxBytes: 32 << 20}), Instances: d.cfg.Instances, Tracer: d.tr.Tracer(),
 		Logger: d.log, Registerer: prometheus.WrapRegistererWithPrefix("per_second_", d.reg),
 	})
 	if err != nil {
 		return err
 	}
-	d.rlsSvc.SetPerSecond(d.perSecondLim)
+	d.rlsSvc.SetPerSecond(d.secondsGuard)
 	return nil
 }
 
@@ -381,11 +383,11 @@ func (d *daemon) start(ready func(addr string)) error {
 	}
 	d.goCheck("limiter", func() error { return d.lim.Run(d.bg) })
 	d.goCheck("API keys", func() error { d.keys.Run(d.bg); return nil })
-	if d.perSecondLim != nil {
+	if d.secondsGuard != nil {
 		if err := d.connect(d.perSecond.lazy, d.c.PerSecondStore); err != nil {
 			return err
 		}
-		d.goCheck("per-second limiter", func() error { return d.perSecondLim.Run(d.bg) })
+		d.goCheck("per-second store probe", func() error { return d.secondsGuard.Run(d.bg) })
 	}
 	if d.board != nil {
 		d.goCheck("dashboard", func() error { return d.board.Run(d.bg) })
