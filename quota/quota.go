@@ -17,6 +17,7 @@ import (
 	"github.com/fairgate/fairgate/algo"
 	"github.com/fairgate/fairgate/policy"
 	"github.com/fairgate/fairgate/store"
+	"github.com/fairgate/fairgate/store/guard"
 )
 
 // Provider is one provider's budget.
@@ -64,7 +65,9 @@ type Config struct {
 	MaxPause time.Duration
 	// Timeout is the deadline of each store call (a wait between calls is
 	// not bounded by it). Zero means DefaultTimeout; negative means none,
-	// for an in-process store.
+	// for an in-process store. The budget's calls go through a
+	// [guard.Guard] of their own with this deadline: a circuit breaker
+	// refuses them at once (store.ErrUnavailable) while the store is out.
 	Timeout time.Duration
 	// Window is how long a tenant counts as calling a provider after its
 	// last call, and how long a provider's request that a tenant wait
@@ -95,6 +98,7 @@ type Config struct {
 // tenant's calls.
 type Quotas struct {
 	st         store.Store
+	guard      *guard.Guard // st under the timeout and a breaker
 	provs      atomic.Pointer[map[string]*provider]
 	maxWait    time.Duration
 	maxPause   time.Duration
@@ -166,6 +170,11 @@ func New(c Config) (*Quotas, error) {
 	if q.timeout == 0 {
 		q.timeout = DefaultTimeout
 	}
+	g, err := guard.New(guard.Config{Store: c.Store, Timeout: q.timeout, NoNearCache: true})
+	if err != nil {
+		return nil, fmt.Errorf("quota: %w", err)
+	}
+	q.guard = g
 	if q.maxWait <= 0 {
 		q.maxWait = DefaultMaxWait
 	}
@@ -377,11 +386,14 @@ func (q *Quotas) storeContext(ctx context.Context) (context.Context, context.Can
 	return context.WithTimeout(ctx, q.timeout)
 }
 
-// take is one store call under the timeout.
+// take is one store call through the guard: under the timeout and the
+// breaker. A failure is the caller's error (there is no fallback). A
+// caller already gone sends nothing, so that it takes no budget.
 func (q *Quotas) take(ctx context.Context, checks []store.Check, res *store.Result) error {
-	sctx, cancel := q.storeContext(ctx)
-	defer cancel()
-	return q.st.Take(sctx, checks, res)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return q.guard.Call(ctx, time.Now(), checks, res)
 }
 
 // jitter is a random extra sleep of up to a quarter of d plus 1 ms.
