@@ -21,8 +21,8 @@ import (
 	"github.com/fairgate/fairgate/internal/testwait"
 	"github.com/fairgate/fairgate/limiter"
 	"github.com/fairgate/fairgate/policy"
-	"github.com/fairgate/fairgate/store"
 	"github.com/fairgate/fairgate/store/memstore"
+	"github.com/fairgate/fairgate/store/storetest"
 )
 
 // policy: every call is class "rpc", 60 per minute with a burst of 3, and
@@ -123,10 +123,7 @@ func TestUnary(t *testing.T) {
 }
 
 // failing is a store that is out.
-type failing struct{}
-
-func (failing) Take(context.Context, []store.Check, *store.Result) error { return store.ErrUnavailable }
-func (failing) Close() error                                             { return nil }
+type failing struct{ storetest.Down }
 
 func TestStreamFailsClosed(t *testing.T) {
 	l, err := limiter.New(limiter.Config{Store: failing{}, Policy: rpcPolicy, Timeout: 20 * time.Millisecond, Fallback: memstore.New(memstore.Config{})})

@@ -10,6 +10,7 @@ import (
 	"github.com/fairgate/fairgate/algo"
 	"github.com/fairgate/fairgate/policy"
 	"github.com/fairgate/fairgate/store"
+	"github.com/fairgate/fairgate/store/guard"
 )
 
 // Reason says why a decision is what it is.
@@ -83,7 +84,7 @@ type Decision struct {
 }
 
 // UnavailableRetryAfter is the Retry-After of a fail-closed decision.
-const UnavailableRetryAfter = 5 * time.Second
+const UnavailableRetryAfter = guard.UnavailableRetryAfter
 
 // maxHeld bounds the requests an instance holds at once (see
 // [policy.Class].SlowDown); past it, rejections are answered at once.
@@ -108,16 +109,13 @@ func (l *Limiter) hold(ctx context.Context, d time.Duration) bool {
 }
 
 // count records d in the decisions metric and samples a log line of its
-// rejection; checks given directly are not a policy's decisions.
+// rejection.
 func (l *Limiter) count(c *call, d *Decision) {
 	switch {
 	case c.slotsSkipped && d.Reason == ReasonAllowed:
 		d.Reason = ReasonDegradedOpen
 	case c.shadowSlot && d.Reason == ReasonAllowed:
 		d.Reason = ReasonShadowLimited
-	}
-	if c.direct {
-		return
 	}
 	if d.Reason == ReasonLimited && l.logged.allow(c.now.Unix()) {
 		l.log.Info("limited", slog.String("tenant", d.Resolution.Tenant), slog.String("policy", d.Policy), slog.Int64("retry_after_ms", algo.CeilMillis(d.RetryAfter)))
@@ -163,7 +161,7 @@ func (l *Limiter) retryEnforced(ctx context.Context, c *call, d *Decision, sr *s
 			return nil
 		}
 		var r2 store.Result
-		if err := l.take(ctx, c.now, sub, &r2); err != nil {
+		if err := l.guard.Call(ctx, c.now, sub, &r2); err != nil {
 			return err
 		}
 		if r2.Allowed || attempt == 1 || !anyShadowRejectsAt(all, idx, r2.Decisions) {
@@ -241,7 +239,7 @@ func (l *Limiter) Decide(ctx context.Context, req policy.Request) (Decision, err
 // decides whether overrides have expired and ages near-cache answers. The
 // store decides by its own clock (Redis TIME; the memory store's).
 func (l *Limiter) DecideAt(ctx context.Context, now time.Time, req policy.Request) (Decision, error) {
-	res, err := l.snap.Load().Resolve(req, now)
+	res, err := l.Snapshot().Resolve(req, now)
 	if err != nil {
 		return Decision{Tightest: -1, Resolution: res, Now: now}, err
 	}
@@ -251,53 +249,27 @@ func (l *Limiter) DecideAt(ctx context.Context, now time.Time, req policy.Reques
 		return d, nil
 	}
 	c := call{now: now, res: res, hold: req.Hold, near: l.near != nil && !res.NoNearCache}
-	if len(res.Slots) > 0 && l.slots.store != nil && !req.NoSlots {
+	if len(res.Slots) > 0 && !req.NoSlots {
 		return l.decideWithSlots(ctx, &c)
 	}
-	return l.decide(ctx, &c, nil)
+	return l.decide(ctx, &c)
 }
 
-// TakeChecks decides checks given directly (the /v1/take API, the Envoy
-// service) through the same pipeline as Decide: near cache, deadline,
-// breaker and fail mode. res receives one decision per check. The error
-// is for invalid checks only.
-//
-// The near cache answers single-check batches only: a batch of several
-// that one remembered check rejects would owe its other checks a decision
-// the instance does not have.
-func (l *Limiter) TakeChecks(ctx context.Context, checks []store.Check, fail policy.FailMode, res *store.Result) (Reason, error) {
-	if err := store.Validate(checks); err != nil {
-		return "", err
-	}
-	c := call{now: l.now(), checks: checks, direct: true, res: policy.Resolution{Fail: fail}}
-	var one [1]policy.Layer
-	if l.near != nil && len(checks) == 1 {
-		one[0] = policy.Layer{Key: checks[0].Key, Limit: checks[0].Limit}
-		c.near, c.res.Layers, c.res.Cost = true, one[:], checks[0].Cost
-	}
-	d, err := l.decide(ctx, &c, res)
-	return d.Reason, err
-}
-
-// call is one decision on its way through the pipeline, as an adapter
-// (Decide, TakeChecks) built it.
+// call is one decision on its way through the pipeline, as Decide built
+// it.
 type call struct {
 	// now is the decision's one clock reading; a hold moves it on.
 	now time.Time
 	// res holds the layers (names, shadow) and how to decide them: cost
 	// (for the near cache), fail mode, lease, slow-down.
 	res policy.Resolution
-	// checks are the store checks, in the order of res.Layers when that
-	// is not empty; nil until needed for a request's.
+	// checks are the store checks, in the order of res.Layers; nil until
+	// needed.
 	checks []store.Check
 	// hold lets a near-cache rejection be held for res.SlowDown.
 	hold bool
 	// near lets the near cache answer and learn.
 	near bool
-	// direct marks checks given directly: the store's answer is the
-	// reply, one decision per check; no layers are built, and the
-	// decision is not counted as a policy's.
-	direct bool
 	// storeTime is how long the store call took, when traced.
 	storeTime time.Duration
 	// slotsSkipped marks a decision whose concurrency slots the store
@@ -310,25 +282,24 @@ type call struct {
 }
 
 // decide is the pipeline: near cache (and hold), lease, one store call
-// under the deadline and breaker, the shadow retry, then the fail mode and
-// the fallback. sr receives the store's (or the fallback's) answer; nil
-// means a new one if the store is called. c.checks nil means the checks
-// of c.res, built once the near cache and the lease have not answered.
-func (l *Limiter) decide(ctx context.Context, c *call, sr *store.Result) (Decision, error) {
+// through the guard (deadline, breaker), the shadow retry, then the
+// guard's fail mode and fallback. The checks of c.res are built once the
+// near cache and the lease have not answered.
+func (l *Limiter) decide(ctx context.Context, c *call) (Decision, error) {
 	if l.tracer == nil {
-		return l.decideIn(ctx, c, sr)
+		return l.decideIn(ctx, c)
 	}
 	ctx, span := l.tracer.Start(ctx, "fairgate.decide")
-	d, err := l.decideIn(ctx, c, sr)
+	d, err := l.decideIn(ctx, c)
 	l.endDecision(span, c, &d)
 	return d, err
 }
 
 // decideIn is decide's pipeline; with tracing on it times the store call
 // for the decision's span.
-func (l *Limiter) decideIn(ctx context.Context, c *call, sr *store.Result) (Decision, error) {
+func (l *Limiter) decideIn(ctx context.Context, c *call) (Decision, error) {
 	if ld, ok := l.nearAnswer(ctx, c); ok {
-		return l.nearDecision(c, ld, sr), nil
+		return l.nearDecision(c, ld), nil
 	}
 	if c.res.Lease > 0 {
 		if d, ok := l.leased(ctx, c.res, c.now); ok {
@@ -337,53 +308,38 @@ func (l *Limiter) decideIn(ctx context.Context, c *call, sr *store.Result) (Deci
 			return d, nil
 		}
 	}
-	if c.checks == nil || sr == nil {
-		// The checks and the store's answer live only for this call: a
-		// pooled scratch holds them (nothing keeps them past the return;
-		// decisions and the near cache copy what they keep).
-		sc := scratchPool.Get().(*scratch)
-		defer scratchPool.Put(sc)
-		if c.checks == nil { // built only for a request that reaches the store
-			c.checks = appendChecks(sc.checks[:0], c.res)
-		}
-		if sr == nil {
-			sc.res = store.Result{Decisions: sc.decisions[:0]}
-			sr = &sc.res
-		}
-	}
+	// The checks and the store's answer live only for this call: a
+	// pooled scratch holds them (nothing keeps them past the return;
+	// decisions and the near cache copy what they keep).
+	sc := scratchPool.Get().(*scratch)
+	defer scratchPool.Put(sc)
+	c.checks = appendChecks(sc.checks[:0], c.res)
+	sc.res = store.Result{Decisions: sc.decisions[:0]}
+	sr := &sc.res
 	d := Decision{Resolution: c.res, Tightest: -1, Now: c.now}
 	var took time.Time
 	if l.tracer != nil {
 		took = time.Now()
 	}
-	err := l.take(ctx, c.now, c.checks, sr)
+	err := l.guard.Call(ctx, c.now, c.checks, sr)
 	if l.tracer != nil {
 		c.storeTime = time.Since(took)
 	}
 	switch {
-	case err == nil && !c.direct && !sr.Allowed && anyShadowRejects(c.res.Layers, sr.Decisions):
+	case err == nil && !sr.Allowed && anyShadowRejects(c.res.Layers, sr.Decisions):
 		err = l.retryEnforced(ctx, c, &d, sr)
-	case err == nil && !c.direct:
+	case err == nil:
 		d.Layers = layerDecisions(c.res.Layers, sr.Decisions)
 	}
 	switch {
 	case errors.Is(err, store.ErrInvalidCheck):
 		return d, err
 	case err != nil:
-		if u, closed := l.failMode(c.res, c.now); closed {
-			d.Reason, d.RetryAfter = u.Reason, u.RetryAfter
-		} else {
-			l.degrade(ctx, c, &d, sr)
-		}
-	case c.direct:
-		d.Allowed, d.Reason = sr.Allowed, ReasonAllowed
-		if !sr.Allowed {
-			d.Reason, d.RetryAfter = ReasonLimited, sr.RetryAfter()
-		}
+		l.failed(ctx, c, &d, sr)
 	default:
 		verdict(&d)
 	}
-	l.learn(c, &d, sr)
+	l.learn(c, &d)
 	l.count(c, &d)
 	return d, nil
 }
@@ -394,7 +350,7 @@ func (l *Limiter) decideIn(ctx context.Context, c *call, sr *store.Result) (Deci
 // retry-after.
 func (l *Limiter) nearAnswer(ctx context.Context, c *call) (LayerDecision, bool) {
 	for c.near {
-		ld, ok := l.near.lookup(c.res.Layers, c.res.Cost, c.now)
+		ld, ok := l.nearLookup(c)
 		if !ok {
 			return LayerDecision{}, false
 		}
@@ -407,14 +363,26 @@ func (l *Limiter) nearAnswer(ctx context.Context, c *call) (LayerDecision, bool)
 	return LayerDecision{}, false
 }
 
-// nearDecision is the rejection the near cache answered for c, counted.
-func (l *Limiter) nearDecision(c *call, ld LayerDecision, sr *store.Result) Decision {
-	d := Decision{Reason: ReasonLimited, RetryAfter: ld.RetryAfter, Policy: ld.Policy, Resolution: c.res, Now: c.now, Layers: []LayerDecision{ld}}
-	if c.direct {
-		sr.Allowed, sr.Now = false, c.now
-		sr.Decisions = append(sr.Decisions[:0], algo.Decision{Limit: ld.Limit.Limit, Remaining: ld.Remaining, RetryAfter: ld.RetryAfter, ResetAfter: ld.ResetAfter})
+// nearLookup returns the near cache's remembered rejection of one of c's
+// enforced layers that still holds at c.now for c's cost.
+func (l *Limiter) nearLookup(c *call) (LayerDecision, bool) {
+	for _, ly := range c.res.Layers {
+		if ly.Shadow {
+			continue
+		}
+		if x, ok := l.near.Lookup(ly.Key, ly.Limit, c.res.Cost, c.now); ok {
+			ld := LayerDecision{Layer: ly}
+			ld.set(x)
+			return ld, true
+		}
 	}
-	l.m.nearHits.Inc()
+	return LayerDecision{}, false
+}
+
+// nearDecision is the rejection the near cache answered for c, counted.
+func (l *Limiter) nearDecision(c *call, ld LayerDecision) Decision {
+	d := Decision{Reason: ReasonLimited, RetryAfter: ld.RetryAfter, Policy: ld.Policy, Resolution: c.res, Now: c.now, Layers: []LayerDecision{ld}}
+	l.near.Hit()
 	l.count(c, &d)
 	return d
 }
@@ -438,40 +406,36 @@ func verdict(d *Decision) {
 	}
 }
 
-// degrade decides d on the fallback because the store failed and the
-// fail mode is open; without a fallback (or when it fails too) it admits.
-func (l *Limiter) degrade(ctx context.Context, c *call, d *Decision, sr *store.Result) {
+// failed decides d by c's fail mode because the store failed: the
+// guard's answer is unavailable (fail closed), or degraded (fail open):
+// decided on the fallback, at this instance's share of each limit, or
+// admitted without limiting when there is no fallback or it failed too.
+func (l *Limiter) failed(ctx context.Context, c *call, d *Decision, sr *store.Result) {
+	o, sized := l.guard.Fail(ctx, c.checks, c.res.Fail, sr)
+	if o == guard.Unavailable {
+		d.Reason, d.RetryAfter = ReasonUnavailable, UnavailableRetryAfter
+		return
+	}
 	d.Allowed, d.Reason = true, ReasonDegradedOpen
-	fchecks, ok := l.decideLocally(ctx, c.checks, sr)
-	switch {
-	case ok && c.direct:
-		d.Allowed = sr.Allowed
-	case ok:
+	if sized != nil {
 		layers := slices.Clone(c.res.Layers)
 		for i := range layers {
-			layers[i].Limit = fchecks[i].Limit
+			layers[i].Limit = sized[i].Limit
 		}
 		d.Layers = layerDecisions(layers, sr.Decisions)
 		d.Allowed, d.RetryAfter = sr.Allowed, sr.RetryAfter()
-	case c.direct:
-		sr.Allowed = true
-		sr.Decisions = sr.Decisions[:0]
-		for _, ch := range c.checks {
-			sr.Decisions = append(sr.Decisions, algo.Decision{Allowed: true, Limit: ch.Limit.Limit, Remaining: ch.Limit.Capacity()})
-		}
 	}
+}
+
+// unavailable is the decision of a fail-closed request whose store
+// failed.
+func unavailable(res policy.Resolution, now time.Time) Decision {
+	return Decision{Reason: ReasonUnavailable, RetryAfter: UnavailableRetryAfter, Tightest: -1, Resolution: res, Now: now}
 }
 
 // learn finishes d: its tightest layer, shadow rejections counted and
 // logged, and its enforced rejections remembered in the near cache.
-func (l *Limiter) learn(c *call, d *Decision, sr *store.Result) {
-	if c.direct {
-		if c.near && d.Reason == ReasonLimited {
-			ch, x := &c.checks[0], sr.Decisions[0]
-			l.near.put(LayerDecision{Layer: policy.Layer{Key: ch.Key, Limit: ch.Limit}, Remaining: x.Remaining, RetryAfter: x.RetryAfter, ResetAfter: x.ResetAfter}, ch.Cost, c.now)
-		}
-		return
-	}
+func (l *Limiter) learn(c *call, d *Decision) {
 	d.Tightest = tightest(d.Layers)
 	if d.Tightest >= 0 {
 		d.Policy = d.Layers[d.Tightest].Policy
@@ -485,7 +449,7 @@ func (l *Limiter) learn(c *call, d *Decision, sr *store.Result) {
 	if d.Reason == ReasonLimited && c.near {
 		for _, ld := range d.Layers {
 			if !ld.Allowed && !ld.Shadow {
-				l.near.put(ld, c.res.Cost, c.now)
+				l.near.Put(ld.Key, ld.Limit, c.res.Cost, algo.Decision{Remaining: ld.Remaining, RetryAfter: ld.RetryAfter, ResetAfter: ld.ResetAfter}, c.now)
 			}
 		}
 	}

@@ -3,20 +3,32 @@
 // store batch, applying the near cache, leases, shadow mode and the fail
 // mode.
 //
-// A [Limiter] holds the snapshot in force and swaps it atomically when the
-// config file is reloaded ([Limiter.SetPolicy]) or the run-time overlay in
-// the [ControlStore] changes ([Limiter.Run] polls it; [Limiter.PutOverride]
-// and [Limiter.PutPlan] write it after checking that it compiles).
+// A [Limiter] embeds its [Policies]: the snapshot in force, swapped
+// atomically when the config file is reloaded ([Policies.SetPolicy]) or
+// the run-time overlay in the [ControlStore] changes ([Limiter.Run] polls
+// it; [Policies.PutOverride] and [Policies.PutPlan] write it after
+// checking that it compiles).
 //
-// A rate decision, whatever asks for it ([Limiter.Decide] for a request,
-// [Limiter.TakeChecks] for checks given directly), goes through one
-// pipeline: near cache, lease, store call under a deadline and a circuit
-// breaker, then the fail mode and the fallback. A decision reads the clock
-// once. Concurrency slots ([Limiter.AcquireSlots] alone, or the slot
-// layers of a Decide) make their own store call, under the same deadline
-// and breaker and decided by the same fail mode, before the rate layers;
-// [Limiter.ReleaseSlots] gives them back. [Limiter.Effective] reads a
-// tenant's limits and their state without deciding anything.
+// The store is reached only through the limiter's [guard.Guard] (package
+// store/guard), which holds the store deadline, the circuit breakers, the
+// fallback, the one fail-mode switch ([guard.Guard.Fail]), the near cache
+// of rejected keys, and the store's spans and metrics. Checks given
+// directly (the /v1/take API, the Envoy service) go to the guard alone
+// ([Limiter.Guard], [guard.Guard.Take]), sharing its breakers, fallback
+// and near cache with the limiter's decisions.
+//
+// A decision ([Limiter.Decide]) reads the clock once and goes: resolve,
+// near cache (a remembered rejection, held for the class's slow-down),
+// lease (for a class that leases units), one store call through the guard,
+// the shadow retry, then the verdict, or the guard's fail mode when the
+// store failed. A request with concurrency layers takes its slots first,
+// in one store call through the guard, after the near cache and before
+// the lease; a rejected request gives them back at once.
+// [Limiter.AcquireSlots] takes slots alone, through the guard and decided
+// by the same fail mode, and [Limiter.ReleaseSlots] gives them back.
+// [Limiter.Effective] reads a tenant's limits and their state with a
+// cost-0 peek through the guard (its deadline and breakers, no fail
+// mode), deciding nothing.
 //
 // Shadow layers (a shadow class's own layers, or a rule marked shadow) are
 // decided like the others, but a rejection only counts
@@ -29,6 +41,7 @@
 // ReasonDegradedOpen; fail closed rejects with ReasonUnavailable and a
 // retry-after of [UnavailableRetryAfter].
 //
-// The package imports policy, store and algo, never a backend; the daemon
-// wires the backends. Every exported type is safe for concurrent use.
+// The package imports policy, store, store/guard and algo, never a
+// backend; the daemon wires the backends. Every exported type is safe for
+// concurrent use.
 package limiter

@@ -46,7 +46,7 @@ type TenantLimits struct {
 // then the tenant overall) with limit, burst and the current remaining
 // and reset, read by a cost-0 peek that changes nothing.
 func (l *Limiter) Effective(ctx context.Context, id, plan string) (TenantLimits, error) {
-	s := l.snap.Load()
+	s := l.Snapshot()
 	now := l.now()
 	if id == "" || len(id) > policy.MaxTenantID {
 		return TenantLimits{}, fmt.Errorf("%w: want 1 to %d bytes", policy.ErrBadTenant, policy.MaxTenantID)
@@ -77,7 +77,7 @@ func (l *Limiter) Effective(ctx context.Context, id, plan string) (TenantLimits,
 			checks[i] = store.Check{Key: ly.Key, Limit: ly.Limit}
 		}
 		var res store.Result
-		if err := l.take(ctx, now, checks, &res); err != nil {
+		if err := l.guard.Call(ctx, now, checks, &res); err != nil {
 			return out, err
 		}
 		for i, ly := range part {

@@ -122,7 +122,7 @@ func (l *Limiter) leased(ctx context.Context, res policy.Resolution, now time.Ti
 			checks[i].Cost = n
 		}
 		var sr store.Result
-		err := l.take(ctx, now, checks, &sr)
+		err := l.guard.Call(ctx, now, checks, &sr)
 		e.mu.Lock()
 		e.taking = nil
 		close(ch)

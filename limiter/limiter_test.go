@@ -16,6 +16,7 @@ import (
 	"github.com/fairgate/fairgate/policy"
 	"github.com/fairgate/fairgate/store"
 	"github.com/fairgate/fairgate/store/memstore"
+	"github.com/fairgate/fairgate/store/storetest"
 )
 
 var testPolicy, perMin = testpolicy.Policy, testpolicy.PerMin
@@ -129,12 +130,7 @@ func TestShadowRuleInEnforcedClass(t *testing.T) {
 }
 
 // downStore is a store that is out: every call fails as Redis would.
-type downStore struct{}
-
-func (downStore) Take(context.Context, []store.Check, *store.Result) error {
-	return store.ErrUnavailable
-}
-func (downStore) Close() error { return nil }
+type downStore struct{ storetest.Down }
 
 func TestFailModes(t *testing.T) {
 	ctx := context.Background()
@@ -268,9 +264,9 @@ func TestLimitersShareARegistry(t *testing.T) {
 // scriptedStore answers each call with the next error of errs (nil: a
 // decision), then decides.
 type scriptedStore struct {
-	mu   sync.Mutex
-	errs []error
-	ok   store.Store
+	store.Store // decides
+	mu          sync.Mutex
+	errs        []error
 }
 
 func (s *scriptedStore) Take(ctx context.Context, checks []store.Check, res *store.Result) error {
@@ -283,9 +279,8 @@ func (s *scriptedStore) Take(ctx context.Context, checks []store.Check, res *sto
 	if err != nil {
 		return err
 	}
-	return s.ok.Take(ctx, checks, res)
+	return s.Store.Take(ctx, checks, res)
 }
-func (s *scriptedStore) Close() error { return nil }
 
 // TestBreakerTripRule: timeouts in a row (a busy process, a healthy
 // store) do not open the breaker; 5 refusals in a row do; and so do
@@ -306,7 +301,7 @@ func TestBreakerTripRule(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			st := &scriptedStore{errs: c.errs, ok: memstore.New(memstore.Config{})}
+			st := &scriptedStore{errs: c.errs, Store: memstore.New(memstore.Config{})}
 			l := newLimiter(t, st, func(cf *Config) { cf.Fallback = memstore.New(memstore.Config{}); cf.Timeout = time.Second })
 			for i := range len(c.errs) {
 				l.Decide(context.Background(), policy.Request{Tenant: fmt.Sprintf("t%d", i), Method: "GET", Path: "/v1/users/1"})

@@ -9,16 +9,16 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/fairgate/fairgate/policy"
 	"github.com/fairgate/fairgate/store"
 	"github.com/fairgate/fairgate/store/memstore"
+	"github.com/fairgate/fairgate/store/storetest"
 )
 
 // garbledStore answers every take with a protocol error, as a store whose
 // script and parser are out of step would.
-type garbledStore struct{}
+type garbledStore struct{ storetest.Down }
 
 func (garbledStore) Take(context.Context, []store.Check, *store.Result) error {
 	return fmt.Errorf("%w: script replied 3 values, want 8", store.ErrProtocol)
@@ -45,7 +45,7 @@ func TestProtocolErrorIsLoud(t *testing.T) {
 	if err != nil || closed.Reason != ReasonUnavailable {
 		t.Fatalf("fail-closed class: %+v %v", closed, err)
 	}
-	if n := testutil.ToFloat64(l.m.protoErrors); n < 1 {
+	if n := counted(t, reg, "fairgate_store_protocol_errors_total"); n < 1 {
 		t.Errorf("protocol errors counted %v, want at least 1", n)
 	}
 	if !strings.Contains(buf.String(), `"level":"ERROR","msg":"store protocol error`) {
@@ -68,8 +68,27 @@ func TestLocalStoreHasNoDeadline(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if l.timeout != c.want {
-			t.Errorf("%T: deadline %v, want %v", c.st, l.timeout, c.want)
+		if got := l.guard.Timeout(); got != c.want {
+			t.Errorf("%T: deadline %v, want %v", c.st, got, c.want)
 		}
 	}
+}
+
+// counted is the value of the counter name in reg.
+func counted(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			n := 0.0
+			for _, m := range mf.GetMetric() {
+				n += m.GetCounter().GetValue()
+			}
+			return n
+		}
+	}
+	return 0
 }

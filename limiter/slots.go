@@ -10,10 +10,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sony/gobreaker/v2"
-
 	"github.com/fairgate/fairgate/policy"
 	"github.com/fairgate/fairgate/store"
+	"github.com/fairgate/fairgate/store/guard"
 )
 
 // Concurrency slots: a plan's Concurrency lets a tenant have
@@ -25,15 +24,11 @@ import (
 
 // slotState is the limiter's part in concurrency slots.
 type slotState struct {
-	store store.Slots // nil: the store keeps none
 	lease time.Duration
 	avgNs atomic.Int64 // how long slots are held, a moving average
 }
 
-func (s *slotState) init(st store.Store, lease time.Duration) {
-	if ss, ok := st.(store.Slots); ok {
-		s.store = ss
-	}
+func (s *slotState) init(lease time.Duration) {
 	s.lease = lease
 	if s.lease <= 0 {
 		s.lease = 40 * time.Second
@@ -115,8 +110,8 @@ func (s *Slots) Renew(ctx context.Context) error {
 	// Each layer is renewed on its own (every one optional): a slot that
 	// ran out and was taken meanwhile does not keep the others from
 	// being renewed.
-	_, err := s.l.acquireSlots(ctx, s.layers, s.id, s.lease, true)
-	return err
+	as, rs := slotAcquires(s.layers, true)
+	return s.l.guard.RenewSlots(ctx, s.id, s.lease, as, rs)
 }
 
 // KeepAlive renews the slots every half lease until stop is called (or
@@ -147,40 +142,14 @@ func (s *Slots) KeepAlive() (stop func()) {
 	}
 }
 
-// releaseSlots gives lease id's slots of layers back, even when ctx has
-// ended, within the store deadline and through the breaker: while the
-// store is out a release costs nothing (the caller's response waits for
-// it), and the lease frees the slot.
+// releaseSlots gives lease id's slots of layers back through the guard,
+// even when ctx has ended (see [guard.Guard.ReleaseSlots]).
 func (l *Limiter) releaseSlots(ctx context.Context, layers []policy.SlotLayer, id string) error {
-	if len(layers) == 0 {
-		return nil
-	}
-	rctx, cancel := l.storeContext(context.WithoutCancel(ctx))
-	defer cancel()
 	keys := make([]string, len(layers))
-	checks := make([]store.Check, len(layers))
 	for i, sl := range layers {
-		keys[i], checks[i] = sl.Key, store.Check{Key: sl.Key}
+		keys[i] = sl.Key
 	}
-	err := l.storeCall(checks, func() error { return l.slots.store.ReleaseSlots(rctx, id, keys) })
-	if err != nil {
-		l.logRare(time.Now(), "concurrency slots were not released; their lease frees them", err)
-	}
-	return err
-}
-
-// releaseLate gives back the slots an acquire that failed with err may
-// still take: a call that missed its deadline can reach Redis after its
-// caller gave up, and the slots it then takes are nobody's until their
-// lease runs out (a day for a worker's), refusing the tenant's requests
-// meanwhile. The release follows it on the same connection, so Redis runs
-// it after the acquire; when the acquire never arrived it releases
-// nothing. It does not make the caller wait.
-func (l *Limiter) releaseLate(layers []policy.SlotLayer, id string, err error) {
-	if l.local || errors.Is(err, store.ErrInvalidCheck) || errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
-		return // decided in this process, or never sent (invalid, or refused by the breaker)
-	}
-	go l.releaseSlots(context.Background(), layers, id)
+	return l.guard.ReleaseSlots(ctx, id, keys)
 }
 
 // leaseID is a fresh lease's ID: 128 random bits.
@@ -203,7 +172,7 @@ func (l *Limiter) decideWithSlots(ctx context.Context, c *call) (Decision, error
 	// over its rate costs the store nothing, and holds no slot while
 	// held.
 	if ld, ok := l.nearAnswer(ctx, c); ok {
-		return l.nearDecision(c, ld, nil), nil
+		return l.nearDecision(c, ld), nil
 	}
 	id := leaseID()
 	sd, refused, err := l.takeSlots(ctx, c, id, l.slots.lease)
@@ -213,7 +182,7 @@ func (l *Limiter) decideWithSlots(ctx context.Context, c *call) (Decision, error
 	if refused != nil {
 		return *refused, nil
 	}
-	dec, err := l.decide(ctx, c, nil)
+	dec, err := l.decide(ctx, c)
 	dec.Concurrency = sd
 	if err != nil || !dec.Allowed {
 		l.releaseSlots(ctx, c.res.Slots, id)
@@ -229,9 +198,8 @@ func (l *Limiter) decideWithSlots(ctx context.Context, c *call) (Decision, error
 // request goes on without its slot, counted as the shadow rejection it
 // is.
 func (l *Limiter) takeSlots(ctx context.Context, c *call, id string, lease time.Duration) ([]SlotDecision, *Decision, error) {
-	rs, err := l.acquireSlots(ctx, c.res.Slots, id, lease, false)
-	if err != nil {
-		l.releaseLate(c.res.Slots, id, err)
+	as, rs := slotAcquires(c.res.Slots, false)
+	if err := l.guard.AcquireSlots(ctx, id, lease, as, rs); err != nil {
 		return nil, nil, err
 	}
 	sd := make([]SlotDecision, len(c.res.Slots))
@@ -261,24 +229,15 @@ func (l *Limiter) takeSlots(ctx context.Context, c *call, id string, lease time.
 	return sd, nil, nil
 }
 
-// acquireSlots takes (or renews) the slots of layers for lease id in one
-// store call, under the store deadline and through the breaker of the
-// slot keys' domain (a tenant's slots live beside its rate keys): while
-// the store is out, slot calls are refused at once rather than each
-// waiting for its deadline. Shadow layers are optional, and every layer
-// is when allOptional.
-func (l *Limiter) acquireSlots(ctx context.Context, layers []policy.SlotLayer, id string, lease time.Duration, allOptional bool) ([]store.SlotResult, error) {
-	sctx, cancel := l.storeContext(ctx)
-	defer cancel()
+// slotAcquires are the store's slot calls of layers, and room for their
+// answers: shadow layers are optional, and every layer is when
+// allOptional.
+func slotAcquires(layers []policy.SlotLayer, allOptional bool) ([]store.SlotAcquire, []store.SlotResult) {
 	as := make([]store.SlotAcquire, len(layers))
-	checks := make([]store.Check, len(layers))
 	for i, sl := range layers {
 		as[i] = store.SlotAcquire{Key: sl.Key, Limit: sl.Limit, Optional: sl.Shadow || allOptional}
-		checks[i] = store.Check{Key: sl.Key}
 	}
-	rs := make([]store.SlotResult, len(layers))
-	err := l.storeCall(checks, func() error { return l.slots.store.AcquireSlots(sctx, id, lease, as, rs) })
-	return rs, err
+	return as, make([]store.SlotResult, len(layers))
 }
 
 // AcquireSlots takes req's concurrency slots alone, without rate tokens,
@@ -291,12 +250,12 @@ func (l *Limiter) AcquireSlots(ctx context.Context, req policy.Request, lease ti
 		lease = l.slots.lease
 	}
 	now := l.now()
-	res, err := l.snap.Load().Resolve(req, now)
+	res, err := l.Snapshot().Resolve(req, now)
 	if err != nil {
 		return Decision{Tightest: -1, Resolution: res, Now: now}, err
 	}
 	d := Decision{Allowed: true, Reason: ReasonAllowed, Tightest: -1, Resolution: res, Now: now}
-	if len(res.Slots) == 0 || l.slots.store == nil {
+	if len(res.Slots) == 0 {
 		return d, nil
 	}
 	c := call{now: now, res: res}
@@ -306,8 +265,8 @@ func (l *Limiter) AcquireSlots(ctx context.Context, req policy.Request, lease ti
 	case errors.Is(err, store.ErrInvalidCheck):
 		return d, err
 	case err != nil:
-		if u, closed := l.failMode(res, now); closed {
-			return u, nil
+		if o, _ := l.guard.Fail(ctx, nil, res.Fail, nil); o == guard.Unavailable {
+			return unavailable(res, now), nil
 		}
 		d.Reason = ReasonDegradedOpen
 		return d, nil
@@ -322,8 +281,8 @@ func (l *Limiter) AcquireSlots(ctx context.Context, req policy.Request, lease ti
 // ReleaseSlots gives back the slots that lease id holds of req's
 // concurrency layers (see AcquireSlots). A lease not held is no error.
 func (l *Limiter) ReleaseSlots(ctx context.Context, req policy.Request, id string) error {
-	res, err := l.snap.Load().Resolve(req, l.now())
-	if err != nil || len(res.Slots) == 0 || l.slots.store == nil {
+	res, err := l.Snapshot().Resolve(req, l.now())
+	if err != nil || len(res.Slots) == 0 {
 		return err
 	}
 	return l.releaseSlots(ctx, res.Slots, id)
@@ -335,12 +294,13 @@ func (l *Limiter) slotsFailed(ctx context.Context, c *call, err error) (Decision
 	if errors.Is(err, store.ErrInvalidCheck) {
 		return Decision{Tightest: -1, Resolution: c.res, Now: c.now}, err
 	}
-	l.logRare(c.now, "concurrency slots unavailable; deciding by the fail mode", err)
-	if d, closed := l.failMode(c.res, c.now); closed {
+	l.guard.LogRare(c.now, "concurrency slots unavailable; deciding by the fail mode", err)
+	if o, _ := l.guard.Fail(ctx, nil, c.res.Fail, nil); o == guard.Unavailable {
+		d := unavailable(c.res, c.now)
 		l.count(c, &d)
 		return d, nil
 	}
 	l.log.Debug("slots skipped", slog.String("tenant", c.res.Tenant))
 	c.slotsSkipped = true // an allowed answer is degraded: it holds no slot
-	return l.decide(ctx, c, nil)
+	return l.decide(ctx, c)
 }

@@ -86,7 +86,7 @@ func TestSlotsTakeNeither(t *testing.T) {
 		t.Fatalf("the seventh request: %+v, want limited by the rate layer", d)
 	}
 	// ...and it gave its slot back: four can be in flight again.
-	if r, err := store.AcquireSlot(context.Background(), l.slots.store, d.Resolution.Slots[0].Key, "probe", 4, time.Minute); err != nil || r.InUse != 1 {
+	if r, err := store.AcquireSlot(context.Background(), l.guard.Store(), d.Resolution.Slots[0].Key, "probe", 4, time.Minute); err != nil || r.InUse != 1 {
 		t.Fatalf("slots in use after a rate rejection: %+v, %v; want only the probe", r, err)
 	}
 }
@@ -179,6 +179,9 @@ func (*downSlots) Take(context.Context, []store.Check, *store.Result) error {
 	return store.ErrUnavailable
 }
 func (*downSlots) Close() error { return nil }
+func (*downSlots) Hold(context.Context, string, algo.Limit, time.Duration) error {
+	return store.ErrUnavailable
+}
 func (d *downSlots) AcquireSlots(context.Context, string, time.Duration, []store.SlotAcquire, []store.SlotResult) error {
 	d.calls.Add(1)
 	return store.ErrUnavailable
@@ -310,6 +313,9 @@ func (s *lateSlots) Take(ctx context.Context, checks []store.Check, res *store.R
 	return s.mem.Take(ctx, checks, res)
 }
 func (s *lateSlots) Close() error { return nil }
+func (s *lateSlots) Hold(ctx context.Context, key string, lim algo.Limit, d time.Duration) error {
+	return s.mem.Hold(ctx, key, lim, d)
+}
 
 func (s *lateSlots) AcquireSlots(ctx context.Context, id string, ttl time.Duration, as []store.SlotAcquire, res []store.SlotResult) error {
 	done := make(chan error, 1)

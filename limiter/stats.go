@@ -1,12 +1,10 @@
 package limiter
 
 import (
-	"math"
-	"time"
-
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/fairgate/fairgate/promshare"
+	"github.com/fairgate/fairgate/store/guard"
 )
 
 // Stats are the numbers the limiter's metrics export, read as values: for
@@ -36,44 +34,17 @@ type PolicyOutcome struct {
 	Outcome Reason
 }
 
-// Histogram is a histogram's buckets: Cumulative[i] observations took at
-// most Bounds[i] (ascending); Count is every observation, the ones past
-// the last bound included.
-type Histogram struct {
-	Bounds     []time.Duration
-	Cumulative []uint64
-	Count      uint64
-}
+// Histogram is a histogram's buckets: see [guard.Histogram].
+type Histogram = guard.Histogram
 
 // Stats reads the limiter's counters.
 func (l *Limiter) Stats() Stats {
-	s := Stats{Decisions: map[PolicyOutcome]int64{}, Breaker: "closed"}
+	s := Stats{Decisions: map[PolicyOutcome]int64{}}
 	promshare.Collect(l.m.decisions, func(m *dto.Metric) {
 		k := PolicyOutcome{Policy: promshare.Label(m, "policy"), Outcome: Reason(promshare.Label(m, "outcome"))}
 		s.Decisions[k] += int64(m.GetCounter().GetValue())
 	})
-	promshare.Collect(l.m.failures, func(m *dto.Metric) {
-		if promshare.Label(m, "fail_mode") == "open" {
-			s.FailOpen += int64(m.GetCounter().GetValue())
-		} else {
-			s.FailClosed += int64(m.GetCounter().GetValue())
-		}
-	})
-	promshare.Collect(l.m.storeSeconds, func(m *dto.Metric) {
-		h := m.GetHistogram()
-		for _, b := range h.GetBucket() {
-			s.StoreCalls.Bounds = append(s.StoreCalls.Bounds, time.Duration(math.Round(b.GetUpperBound()*float64(time.Second))))
-			s.StoreCalls.Cumulative = append(s.StoreCalls.Cumulative, b.GetCumulativeCount())
-		}
-		s.StoreCalls.Count = h.GetSampleCount()
-	})
-	promshare.Collect(l.m.breaker, func(m *dto.Metric) {
-		switch m.GetGauge().GetValue() {
-		case 1:
-			s.Breaker = "half-open"
-		case 2:
-			s.Breaker = "open"
-		}
-	})
+	g := l.guard.Stats()
+	s.FailOpen, s.FailClosed, s.StoreCalls, s.Breaker = g.FailOpen, g.FailClosed, g.StoreCalls, g.Breaker
 	return s
 }

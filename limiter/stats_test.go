@@ -17,7 +17,7 @@ import (
 // the store calls' histogram and the store breaker.
 func TestStats(t *testing.T) {
 	refused := fmt.Errorf("%w: dial tcp: connection refused", store.ErrUnavailable)
-	st := &scriptedStore{errs: slices.Repeat([]error{refused}, 5), ok: memstore.New(memstore.Config{})}
+	st := &scriptedStore{errs: slices.Repeat([]error{refused}, 5), Store: memstore.New(memstore.Config{})}
 	l := newLimiter(t, st, func(c *Config) { c.Fallback = memstore.New(memstore.Config{}); c.Timeout = time.Second })
 	if s := l.Stats(); len(s.Decisions) != 0 || s.StoreCalls.Count != 0 || s.Breaker != "closed" {
 		t.Fatalf("before any decision: %+v", s)

@@ -44,7 +44,9 @@
 //
 // Concurrency. [Quotas] and [Transport] are safe for concurrent use; a
 // config reload swaps the providers atomically ([Quotas.SetProviders]).
-// Every store call has a deadline (Config.Timeout), and a store error ends
-// an Acquire with an error rather than a fallback: the store is the only
-// place the budget is known across instances, so the caller re-queues.
+// Every store call has a deadline (Config.Timeout) and goes through a
+// circuit breaker (package store/guard: while the store is out, calls are
+// refused at once), and a store error ends an Acquire with an error rather
+// than a fallback: the store is the only place the budget is known across
+// instances, so the caller re-queues.
 package quota

@@ -17,6 +17,7 @@ import (
 	"github.com/fairgate/fairgate/algo"
 	"github.com/fairgate/fairgate/policy"
 	"github.com/fairgate/fairgate/store"
+	"github.com/fairgate/fairgate/store/guard"
 )
 
 // Provider is one provider's budget.
@@ -51,9 +52,8 @@ const (
 
 // Config configures Quotas.
 type Config struct {
-	// Store holds the budgets; it must also be a [store.Holder] (both of
-	// fairgate's stores are). Share one Redis between instances to share
-	// the budgets. Required.
+	// Store holds the budgets and the pauses ([store.Holder]). Share one
+	// Redis between instances to share the budgets. Required.
 	Store store.Store
 	// Providers are the providers by name: lower-case letters, digits, '-'
 	// and '_'.
@@ -65,7 +65,9 @@ type Config struct {
 	MaxPause time.Duration
 	// Timeout is the deadline of each store call (a wait between calls is
 	// not bounded by it). Zero means DefaultTimeout; negative means none,
-	// for an in-process store.
+	// for an in-process store. The budget's calls go through a
+	// [guard.Guard] of their own with this deadline: a circuit breaker
+	// refuses them at once (store.ErrUnavailable) while the store is out.
 	Timeout time.Duration
 	// Window is how long a tenant counts as calling a provider after its
 	// last call, and how long a provider's request that a tenant wait
@@ -100,7 +102,7 @@ type Config struct {
 // tenant's calls.
 type Quotas struct {
 	st         store.Store
-	hold       store.Holder
+	guard      *guard.Guard // st under the timeout and a breaker
 	provs      atomic.Pointer[map[string]*provider]
 	maxWait    time.Duration
 	maxPause   time.Duration
@@ -162,11 +164,7 @@ func New(c Config) (*Quotas, error) {
 	if c.Store == nil {
 		return nil, errors.New("quota: Config.Store is required")
 	}
-	h, ok := c.Store.(store.Holder)
-	if !ok {
-		return nil, fmt.Errorf("quota: the store %T cannot hold keys (store.Holder), so pauses could not work", c.Store)
-	}
-	q := &Quotas{st: c.Store, hold: h, maxWait: c.MaxWait, maxPause: c.MaxPause, timeout: c.Timeout,
+	q := &Quotas{st: c.Store, maxWait: c.MaxWait, maxPause: c.MaxPause, timeout: c.Timeout,
 		window: cmp.Or(c.Window, DefaultWindow), minTenants: cmp.Or(c.MinTenants, DefaultMinTenants), now: c.Now}
 	if q.now == nil {
 		q.now = time.Now
@@ -180,6 +178,11 @@ func New(c Config) (*Quotas, error) {
 	if q.timeout == 0 {
 		q.timeout = DefaultTimeout
 	}
+	g, err := guard.New(guard.Config{Store: c.Store, Timeout: q.timeout, NoNearCache: true})
+	if err != nil {
+		return nil, fmt.Errorf("quota: %w", err)
+	}
+	q.guard = g
 	if q.maxWait <= 0 {
 		q.maxWait = DefaultMaxWait
 	}
@@ -391,11 +394,14 @@ func (q *Quotas) storeContext(ctx context.Context) (context.Context, context.Can
 	return context.WithTimeout(ctx, q.timeout)
 }
 
-// take is one store call under the timeout.
+// take is one store call through the guard: under the timeout and the
+// breaker. A failure is the caller's error (there is no fallback). A
+// caller already gone sends nothing, so that it takes no budget.
 func (q *Quotas) take(ctx context.Context, checks []store.Check, res *store.Result) error {
-	sctx, cancel := q.storeContext(ctx)
-	defer cancel()
-	return q.st.Take(sctx, checks, res)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return q.guard.Call(ctx, time.Now(), checks, res)
 }
 
 // jitter is a random extra sleep of up to a quarter of d plus 1 ms.
@@ -432,7 +438,7 @@ func (q *Quotas) pause(ctx context.Context, provider string, p *provider, d time
 	}
 	hctx, cancel := q.storeContext(ctx)
 	defer cancel()
-	if err := q.hold.Hold(hctx, p.budget, p.Limit, d); err != nil {
+	if err := q.st.Hold(hctx, p.budget, p.Limit, d); err != nil {
 		return fmt.Errorf("quota: pausing provider %q: %w", provider, err)
 	}
 	q.m.pauses.WithLabelValues(provider).Inc()
@@ -475,7 +481,7 @@ func (q *Quotas) PauseTenant(ctx context.Context, provider, tenant string, d tim
 	now := q.now()
 	until, quorum := p.tally.pause(tag, now, now.Add(d), q.window, q.minTenants)
 	hctx, cancel := q.storeContext(ctx)
-	err = q.hold.Hold(hctx, pauseKey(provider, tag), pauseLimit, d)
+	err = q.st.Hold(hctx, pauseKey(provider, tag), pauseLimit, d)
 	cancel()
 	if err != nil {
 		err = fmt.Errorf("quota: pausing tenant %q of provider %q: %w", tenant, provider, err)

@@ -418,12 +418,7 @@ func TestErrors(t *testing.T) {
 	if got := q.Providers(); !slices.Equal(got, []string{"sms"}) {
 		t.Errorf("providers after refused changes: %v", got)
 	}
-	if _, err := New(Config{Store: nonHolder{}}); err == nil || !strings.Contains(err.Error(), "store.Holder") {
-		t.Errorf("New with a store that cannot hold: %v", err)
-	}
 }
-
-type nonHolder struct{ store.Store }
 
 func TestMetrics(t *testing.T) {
 	t.Parallel()

@@ -3,8 +3,10 @@
 # core"; the rules are stated here, this script is their only home): algo
 # imports only the standard library; store imports only algo; policy (the
 # pure policy model) imports only algo and the standard library; backends
-# never import each other; quota, fairq and the config loader depend on
-# policy, never on the limiter engine, nor the config loader on the Envoy
+# never import each other; the store guard (store/guard) imports only
+# store, algo, policy and promshare, and the engine may import it; quota,
+# fairq and the config loader depend on policy, never on the limiter
+# engine, nor the config loader on the Envoy
 # service (its types are internal/rlsconfig's, which imports only policy
 # and algo); the policy file decoder (policy/*) imports only policy and
 # algo; metric registration (promshare) imports nothing of the module; the
@@ -38,7 +40,8 @@ while read -r pkg imports; do
       internal/rlsconfig) [[ "$irel" == policy || "$irel" == algo ]] || { echo "deps-check: $rel imports $irel (only policy and algo: it is types)"; fail=1; } ;;
       store/memstore) [[ "$irel" == store/redisstore* ]] && { echo "deps-check: memstore imports $irel"; fail=1; } ;;
       store/redisstore) [[ "$irel" == store/memstore* ]] && { echo "deps-check: redisstore imports $irel"; fail=1; } ;;
-      limiter|limiter/*) [[ "$irel" == store/?* && "$irel" != store/storetest ]] && { echo "deps-check: $rel imports the backend $irel (the app wires backends)"; fail=1; } ;;
+      limiter|limiter/*) [[ "$irel" == store/?* && "$irel" != store/storetest && "$irel" != store/guard ]] && { echo "deps-check: $rel imports the backend $irel (the app wires backends)"; fail=1; } ;;
+      store/guard) [[ "$irel" == store || "$irel" == algo || "$irel" == policy || "$irel" == promshare ]] || { echo "deps-check: store/guard imports $irel (only store, algo, policy and promshare: it guards any backend, wired by the app)"; fail=1; } ;;
     esac
     if [[ "$rel" != internal/* && "$rel" != cmd/* && "$irel" == internal/* ]]; then
       echo "deps-check: public package $rel imports $irel"; fail=1

@@ -9,8 +9,7 @@ import (
 // Slots is a store of concurrency slots: at most a limit of leases per key,
 // each one a request in flight, shared by every instance that uses the
 // store. A lease ends when it is released or when its time runs out, so a
-// crashed holder's slots come back within the lease. Both of fairgate's
-// stores implement it.
+// crashed holder's slots come back within the lease. Every [Store] is one.
 //
 // A request's slots (one per concurrency layer) are taken in one call, as
 // one atomic step, and given back in one call.

@@ -65,7 +65,8 @@ func (r *Result) Tightest() int {
 	return best
 }
 
-// Store decides batches of checks atomically. Implementations are safe for
+// Store decides batches of checks atomically, holds keys ([Holder]) and
+// keeps concurrency slots ([Slots]). Implementations are safe for
 // concurrent use.
 type Store interface {
 	// Take decides checks as one atomic, all-or-nothing step and writes the
@@ -74,6 +75,8 @@ type Store interface {
 	// refund after a partial cross-slot failure fails too). Invalid checks
 	// give an error wrapping [ErrInvalidCheck] before any I/O.
 	Take(ctx context.Context, checks []Check, res *Result) error
+	Holder
+	Slots
 	// Close releases the store's resources. It is idempotent.
 	Close() error
 }
@@ -141,9 +144,9 @@ func truncate(key string) string {
 	return key
 }
 
-// Holder is a Store that can hold a key: make it admit nothing for a
-// while, as an upstream's Retry-After asks (see [algo.Limit.Hold]). Both of
-// fairgate's stores implement it.
+// Holder holds a key: makes it admit nothing for a while, as an
+// upstream's Retry-After asks (see [algo.Limit.Hold]). Every [Store] is
+// one.
 type Holder interface {
 	// Hold makes key, decided by lim (GCRA only), admit nothing for d
 	// from the store's clock and admit a unit cost once d has passed,

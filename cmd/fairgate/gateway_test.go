@@ -657,7 +657,7 @@ func rlsLimits(t *testing.T, domain string, ds []*commonpb.RateLimitDescriptor) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := rls.New(rls.Config{Domains: doms}, lim, nil, nil)
+	svc, err := rls.New(rls.Config{Domains: doms}, lim.Guard(), nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -158,7 +158,7 @@ func (s lazyStore) Take(ctx context.Context, checks []store.Check, res *store.Re
 	return errNotConnected
 }
 
-// Hold implements store.Holder.
+// Hold implements store.Store.
 func (s lazyStore) Hold(ctx context.Context, key string, lim algo.Limit, d time.Duration) error {
 	if rs := s.z.conn.Load(); rs != nil {
 		return rs.Hold(ctx, key, lim, d)
@@ -169,7 +169,7 @@ func (s lazyStore) Hold(ctx context.Context, key string, lim algo.Limit, d time.
 	return errNotConnected
 }
 
-// AcquireSlots implements store.Slots.
+// AcquireSlots implements store.Store.
 func (s lazyStore) AcquireSlots(ctx context.Context, id string, ttl time.Duration, as []store.SlotAcquire, res []store.SlotResult) error {
 	if rs := s.z.conn.Load(); rs != nil {
 		return rs.AcquireSlots(ctx, id, ttl, as, res)
@@ -180,7 +180,7 @@ func (s lazyStore) AcquireSlots(ctx context.Context, id string, ttl time.Duratio
 	return errNotConnected
 }
 
-// ReleaseSlots implements store.Slots.
+// ReleaseSlots implements store.Store.
 func (s lazyStore) ReleaseSlots(ctx context.Context, id string, keys []string) error {
 	if rs := s.z.conn.Load(); rs != nil {
 		return rs.ReleaseSlots(ctx, id, keys)
@@ -345,7 +345,6 @@ func (q lazyQueue) Close() error {
 
 var (
 	_ store.Store          = lazyStore{}
-	_ store.Holder         = lazyStore{}
 	_ store.Sharded        = lazyStore{}
 	_ limiter.ControlStore = lazyControl{}
 	_ fairq.Queue          = lazyQueue{}

@@ -10,7 +10,7 @@ import (
 )
 
 // registry is the daemon's Prometheus registry. Each part of the daemon
-// is built once and registers its metrics once (the per-second limiter
+// is built once and registers its metrics once (the per-second guard
 // under its own prefix; a reload changes parts in place), so a collector
 // registered twice is a wiring bug: Register reports it as an error of
 // its own, never as a [prometheus.AlreadyRegisteredError], so that the

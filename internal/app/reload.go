@@ -84,9 +84,6 @@ func (d *daemon) buildGraph(cfg *config.Config, prev *graph) (*graph, error) {
 func (d *daemon) swap(g *graph) {
 	// Each error below is one buildGraph already had a chance to return.
 	_ = d.lim.SetPolicy(g.policy)
-	if d.perSecondLim != nil {
-		_ = d.perSecondLim.SetPolicy(g.policy)
-	}
 	_ = d.quotas.SetProviders(g.cfg.Providers)
 	d.rlsSvc.SetConfig(g.rls)
 	d.h.SetNoPolicy(g.cfg.NoPolicy)

@@ -37,6 +37,7 @@ import (
 	"github.com/fairgate/fairgate/limitheader"
 	"github.com/fairgate/fairgate/policy"
 	"github.com/fairgate/fairgate/quota"
+	"github.com/fairgate/fairgate/store/guard"
 	"github.com/fairgate/fairgate/store/memstore"
 	"github.com/fairgate/fairgate/store/redisstore"
 )
@@ -86,9 +87,10 @@ type daemon struct {
 	live   atomic.Pointer[graph]
 	swapMu sync.Mutex
 	be     Backend
-	// perSecond is the per-second store and its limiter, when configured.
+	// perSecond is the per-second store, and secondsGuard its guard, when
+	// configured.
 	perSecond    Backend
-	perSecondLim *limiter.Limiter
+	secondsGuard *guard.Guard
 	reg          registry
 	reloads      *prometheus.CounterVec
 	// restartPending is fairgate_config_restart_pending.
@@ -254,7 +256,7 @@ func (d *daemon) buildDeciders(g *graph) error {
 		return err
 	}
 	d.closers = append(d.closers, d.jobs.Close)
-	if d.rlsSvc, err = rls.New(g.rls, d.lim, d.log, d.reg); err != nil {
+	if d.rlsSvc, err = rls.New(g.rls, d.lim.Guard(), d.log, d.reg); err != nil {
 		return err
 	}
 	if d.rtSkipped, err = newRuntimeSkipped(d.reg); err != nil {
@@ -273,7 +275,7 @@ func (d *daemon) buildDeciders(g *graph) error {
 		func() float64 { return float64(d.rlsBound.Refused()) })); err != nil {
 		return err
 	}
-	if err := d.buildPerSecond(g); err != nil {
+	if err := d.buildPerSecond(); err != nil {
 		return err
 	}
 	if s := d.cfg.Statsd; s.Address != "" {
@@ -300,9 +302,9 @@ func (d *daemon) buildDeciders(g *graph) error {
 }
 
 // buildPerSecond opens the per-second store, when configured, with a
-// limiter of its own (its metrics prefixed per_second_), for the Envoy
+// guard of its own (its metrics prefixed per_second_), for the Envoy
 // service's counted windows of one second.
-func (d *daemon) buildPerSecond(g *graph) error {
+func (d *daemon) buildPerSecond() error {
 	if d.c.PerSecondStore == "" {
 		return nil
 	}
@@ -311,15 +313,15 @@ func (d *daemon) buildPerSecond(g *graph) error {
 		return fmt.Errorf("serve: per-second store: %w", err)
 	}
 	d.closers = append(d.closers, d.perSecond.Store.Close)
-	d.perSecondLim, err = limiter.New(limiter.Config{
-		Store: d.perSecond.Store, Policy: g.policy, Timeout: d.perSecond.Timeout,
+	d.secondsGuard, err = guard.New(guard.Config{
+		Store: d.perSecond.Store, Timeout: d.perSecond.Timeout,
 		Fallback: memstore.New(memstore.Config{MaxKeys: 100_000, MaxBytes: 32 << 20}), Instances: d.cfg.Instances, Tracer: d.tr.Tracer(),
 		Logger: d.log, Registerer: prometheus.WrapRegistererWithPrefix("per_second_", d.reg),
 	})
 	if err != nil {
 		return err
 	}
-	d.rlsSvc.SetPerSecond(d.perSecondLim)
+	d.rlsSvc.SetPerSecond(d.secondsGuard)
 	return nil
 }
 
@@ -372,11 +374,11 @@ func (d *daemon) start(ready func(addr string)) error {
 	}
 	d.goCheck("limiter", func() error { return d.lim.Run(d.bg) })
 	d.goCheck("API keys", func() error { d.keys.Run(d.bg); return nil })
-	if d.perSecondLim != nil {
+	if d.secondsGuard != nil {
 		if err := d.connect(d.perSecond.lazy, d.c.PerSecondStore); err != nil {
 			return err
 		}
-		d.goCheck("per-second limiter", func() error { return d.perSecondLim.Run(d.bg) })
+		d.goCheck("per-second store probe", func() error { return d.secondsGuard.Run(d.bg) })
 	}
 	if d.board != nil {
 		d.goCheck("dashboard", func() error { return d.board.Run(d.bg) })

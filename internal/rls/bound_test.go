@@ -30,7 +30,7 @@ import (
 // the connection limit and the address.
 func bounded(t *testing.T, l rls.Limits, maxConns int) (*rls.Bound, *connlimit.Listener, string) {
 	t.Helper()
-	svc, err := rls.New(oneRule(1000, rls.Domain{Algorithm: algo.FixedWindow}), testLimiter(t, memstore.New(memstore.Config{})), nil, nil)
+	svc, err := rls.New(oneRule(1000, rls.Domain{Algorithm: algo.FixedWindow}), testGuard(t, memstore.New(memstore.Config{})), nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -61,7 +61,7 @@ func TestStatsBoundedInBytes(t *testing.T) {
 		{Key: "k", DetailedMetric: true, Limit: &rls.RateLimit{RequestsPerUnit: 100, Unit: rlspb.RateLimitResponse_RateLimit_HOUR}},
 	}}}}
 	reg := prometheus.NewRegistry()
-	svc, err := rls.New(cfg, testLimiter(t, memstore.New(memstore.Config{})), nil, reg)
+	svc, err := rls.New(cfg, testGuard(t, memstore.New(memstore.Config{})), nil, reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +182,7 @@ func TestStatsdName(t *testing.T) {
 // past MaxMessage is refused by gRPC before it is read.
 func TestOversizeRequests(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	svc, err := rls.New(oneRule(10, rls.Domain{Algorithm: algo.FixedWindow}), testLimiter(t, memstore.New(memstore.Config{})), nil, reg)
+	svc, err := rls.New(oneRule(10, rls.Domain{Algorithm: algo.FixedWindow}), testGuard(t, memstore.New(memstore.Config{})), nil, reg)
 	if err != nil {
 		t.Fatal(err)
 	}

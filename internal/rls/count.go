@@ -11,9 +11,9 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/fairgate/fairgate/algo"
-	"github.com/fairgate/fairgate/limiter"
 	"github.com/fairgate/fairgate/policy"
 	"github.com/fairgate/fairgate/store"
+	"github.com/fairgate/fairgate/store/guard"
 )
 
 // counter is one store counter of a request: the descriptors that name it
@@ -202,7 +202,7 @@ func (s *Service) peek(ctx context.Context, cfg *compiled, fail policy.FailMode,
 // then holds the decisions in the order of checks, and the later clock.
 func (s *Service) takeCounted(ctx context.Context, cfg *compiled, fail policy.FailMode, checks []store.Check, res *store.Result, rules []rule, a *answer, resp *rlspb.RateLimitResponse) (closed bool, err error) {
 	if s.perSecond == nil {
-		return s.takeOrClose(ctx, s.lim, cfg, fail, checks, res, rules, a, resp)
+		return s.takeOrClose(ctx, s.guard, cfg, fail, checks, res, rules, a, resp)
 	}
 	var parts [2][]store.Check // main, per second
 	var at [2][]int
@@ -214,12 +214,12 @@ func (s *Service) takeCounted(ctx context.Context, cfg *compiled, fail policy.Fa
 		parts[j], at[j] = append(parts[j], c), append(at[j], i)
 	}
 	res.Allowed, res.Decisions = true, make([]algo.Decision, len(checks))
-	for j, lim := range []*limiter.Limiter{s.lim, s.perSecond} {
+	for j, g := range []*guard.Guard{s.guard, s.perSecond} {
 		if len(parts[j]) == 0 {
 			continue
 		}
 		var r store.Result
-		if closed, err := s.takeOrClose(ctx, lim, cfg, fail, parts[j], &r, rules, a, resp); closed || err != nil {
+		if closed, err := s.takeOrClose(ctx, g, cfg, fail, parts[j], &r, rules, a, resp); closed || err != nil {
 			return closed, err
 		}
 		for k, i := range at[j] {
@@ -233,19 +233,19 @@ func (s *Service) takeCounted(ctx context.Context, cfg *compiled, fail policy.Fa
 	return false, nil
 }
 
-// takeOrClose decides checks through the limiter (its deadline, breaker,
-// fail mode and fallback). closed reports a fail-closed domain whose store
+// takeOrClose decides checks through g (its deadline, breakers, fail mode
+// and fallback). closed reports a fail-closed domain whose store
 // did not answer: resp then says OVER_LIMIT, or err is UNAVAILABLE, as
 // configured.
-func (s *Service) takeOrClose(ctx context.Context, lim *limiter.Limiter, cfg *compiled, fail policy.FailMode, checks []store.Check, res *store.Result, rules []rule, a *answer, resp *rlspb.RateLimitResponse) (closed bool, err error) {
-	reason, err := lim.TakeChecks(ctx, checks, fail, res)
+func (s *Service) takeOrClose(ctx context.Context, g *guard.Guard, cfg *compiled, fail policy.FailMode, checks []store.Check, res *store.Result, rules []rule, a *answer, resp *rlspb.RateLimitResponse) (closed bool, err error) {
+	outcome, err := g.Take(ctx, checks, fail, res)
 	if err != nil {
 		return false, status.Error(codes.InvalidArgument, err.Error())
 	}
-	if reason == limiter.ReasonDegradedOpen || reason == limiter.ReasonUnavailable {
+	if outcome != guard.Decided {
 		a.storeErr = true
 	}
-	if reason != limiter.ReasonUnavailable {
+	if outcome != guard.Unavailable {
 		return false, nil
 	}
 	if cfg.cfg.FailClosed == ClosedUnavailable {
@@ -254,11 +254,11 @@ func (s *Service) takeOrClose(ctx context.Context, lim *limiter.Limiter, cfg *co
 	for i := range rules {
 		if rules[i].lim != nil {
 			st := resp.Statuses[i]
-			st.Code, st.CurrentLimit, st.DurationUntilReset = rlspb.RateLimitResponse_OVER_LIMIT, current(rules[i].lim), durationpb.New(limiter.UnavailableRetryAfter)
+			st.Code, st.CurrentLimit, st.DurationUntilReset = rlspb.RateLimitResponse_OVER_LIMIT, current(rules[i].lim), durationpb.New(guard.UnavailableRetryAfter)
 		}
 	}
 	resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
-	resp.ResponseHeadersToAdd = retryAfter(limiter.UnavailableRetryAfter)
+	resp.ResponseHeadersToAdd = retryAfter(guard.UnavailableRetryAfter)
 	return true, nil
 }
 

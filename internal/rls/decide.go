@@ -13,6 +13,7 @@ import (
 	"github.com/fairgate/fairgate/limitheader"
 	"github.com/fairgate/fairgate/policy"
 	"github.com/fairgate/fairgate/store"
+	"github.com/fairgate/fairgate/store/guard"
 )
 
 // batch is the store checks of some of a request's descriptors, with the
@@ -75,7 +76,7 @@ func (s *Service) decide(ctx context.Context, cfg *compiled, dom *Domain, rules 
 	}
 	if len(enforced.checks) > 0 {
 		var res store.Result
-		if closed, err := s.takeOrClose(ctx, s.lim, cfg, dom.Fail, enforced.checks, &res, rules, a, resp); closed || err != nil {
+		if closed, err := s.takeOrClose(ctx, s.guard, cfg, dom.Fail, enforced.checks, &res, rules, a, resp); closed || err != nil {
 			return closed, err
 		}
 		a.now = res.Now
@@ -87,7 +88,7 @@ func (s *Service) decide(ctx context.Context, cfg *compiled, dom *Domain, rules 
 	}
 	if len(shadow.checks) > 0 {
 		var res store.Result
-		if _, err := s.lim.TakeChecks(ctx, shadow.checks, policy.FailOpen, &res); err == nil && len(res.Decisions) == len(shadow.checks) {
+		if _, err := s.guard.Take(ctx, shadow.checks, policy.FailOpen, &res); err == nil && len(res.Decisions) == len(shadow.checks) {
 			s.fill(rules, &shadow, &res, a, resp)
 		}
 	}
@@ -111,7 +112,7 @@ func (s *Service) chargePassed(ctx context.Context, dom *Domain, b *batch, res *
 		return
 	}
 	var res2 store.Result
-	if _, err := s.lim.TakeChecks(ctx, again, dom.Fail, &res2); err != nil || len(res2.Decisions) != len(again) {
+	if o, err := s.guard.Take(ctx, again, dom.Fail, &res2); err != nil || o == guard.Unavailable || len(res2.Decisions) != len(again) {
 		return
 	}
 	for j, k := range at {

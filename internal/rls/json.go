@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/fairgate/fairgate/limiter"
+	"github.com/fairgate/fairgate/store/guard"
 )
 
 // ServeJSON is envoyproxy/ratelimit's HTTP endpoint /json: a
@@ -37,7 +37,7 @@ func (s *Service) ServeJSON(w http.ResponseWriter, r *http.Request) {
 	}
 	resp, err := s.ShouldRateLimit(r.Context(), &req)
 	if status.Code(err) == codes.Unavailable {
-		w.Header().Set("Retry-After", strconv.Itoa(int(limiter.UnavailableRetryAfter.Seconds())))
+		w.Header().Set("Retry-After", strconv.Itoa(int(guard.UnavailableRetryAfter.Seconds())))
 		http.Error(w, http.StatusText(http.StatusServiceUnavailable), http.StatusServiceUnavailable)
 		return
 	}

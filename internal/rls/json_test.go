@@ -14,7 +14,7 @@ import (
 // response back, 200 or 429; what is not a request is 400, and so is a
 // body past MaxMessage, which is not read to its end.
 func TestJSON(t *testing.T) {
-	svc, err := rls.New(examplesConfig(t), testLimiter(t, memstore.New(memstore.Config{})), nil, nil)
+	svc, err := rls.New(examplesConfig(t), testGuard(t, memstore.New(memstore.Config{})), nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

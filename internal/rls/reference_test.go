@@ -288,7 +288,7 @@ func TestReference(t *testing.T) {
 					// A store call's deadline a loaded machine cannot miss:
 					// past it the fallback would answer, with counts of its
 					// own, and the case would compare the fallback.
-					svc, err := rls.New(c, testLimiterTimeout(t, open(t), 10*time.Second), nil, nil)
+					svc, err := rls.New(c, testGuardTimeout(t, open(t), 10*time.Second), nil, nil)
 					if err != nil {
 						t.Fatal(err)
 					}

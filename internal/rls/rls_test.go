@@ -25,13 +25,12 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/fairgate/fairgate/algo"
-	"github.com/fairgate/fairgate/examples"
 	"github.com/fairgate/fairgate/internal/config"
 	"github.com/fairgate/fairgate/internal/redistest"
 	"github.com/fairgate/fairgate/internal/rls"
-	"github.com/fairgate/fairgate/limiter"
 	"github.com/fairgate/fairgate/policy"
 	"github.com/fairgate/fairgate/store"
+	"github.com/fairgate/fairgate/store/guard"
 	"github.com/fairgate/fairgate/store/memstore"
 	"github.com/fairgate/fairgate/store/redisstore"
 )
@@ -61,24 +60,20 @@ func examplesConfig(t testing.TB) rls.Config {
 	return c
 }
 
-// testLimiter is a limiter on st (its timeout short, for outage tests).
-func testLimiter(t testing.TB, st store.Store) *limiter.Limiter {
+// testGuard is a guard of st (its timeout short, for outage tests).
+func testGuard(t testing.TB, st store.Store) *guard.Guard {
 	t.Helper()
-	return testLimiterTimeout(t, st, 50*time.Millisecond)
+	return testGuardTimeout(t, st, 50*time.Millisecond)
 }
 
-// testLimiterTimeout is testLimiter with a store call deadline of its own.
-func testLimiterTimeout(t testing.TB, st store.Store, timeout time.Duration) *limiter.Limiter {
+// testGuardTimeout is testGuard with a store call deadline of its own.
+func testGuardTimeout(t testing.TB, st store.Store, timeout time.Duration) *guard.Guard {
 	t.Helper()
-	cfg, err := config.Parse(examples.ConfigName, examples.Config())
+	g, err := guard.New(guard.Config{Store: st, Timeout: timeout, Fallback: memstore.New(memstore.Config{}), BreakerCooldown: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := limiter.New(limiter.Config{Store: st, Policy: cfg.Policy, Timeout: timeout, Fallback: memstore.New(memstore.Config{}), BreakerCooldown: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
+	return g
 }
 
 // serveOnRedis serves c on the test Redis, under a key prefix of its own.
@@ -96,7 +91,7 @@ func serveOnRedis(t testing.TB, c rls.Config) rlspb.RateLimitServiceClient {
 // serve runs the service on a loopback port and returns a real gRPC client.
 func serve(t testing.TB, c rls.Config, st store.Store) (rlspb.RateLimitServiceClient, *grpc.ClientConn) {
 	t.Helper()
-	svc, err := rls.New(c, testLimiter(t, st), nil, nil)
+	svc, err := rls.New(c, testGuard(t, st), nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -503,7 +498,7 @@ func TestSameDescriptorTwice(t *testing.T) {
 // still answered meanwhile.
 func TestDrainIsNotServing(t *testing.T) {
 	svc, err := rls.New(rls.Config{Domains: []rls.Domain{{Name: "d", Descriptors: []*rls.Descriptor{{Key: "k", Limit: &rls.RateLimit{RequestsPerUnit: 5, Unit: rlspb.RateLimitResponse_RateLimit_MINUTE}}}}}},
-		testLimiter(t, memstore.New(memstore.Config{})), nil, nil)
+		testGuard(t, memstore.New(memstore.Config{})), nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

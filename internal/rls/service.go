@@ -25,7 +25,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/fairgate/fairgate/algo"
-	"github.com/fairgate/fairgate/limiter"
+	"github.com/fairgate/fairgate/store/guard"
 )
 
 // Limits of a request, so that nothing a client sends can make a call
@@ -43,10 +43,12 @@ const (
 // safe for concurrent use.
 type Service struct {
 	rlspb.UnimplementedRateLimitServiceServer
-	lim *limiter.Limiter
+	// guard is the store that decides, guarded: its deadline, breakers,
+	// fallback and fail mode.
+	guard *guard.Guard
 	// perSecond, if not nil, decides the counted windows of a second
-	// (envoyproxy/ratelimit's REDIS_PERSECOND).
-	perSecond *limiter.Limiter
+	// (envoyproxy/ratelimit's REDIS_PERSECOND) on a store of its own.
+	perSecond *guard.Guard
 	cfg       atomic.Pointer[compiled]
 	log       *slog.Logger
 	m         *metrics
@@ -58,9 +60,10 @@ type Service struct {
 	health   *health.Server // of the gRPC server; nil until NewServer
 }
 
-// New returns the service deciding through lim (its store, deadline,
-// breaker and fallback). reg, if not nil, receives the metrics.
-func New(c Config, lim *limiter.Limiter, log *slog.Logger, reg prometheus.Registerer) (*Service, error) {
+// New returns the service deciding through g (its store, deadline,
+// breakers, fallback and near cache). reg, if not nil, receives the
+// metrics.
+func New(c Config, g *guard.Guard, log *slog.Logger, reg prometheus.Registerer) (*Service, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -68,7 +71,7 @@ func New(c Config, lim *limiter.Limiter, log *slog.Logger, reg prometheus.Regist
 	if err != nil {
 		return nil, err
 	}
-	s := &Service{lim: lim, log: log, m: m, now: time.Now}
+	s := &Service{guard: g, log: log, m: m, now: time.Now}
 	s.SetConfig(c)
 	return s, nil
 }
@@ -133,12 +136,12 @@ func (s *Service) setHealth(h *health.Server) {
 	s.health.SetServingStatus(rlspb.RateLimitService_ServiceDesc.ServiceName, st)
 }
 
-// SetPerSecond makes lim, on a store of its own, decide the counted
+// SetPerSecond makes g, on a store of its own, decide the counted
 // windows of one second (envoyproxy/ratelimit's REDIS_PERSECOND: the
 // busiest keys on a Redis of their own). Domains decided by fairgate's
 // algorithms keep every limit on the main store, so that a batch stays
 // atomic. Set it before serving.
-func (s *Service) SetPerSecond(lim *limiter.Limiter) { s.perSecond = lim }
+func (s *Service) SetPerSecond(g *guard.Guard) { s.perSecond = g }
 
 // SetStatsSink sends the service's statistics to sink (statsd) too: the
 // per-rule ones, the service-level ones (Stat*) and, when sink is a

@@ -93,7 +93,7 @@ func TestServiceStats(t *testing.T) {
 					{Key: "k", Limit: &rls.RateLimit{RequestsPerUnit: 1, Unit: rlspb.RateLimitResponse_RateLimit_HOUR}},
 				}}},
 			}
-			svc, err := rls.New(c, testLimiter(t, st), nil, nil)
+			svc, err := rls.New(c, testGuard(t, st), nil, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -72,7 +72,7 @@ func TestAttackerBounds(t *testing.T) {
 	}}}}
 	cfg.Settings.LocalCacheEntries = 100
 	reg := prometheus.NewRegistry()
-	svc, err := rls.New(cfg, testLimiter(t, memstore.New(memstore.Config{})), nil, reg)
+	svc, err := rls.New(cfg, testGuard(t, memstore.New(memstore.Config{})), nil, reg)
 	if err != nil {
 		t.Fatal(err)
 	}

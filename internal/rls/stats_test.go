@@ -38,7 +38,7 @@ func TestStats(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	svc, err := rls.New(c, testLimiter(t, memstore.New(memstore.Config{})), nil, reg)
+	svc, err := rls.New(c, testGuard(t, memstore.New(memstore.Config{})), nil, reg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -13,8 +12,8 @@ import (
 
 	"github.com/fairgate/fairgate/internal/auth"
 	"github.com/fairgate/fairgate/internal/config"
-	"github.com/fairgate/fairgate/store"
 	"github.com/fairgate/fairgate/store/memstore"
+	"github.com/fairgate/fairgate/store/storetest"
 )
 
 // authzServer is a decision service (no upstream) with the example policy,
@@ -159,12 +158,7 @@ func TestAuthzTenantHeader(t *testing.T) {
 }
 
 // downStore answers every call unavailable.
-type downStore struct{}
-
-func (downStore) Take(context.Context, []store.Check, *store.Result) error {
-	return store.ErrUnavailable
-}
-func (downStore) Close() error { return nil }
+type downStore struct{ storetest.Down }
 
 // TestAuthzFailClosed: with the store out, a fail-closed class is 503, or
 // 403 with X-Fairgate-Status 503 when rejections are answered 403; a

@@ -20,6 +20,7 @@ import (
 	"github.com/fairgate/fairgate/limiter"
 	"github.com/fairgate/fairgate/policy"
 	"github.com/fairgate/fairgate/store"
+	"github.com/fairgate/fairgate/store/guard"
 )
 
 // takeJSON is the body of POST /v1/take as encoding/json reads it: the
@@ -472,13 +473,13 @@ func (s *Server) handleTake(w http.ResponseWriter, r *http.Request) {
 	if failOpen {
 		fail = policy.FailOpen
 	}
-	reason, err := s.lim.TakeChecks(r.Context(), sc.checks[:], fail, res)
+	outcome, err := s.lim.Guard().Take(r.Context(), sc.checks[:], fail, res)
 	if err != nil {
 		problem.BadRequest(w, err.Error())
 		return
 	}
-	if reason == limiter.ReasonUnavailable {
-		httplimit.WriteRejection(w, s.form, limiter.Decision{Reason: reason, RetryAfter: limiter.UnavailableRetryAfter, Tightest: -1})
+	if outcome == guard.Unavailable {
+		httplimit.WriteRejection(w, s.form, limiter.Decision{Reason: limiter.ReasonUnavailable, RetryAfter: guard.UnavailableRetryAfter, Tightest: -1})
 		return
 	}
 	d := res.Decisions[0]
@@ -488,7 +489,7 @@ func (s *Server) handleTake(w http.ResponseWriter, r *http.Request) {
 		Remaining:    d.Remaining,
 		RetryAfterMs: algo.CeilMillis(d.RetryAfter),
 		ResetAfterMs: algo.CeilMillis(d.ResetAfter),
-		Degraded:     reason == limiter.ReasonDegradedOpen,
+		Degraded:     outcome == guard.Degraded,
 	}
 	out := outPool.Get().(*[]byte)
 	*out = resp.appendJSON(*out)

@@ -418,7 +418,6 @@ func sortedUnique(a []uint32) []uint32 {
 // to satisfy [store.Store]; a closed Store still answers.
 func (s *Store) Close() error { return nil }
 
-var _ store.Holder = (*Store)(nil)
 var _ store.Store = (*Store)(nil)
 var _ store.Resetter = (*Store)(nil)
 var _ store.Local = (*Store)(nil)

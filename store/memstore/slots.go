@@ -185,5 +185,3 @@ func (sh *slotShard) sweep(now int64, per int) bool {
 	}
 	return len(sh.keys) < per
 }
-
-var _ store.Slots = (*Store)(nil)

@@ -176,7 +176,6 @@ func (s *Store) Close() error {
 
 var (
 	_ store.Store    = (*Store)(nil)
-	_ store.Holder   = (*Store)(nil)
 	_ store.Resetter = (*Store)(nil)
 )
 

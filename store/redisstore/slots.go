@@ -84,5 +84,3 @@ func (s *Store) ReleaseSlots(ctx context.Context, id string, keys []string) erro
 	}
 	return nil
 }
-
-var _ store.Slots = (*Store)(nil)

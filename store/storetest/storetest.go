@@ -3,7 +3,7 @@
 // docs/algorithms.md, exact and sufficient retry-after, peeks, all-or-nothing
 // batches (also across Redis Cluster slots), random batches decided as the
 // [Reference] (the executable spec of a batch) decides them, key
-// isolation, and holds for stores that are a [store.Holder].
+// isolation, holds, and resets for stores that are a [store.Resetter].
 //
 // The suite asserts decisions, never commands: a backend passes by deciding
 // like package algo, whatever it does inside.
@@ -63,9 +63,7 @@ func Run(t *testing.T, s store.Store, o Options) {
 	t.Run("Reference", func(t *testing.T) { t.Parallel(); testReference(t, s) })
 	t.Run("KeyIsolation", func(t *testing.T) { t.Parallel(); testKeyIsolation(t, s) })
 	t.Run("LimitChange", func(t *testing.T) { t.Parallel(); testLimitChange(t, s) })
-	if h, ok := s.(store.Holder); ok {
-		t.Run("Hold", func(t *testing.T) { t.Parallel(); testHold(t, s, h) })
-	}
+	t.Run("Hold", func(t *testing.T) { t.Parallel(); testHold(t, s) })
 	if r, ok := s.(store.Resetter); ok {
 		t.Run("Reset", func(t *testing.T) { t.Parallel(); testReset(t, s, r) })
 	}
@@ -422,7 +420,7 @@ func testLimitChange(t *testing.T, s store.Store) {
 // testHold checks that a held key admits nothing before the hold ends and
 // a unit take when it does, that a shorter hold never shortens it, that
 // holding an unseen key works, and that bad holds are refused.
-func testHold(t *testing.T, s store.Store, h store.Holder) {
+func testHold(t *testing.T, s store.Store) {
 	p := prefix(t)
 	ctx := context.Background()
 	l := algo.Limit{Limit: 10, Period: time.Second, Burst: 5}
@@ -433,7 +431,7 @@ func testHold(t *testing.T, s store.Store, h store.Holder) {
 		if seen {
 			take(t, s, c)
 		}
-		if err := h.Hold(ctx, key, l, d); err != nil {
+		if err := s.Hold(ctx, key, l, d); err != nil {
 			t.Fatalf("Hold: %v", err)
 		}
 		first := take(t, s, c)
@@ -441,10 +439,10 @@ func testHold(t *testing.T, s store.Store, h store.Holder) {
 			t.Fatalf("seen=%v: take right after a %v hold: %+v, want rejected with retry-after just under %v", seen, d, first, d)
 		}
 		target := first.Now.Add(first.RetryAfter())
-		if err := h.Hold(ctx, key, l, 10*time.Millisecond); err != nil {
+		if err := s.Hold(ctx, key, l, 10*time.Millisecond); err != nil {
 			t.Fatalf("short Hold: %v", err)
 		}
-		if err := h.Hold(ctx, key, l, 0); err != nil {
+		if err := s.Hold(ctx, key, l, 0); err != nil {
 			t.Fatalf("zero Hold: %v", err)
 		}
 		again := take(t, s, c)
@@ -472,7 +470,7 @@ func testHold(t *testing.T, s store.Store, h store.Holder) {
 		{"too long", p + "x", l, algo.MaxPeriod + time.Second, store.ErrInvalidCheck},
 	}
 	for _, b := range bad {
-		if err := h.Hold(ctx, b.key, b.lim, b.d); !errors.Is(err, b.want) || !errors.Is(err, store.ErrInvalidCheck) {
+		if err := s.Hold(ctx, b.key, b.lim, b.d); !errors.Is(err, b.want) || !errors.Is(err, store.ErrInvalidCheck) {
 			t.Errorf("Hold with %s: %v, want an error wrapping %v and %v", b.name, err, b.want, store.ErrInvalidCheck)
 		}
 	}

@@ -1,15 +1,16 @@
-package limiter
+package guard
 
 import (
 	"hash/maphash"
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/fairgate/fairgate/algo"
-	"github.com/fairgate/fairgate/policy"
 )
 
-// nearCache remembers, per instance, the keys the store has just rejected
+// NearCache remembers, per instance, the keys the store has just rejected
 // and until when: a request that needs at least as much of such a key
 // before then cannot pass (state only moves later: other traffic takes
 // more, holds push it further), so it is answered here without a store
@@ -18,11 +19,12 @@ import (
 //
 // It is bounded: nearShards × nearPerShard entries and nearShards ×
 // nearShardBytes bytes (nearEntryBytes plus the key per entry), the expired
-// ones going first when a shard is full, then any. A policy change clears
-// it.
-type nearCache struct {
+// ones going first when a shard is full, then any. [NearCache.Clear]
+// forgets it all (a policy change). It is safe for concurrent use.
+type NearCache struct {
 	seed   maphash.Seed
 	shards [nearShards]nearShard
+	hits   prometheus.Counter
 }
 
 const (
@@ -39,73 +41,73 @@ type nearShard struct {
 }
 
 // nearEntry is a rejection: until when the key admits nothing of cost or
-// more under limit, and the layer's decision to answer with.
+// more under limit, and the store's decision to answer with.
 type nearEntry struct {
 	until time.Time
 	cost  int64
 	limit algo.Limit
-	layer LayerDecision
+	d     algo.Decision
 }
 
-func newNearCache() *nearCache {
-	c := &nearCache{seed: maphash.MakeSeed()}
+func newNearCache(hits prometheus.Counter) *NearCache {
+	c := &NearCache{seed: maphash.MakeSeed(), hits: hits}
 	for i := range c.shards {
 		c.shards[i].m = make(map[string]nearEntry)
 	}
 	return c
 }
 
-func (c *nearCache) shard(key string) *nearShard {
+func (c *NearCache) shard(key string) *nearShard {
 	return &c.shards[maphash.String(c.seed, key)%nearShards]
 }
 
-// lookup returns a remembered rejection of one of layers' enforced keys
-// that still holds at now for cost.
-func (c *nearCache) lookup(layers []policy.Layer, cost int64, now time.Time) (LayerDecision, bool) {
-	for _, ly := range layers {
-		if ly.Shadow {
-			continue
-		}
-		sh := c.shard(ly.Key)
-		sh.mu.Lock()
-		e, ok := sh.m[ly.Key]
-		if ok && !now.Before(e.until) {
-			sh.drop(ly.Key)
-			ok = false
-		}
-		sh.mu.Unlock()
-		if ok && cost >= e.cost && e.limit == ly.Limit {
-			ld := e.layer
-			ld.Layer = ly
-			elapsed := ld.RetryAfter - e.until.Sub(now) // since the store's answer
-			ld.RetryAfter -= elapsed
-			ld.ResetAfter = max(ld.RetryAfter, ld.ResetAfter-elapsed)
-			return ld, true
-		}
+// Lookup returns the remembered rejection of key under lim that still
+// holds at now for cost, aged to now: its retry-after and reset-after are
+// what is left of them.
+func (c *NearCache) Lookup(key string, lim algo.Limit, cost int64, now time.Time) (algo.Decision, bool) {
+	sh := c.shard(key)
+	sh.mu.Lock()
+	e, ok := sh.m[key]
+	if ok && !now.Before(e.until) {
+		sh.drop(key)
+		ok = false
 	}
-	return LayerDecision{}, false
+	sh.mu.Unlock()
+	if !ok || cost < e.cost || e.limit != lim {
+		return algo.Decision{}, false
+	}
+	d := e.d
+	elapsed := d.RetryAfter - e.until.Sub(now) // since the store's answer
+	d.RetryAfter -= elapsed
+	d.ResetAfter = max(d.RetryAfter, d.ResetAfter-elapsed)
+	return d, true
 }
 
-// put remembers that ld's key admits nothing of cost before now + its
-// retry-after.
-func (c *nearCache) put(ld LayerDecision, cost int64, now time.Time) {
-	if ld.RetryAfter <= 0 || ld.Shadow {
+// Hit counts a request answered from the cache, in
+// fairgate_near_cache_hits_total.
+func (c *NearCache) Hit() { c.hits.Inc() }
+
+// Put remembers that key, under lim, admits nothing of cost before now +
+// d's retry-after (d is the store's rejection).
+func (c *NearCache) Put(key string, lim algo.Limit, cost int64, d algo.Decision, now time.Time) {
+	if d.RetryAfter <= 0 {
 		return
 	}
-	size := nearEntryBytes + len(ld.Key)
+	size := nearEntryBytes + len(key)
 	if size > nearShardBytes/16 {
 		return // a key this long is never worth a sixteenth of the shard
 	}
-	sh := c.shard(ld.Key)
+	sh := c.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if _, ok := sh.m[ld.Key]; !ok {
+	if _, ok := sh.m[key]; !ok {
 		for len(sh.m) > 0 && (len(sh.m) >= nearPerShard || sh.bytes+size > nearShardBytes) {
 			sh.evict(now)
 		}
 		sh.bytes += size
 	}
-	sh.m[ld.Key] = nearEntry{until: now.Add(ld.RetryAfter), cost: cost, limit: ld.Limit, layer: ld}
+	d.Allowed = false
+	sh.m[key] = nearEntry{until: now.Add(d.RetryAfter), cost: cost, limit: lim, d: d}
 }
 
 // evict removes an expired entry among the first 64 the map yields, else
@@ -137,7 +139,7 @@ func (sh *nearShard) drop(key string) {
 }
 
 // bytes is what the cache holds, as its bound counts.
-func (c *nearCache) bytes() int {
+func (c *NearCache) bytes() int {
 	n := 0
 	for i := range c.shards {
 		sh := &c.shards[i]
@@ -148,8 +150,8 @@ func (c *nearCache) bytes() int {
 	return n
 }
 
-// clear forgets everything, as a policy change asks.
-func (c *nearCache) clear() {
+// Clear forgets everything, as a policy change asks.
+func (c *NearCache) Clear() {
 	for i := range c.shards {
 		sh := &c.shards[i]
 		sh.mu.Lock()

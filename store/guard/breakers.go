@@ -1,4 +1,4 @@
-package limiter
+package guard
 
 import (
 	"context"
@@ -68,7 +68,7 @@ func excluded(err error) bool {
 
 // errAborted is what a domain's breaker is told when its call did not
 // happen (another domain of the batch refused): excluded, not a failure.
-var errAborted = errors.New("limiter: call not made")
+var errAborted = errors.New("guard: call not made")
 
 func newBreakers(st store.Store, cooldown time.Duration, onChange func(shard int, from, to gobreaker.State)) *breakers {
 	b := &breakers{cooldown: cooldown, onChange: onChange, probes: map[int]store.Check{}}
@@ -154,7 +154,7 @@ func (b *breakers) call(checks []store.Check, f func() error) error {
 }
 
 // toProbe returns a peek for each domain whose breaker is not closed, so
-// that Run finds its recovery without traffic; a closed domain's is
+// that Probe finds its recovery without traffic; a closed domain's is
 // forgotten.
 func (b *breakers) toProbe() []store.Check {
 	b.mu.Lock()
@@ -173,20 +173,20 @@ func (b *breakers) toProbe() []store.Check {
 // allClosed reports whether every domain's breaker is closed.
 func (b *breakers) allClosed() bool { return b.notClosed.Load() == 0 }
 
-// logChange is the limiter's breaker log and metric.
-func (l *Limiter) logChange(shard int, from, to gobreaker.State) {
-	l.m.breaker.Set(float64(max(to, l.worstBreaker())))
+// logChange is the guard's breaker log and metric.
+func (g *Guard) logChange(shard int, from, to gobreaker.State) {
+	g.m.breaker.Set(float64(max(to, g.worstBreaker())))
 	switch to {
 	case gobreaker.StateOpen:
-		l.log.Error("store out: breaker open, deciding by fail mode", slog.Int("shard", shard), slog.String("from", from.String()))
+		g.log.Error("store out: breaker open, deciding by fail mode", slog.Int("shard", shard), slog.String("from", from.String()))
 	case gobreaker.StateClosed:
-		l.log.Info("store recovered: breaker closed", slog.Int("shard", shard))
+		g.log.Info("store recovered: breaker closed", slog.Int("shard", shard))
 	}
 }
 
 // worstBreaker is closed (0) when every breaker is, else open (2).
-func (l *Limiter) worstBreaker() gobreaker.State {
-	if l.cb == nil || l.cb.allClosed() {
+func (g *Guard) worstBreaker() gobreaker.State {
+	if g.cb == nil || g.cb.allClosed() {
 		return gobreaker.StateClosed
 	}
 	return gobreaker.StateOpen

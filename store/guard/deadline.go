@@ -1,4 +1,4 @@
-package limiter
+package guard
 
 import (
 	"context"
@@ -31,7 +31,7 @@ type deadlineCtx struct {
 const grain = time.Millisecond
 
 // context returns the context for a store call that ctx asks for. It
-// reads the real clock, as a context's deadline does, never the limiter's.
+// reads the real clock, as a context's deadline does, never the guard's.
 func (s *sharedDeadline) context(ctx context.Context) (context.Context, context.CancelFunc) {
 	now := time.Now()
 	d := s.cur.Load()

@@ -1,0 +1,56 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/fairgate/fairgate/algo"
+	"github.com/fairgate/fairgate/policy"
+	"github.com/fairgate/fairgate/store"
+	"github.com/fairgate/fairgate/store/memstore"
+	"github.com/fairgate/fairgate/store/storetest"
+)
+
+// TestTakeOutcomes: the one fail-mode switch, as a direct Take sees it: a
+// store that answers decides; one that is out is unavailable for fail
+// closed, and for fail open decided by the fallback at the instance's
+// share (2 instances, headroom 1: half of each limit), or admitted in
+// full without a fallback. Invalid checks are an error, never an outcome.
+func TestTakeOutcomes(t *testing.T) {
+	lim := algo.Limit{Limit: 10, Period: time.Minute, Burst: 10}
+	checks := []store.Check{{Key: "k", Limit: lim, Cost: 1}}
+	cases := []struct {
+		name      string
+		st        store.Store
+		fallback  store.Store
+		fail      policy.FailMode
+		want      Outcome
+		remaining int64 // after the first take
+	}{
+		{"up", memstore.New(memstore.Config{}), nil, policy.FailClosed, Decided, 9},
+		{"down, closed", storetest.Down{}, memstore.New(memstore.Config{}), policy.FailClosed, Unavailable, -1},
+		{"down, open, fallback", storetest.Down{}, memstore.New(memstore.Config{}), policy.FailOpen, Degraded, 4},
+		{"down, open, no fallback", storetest.Down{}, nil, policy.FailOpen, Degraded, 10},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			g, err := New(Config{Store: c.st, Fallback: c.fallback, Instances: 2, FallbackHeadroom: 1, Timeout: time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var res store.Result
+			o, err := g.Take(context.Background(), checks, c.fail, &res)
+			if err != nil || o != c.want {
+				t.Fatalf("Take = %v, %v; want %v", o, err, c.want)
+			}
+			if c.remaining >= 0 && (!res.Allowed || len(res.Decisions) != 1 || res.Decisions[0].Remaining != c.remaining) {
+				t.Fatalf("Take = %+v, want allowed with %d remaining", res, c.remaining)
+			}
+			if _, err := g.Take(context.Background(), []store.Check{{Key: "k", Limit: lim, Cost: 11}}, c.fail, &res); !errors.Is(err, store.ErrInvalidCheck) {
+				t.Fatalf("a cost over the burst: %v, want ErrInvalidCheck", err)
+			}
+		})
+	}
+}

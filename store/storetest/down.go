@@ -1,0 +1,35 @@
+package storetest
+
+import (
+	"context"
+	"time"
+
+	"github.com/fairgate/fairgate/algo"
+	"github.com/fairgate/fairgate/store"
+)
+
+// Down is a store that is out: every call fails with
+// [store.ErrUnavailable], as a Redis that refuses connections would. For
+// tests of the fail mode.
+type Down struct{}
+
+// Take fails.
+func (Down) Take(context.Context, []store.Check, *store.Result) error { return store.ErrUnavailable }
+
+// Hold fails.
+func (Down) Hold(context.Context, string, algo.Limit, time.Duration) error {
+	return store.ErrUnavailable
+}
+
+// AcquireSlots fails.
+func (Down) AcquireSlots(context.Context, string, time.Duration, []store.SlotAcquire, []store.SlotResult) error {
+	return store.ErrUnavailable
+}
+
+// ReleaseSlots fails.
+func (Down) ReleaseSlots(context.Context, string, []string) error { return store.ErrUnavailable }
+
+// Close does nothing.
+func (Down) Close() error { return nil }
+
+var _ store.Store = Down{}
