@@ -3,16 +3,13 @@ package server
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"net/netip"
 	"strings"
-	"time"
 
 	"github.com/fairgate/fairgate/algo"
 	"github.com/fairgate/fairgate/httplimit"
 	"github.com/fairgate/fairgate/httplimit/problem"
-	"github.com/fairgate/fairgate/internal/auth"
 	"github.com/fairgate/fairgate/limiter"
 	"github.com/fairgate/fairgate/limitheader"
 	"github.com/fairgate/fairgate/policy"
@@ -171,78 +168,4 @@ func checkError(err error, lr policy.Request) string {
 		return "cost: " + strings.TrimPrefix(err.Error(), "policy: ")
 	}
 	return err.Error()
-}
-
-// identify verifies r's credential for the proxy and /v1/me/limits: a zero
-// identity for none, an error for a bad one.
-func (s *Server) identify(r *http.Request) (policy.Identity, error) {
-	a := s.id.Load().auth
-	if a == nil || !a.Enabled() {
-		if len(r.Header.Values("Authorization")) > 0 || len(r.Header.Values("X-API-Key")) > 0 {
-			return policy.Identity{}, errors.New("no credentials are configured: this service accepts none")
-		}
-		return policy.Identity{}, nil
-	}
-	id, err := a.Authenticate(r)
-	if errors.Is(err, auth.ErrNoCredential) {
-		return policy.Identity{}, nil
-	}
-	if err != nil {
-		return policy.Identity{}, err
-	}
-	if id.Plan != "" && !s.lim.Snapshot().KnownPlan(id.Plan) {
-		// The policy's default applies; say so once per plan name (at
-		// most 1,000 names, so a flood of made-up claims cannot grow it).
-		ids := s.id.Load()
-		if ids.unknownLogged.Load() < 1000 {
-			if _, seen := ids.unknownLog.LoadOrStore(id.Plan, true); !seen {
-				ids.unknownLogged.Add(1)
-				s.log.Warn("a credential names an unknown plan; the tenant gets its configured or the default plan", slog.String("tenant", id.Tenant), slog.String("plan", id.Plan))
-			}
-		}
-	}
-	return policy.Identity{Tenant: id.Tenant, Plan: id.Plan}, nil
-}
-
-func (s *Server) handleMyLimits(w http.ResponseWriter, r *http.Request) {
-	id, err := s.identify(r)
-	if err != nil {
-		httplimit.WriteUnauthorized(w, err.Error())
-		return
-	}
-	if id.Tenant == "" {
-		httplimit.WriteUnauthorized(w, "send a credential to see your limits")
-		return
-	}
-	ctx, cancel := s.control(r)
-	defer cancel()
-	tl, err := s.lim.Effective(ctx, id.Tenant, id.Plan)
-	if err != nil {
-		problem.Write(w, problem.Details{Status: http.StatusServiceUnavailable, Detail: "limits cannot be read right now: " + err.Error()})
-		return
-	}
-	type layer struct {
-		Policy       string `json:"policy"`
-		Class        string `json:"class,omitempty"`
-		Limit        int64  `json:"limit"`
-		Burst        int64  `json:"burst"`
-		PeriodMs     int64  `json:"period_ms"`
-		Remaining    int64  `json:"remaining"`
-		ResetAfterMs int64  `json:"reset_after_ms"`
-		Shadow       bool   `json:"shadow,omitempty"`
-	}
-	out := struct {
-		Tenant      string             `json:"tenant"`
-		Plan        string             `json:"plan"`
-		Layers      []layer            `json:"layers"`
-		Concurrency []concurrencyLayer `json:"concurrency,omitempty"`
-		Queues      map[string]any     `json:"queues,omitempty"`
-	}{Tenant: tl.Tenant, Plan: tl.Plan, Layers: []layer{}, Concurrency: concurrencyView(tl.Concurrency)}
-	if s.jobs != nil {
-		out.Queues = s.queueStates(r, tl.Tenant)
-	}
-	for _, l := range tl.Layers {
-		out.Layers = append(out.Layers, layer{l.Policy, l.Class, l.Limit, l.Burst, int64(l.Period / time.Millisecond), l.Remaining, algo.CeilMillis(l.ResetAfter), l.Shadow})
-	}
-	writeJSON(w, http.StatusOK, out)
 }

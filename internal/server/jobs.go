@@ -205,25 +205,3 @@ func (s *Server) finishJob(w http.ResponseWriter, r *http.Request, nack bool) {
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"job_id": id, "ok": true})
 }
-
-// queueStates is the tenant's part of each queue for /v1/me/limits.
-func (s *Server) queueStates(r *http.Request, tenant string) map[string]any {
-	out := map[string]any{}
-	ctx, cancel := s.control(r)
-	defer cancel()
-	for name, k := range s.kinds {
-		all, mine, err := s.jobs.Depth(ctx, name, tenant)
-		if err != nil {
-			continue
-		}
-		state := "ok"
-		switch {
-		case k.Refuse > 0 && all >= k.Refuse:
-			state = "refusing"
-		case k.Warn > 0 && all >= k.Warn:
-			state = "warn"
-		}
-		out[name] = map[string]any{"depth": mine, "kind_depth": all, "state": state, "warn": k.Warn, "refuse": k.Refuse}
-	}
-	return out
-}

@@ -1,9 +1,6 @@
 package server
 
 import (
-	"net/http"
-	"sync"
-
 	"github.com/fairgate/fairgate/internal/jsonwire"
 )
 
@@ -13,39 +10,6 @@ import (
 // unknown or repeated names, anything malformed), so errors and edge
 // cases are encoding/json's. FuzzFastBodies holds the two readers to
 // the same result.
-
-// opt is a field of a request body: its value, and whether it was given.
-type opt[T any] struct {
-	v  T
-	ok bool
-}
-
-// optOf is *p, given when p is not nil.
-func optOf[T any](p *T) opt[T] {
-	if p == nil {
-		return opt[T]{}
-	}
-	return opt[T]{*p, true}
-}
-
-// setStr sets o from m, reporting false (leave it to encoding/json) when
-// m is not a string or o was given already.
-func setStr(o *opt[string], m jsonwire.Member) bool {
-	if o.ok || m.Kind != jsonwire.String {
-		return false
-	}
-	*o = opt[string]{string(m.Str), true}
-	return true
-}
-
-// setInt sets o from m as setStr does, for an integer.
-func setInt(o *opt[int64], m jsonwire.Member) bool {
-	if o.ok || m.Kind != jsonwire.Int {
-		return false
-	}
-	*o = opt[int64]{m.Int, true}
-	return true
-}
 
 // takeRequest is a /v1/take body read.
 type takeRequest struct {
@@ -125,26 +89,6 @@ func (j *checkJSON) request() checkRequest {
 	return checkRequest{tenant: optOf(j.Tenant), route: optOf(j.Route), class: optOf(j.Class), ip: optOf(j.IP), cost: optOf(j.Cost)}
 }
 
-// readFast reads r's body with fast, the request's fast reader, and
-// when that leaves it, through encoding/json into a J handed to slow. It
-// writes the error response itself when the body cannot be read.
-func readFast[J any](w http.ResponseWriter, r *http.Request, fast func([]byte) bool, slow func(*J)) bool {
-	buf, ok := readBody(w, r)
-	if !ok {
-		return false
-	}
-	defer putBody(buf)
-	if fast(buf.Bytes()) {
-		return true
-	}
-	var j J
-	if !decodeBody(w, buf.Bytes(), &j) {
-		return false
-	}
-	slow(&j)
-	return true
-}
-
 // appendJSON appends t as encoding/json encodes it.
 func (t *takeResponse) appendJSON(b []byte) []byte {
 	b = append(b, '{')
@@ -203,21 +147,4 @@ func (h headerFields) appendJSON(b []byte) []byte {
 		b = jsonwire.AppendString(append(jsonwire.AppendString(b, h[i]), ':'), h[i+1])
 	}
 	return append(b, '}')
-}
-
-// outPool holds the buffers answers are appended to.
-var outPool = sync.Pool{New: func() any { return new([]byte) }}
-
-// writeAppended writes status and the JSON in *b, a buffer of outPool
-// (with a newline after it, as json.Encoder writes), and gives the buffer
-// back.
-func writeAppended(w http.ResponseWriter, status int, b *[]byte) {
-	*b = append(*b, '\n')
-	w.Header()["Content-Type"] = jsonContentType
-	w.WriteHeader(status)
-	w.Write(*b)
-	if cap(*b) <= 64<<10 {
-		*b = (*b)[:0]
-		outPool.Put(b)
-	}
 }
