@@ -7,6 +7,12 @@ import (
 	"sync"
 )
 
+// The HTTP room's answers: every JSON answer is written by writeJSON
+// (encoding/json) or, on the decision API's hot path, appended by the
+// answer's own appendJSON (wire.go) and written by writeAppended. Problems
+// are httplimit/problem's; rate-limit headers are limitheader's.
+
+// writeJSON writes status and v as JSON, with a newline after it.
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	e := encPool.Get().(*encoder)
 	e.buf.Reset()

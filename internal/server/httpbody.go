@@ -12,24 +12,85 @@ import (
 	"strings"
 	"sync"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/fairgate/fairgate/httplimit/problem"
 	"github.com/fairgate/fairgate/internal/jsonwire"
 )
 
+// The HTTP room's bodies: every JSON request body is read by readJSON,
+// into a struct whose json tags are the one list of the body's fields.
+// An optional field is an opt, which tells a missing (or null) field from
+// a zero one. readJSON checks what encoding/json lets pass (strictBody:
+// names given twice or in the wrong case, unknown names, an empty body, a
+// second value), then decodes with encoding/json, which names every other
+// problem. /v1/take and /v1/check, the hot path, read the simple form of
+// their bodies with a fastReader first (BenchmarkDecisionAPI, in
+// bench/RESULTS.md); any body it does not take whole goes the same way as
+// every other, so errors are the same whichever reader saw the body.
+
 // MaxBody is the largest request body accepted; larger ones get 413.
 const MaxBody = 64 << 10
 
-// decodeJSON reads one JSON object from r's body into v, strictly: no
-// unknown fields, nothing after it, at most MaxBody bytes. It writes the
-// error response itself and reports whether decoding succeeded.
-func decodeJSON(w http.ResponseWriter, r *http.Request, v any) bool {
+// opt is an optional field of a request body: its value, and whether it
+// was given. A null is not given, as a nil pointer field would be.
+type opt[T any] struct {
+	v  T
+	ok bool
+}
+
+// UnmarshalJSON implements json.Unmarshaler: null leaves o not given.
+func (o *opt[T]) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil
+	}
+	if err := json.Unmarshal(b, &o.v); err != nil {
+		return err
+	}
+	o.ok = true
+	return nil
+}
+
+// optional is implemented by every opt: strictBody reads an opt's value
+// as its element type.
+type optional interface{ optional() }
+
+func (*opt[T]) optional() {}
+
+var optionalType = reflect.TypeFor[optional]()
+
+// readJSON reads one JSON object from r's body into *v: at most MaxBody
+// bytes of uncompressed UTF-8, no unknown fields, nothing after it. fast,
+// if not nil, reads the body first when it is in the simple form. It
+// writes the error response itself and reports whether reading succeeded.
+func readJSON[T any](w http.ResponseWriter, r *http.Request, v *T, fast *fastReader[T]) bool {
 	buf, ok := readBody(w, r)
 	if !ok {
 		return false
 	}
 	defer putBody(buf)
-	return decodeBody(w, buf.Bytes(), v)
+	return decodeBody(w, buf.Bytes(), v, fast)
+}
+
+// decodeBody decodes body into *v as readJSON does.
+func decodeBody[T any](w http.ResponseWriter, body []byte, v *T, fast *fastReader[T]) bool {
+	if fast != nil && fast.read(body, v) {
+		return true
+	}
+	if err := strictBody(body, reflect.TypeFor[T]()); err != nil {
+		problem.BadRequest(w, err.Error())
+		return false
+	}
+	// Into a value of its own, so that *v stays where its caller put it
+	// (on the stack, for the fast path), whatever the fast reader left in
+	// it.
+	j := new(T)
+	if err := json.Unmarshal(body, j); err != nil {
+		problem.BadRequest(w, jsonError(err))
+		return false
+	}
+	*v = *j
+	return true
 }
 
 // readBody reads r's body into a pooled buffer (the caller gives it back
@@ -70,19 +131,6 @@ func readBody(w http.ResponseWriter, r *http.Request) (*bytes.Buffer, bool) {
 	return buf, true
 }
 
-// decodeBody decodes body into v as decodeJSON does.
-func decodeBody(w http.ResponseWriter, body []byte, v any) bool {
-	if err := checkBody(body, reflect.TypeOf(v)); err != nil {
-		problem.BadRequest(w, err.Error())
-		return false
-	}
-	if err := json.Unmarshal(body, v); err != nil {
-		problem.BadRequest(w, jsonError(err))
-		return false
-	}
-	return true
-}
-
 // readUpTo reads r into buf until EOF or until buf holds n bytes (what
 // io.LimitReader does, without one per request).
 func readUpTo(buf *bytes.Buffer, r io.Reader, n int) error {
@@ -101,7 +149,7 @@ func readUpTo(buf *bytes.Buffer, r io.Reader, n int) error {
 	return nil
 }
 
-// bodyPool holds request body buffers: a decision reads its body into one
+// bodyPool holds request body buffers: a request reads its body into one
 // and gives it back, instead of a new slice per request.
 var bodyPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
@@ -112,16 +160,83 @@ func putBody(buf *bytes.Buffer) {
 	}
 }
 
-// checkBody checks what encoding/json lets pass: every object member name
+// fastReader reads the bodies of type T that are in jsonwire's simple form
+// (strings without escapes, integers, each name once) into T's fields,
+// which must all be opt[string] or opt[int64]. Their names, types and
+// offsets come from T's json tags and reflect, once: a read uses neither
+// reflection nor the heap (a reflect.Value of the body would move it
+// there), only the strings it keeps.
+type fastReader[T any] struct {
+	fields []fastField
+}
+
+// fastField is one field of a fastReader's body.
+type fastField struct {
+	name   string
+	kind   jsonwire.Kind
+	offset uintptr // the field's, in T
+}
+
+// newFastReader returns the fast reader of T's bodies. It panics when a
+// field of T is not an opt[string] or an opt[int64]: a programming error.
+func newFastReader[T any]() *fastReader[T] {
+	t := reflect.TypeFor[T]()
+	f := &fastReader[T]{}
+	for i := range t.NumField() {
+		sf := t.Field(i)
+		ff := fastField{offset: sf.Offset}
+		ff.name, _, _ = strings.Cut(sf.Tag.Get("json"), ",")
+		switch sf.Type {
+		case reflect.TypeFor[opt[string]]():
+			ff.kind = jsonwire.String
+		case reflect.TypeFor[opt[int64]]():
+			ff.kind = jsonwire.Int
+		default:
+			panic(fmt.Sprintf("server: %v.%s is a %v: a fast reader reads only opt[string] and opt[int64] fields", t, sf.Name, sf.Type))
+		}
+		f.fields = append(f.fields, ff)
+	}
+	return f
+}
+
+// read reads body into *v, reporting false for a body it leaves to
+// encoding/json (*v is then partly filled: the caller resets it).
+func (f *fastReader[T]) read(body []byte, v *T) bool {
+	o := jsonwire.NewObject(body)
+	for m, ok := o.Next(); ok; m, ok = o.Next() {
+		i := slices.IndexFunc(f.fields, func(ff fastField) bool { return ff.name == string(m.Name) })
+		if i < 0 || f.fields[i].kind != m.Kind {
+			return false // an unknown name or another type: encoding/json names it
+		}
+		// The field of this name, of this kind (newFastReader checked).
+		p := unsafe.Add(unsafe.Pointer(v), f.fields[i].offset)
+		switch m.Kind {
+		case jsonwire.String:
+			fv := (*opt[string])(p)
+			if fv.ok {
+				return false // given twice
+			}
+			*fv = opt[string]{string(m.Str), true}
+		case jsonwire.Int:
+			fv := (*opt[int64])(p)
+			if fv.ok {
+				return false
+			}
+			*fv = opt[int64]{m.Int, true}
+		}
+	}
+	return o.Simple()
+}
+
+// strictBody checks what encoding/json lets pass: every object member name
 // is given once, and matches its field's name exactly (the decoder would
 // match "Limit" to limit). t is the type decoded into. It scans the bytes
-// once, allocating nothing for the common body (it runs on every /v1/take
-// and /v1/check); anything that is not well-formed JSON is left to the
-// decoder, which names it better. It also refuses what encoding/json's
-// Decoder refused for decodeJSON before it used Unmarshal: an empty body, a member
-// a struct does not have (`unknown field "x"`, once the body is known to
-// be well-formed JSON), and a second value after the first.
-func checkBody(body []byte, t reflect.Type) error {
+// once, allocating nothing for the common body; anything that is not
+// well-formed JSON is left to the decoder, which names it better. It also
+// refuses an empty body, a member a struct does not have (`unknown field
+// "x"`, once the body is known to be well-formed JSON), and a second value
+// after the first.
+func strictBody(body []byte, t reflect.Type) error {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return errors.New("body is empty: want a JSON object")
 	}
@@ -199,10 +314,14 @@ func (sc *nameScanner) str() ([]byte, error) {
 	return nil, errNotJSON
 }
 
-// value checks the value at sc.i, decoded into t (nil: not known).
+// value checks the value at sc.i, decoded into t (nil: not known; an opt
+// is read as its value's type).
 func (sc *nameScanner) value(t reflect.Type) error {
 	for t != nil && t.Kind() == reflect.Pointer {
 		t = t.Elem()
+	}
+	if t != nil && t.Kind() == reflect.Struct && reflect.PointerTo(t).Implements(optionalType) {
+		t = t.Field(0).Type // opt's v
 	}
 	sc.ws()
 	if sc.i >= len(sc.b) {
@@ -336,10 +455,6 @@ func jsonError(err error) string {
 	case errors.Is(err, io.EOF):
 		return "body is empty: want a JSON object"
 	}
-	// The decoder's unknown-field error: `json: unknown field "x"`.
-	if msg := err.Error(); len(msg) > 6 && msg[:6] == "json: " {
-		return msg[6:]
-	}
 	return err.Error()
 }
 
@@ -351,57 +466,4 @@ func jsonType(goType string) string {
 		return "a string"
 	}
 	return goType
-}
-
-// opt is a field of a request body: its value, and whether it was given.
-type opt[T any] struct {
-	v  T
-	ok bool
-}
-
-// optOf is *p, given when p is not nil.
-func optOf[T any](p *T) opt[T] {
-	if p == nil {
-		return opt[T]{}
-	}
-	return opt[T]{*p, true}
-}
-
-// setStr sets o from m, reporting false (leave it to encoding/json) when
-// m is not a string or o was given already.
-func setStr(o *opt[string], m jsonwire.Member) bool {
-	if o.ok || m.Kind != jsonwire.String {
-		return false
-	}
-	*o = opt[string]{string(m.Str), true}
-	return true
-}
-
-// setInt sets o from m as setStr does, for an integer.
-func setInt(o *opt[int64], m jsonwire.Member) bool {
-	if o.ok || m.Kind != jsonwire.Int {
-		return false
-	}
-	*o = opt[int64]{m.Int, true}
-	return true
-}
-
-// readFast reads r's body with fast, the request's fast reader, and
-// when that leaves it, through encoding/json into a J handed to slow. It
-// writes the error response itself when the body cannot be read.
-func readFast[J any](w http.ResponseWriter, r *http.Request, fast func([]byte) bool, slow func(*J)) bool {
-	buf, ok := readBody(w, r)
-	if !ok {
-		return false
-	}
-	defer putBody(buf)
-	if fast(buf.Bytes()) {
-		return true
-	}
-	var j J
-	if !decodeBody(w, buf.Bytes(), &j) {
-		return false
-	}
-	slow(&j)
-	return true
 }

@@ -11,6 +11,10 @@ import (
 	"github.com/fairgate/fairgate/internal/auth"
 )
 
+// The HTTP room's guards, wrapped around handlers by New: one method per
+// route, the internal and worker tokens, "no policy", request targets
+// upstreams read differently, and panics.
+
 // plainTargets answers 400 to a request whose target upstreams read
 // differently (policy.TargetPath: a '#', an encoded slash or dot segment,
 // a backslash, …), before the mux sees it: ServeMux would redirect

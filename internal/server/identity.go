@@ -15,6 +15,10 @@ import (
 	"github.com/fairgate/fairgate/policy"
 )
 
+// Who is calling: the credentials, trusted proxies and identity headers
+// in force, swapped whole on a reload, and the verification of a request's
+// credential for the proxy, /v1/authz, /v1/me/limits and the job API.
+
 // identity is what the server verifies credentials and finds client
 // addresses with, and the headers it tells the upstream who the caller is
 // in; swapped whole on a config reload.

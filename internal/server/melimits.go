@@ -9,6 +9,8 @@ import (
 	"github.com/fairgate/fairgate/httplimit/problem"
 )
 
+// handleMyLimits serves GET /v1/me/limits: the verified caller's own
+// limits, concurrency layers and, with a job queue, its part of each queue.
 func (s *Server) handleMyLimits(w http.ResponseWriter, r *http.Request) {
 	id, err := s.identify(r)
 	if err != nil {

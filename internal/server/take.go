@@ -14,18 +14,19 @@ import (
 	"github.com/fairgate/fairgate/store"
 )
 
-// takeJSON is the body of POST /v1/take as encoding/json reads it: the
-// slow path, for any body the fast reader (takeRequest.read) leaves, with
-// encoding/json's errors. Pointers tell a missing field from a zero one.
-type takeJSON struct {
-	Key       *string `json:"key"`
-	Limit     *int64  `json:"limit"`
-	PeriodMs  *int64  `json:"period_ms"`
-	Burst     *int64  `json:"burst"`
-	Cost      *int64  `json:"cost"`
-	Algorithm *string `json:"algorithm"`
-	Fail      *string `json:"fail"`
+// takeBody is the body of POST /v1/take.
+type takeBody struct {
+	Key       opt[string] `json:"key"`
+	Limit     opt[int64]  `json:"limit"`
+	PeriodMs  opt[int64]  `json:"period_ms"`
+	Burst     opt[int64]  `json:"burst"`
+	Cost      opt[int64]  `json:"cost"`
+	Algorithm opt[string] `json:"algorithm"`
+	Fail      opt[string] `json:"fail"`
 }
+
+// takeFast reads the simple /v1/take bodies, every client's in practice.
+var takeFast = newFastReader[takeBody]()
 
 // takeResponse is the answer of POST /v1/take, allowed or not.
 type takeResponse struct {
@@ -42,47 +43,47 @@ const maxPeriodMs = int64(algo.MaxPeriod / time.Millisecond)
 
 // parseTake validates a request and returns the check and fail mode, or a
 // detail naming the field at fault.
-func parseTake(req *takeRequest) (c store.Check, failOpen bool, detail string) {
+func parseTake(req *takeBody) (c store.Check, failOpen bool, detail string) {
 	switch {
-	case !req.key.ok || req.key.v == "":
+	case !req.Key.ok || req.Key.v == "":
 		return c, false, "key: required, a non-empty string"
-	case len(req.key.v) > policy.MaxTakeKey:
-		return c, false, fmt.Sprintf("key: %d bytes, at most %d", len(req.key.v), policy.MaxTakeKey)
-	case !req.limit.ok:
+	case len(req.Key.v) > policy.MaxTakeKey:
+		return c, false, fmt.Sprintf("key: %d bytes, at most %d", len(req.Key.v), policy.MaxTakeKey)
+	case !req.Limit.ok:
 		return c, false, "limit: required"
-	case req.limit.v < 1 || req.limit.v > algo.MaxCount:
-		return c, false, fmt.Sprintf("limit: %d is outside 1..%d", req.limit.v, algo.MaxCount)
-	case !req.periodMs.ok:
+	case req.Limit.v < 1 || req.Limit.v > algo.MaxCount:
+		return c, false, fmt.Sprintf("limit: %d is outside 1..%d", req.Limit.v, algo.MaxCount)
+	case !req.PeriodMs.ok:
 		return c, false, "period_ms: required"
-	case req.periodMs.v < 1 || req.periodMs.v > maxPeriodMs:
-		return c, false, fmt.Sprintf("period_ms: %d is outside 1..%d (366 days)", req.periodMs.v, maxPeriodMs)
-	case req.periodMs.v*1000 < req.limit.v:
-		return c, false, fmt.Sprintf("period_ms: %d ms for limit %d is under 1µs per unit: lengthen the period or lower the limit", req.periodMs.v, req.limit.v)
+	case req.PeriodMs.v < 1 || req.PeriodMs.v > maxPeriodMs:
+		return c, false, fmt.Sprintf("period_ms: %d is outside 1..%d (366 days)", req.PeriodMs.v, maxPeriodMs)
+	case req.PeriodMs.v*1000 < req.Limit.v:
+		return c, false, fmt.Sprintf("period_ms: %d ms for limit %d is under 1µs per unit: lengthen the period or lower the limit", req.PeriodMs.v, req.Limit.v)
 	}
-	c.Key = policy.TakeKey(req.key.v)
-	c.Limit = algo.Limit{Limit: req.limit.v, Period: time.Duration(req.periodMs.v) * time.Millisecond}
-	if req.algorithm.ok {
-		a, err := algo.ParseAlgorithm(req.algorithm.v)
+	c.Key = policy.TakeKey(req.Key.v)
+	c.Limit = algo.Limit{Limit: req.Limit.v, Period: time.Duration(req.PeriodMs.v) * time.Millisecond}
+	if req.Algorithm.ok {
+		a, err := algo.ParseAlgorithm(req.Algorithm.v)
 		if err != nil {
-			return c, false, fmt.Sprintf("algorithm: unknown %q: want %s", req.algorithm.v, algo.AlgorithmNames())
+			return c, false, fmt.Sprintf("algorithm: unknown %q: want %s", req.Algorithm.v, algo.AlgorithmNames())
 		}
 		c.Limit.Algorithm = a
 	}
-	if req.burst.ok {
-		switch b := req.burst.v; {
+	if req.Burst.ok {
+		switch b := req.Burst.v; {
 		case b < 1 || b > algo.MaxCount:
 			return c, false, fmt.Sprintf("burst: %d is outside 1..%d", b, algo.MaxCount)
-		case c.Limit.Algorithm.Windowed() && b != req.limit.v:
-			return c, false, fmt.Sprintf("burst: %d must equal limit %d for %v, or be omitted", b, req.limit.v, c.Limit.Algorithm)
+		case c.Limit.Algorithm.Windowed() && b != req.Limit.v:
+			return c, false, fmt.Sprintf("burst: %d must equal limit %d for %v, or be omitted", b, req.Limit.v, c.Limit.Algorithm)
 		}
-		c.Limit.Burst = req.burst.v
+		c.Limit.Burst = req.Burst.v
 	}
 	if err := c.Limit.Validate(); err != nil {
 		return c, false, "limit: " + err.Error()
 	}
 	c.Cost = 1
-	if req.cost.ok {
-		c.Cost = req.cost.v
+	if req.Cost.ok {
+		c.Cost = req.Cost.v
 		switch {
 		case c.Cost < 0:
 			return c, false, fmt.Sprintf("cost: %d is negative: use 0 to peek", c.Cost)
@@ -90,13 +91,13 @@ func parseTake(req *takeRequest) (c store.Check, failOpen bool, detail string) {
 			return c, false, fmt.Sprintf("cost: %d exceeds burst %d: such a request could never pass", c.Cost, c.Limit.Capacity())
 		}
 	}
-	if req.fail.ok {
-		switch req.fail.v {
+	if req.Fail.ok {
+		switch req.Fail.v {
 		case "open":
 			failOpen = true
 		case "closed":
 		default:
-			return c, false, fmt.Sprintf("fail: unknown mode %q: want open or closed", req.fail.v)
+			return c, false, fmt.Sprintf("fail: unknown mode %q: want open or closed", req.Fail.v)
 		}
 	}
 	return c, failOpen, ""
@@ -113,8 +114,8 @@ type takeScratch struct {
 var takePool = sync.Pool{New: func() any { return new(takeScratch) }}
 
 func (s *Server) handleTake(w http.ResponseWriter, r *http.Request) {
-	var req takeRequest
-	if !readFast(w, r, req.read, func(j *takeJSON) { req = j.request() }) {
+	var req takeBody
+	if !readJSON(w, r, &req, takeFast) {
 		return
 	}
 	c, failOpen, detail := parseTake(&req)
