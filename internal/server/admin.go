@@ -49,16 +49,9 @@ type admin struct {
 	keys    *apikeys.Set
 }
 
-// NewAdmin returns the admin API handler:
-//
-//	GET    /admin/tenants/{id}   the tenant's effective limits and run-time entry
-//	PUT    /admin/tenants/{id}   set its plan and overrides, with an optional expiry
-//	DELETE /admin/tenants/{id}   clear its run-time entry
-//	POST   /admin/reload         reload the config file
-//	GET    /admin/config         the policy in force: the file's and the run-time overlay
-//	...    /admin/keys           the stored API keys (see keyRoutes)
-//
-// Every request needs Authorization: Bearer <token>.
+// NewAdmin returns the admin API handler: the endpoints the package doc
+// lists under Admin (doc.go). Every request needs Authorization: Bearer
+// <token>.
 func NewAdmin(c AdminConfig) (http.Handler, error) {
 	if c.Limiter == nil {
 		return nil, errors.New("server: AdminConfig.Limiter is required")

@@ -6,6 +6,15 @@ import (
 	"github.com/fairgate/fairgate/docs"
 )
 
+// Health and the API's description: /healthz, /readyz, /openapi.json, and
+// draining.
+
+// handleHealthz answers that the process serves: 200 "ok".
+func handleHealthz(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Write([]byte("ok\n"))
+}
+
 // handleReady answers whether this instance can answer: 200 once it
 // serves, 503 while it drains. The store's state is in the body, and makes
 // the answer 503 only with Config.ReadyRequiresStore: a shared store's

@@ -1,25 +1,3 @@
-// Package server is fairgate's HTTP service. With an upstream, the
-// public listener serves the reverse proxy (proxy.go), GET /v1/me/limits,
-// the job API's enqueue and status (jobs.go) and /healthz; everything else
-// is on the internal listener. Without one, a single listener serves all
-// of it:
-//
-//   - decisions: POST /v1/take (a limit on any key with the policy in the
-//     request, in the manner of redis-cell's CL.THROTTLE; take.go), POST
-//     /v1/check (a tenant decision; check.go), the forward-auth endpoint
-//     /v1/authz for nginx, Caddy, Traefik and Envoy's ext_authz (authz.go),
-//     POST /v1/concurrency/acquire and /release (concurrency.go);
-//   - workers: POST /v1/outbound/acquire and /pause (provider quotas;
-//     outbound.go), POST /v1/jobs/{kind}/lease, /v1/jobs/{id}/ack and
-//     /nack (jobs.go);
-//   - operations: GET /readyz, /healthz, /metrics, /openapi.json, the
-//     dashboard, and envoyproxy/ratelimit's /json and /healthcheck when the
-//     Envoy service runs;
-//   - the admin API on its own listener (admin.go, adminkeys.go,
-//     adminview.go).
-//
-// Nothing a client sends can crash or stall it: bodies are capped, decoding
-// is strict, every store call has a deadline, and errors are problem+json.
 package server
 
 import (
@@ -228,10 +206,7 @@ func New(c Config) (*Server, error) {
 	if c.Upstream == nil {
 		in = pub
 	}
-	healthz := only("GET", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		w.Write([]byte("ok\n"))
-	})
+	healthz := only("GET", handleHealthz)
 	pub.HandleFunc("/healthz", healthz)
 	pub.HandleFunc("/v1/me/limits", only("GET", s.needsPolicy(s.handleMyLimits)))
 	if c.Jobs != nil {
