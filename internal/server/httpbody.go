@@ -55,7 +55,7 @@ func (o *opt[T]) UnmarshalJSON(b []byte) error {
 // as its element type.
 type optional interface{ optional() }
 
-func (*opt[T]) optional() {}
+func (opt[T]) optional() {}
 
 var optionalType = reflect.TypeFor[optional]()
 
@@ -320,7 +320,7 @@ func (sc *nameScanner) value(t reflect.Type) error {
 	for t != nil && t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	if t != nil && t.Kind() == reflect.Struct && reflect.PointerTo(t).Implements(optionalType) {
+	if t != nil && t.Kind() == reflect.Struct && t.Implements(optionalType) {
 		t = t.Field(0).Type // opt's v
 	}
 	sc.ws()
