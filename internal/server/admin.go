@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/fairgate/fairgate/algo"
 	"github.com/fairgate/fairgate/httplimit/problem"
 	"github.com/fairgate/fairgate/internal/apikeys"
 	"github.com/fairgate/fairgate/internal/auth"
@@ -50,16 +49,9 @@ type admin struct {
 	keys    *apikeys.Set
 }
 
-// NewAdmin returns the admin API handler:
-//
-//	GET    /admin/tenants/{id}   the tenant's effective limits and run-time entry
-//	PUT    /admin/tenants/{id}   set its plan and overrides, with an optional expiry
-//	DELETE /admin/tenants/{id}   clear its run-time entry
-//	POST   /admin/reload         reload the config file
-//	GET    /admin/config         the policy in force: the file's and the run-time overlay
-//	...    /admin/keys           the stored API keys (see keyRoutes)
-//
-// Every request needs Authorization: Bearer <token>.
+// NewAdmin returns the admin API handler: the endpoints the package doc
+// lists under Admin (doc.go). Every request needs Authorization: Bearer
+// <token>.
 func NewAdmin(c AdminConfig) (http.Handler, error) {
 	if c.Limiter == nil {
 		return nil, errors.New("server: AdminConfig.Limiter is required")
@@ -186,7 +178,7 @@ func (a *admin) getPlan(w http.ResponseWriter, r *http.Request) {
 func (a *admin) putPlan(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	var b planBody
-	if !decodeJSON(w, r, &b) {
+	if !readJSON(w, r, &b, nil) {
 		return
 	}
 	p, detail := b.plan(name)
@@ -210,46 +202,10 @@ func (a *admin) putPlan(w http.ResponseWriter, r *http.Request) {
 	a.getPlan(w, r)
 }
 
-// maxTTLSeconds is the longest ttl_seconds a run-time override takes.
-const maxTTLSeconds = 366 * 24 * 3600
-
-// tenantBody is the body of PUT /admin/tenants/{id}.
-type tenantBody struct {
-	Plan        string                         `json:"plan"`
-	Limit       int64                          `json:"limit"`
-	Burst       int64                          `json:"burst"`
-	Limits      map[string]policy.RuleOverride `json:"limits"`
-	Shares      map[string]float64             `json:"shares"`
-	Concurrency int64                          `json:"concurrency"`
-	ExpiresAt   *string                        `json:"expires_at"`
-	TTLSeconds  *int64                         `json:"ttl_seconds"`
-}
-
-// expiry is the time an expires_at or ttl_seconds field names (at most
-// maxTTL seconds ahead), zero for neither, or an error naming the field.
-func expiry(at *string, ttl *int64, maxTTL int64) (time.Time, error) {
-	switch {
-	case at != nil && ttl != nil:
-		return time.Time{}, errors.New("expires_at, ttl_seconds: give one, not both")
-	case at != nil:
-		t, err := time.Parse(time.RFC3339Nano, *at)
-		if err != nil {
-			return time.Time{}, fmt.Errorf("expires_at: %q is not an RFC 3339 time such as 2026-12-31T23:00:00Z", *at)
-		}
-		return t, nil
-	case ttl != nil:
-		if *ttl < 1 || *ttl > maxTTL {
-			return time.Time{}, fmt.Errorf("ttl_seconds: %d is outside 1..%d (%d days)", *ttl, maxTTL, maxTTL/86400)
-		}
-		return time.Now().Add(time.Duration(*ttl) * time.Second), nil
-	}
-	return time.Time{}, nil
-}
-
 func (a *admin) putTenant(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	var b tenantBody
-	if !decodeJSON(w, r, &b) {
+	if !readJSON(w, r, &b, nil) {
 		return
 	}
 	t := policy.Tenant{Plan: b.Plan, Limit: b.Limit, Burst: b.Burst, Rules: b.Limits, Shares: b.Shares, Concurrency: b.Concurrency}
@@ -307,78 +263,4 @@ func (a *admin) doReload(w http.ResponseWriter, r *http.Request) {
 
 func (a *admin) getConfig(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, policyView(a.lim.Base(), a.lim.Overlay()))
-}
-
-// planBody is the body of PUT /admin/plans/{name}.
-type planBody struct {
-	Rules       []ruleBody `json:"rules"`
-	Concurrency int64      `json:"concurrency"`
-}
-
-type ruleBody struct {
-	Name      *string `json:"name"`
-	Limit     *int64  `json:"limit"`
-	PeriodMs  *int64  `json:"period_ms"`
-	Burst     *int64  `json:"burst"`
-	Algorithm *string `json:"algorithm"`
-	Calendar  *string `json:"calendar"`
-	Shadow    *bool   `json:"shadow"`
-}
-
-// plan turns a plan body into a plan, naming the field at fault.
-func (b planBody) plan(name string) (policy.Plan, string) {
-	p := policy.Plan{Name: name, Concurrency: b.Concurrency}
-	if b.Concurrency < 0 || b.Concurrency > policy.MaxConcurrency {
-		return p, fmt.Sprintf("concurrency: %d is outside 0..%d (0: no limit)", b.Concurrency, policy.MaxConcurrency)
-	}
-	if len(b.Rules) == 0 {
-		return p, "rules: required, at least one rule"
-	}
-	for i, rb := range b.Rules {
-		at := fmt.Sprintf("rules[%d].", i)
-		var r policy.Rule
-		if rb.Name != nil {
-			r.Name = *rb.Name
-		}
-		if rb.Limit == nil {
-			return p, at + "limit: required"
-		}
-		r.Limit.Limit = *rb.Limit
-		switch {
-		case rb.Calendar != nil:
-			switch *rb.Calendar {
-			case "day":
-				r.Calendar = policy.Day
-			case "month":
-				r.Calendar = policy.Month
-			default:
-				return p, fmt.Sprintf("%scalendar: %q: want day or month", at, *rb.Calendar)
-			}
-			if rb.PeriodMs != nil || rb.Burst != nil || rb.Algorithm != nil {
-				return p, at + "calendar: a calendar rule takes only limit (and name, shadow)"
-			}
-		case rb.PeriodMs == nil:
-			return p, at + "period_ms: required (or calendar: day or month)"
-		default:
-			if *rb.PeriodMs < 1 || *rb.PeriodMs > int64(algo.MaxPeriod/time.Millisecond) {
-				return p, fmt.Sprintf("%speriod_ms: %d is outside 1..%d", at, *rb.PeriodMs, int64(algo.MaxPeriod/time.Millisecond))
-			}
-			r.Limit.Period = time.Duration(*rb.PeriodMs) * time.Millisecond
-		}
-		if rb.Burst != nil {
-			r.Limit.Burst = *rb.Burst
-		}
-		if rb.Algorithm != nil {
-			a, err := algo.ParseAlgorithm(*rb.Algorithm)
-			if err != nil {
-				return p, fmt.Sprintf("%salgorithm: unknown %q: want %s", at, *rb.Algorithm, algo.AlgorithmNames())
-			}
-			r.Limit.Algorithm = a
-		}
-		if rb.Shadow != nil {
-			r.Shadow = *rb.Shadow
-		}
-		p.Rules = append(p.Rules, r)
-	}
-	return p, ""
 }

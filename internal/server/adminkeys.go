@@ -13,9 +13,6 @@ import (
 	"github.com/fairgate/fairgate/internal/apikeys"
 )
 
-// maxKeyTTLSeconds is the longest ttl_seconds a stored key takes: 10 years.
-const maxKeyTTLSeconds = 10 * 366 * 24 * 3600
-
 // keyRoutes adds the stored API keys' endpoints:
 //
 //	POST   /admin/keys        make a key for a tenant: the key is in this answer only
@@ -31,23 +28,15 @@ func (a *admin) keyRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("DELETE /admin/keys/{id}", a.revokeKey)
 }
 
-type keyBody struct {
-	Tenant     string  `json:"tenant"`
-	Plan       string  `json:"plan"`
-	Label      *string `json:"label"`
-	ExpiresAt  *string `json:"expires_at"`
-	TTLSeconds *int64  `json:"ttl_seconds"`
-}
-
 // createKey serves POST /admin/keys.
 func (a *admin) createKey(w http.ResponseWriter, r *http.Request) {
 	var b keyBody
-	if !decodeJSON(w, r, &b) {
+	if !readJSON(w, r, &b, nil) {
 		return
 	}
 	rec := apikeys.Record{Tenant: b.Tenant, Plan: b.Plan}
-	if b.Label != nil {
-		rec.Label = *b.Label
+	if b.Label.ok {
+		rec.Label = b.Label.v
 	}
 	var err error
 	if rec.Expires, err = expiry(b.ExpiresAt, b.TTLSeconds, maxKeyTTLSeconds); err != nil {
@@ -156,14 +145,6 @@ func (a *admin) getKey(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-type keyPatch struct {
-	Label      *string `json:"label"`
-	ExpiresAt  *string `json:"expires_at"`
-	TTLSeconds *int64  `json:"ttl_seconds"`
-	ExpireNow  bool    `json:"expire_now"`
-	NoExpiry   bool    `json:"no_expiry"`
-}
-
 // patchKey serves PATCH /admin/keys/{id}: a new label, or a new expiry
 // (a time, a TTL, now, or none). Rotation is a new key for the tenant and
 // an expiry on the old one that gives its clients time to switch.
@@ -172,8 +153,8 @@ func (a *admin) patchKey(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var b keyPatch
-	if !decodeJSON(w, r, &b) {
+	var b keyPatchBody
+	if !readJSON(w, r, &b, nil) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), a.timeout)
@@ -198,36 +179,6 @@ func (a *admin) patchKey(w http.ResponseWriter, r *http.Request) {
 	}
 	a.log.Info("admin: API key changed", slog.String("id", id), slog.String("tenant", rec.Tenant), slog.String("label", rec.Label), slog.Time("expires", rec.Expires))
 	a.getKey(w, r)
-}
-
-// patched returns the label and expiry cur gets from b.
-func patched(cur apikeys.Record, b keyPatch) (string, time.Time, error) {
-	label, exp := cur.Label, cur.Expires
-	if b.Label != nil {
-		label = *b.Label
-	}
-	n := 0
-	for _, set := range []bool{b.ExpiresAt != nil, b.TTLSeconds != nil, b.ExpireNow, b.NoExpiry} {
-		if set {
-			n++
-		}
-	}
-	if n > 1 {
-		return "", time.Time{}, errors.New("expires_at, ttl_seconds, expire_now, no_expiry: give one")
-	}
-	switch {
-	case b.ExpireNow:
-		exp = time.Now()
-	case b.NoExpiry:
-		exp = time.Time{}
-	case n == 1:
-		t, err := expiry(b.ExpiresAt, b.TTLSeconds, maxKeyTTLSeconds)
-		if err != nil {
-			return "", time.Time{}, err
-		}
-		exp = t
-	}
-	return label, exp.UTC(), nil
 }
 
 // revokeKey serves DELETE /admin/keys/{id}.

@@ -315,7 +315,7 @@ func TestAuthzTenantHeaderOnce(t *testing.T) {
 
 // TestAuthzPreflight: a CORS preflight a gateway asks about carries no
 // credential; it is decided per client address under the preflight
-// limits (burst 60 by default), never answered 401 (today it was).
+// limits (burst 60 by default), never answered 401.
 func TestAuthzPreflight(t *testing.T) {
 	s := authzServer(t, config.ForwardAuth{Gateway: "nginx", DenyStatus: 429})
 	ask := func(ip string) *httptest.ResponseRecorder {

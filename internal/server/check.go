@@ -3,31 +3,30 @@ package server
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"net/netip"
 	"strings"
-	"time"
 
 	"github.com/fairgate/fairgate/algo"
 	"github.com/fairgate/fairgate/httplimit"
 	"github.com/fairgate/fairgate/httplimit/problem"
-	"github.com/fairgate/fairgate/internal/auth"
 	"github.com/fairgate/fairgate/limiter"
 	"github.com/fairgate/fairgate/limitheader"
 	"github.com/fairgate/fairgate/policy"
 )
 
-// checkJSON is the body of POST /v1/check as encoding/json reads it (the
-// slow path, as takeJSON). The caller is a gateway that has verified the
-// tenant itself.
-type checkJSON struct {
-	Tenant *string `json:"tenant"`
-	Route  *string `json:"route"`
-	Class  *string `json:"class"`
-	Cost   *int64  `json:"cost"`
-	IP     *string `json:"ip"`
+// checkBody is the body of POST /v1/check. The caller is a gateway that
+// has verified the tenant itself.
+type checkBody struct {
+	Tenant opt[string] `json:"tenant"`
+	Route  opt[string] `json:"route"`
+	Class  opt[string] `json:"class"`
+	Cost   opt[int64]  `json:"cost"`
+	IP     opt[string] `json:"ip"`
 }
+
+// checkFast reads the simple /v1/check bodies, every gateway's in practice.
+var checkFast = newFastReader[checkBody]()
 
 type layerJSON struct {
 	Policy       string `json:"policy"`
@@ -58,21 +57,21 @@ type headerFields []string
 func (h headerFields) MarshalJSON() ([]byte, error) { return h.appendJSON(nil), nil }
 
 // parseCheck validates a check request, naming the field at fault.
-func parseCheck(req *checkRequest) (policy.Request, string) {
+func parseCheck(req *checkBody) (policy.Request, string) {
 	var lr policy.Request
-	if req.tenant.ok {
-		lr.Tenant = req.tenant.v
+	if req.Tenant.ok {
+		lr.Tenant = req.Tenant.v
 		if len(lr.Tenant) > policy.MaxTenantID {
 			return lr, fmt.Sprintf("tenant: %d bytes, at most %d", len(lr.Tenant), policy.MaxTenantID)
 		}
 	}
 	switch {
-	case req.route.ok && req.class.ok:
+	case req.Route.ok && req.Class.ok:
 		return lr, "route, class: give one, not both"
-	case req.route.ok:
-		m, p, ok := strings.Cut(req.route.v, " ")
+	case req.Route.ok:
+		m, p, ok := strings.Cut(req.Route.v, " ")
 		if !ok || m == "" || !strings.HasPrefix(p, "/") {
-			return lr, fmt.Sprintf("route: %q: want a method and a path, such as \"GET /v1/users/7\"", req.route.v)
+			return lr, fmt.Sprintf("route: %q: want a method and a path, such as \"GET /v1/users/7\"", req.Route.v)
 		}
 		// The path as the request line carries it, read as the proxy and
 		// /v1/authz read theirs: the query dropped, spellings that
@@ -86,24 +85,24 @@ func parseCheck(req *checkRequest) (policy.Request, string) {
 			return lr, fmt.Sprintf("route: %v", err)
 		}
 		lr.Method, lr.Path = m, path
-	case req.class.ok:
-		if req.class.v == "" {
+	case req.Class.ok:
+		if req.Class.v == "" {
 			return lr, "class: empty"
 		}
-		lr.Class = req.class.v
+		lr.Class = req.Class.v
 	default:
 		return lr, "route or class: required"
 	}
-	if req.cost.ok {
-		if req.cost.v < 0 {
-			return lr, fmt.Sprintf("cost: %d is negative", req.cost.v)
+	if req.Cost.ok {
+		if req.Cost.v < 0 {
+			return lr, fmt.Sprintf("cost: %d is negative", req.Cost.v)
 		}
-		lr.Cost, lr.HasCost = req.cost.v, true
+		lr.Cost, lr.HasCost = req.Cost.v, true
 	}
-	if req.ip.ok {
-		a, err := netip.ParseAddr(req.ip.v)
+	if req.IP.ok {
+		a, err := netip.ParseAddr(req.IP.v)
 		if err != nil {
-			return lr, fmt.Sprintf("ip: %q is not an IP address", req.ip.v)
+			return lr, fmt.Sprintf("ip: %q is not an IP address", req.IP.v)
 		}
 		lr.IP = a
 	}
@@ -111,8 +110,8 @@ func parseCheck(req *checkRequest) (policy.Request, string) {
 }
 
 func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
-	var req checkRequest
-	if !readFast(w, r, req.read, func(j *checkJSON) { req = j.request() }) {
+	var req checkBody
+	if !readJSON(w, r, &req, checkFast) {
 		return
 	}
 	lr, detail := parseCheck(&req)
@@ -171,78 +170,4 @@ func checkError(err error, lr policy.Request) string {
 		return "cost: " + strings.TrimPrefix(err.Error(), "policy: ")
 	}
 	return err.Error()
-}
-
-// identify verifies r's credential for the proxy and /v1/me/limits: a zero
-// identity for none, an error for a bad one.
-func (s *Server) identify(r *http.Request) (policy.Identity, error) {
-	a := s.id.Load().auth
-	if a == nil || !a.Enabled() {
-		if len(r.Header.Values("Authorization")) > 0 || len(r.Header.Values("X-API-Key")) > 0 {
-			return policy.Identity{}, errors.New("no credentials are configured: this service accepts none")
-		}
-		return policy.Identity{}, nil
-	}
-	id, err := a.Authenticate(r)
-	if errors.Is(err, auth.ErrNoCredential) {
-		return policy.Identity{}, nil
-	}
-	if err != nil {
-		return policy.Identity{}, err
-	}
-	if id.Plan != "" && !s.lim.Snapshot().KnownPlan(id.Plan) {
-		// The policy's default applies; say so once per plan name (at
-		// most 1,000 names, so a flood of made-up claims cannot grow it).
-		ids := s.id.Load()
-		if ids.unknownLogged.Load() < 1000 {
-			if _, seen := ids.unknownLog.LoadOrStore(id.Plan, true); !seen {
-				ids.unknownLogged.Add(1)
-				s.log.Warn("a credential names an unknown plan; the tenant gets its configured or the default plan", slog.String("tenant", id.Tenant), slog.String("plan", id.Plan))
-			}
-		}
-	}
-	return policy.Identity{Tenant: id.Tenant, Plan: id.Plan}, nil
-}
-
-func (s *Server) handleMyLimits(w http.ResponseWriter, r *http.Request) {
-	id, err := s.identify(r)
-	if err != nil {
-		httplimit.WriteUnauthorized(w, err.Error())
-		return
-	}
-	if id.Tenant == "" {
-		httplimit.WriteUnauthorized(w, "send a credential to see your limits")
-		return
-	}
-	ctx, cancel := s.control(r)
-	defer cancel()
-	tl, err := s.lim.Effective(ctx, id.Tenant, id.Plan)
-	if err != nil {
-		problem.Write(w, problem.Details{Status: http.StatusServiceUnavailable, Detail: "limits cannot be read right now: " + err.Error()})
-		return
-	}
-	type layer struct {
-		Policy       string `json:"policy"`
-		Class        string `json:"class,omitempty"`
-		Limit        int64  `json:"limit"`
-		Burst        int64  `json:"burst"`
-		PeriodMs     int64  `json:"period_ms"`
-		Remaining    int64  `json:"remaining"`
-		ResetAfterMs int64  `json:"reset_after_ms"`
-		Shadow       bool   `json:"shadow,omitempty"`
-	}
-	out := struct {
-		Tenant      string             `json:"tenant"`
-		Plan        string             `json:"plan"`
-		Layers      []layer            `json:"layers"`
-		Concurrency []concurrencyLayer `json:"concurrency,omitempty"`
-		Queues      map[string]any     `json:"queues,omitempty"`
-	}{Tenant: tl.Tenant, Plan: tl.Plan, Layers: []layer{}, Concurrency: concurrencyView(tl.Concurrency)}
-	if s.jobs != nil {
-		out.Queues = s.queueStates(r, tl.Tenant)
-	}
-	for _, l := range tl.Layers {
-		out.Layers = append(out.Layers, layer{l.Policy, l.Class, l.Limit, l.Burst, int64(l.Period / time.Millisecond), l.Remaining, algo.CeilMillis(l.ResetAfter), l.Shadow})
-	}
-	writeJSON(w, http.StatusOK, out)
 }

@@ -13,15 +13,15 @@ import (
 	"github.com/fairgate/fairgate/store"
 )
 
-// slotJSON is the body of POST /v1/concurrency/acquire and /release: the
+// slotBody is the body of POST /v1/concurrency/acquire and /release: the
 // tenant (verified by the caller, as for /v1/check), its route or class,
 // and the lease's length or ID.
-type slotJSON struct {
-	Tenant  *string `json:"tenant"`
-	Route   *string `json:"route"`
-	Class   *string `json:"class"`
-	LeaseMs *int64  `json:"lease_ms"`
-	LeaseID *string `json:"lease_id"`
+type slotBody struct {
+	Tenant  opt[string] `json:"tenant"`
+	Route   opt[string] `json:"route"`
+	Class   opt[string] `json:"class"`
+	LeaseMs opt[int64]  `json:"lease_ms"`
+	LeaseID opt[string] `json:"lease_id"`
 }
 
 // slotView is one concurrency layer in an answer.
@@ -43,15 +43,14 @@ func slotViews(ds []limiter.SlotDecision) []slotView {
 // readSlot reads a slot body: the body, and the request its tenant and
 // route or class make; or a detail naming the field at fault. It writes
 // the answer itself when the body cannot be read.
-func readSlot(w http.ResponseWriter, r *http.Request) (b slotJSON, lr policy.Request, detail string, ok bool) {
-	if !decodeJSON(w, r, &b) {
+func readSlot(w http.ResponseWriter, r *http.Request) (b slotBody, lr policy.Request, detail string, ok bool) {
+	if !readJSON(w, r, &b, nil) {
 		return b, lr, "", false
 	}
-	if b.Tenant == nil || *b.Tenant == "" {
+	if !b.Tenant.ok || b.Tenant.v == "" {
 		return b, lr, "tenant: required: concurrency limits are a tenant's", true
 	}
-	cr := checkRequest{tenant: optOf(b.Tenant), route: optOf(b.Route), class: optOf(b.Class)}
-	lr, detail = parseCheck(&cr)
+	lr, detail = parseCheck(&checkBody{Tenant: b.Tenant, Route: b.Route, Class: b.Class})
 	return b, lr, detail, true
 }
 
@@ -67,12 +66,12 @@ func (s *Server) handleSlotAcquire(w http.ResponseWriter, r *http.Request) {
 	var lease time.Duration
 	switch {
 	case detail != "":
-	case b.LeaseID != nil:
+	case b.LeaseID.ok:
 		detail = "lease_id: given on release, not on acquire"
-	case b.LeaseMs != nil && (*b.LeaseMs < 1000 || *b.LeaseMs > store.MaxSlotTTL.Milliseconds()):
-		detail = fmt.Sprintf("lease_ms: %d is outside 1000..%d", *b.LeaseMs, store.MaxSlotTTL.Milliseconds())
-	case b.LeaseMs != nil:
-		lease = time.Duration(*b.LeaseMs) * time.Millisecond
+	case b.LeaseMs.ok && (b.LeaseMs.v < 1000 || b.LeaseMs.v > store.MaxSlotTTL.Milliseconds()):
+		detail = fmt.Sprintf("lease_ms: %d is outside 1000..%d", b.LeaseMs.v, store.MaxSlotTTL.Milliseconds())
+	case b.LeaseMs.ok:
+		lease = time.Duration(b.LeaseMs.v) * time.Millisecond
 	}
 	if detail != "" {
 		problem.BadRequest(w, detail)
@@ -102,16 +101,16 @@ func (s *Server) handleSlotRelease(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case detail != "":
-	case b.LeaseID == nil || *b.LeaseID == "" || len(*b.LeaseID) > store.MaxSlotID:
+	case !b.LeaseID.ok || b.LeaseID.v == "" || len(b.LeaseID.v) > store.MaxSlotID:
 		detail = fmt.Sprintf("lease_id: required, the acquire's lease_id (at most %d bytes)", store.MaxSlotID)
-	case b.LeaseMs != nil:
+	case b.LeaseMs.ok:
 		detail = "lease_ms: given on acquire, not on release"
 	}
 	if detail != "" {
 		problem.BadRequest(w, detail)
 		return
 	}
-	if err := s.lim.ReleaseSlots(r.Context(), lr, *b.LeaseID); err != nil {
+	if err := s.lim.ReleaseSlots(r.Context(), lr, b.LeaseID.v); err != nil {
 		if errors.Is(err, store.ErrUnavailable) {
 			w.Header().Set("Retry-After", "1")
 			problem.Write(w, problem.Details{Status: http.StatusServiceUnavailable, Detail: "the slot could not be released now (its lease frees it): " + err.Error()})

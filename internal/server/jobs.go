@@ -152,10 +152,10 @@ func (s *Server) handleLease(w http.ResponseWriter, r *http.Request) {
 		"attempt": l.Attempt, "lease": l.Kind + "." + l.Token, "lease_expires_ms": time.Until(l.Expires).Milliseconds()})
 }
 
-// finishRequest is the body of ack and nack.
-type finishRequest struct {
-	Lease        *string `json:"lease"`
-	RetryAfterMs *int64  `json:"retry_after_ms"`
+// finishBody is the body of ack and nack.
+type finishBody struct {
+	Lease        opt[string] `json:"lease"`
+	RetryAfterMs opt[int64]  `json:"retry_after_ms"`
 }
 
 // handleAck serves POST /v1/jobs/{id}/ack {"lease"}.
@@ -165,15 +165,15 @@ func (s *Server) handleAck(w http.ResponseWriter, r *http.Request) { s.finishJob
 func (s *Server) handleNack(w http.ResponseWriter, r *http.Request) { s.finishJob(w, r, true) }
 
 func (s *Server) finishJob(w http.ResponseWriter, r *http.Request, nack bool) {
-	var req finishRequest
-	if !decodeJSON(w, r, &req) {
+	var req finishBody
+	if !readJSON(w, r, &req, nil) {
 		return
 	}
-	if req.Lease == nil {
+	if !req.Lease.ok {
 		problem.BadRequest(w, "lease: required, the lease token the lease answered")
 		return
 	}
-	kind, token, ok := strings.Cut(*req.Lease, ".")
+	kind, token, ok := strings.Cut(req.Lease.v, ".")
 	if !ok || token == "" {
 		problem.BadRequest(w, "lease: not a lease token: want the \"lease\" value of the lease answer")
 		return
@@ -184,16 +184,16 @@ func (s *Server) finishJob(w http.ResponseWriter, r *http.Request, nack bool) {
 	var err error
 	if nack {
 		var delay time.Duration
-		if req.RetryAfterMs != nil {
-			if *req.RetryAfterMs < 0 || *req.RetryAfterMs > int64(fairq.Retention/time.Millisecond) {
-				problem.BadRequest(w, fmt.Sprintf("retry_after_ms: %d is outside 0..%d", *req.RetryAfterMs, int64(fairq.Retention/time.Millisecond)))
+		if req.RetryAfterMs.ok {
+			if req.RetryAfterMs.v < 0 || req.RetryAfterMs.v > int64(fairq.Retention/time.Millisecond) {
+				problem.BadRequest(w, fmt.Sprintf("retry_after_ms: %d is outside 0..%d", req.RetryAfterMs.v, int64(fairq.Retention/time.Millisecond)))
 				return
 			}
-			delay = time.Duration(*req.RetryAfterMs) * time.Millisecond
+			delay = time.Duration(req.RetryAfterMs.v) * time.Millisecond
 		}
 		err = s.jobs.Nack(ctx, kind, id, token, delay)
 	} else {
-		if req.RetryAfterMs != nil {
+		if req.RetryAfterMs.ok {
 			problem.BadRequest(w, "retry_after_ms: only nack takes it")
 			return
 		}
@@ -204,26 +204,4 @@ func (s *Server) finishJob(w http.ResponseWriter, r *http.Request, nack bool) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"job_id": id, "ok": true})
-}
-
-// queueStates is the tenant's part of each queue for /v1/me/limits.
-func (s *Server) queueStates(r *http.Request, tenant string) map[string]any {
-	out := map[string]any{}
-	ctx, cancel := s.control(r)
-	defer cancel()
-	for name, k := range s.kinds {
-		all, mine, err := s.jobs.Depth(ctx, name, tenant)
-		if err != nil {
-			continue
-		}
-		state := "ok"
-		switch {
-		case k.Refuse > 0 && all >= k.Refuse:
-			state = "refusing"
-		case k.Warn > 0 && all >= k.Warn:
-			state = "warn"
-		}
-		out[name] = map[string]any{"depth": mine, "kind_depth": all, "state": state, "warn": k.Warn, "refuse": k.Refuse}
-	}
-	return out
 }

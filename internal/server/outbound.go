@@ -19,20 +19,20 @@ import (
 // job than holding a connection (and the server's write timeout is 30 s).
 const MaxOutboundWait = 20 * time.Second
 
-// acquireRequest is the body of POST /v1/outbound/acquire.
-type acquireRequest struct {
-	Provider  *string `json:"provider"`
-	Tenant    *string `json:"tenant"`
-	MaxWaitMs *int64  `json:"max_wait_ms"`
+// acquireBody is the body of POST /v1/outbound/acquire.
+type acquireBody struct {
+	Provider  opt[string] `json:"provider"`
+	Tenant    opt[string] `json:"tenant"`
+	MaxWaitMs opt[int64]  `json:"max_wait_ms"`
 }
 
-// pauseRequest is the body of POST /v1/outbound/pause. Without a tenant
-// it pauses the provider; with one, that tenant's calls (and the provider
-// on a quorum of tenants, see quota.Quotas.PauseTenant).
-type pauseRequest struct {
-	Provider     *string `json:"provider"`
-	Tenant       *string `json:"tenant"`
-	RetryAfterMs *int64  `json:"retry_after_ms"`
+// pauseBody is the body of POST /v1/outbound/pause. Without a tenant it
+// pauses the provider; with one, that tenant's calls (and the provider on
+// a quorum of tenants, see quota.Quotas.PauseTenant).
+type pauseBody struct {
+	Provider     opt[string] `json:"provider"`
+	Tenant       opt[string] `json:"tenant"`
+	RetryAfterMs opt[int64]  `json:"retry_after_ms"`
 }
 
 // maxTenantBytes is the longest tenant ID the outbound endpoints accept.
@@ -58,28 +58,28 @@ func quotaProblem(w http.ResponseWriter, err error) {
 }
 
 func (o *outbound) handleAcquire(w http.ResponseWriter, r *http.Request) {
-	var req acquireRequest
-	if !decodeJSON(w, r, &req) {
+	var req acquireBody
+	if !readJSON(w, r, &req, nil) {
 		return
 	}
 	wait := o.q.MaxWait()
 	switch {
-	case req.Provider == nil || *req.Provider == "":
+	case !req.Provider.ok || req.Provider.v == "":
 		problem.BadRequest(w, "provider: required, a provider named in the config")
 		return
-	case req.Tenant == nil || *req.Tenant == "":
+	case !req.Tenant.ok || req.Tenant.v == "":
 		problem.BadRequest(w, "tenant: required, the tenant the call is made for")
 		return
-	case len(*req.Tenant) > maxTenantBytes:
-		problem.BadRequest(w, fmt.Sprintf("tenant: %d bytes is over the 16 KiB limit", len(*req.Tenant)))
+	case len(req.Tenant.v) > maxTenantBytes:
+		problem.BadRequest(w, fmt.Sprintf("tenant: %d bytes is over the 16 KiB limit", len(req.Tenant.v)))
 		return
-	case req.MaxWaitMs != nil && (*req.MaxWaitMs < 0 || *req.MaxWaitMs > MaxOutboundWait.Milliseconds()):
-		problem.BadRequest(w, fmt.Sprintf("max_wait_ms: %d is outside 0..%d: re-queue the job rather than wait longer", *req.MaxWaitMs, MaxOutboundWait.Milliseconds()))
+	case req.MaxWaitMs.ok && (req.MaxWaitMs.v < 0 || req.MaxWaitMs.v > MaxOutboundWait.Milliseconds()):
+		problem.BadRequest(w, fmt.Sprintf("max_wait_ms: %d is outside 0..%d: re-queue the job rather than wait longer", req.MaxWaitMs.v, MaxOutboundWait.Milliseconds()))
 		return
-	case req.MaxWaitMs != nil:
-		wait = time.Duration(*req.MaxWaitMs) * time.Millisecond
+	case req.MaxWaitMs.ok:
+		wait = time.Duration(req.MaxWaitMs.v) * time.Millisecond
 	}
-	waited, err := o.q.AcquireWithin(r.Context(), *req.Provider, *req.Tenant, wait)
+	waited, err := o.q.AcquireWithin(r.Context(), req.Provider.v, req.Tenant.v, wait)
 	var de *quota.DeadlineError
 	switch {
 	case err == nil:
@@ -107,42 +107,42 @@ func (o *outbound) handleAcquire(w http.ResponseWriter, r *http.Request) {
 }
 
 func (o *outbound) handlePause(w http.ResponseWriter, r *http.Request) {
-	var req pauseRequest
-	if !decodeJSON(w, r, &req) {
+	var req pauseBody
+	if !readJSON(w, r, &req, nil) {
 		return
 	}
 	switch {
-	case req.Provider == nil || *req.Provider == "":
+	case !req.Provider.ok || req.Provider.v == "":
 		problem.BadRequest(w, "provider: required, a provider named in the config")
 		return
-	case req.Tenant != nil && *req.Tenant == "":
+	case req.Tenant.ok && req.Tenant.v == "":
 		problem.BadRequest(w, "tenant: empty: name the tenant whose call the provider answered, or leave the field out to pause the provider for every tenant")
 		return
-	case req.Tenant != nil && len(*req.Tenant) > maxTenantBytes:
-		problem.BadRequest(w, fmt.Sprintf("tenant: %d bytes is over the 16 KiB limit", len(*req.Tenant)))
+	case req.Tenant.ok && len(req.Tenant.v) > maxTenantBytes:
+		problem.BadRequest(w, fmt.Sprintf("tenant: %d bytes is over the 16 KiB limit", len(req.Tenant.v)))
 		return
-	case req.RetryAfterMs == nil:
+	case !req.RetryAfterMs.ok:
 		problem.BadRequest(w, "retry_after_ms: required, the provider's Retry-After in milliseconds")
 		return
-	case *req.RetryAfterMs < 0 || *req.RetryAfterMs > o.q.MaxPause().Milliseconds():
-		problem.BadRequest(w, fmt.Sprintf("retry_after_ms: %d is outside 0..%d", *req.RetryAfterMs, o.q.MaxPause().Milliseconds()))
+	case req.RetryAfterMs.v < 0 || req.RetryAfterMs.v > o.q.MaxPause().Milliseconds():
+		problem.BadRequest(w, fmt.Sprintf("retry_after_ms: %d is outside 0..%d", req.RetryAfterMs.v, o.q.MaxPause().Milliseconds()))
 		return
 	}
-	d := time.Duration(*req.RetryAfterMs) * time.Millisecond
-	answer := map[string]any{"paused": true, "provider": *req.Provider, "retry_after_ms": *req.RetryAfterMs}
-	if req.Tenant == nil {
-		if err := o.q.Pause(r.Context(), *req.Provider, d); err != nil {
+	d := time.Duration(req.RetryAfterMs.v) * time.Millisecond
+	answer := map[string]any{"paused": true, "provider": req.Provider.v, "retry_after_ms": req.RetryAfterMs.v}
+	if !req.Tenant.ok {
+		if err := o.q.Pause(r.Context(), req.Provider.v, d); err != nil {
 			quotaProblem(w, err)
 			return
 		}
 		answer["provider_paused"] = d > 0
 	} else {
-		all, err := o.q.PauseTenant(r.Context(), *req.Provider, *req.Tenant, d)
+		all, err := o.q.PauseTenant(r.Context(), req.Provider.v, req.Tenant.v, d)
 		if err != nil {
 			quotaProblem(w, err)
 			return
 		}
-		answer["tenant"], answer["provider_paused"] = *req.Tenant, all
+		answer["tenant"], answer["provider_paused"] = req.Tenant.v, all
 	}
 	writeJSON(w, http.StatusOK, answer)
 }

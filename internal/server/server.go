@@ -1,38 +1,12 @@
-// Package server is fairgate's HTTP service. With an upstream, the
-// public listener serves the reverse proxy (proxy.go), GET /v1/me/limits,
-// the job API's enqueue and status (jobs.go) and /healthz; everything else
-// is on the internal listener. Without one, a single listener serves all
-// of it:
-//
-//   - decisions: POST /v1/take (a limit on any key with the policy in the
-//     request, in the manner of redis-cell's CL.THROTTLE; take.go), POST
-//     /v1/check (a tenant decision; check.go), the forward-auth endpoint
-//     /v1/authz for nginx, Caddy, Traefik and Envoy's ext_authz (authz.go),
-//     POST /v1/concurrency/acquire and /release (concurrency.go);
-//   - workers: POST /v1/outbound/acquire and /pause (provider quotas;
-//     outbound.go), POST /v1/jobs/{kind}/lease, /v1/jobs/{id}/ack and
-//     /nack (jobs.go);
-//   - operations: GET /readyz, /healthz, /metrics, /openapi.json, the
-//     dashboard, and envoyproxy/ratelimit's /json and /healthcheck when the
-//     Envoy service runs;
-//   - the admin API on its own listener (admin.go, adminkeys.go,
-//     adminview.go).
-//
-// Nothing a client sends can crash or stall it: bodies are capped, decoding
-// is strict, every store call has a deadline, and errors are problem+json.
 package server
 
 import (
-	"cmp"
 	"context"
 	"crypto/sha256"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
-	"net/netip"
 	"net/url"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -40,9 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fairgate/fairgate/breaker"
-	"github.com/fairgate/fairgate/docs"
 	"github.com/fairgate/fairgate/fairq"
-	"github.com/fairgate/fairgate/httplimit"
 	"github.com/fairgate/fairgate/httplimit/problem"
 	"github.com/fairgate/fairgate/internal/auth"
 	"github.com/fairgate/fairgate/internal/config"
@@ -195,9 +167,6 @@ type Server struct {
 	capacity    gateHolder   // the proxy's upstream capacity gate
 }
 
-// MaxBody is the largest request body accepted; larger ones get 413.
-const MaxBody = 64 << 10
-
 // New returns a server for c.
 func New(c Config) (*Server, error) {
 	if c.Limiter == nil {
@@ -237,10 +206,7 @@ func New(c Config) (*Server, error) {
 	if c.Upstream == nil {
 		in = pub
 	}
-	healthz := only("GET", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		w.Write([]byte("ok\n"))
-	})
+	healthz := only("GET", handleHealthz)
 	pub.HandleFunc("/healthz", healthz)
 	pub.HandleFunc("/v1/me/limits", only("GET", s.needsPolicy(s.handleMyLimits)))
 	if c.Jobs != nil {
@@ -281,197 +247,6 @@ func New(c Config) (*Server, error) {
 	return s, nil
 }
 
-// plainTargets answers 400 to a request whose target upstreams read
-// differently (policy.TargetPath: a '#', an encoded slash or dot segment,
-// a backslash, …), before the mux sees it: ServeMux would redirect
-// "/v1/search#/../../healthz" to its own reading of it.
-func plainTargets(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if _, err := httplimit.RequestPath(r); err != nil && r.Method != http.MethodConnect {
-			problem.BadRequest(w, err.Error())
-			return
-		}
-		h.ServeHTTP(w, r)
-	})
-}
-
-// closeUnauthorized wraps the proxy's public surface: an answer 401 closes
-// its connection (Connection: close), unless the peer is a trusted proxy
-// whose connection carries other clients' requests. A client without a
-// valid credential then cannot keep idle connections open, each holding
-// memory until the idle timeout, for the price of one refused request.
-func (s *Server) closeUnauthorized(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.id.Load().ip.Trusts(auth.PeerIP(r)) {
-			h.ServeHTTP(w, r)
-			return
-		}
-		h.ServeHTTP(&closeOn401{ResponseWriter: w}, r)
-	})
-}
-
-// closeOn401 adds Connection: close to an answer 401. It unwraps to the
-// writer it wraps, so that http.ResponseController (flushes, deadlines,
-// hijacking) reaches the connection's.
-type closeOn401 struct{ http.ResponseWriter }
-
-func (w *closeOn401) WriteHeader(code int) {
-	if code == http.StatusUnauthorized {
-		w.Header().Set("Connection", "close")
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *closeOn401) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
-// identity is what the server verifies credentials and finds client
-// addresses with, and the headers it tells the upstream who the caller is
-// in; swapped whole on a config reload.
-type identity struct {
-	auth          *auth.Authenticator
-	ip            auth.ClientIP
-	tenantHdr     string
-	planHdr       string
-	fa            config.ForwardAuth
-	gw            *gateway.Gateway // fa's gateway; nil: none named
-	unknownLog    sync.Map         // plan claims already logged as unknown
-	unknownLogged atomic.Int64
-}
-
-// SetIdentity replaces the credentials, trusted proxies, upstream
-// identity headers and forward-auth settings, as a config reload does.
-// Requests in flight finish with the old ones. Forward-auth settings
-// that name no gateway rightly are refused (ForwardAuth.Resolve), and
-// nothing changes.
-func (s *Server) SetIdentity(a *auth.Authenticator, ip auth.ClientIP, h config.UpstreamHeaders, fa config.ForwardAuth) error {
-	gw, err := fa.Resolve()
-	if err != nil {
-		return err
-	}
-	if fa.DenyStatus == 0 {
-		fa.DenyStatus = http.StatusTooManyRequests
-		if gw != nil {
-			fa.DenyStatus = gw.DenyStatus
-		}
-	}
-	if fa.TenantHeader != "" {
-		fa.TenantHeader = http.CanonicalHeaderKey(fa.TenantHeader)
-	}
-	s.id.Store(&identity{auth: a, ip: ip, fa: fa, gw: gw,
-		tenantHdr: http.CanonicalHeaderKey(cmp.Or(h.Tenant, "X-Fairgate-Tenant")),
-		planHdr:   http.CanonicalHeaderKey(cmp.Or(h.Plan, "X-Fairgate-Plan"))})
-	return nil
-}
-
-// clientIP is the request's client address by the trusted proxies in force.
-func (s *Server) clientIP(r *http.Request) netip.Addr { return s.id.Load().ip.Of(r) }
-
-// handleReady answers whether this instance can answer: 200 once it
-// serves, 503 while it drains. The store's state is in the body, and makes
-// the answer 503 only with Config.ReadyRequiresStore: a shared store's
-// outage is every instance's, and the instance still decides by each
-// policy's fail mode meanwhile.
-func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
-	up := s.StoreUp()
-	store := "up"
-	if !up {
-		store = "down"
-	}
-	draining := s.draining.Load()
-	rlsErr := s.rlsErr()
-	ready := !draining && (!s.needStore || up) && rlsErr == nil // Ready, with these
-	out := map[string]any{"ready": ready, "store": store, "fail_closed_policies": s.lim.Snapshot().HasFailClosed(), "requires_store": s.needStore}
-	if draining {
-		out["draining"] = true
-	}
-	if rlsErr != nil {
-		out["rls"] = rlsErr.Error()
-	}
-	if s.breakers != nil {
-		out["breakers"] = s.breakers.States()
-	}
-	if s.warning != nil {
-		if w := s.warning(); w != "" {
-			out["store_warning"] = w
-		}
-	}
-	status := http.StatusOK
-	if !ready {
-		status = http.StatusServiceUnavailable
-	}
-	writeJSON(w, status, out)
-}
-
-// Ready reports what /readyz answers: true (200) unless the server drains
-// or, with Config.ReadyRequiresStore, the store is down.
-func (s *Server) Ready() bool {
-	return !s.draining.Load() && (!s.needStore || s.StoreUp()) && s.rlsErr() == nil
-}
-
-// rlsErr is why the Envoy rate limit service cannot answer as configured
-// (Config.RLSReady), or nil.
-func (s *Server) rlsErr() error {
-	if s.rlsReady == nil {
-		return nil
-	}
-	return s.rlsReady()
-}
-
-// StoreUp reports whether the store answers: it has been reached
-// (Config.StoreConnected) and the limiter's breakers are closed.
-func (s *Server) StoreUp() bool {
-	return s.lim.StoreUp() && (s.conn == nil || s.conn())
-}
-
-// openAPI is the OpenAPI description of every endpoint (docs/openapi.json).
-var openAPI = docs.OpenAPI()
-
-// serveOpenAPI serves the OpenAPI description. It is documentation, as
-// public as the repository's: no token.
-func serveOpenAPI(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "max-age=300")
-	w.Write(openAPI)
-}
-
-// forInternal lets through requests that carry the internal token (any
-// request when none is configured) and answers the others 401.
-func (s *Server) forInternal(h http.HandlerFunc) http.HandlerFunc {
-	return bearer(s.itoken, "fairgate-internal", "this endpoint needs Authorization: Bearer <internal token>", h)
-}
-
-// tokenHash returns the SHA-256 of a bearer token (nil for none), refusing
-// one under 16 characters.
-func tokenHash(what, tok string) (*[sha256.Size]byte, error) {
-	if tok == "" {
-		return nil, nil
-	}
-	if len(tok) < 16 {
-		return nil, fmt.Errorf("server: the %s token must be at least 16 characters", what)
-	}
-	sum := sha256.Sum256([]byte(tok))
-	return &sum, nil
-}
-
-// bearer lets through requests that carry the token whose hash is sum
-// (any request when sum is nil) and answers the others 401 in realm,
-// closing the connection: a caller without the operator's token has no
-// use for it.
-func bearer(sum *[sha256.Size]byte, realm, detail string, h http.HandlerFunc) http.HandlerFunc {
-	if sum == nil {
-		return h
-	}
-	return func(w http.ResponseWriter, r *http.Request) {
-		if !auth.BearerMatches(r, *sum) {
-			w.Header().Set("Connection", "close")
-			w.Header().Set("WWW-Authenticate", `Bearer realm="`+realm+`"`)
-			problem.Write(w, problem.Details{Status: http.StatusUnauthorized, Detail: detail})
-			return
-		}
-		h(w, r)
-	}
-}
-
 // control returns r's context bounded by the control timeout.
 func (s *Server) control(r *http.Request) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(r.Context(), s.ctlWait)
@@ -480,22 +255,6 @@ func (s *Server) control(r *http.Request) (context.Context, context.CancelFunc) 
 // SetNoPolicy says whether the config in force has a policy (see
 // Config.NoPolicy), as a reload does.
 func (s *Server) SetNoPolicy(none bool) { s.noPolicy.Store(none) }
-
-// needsPolicy answers 404 while the config has no policy, else runs h.
-func (s *Server) needsPolicy(h http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if s.noPolicy.Load() {
-			problem.Write(w, problem.Details{Status: http.StatusNotFound, Detail: "no policy: the config has no plans, classes or routes, only the Envoy rate limit service's settings (rls); add a policy to decide HTTP requests"})
-			return
-		}
-		h(w, r)
-	}
-}
-
-// Drain makes /readyz answer 503 from now on, so that load balancers stop
-// sending new requests while the ones they send meanwhile are still
-// served: the first step of a graceful shutdown.
-func (s *Server) Drain() { s.draining.Store(true) }
 
 // operatorRoutes adds the internal surface's endpoints for operators and
 // workers: metrics, envoyproxy/ratelimit's /json, the dashboard, outbound
@@ -543,47 +302,10 @@ func (s *Server) operatorRoutes(in *http.ServeMux, c Config) {
 // without an upstream (then the Server itself serves everything).
 func (s *Server) Internal() http.Handler { return s.internal }
 
-// forWorkers lets through requests that carry the worker token (any
-// request when none is configured) and answers the others 401.
-func (s *Server) forWorkers(h http.HandlerFunc) http.HandlerFunc {
-	return bearer(s.worker, "fairgate-workers", "worker requests need Authorization: Bearer <worker token>", h)
-}
-
-// only restricts h to one method (GET also admits HEAD); other methods get
-// a 405 problem with Allow.
-func only(method string, h http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != method && !(method == "GET" && r.Method == "HEAD") {
-			w.Header().Set("Allow", method)
-			problem.Write(w, problem.Details{Status: http.StatusMethodNotAllowed, Detail: r.URL.Path + " takes " + method})
-			return
-		}
-		h(w, r)
-	}
-}
-
 // ServeHTTP serves the public surface (everything, without an upstream),
 // turning any panic below into a 500 so that one request cannot take the
 // process down.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer s.recoverPanic(w, r)
 	s.handler.ServeHTTP(w, r)
-}
-
-// recovering wraps h with ServeHTTP's panic recovery.
-func (s *Server) recovering(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		defer s.recoverPanic(w, r)
-		h.ServeHTTP(w, r)
-	})
-}
-
-func (s *Server) recoverPanic(w http.ResponseWriter, r *http.Request) {
-	if v := recover(); v != nil {
-		if v == http.ErrAbortHandler {
-			panic(v)
-		}
-		s.log.Error("panic serving request", slog.String("path", r.URL.Path), slog.Any("panic", v))
-		problem.Write(w, problem.Details{Status: http.StatusInternalServerError, Detail: "internal error"})
-	}
 }

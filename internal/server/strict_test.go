@@ -88,7 +88,7 @@ func oracleNames(body []byte, t reflect.Type) error {
 	return err
 }
 
-// FuzzStrictNames: on every body that is valid JSON in UTF-8 (decodeJSON
+// FuzzStrictNames: on every body that is valid JSON in UTF-8 (readJSON
 // refuses any other before it looks at names), the byte scanner
 // finds exactly the name problems the token walk finds.
 func FuzzStrictNames(f *testing.F) {
@@ -99,7 +99,7 @@ func FuzzStrictNames(f *testing.F) {
 	} {
 		f.Add(b)
 	}
-	types := []reflect.Type{reflect.TypeOf(&takeJSON{}), reflect.TypeOf(&checkJSON{}), reflect.TypeOf(&tenantBody{}), reflect.TypeOf(&planBody{})}
+	types := []reflect.Type{reflect.TypeOf(&takeBody{}), reflect.TypeOf(&checkBody{}), reflect.TypeOf(&tenantBody{}), reflect.TypeOf(&planBody{})}
 	f.Fuzz(func(t *testing.T, body string) {
 		if !json.Valid([]byte(body)) || !utf8.ValidString(body) {
 			return
@@ -115,7 +115,7 @@ func FuzzStrictNames(f *testing.F) {
 
 func BenchmarkStrictNames(b *testing.B) {
 	body := []byte(`{"key":"acme:search","limit":120,"period_ms":60000,"burst":30}`)
-	t := reflect.TypeOf(&takeJSON{})
+	t := reflect.TypeOf(&takeBody{})
 	for b.Loop() {
 		if err := strictNames(body, t); err != nil {
 			b.Fatal(err)
@@ -143,7 +143,7 @@ func TestHeaderFields(t *testing.T) {
 	}
 }
 
-// strictNames is checkBody's name checks alone (names given twice or in
+// strictNames is strictBody's name checks alone (names given twice or in
 // the wrong case), what the fuzz target compares with walkNames.
 func strictNames(body []byte, t reflect.Type) error {
 	_, _, err := scanBody(body, t)

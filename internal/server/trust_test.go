@@ -263,8 +263,7 @@ func rawChunked(t *testing.T, addr, raw string) int {
 
 // TestEnqueueIsChargedAndCapped: an enqueue is charged to the tenant's
 // limits like any request (newco's free plan admits a burst of 30, then
-// 429 with Retry-After and RateLimit headers; today 4,997 jobs went in in
-// 0.44 s), a payload over fairq.MaxPayload is 413, and a tenant at its
+// 429 with Retry-After and RateLimit headers), a payload over fairq.MaxPayload is 413, and a tenant at its
 // share of a kind's depth gets 429 tenant_queue_full while others enqueue.
 func TestEnqueueIsChargedAndCapped(t *testing.T) {
 	kinds := fairq.Kinds{"report": {Refuse: 1000}, "small": {Refuse: 4}}
@@ -311,10 +310,9 @@ func TestEnqueueIsChargedAndCapped(t *testing.T) {
 
 // TestPausedRedisBoundsEveryWait: with Redis paused (SIGSTOP), every store
 // call on every path ends at its deadline: an admin write fails with 503
-// and, once Redis resumes, has not happened (today it returned an empty
-// reply after 11 s and was applied when Redis came back, with no audit
-// line); an enqueue, a job lease and /v1/me/limits answer 503 in time
-// (today 5 to 10 s).
+// and, once Redis resumes, has not happened (no write is applied later
+// without its audit line); an enqueue, a job lease and /v1/me/limits
+// answer 503 in time.
 func TestPausedRedisBoundsEveryWait(t *testing.T) {
 	redistest.Need(t)
 	srv, err := redistest.Start()
@@ -413,7 +411,7 @@ func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(
 // TestRoutesAreClassifiedAsTheUpstreamSeesThem: spellings of a path that
 // the upstream reads alike (a trailing slash, ";" parameters, another
 // case, dot segments, doubled slashes, a lower-case method) fall in the
-// same class; today they escaped the search class into the default one.
+// same class, never the default one.
 func TestRoutesAreClassifiedAsTheUpstreamSeesThem(t *testing.T) {
 	in := service(t, memstore.New(memstore.Config{})).Internal()
 	for _, route := range []string{"GET /v1/search", "GET /v1/search/", "GET /v1/search;x", "GET /v1/Search", "get /v1/search", "GET /v1/x/../search", "GET /v1//search", "GET /v1/SEARCH;a=b/"} {
@@ -431,8 +429,8 @@ func TestRoutesAreClassifiedAsTheUpstreamSeesThem(t *testing.T) {
 
 // TestUpstreamLearnsTheVerifiedIdentity: the proxy tells the upstream the
 // verified tenant and plan in its identity headers and removes the copies
-// a client sent (today a client's X-Tenant: globex reached the upstream
-// while fairgate had decided the caller was acme).
+// a client sent (a client's X-Tenant: globex never reaches the upstream
+// when fairgate decided the caller is acme).
 func TestUpstreamLearnsTheVerifiedIdentity(t *testing.T) {
 	var got atomic.Value
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got.Store(r.Header.Clone()) }))
@@ -472,8 +470,8 @@ func TestUpstreamLearnsTheVerifiedIdentity(t *testing.T) {
 }
 
 // TestMyLimitsHonoursThePlanClaim: /v1/me/limits shows the plan the proxy
-// enforces for a JWT's plan claim (today it said free while the proxy
-// enforced team), and an unknown plan claim is logged once.
+// enforces for a JWT's plan claim, and an unknown plan claim is logged
+// once.
 func TestMyLimitsHonoursThePlanClaim(t *testing.T) {
 	var logs syncBuf
 	s, err := New(Config{Limiter: testLimiter(t, memstore.New(memstore.Config{}), time.Second), Auth: testAuth(t), Upstream: upstreamEcho(t), Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
@@ -573,9 +571,8 @@ func TestAdminSpeaksTheAPIsVocabulary(t *testing.T) {
 }
 
 // TestRetryAfterSecondsIsOneNumber: every problem body's
-// retry_after_seconds is a number equal to its Retry-After header (today
-// the open-breaker 503 sent the string "30", and the queue's 503 floored
-// the body while the header rounded up).
+// retry_after_seconds is a number equal to its Retry-After header (the
+// open breaker's 503 and the full queue's 503 among them).
 func TestRetryAfterSecondsIsOneNumber(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(503) }))
 	defer up.Close()
