@@ -12,35 +12,21 @@ import (
 // answer's own appendJSON (wire.go) and written by writeAppended. Problems
 // are httplimit/problem's; rate-limit headers are limitheader's.
 
-// writeJSON writes status and v as JSON, with a newline after it.
+// writeJSON writes status and v as JSON, with a newline after it. It
+// serves the admin, worker and slot answers, none on the decision path,
+// where a pooled encoder measured no saving worth a pool
+// (bench/RESULTS.md, the six sync.Pools).
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	e := encPool.Get().(*encoder)
-	e.buf.Reset()
-	e.enc.Encode(v) // the value and a newline
+	var buf bytes.Buffer
+	json.NewEncoder(&buf).Encode(v) // the value and a newline, HTML escaped
 	w.Header()["Content-Type"] = jsonContentType
 	w.WriteHeader(status)
-	w.Write(e.buf.Bytes())
-	if e.buf.Cap() <= 64<<10 {
-		encPool.Put(e)
-	}
+	w.Write(buf.Bytes())
 }
 
 // jsonContentType is the Content-Type of every JSON answer, shared: set
 // by map assignment, it costs no slice per response (nothing changes it).
 var jsonContentType = []string{"application/json"}
-
-// encoder is a pooled buffer and the JSON encoder writing to it.
-type encoder struct {
-	buf bytes.Buffer
-	enc *json.Encoder
-}
-
-var encPool = sync.Pool{New: func() any {
-	e := new(encoder)
-	e.enc = json.NewEncoder(&e.buf)
-	e.enc.SetEscapeHTML(true)
-	return e
-}}
 
 // outPool holds the buffers answers are appended to.
 var outPool = sync.Pool{New: func() any { return new([]byte) }}
