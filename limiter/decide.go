@@ -261,7 +261,7 @@ type call struct {
 	// now is the decision's one clock reading; a hold moves it on.
 	now time.Time
 	// res holds the layers (names, shadow) and how to decide them: cost
-	// (for the near cache), fail mode, lease, slow-down.
+	// (for the near cache), fail mode, unit grant, slow-down.
 	res policy.Resolution
 	// checks are the store checks, in the order of res.Layers; nil until
 	// needed.
@@ -281,10 +281,10 @@ type call struct {
 	shadowSlot bool
 }
 
-// decide is the pipeline: near cache (and hold), lease, one store call
+// decide is the pipeline: near cache (and hold), unit grant, one store call
 // through the guard (deadline, breaker), the shadow retry, then the
 // guard's fail mode and fallback. The checks of c.res are built once the
-// near cache and the lease have not answered.
+// near cache and the unit grant have not answered.
 func (l *Limiter) decide(ctx context.Context, c *call) (Decision, error) {
 	if l.tracer == nil {
 		return l.decideIn(ctx, c)
@@ -302,7 +302,7 @@ func (l *Limiter) decideIn(ctx context.Context, c *call) (Decision, error) {
 		return l.nearDecision(c, ld), nil
 	}
 	if c.res.Lease > 0 {
-		if d, ok := l.leased(ctx, c.res, c.now); ok {
+		if d, ok := l.granted(ctx, c.res, c.now); ok {
 			d.Now = c.now
 			l.count(c, &d)
 			return d, nil

@@ -1,6 +1,6 @@
 // Package limiter is fairgate's decision engine: it resolves a request
 // with the [policy.Snapshot] in force and decides its layers as one atomic
-// store batch, applying the near cache, leases, shadow mode and the fail
+// store batch, applying the near cache, unit grants, shadow mode and the fail
 // mode.
 //
 // A [Limiter] embeds its [Policies]: the snapshot in force, swapped
@@ -19,11 +19,11 @@
 //
 // A decision ([Limiter.Decide]) reads the clock once and goes: resolve,
 // near cache (a remembered rejection, held for the class's slow-down),
-// lease (for a class that leases units), one store call through the guard,
+// unit grant (for a class with `lease` set), one store call through the guard,
 // the shadow retry, then the verdict, or the guard's fail mode when the
 // store failed. A request with concurrency layers takes its slots first,
 // in one store call through the guard, after the near cache and before
-// the lease; a rejected request gives them back at once.
+// the unit grant; a rejected request gives them back at once.
 // [Limiter.AcquireSlots] takes slots alone, through the guard and decided
 // by the same fail mode, and [Limiter.ReleaseSlots] gives them back.
 // [Limiter.Effective] reads a tenant's limits and their state with a

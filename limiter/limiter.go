@@ -90,14 +90,14 @@ type Config struct {
 }
 
 // Limiter decides requests by policy: resolve (with the [Policies] it
-// embeds), near cache, lease, then the store through its [guard.Guard],
+// embeds), near cache, unit grant, then the store through its [guard.Guard],
 // and the verdict. It is safe for concurrent use.
 type Limiter struct {
 	// Policies holds the policy in force and its run-time overlay.
 	*Policies
 	guard  *guard.Guard     // the store's deadline, breakers, fallback, fail mode
 	near   *guard.NearCache // the guard's; nil: off
-	leases *leaseTable
+	grants *grantTable
 	slots  slotState    // concurrency slots (slots.go)
 	held   atomic.Int64 // requests being held (see Class.SlowDown)
 	poll   time.Duration
@@ -119,7 +119,7 @@ func New(c Config) (*Limiter, error) {
 		return nil, errors.New("limiter: Config.Store is required")
 	}
 	l := &Limiter{poll: c.PollEvery, now: c.Now, log: c.Logger, limited: c.Limited, tracer: c.Tracer, traceTenants: c.TraceTenants}
-	l.leases = newLeaseTable()
+	l.grants = newGrantTable()
 	if l.poll <= 0 {
 		l.poll = time.Second
 	}

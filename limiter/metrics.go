@@ -14,7 +14,7 @@ import (
 type metrics struct {
 	decisions  *prometheus.CounterVec
 	shadow     *prometheus.CounterVec
-	leaseTakes prometheus.Counter
+	grantTakes prometheus.Counter
 	slowed     prometheus.Counter
 }
 
@@ -28,7 +28,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "fairgate_shadow_rejections_total",
 			Help: "Would-be rejections of shadow layers, by policy; nothing was enforced.",
 		}, []string{"policy"}),
-		leaseTakes: prometheus.NewCounter(prometheus.CounterOpts{
+		grantTakes: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fairgate_lease_takes_total",
 			Help: "Leases taken from the store for classes that lease units to instances.",
 		}),
@@ -43,7 +43,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	err := errors.Join(
 		promshare.Register(reg, &m.decisions),
 		promshare.Register(reg, &m.shadow),
-		promshare.Register(reg, &m.leaseTakes),
+		promshare.Register(reg, &m.grantTakes),
 		promshare.Register(reg, &m.slowed),
 	)
 	if err != nil {

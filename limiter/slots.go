@@ -20,18 +20,18 @@ import (
 // slots before its rate tokens: refused a slot, it takes no token; refused
 // a token, it gives its slots back at once. So a rejected request takes
 // neither. An allowed one holds its slots until the caller releases them
-// (Decision.Slots) or the lease runs out (Config.SlotLease).
+// (Decision.Slots) or their TTL runs out (Config.SlotLease).
 
 // slotState is the limiter's part in concurrency slots.
 type slotState struct {
-	lease time.Duration
+	ttl   time.Duration
 	avgNs atomic.Int64 // how long slots are held, a moving average
 }
 
-func (s *slotState) init(lease time.Duration) {
-	s.lease = lease
-	if s.lease <= 0 {
-		s.lease = 40 * time.Second
+func (s *slotState) init(ttl time.Duration) {
+	s.ttl = ttl
+	if s.ttl <= 0 {
+		s.ttl = 40 * time.Second
 	}
 }
 
@@ -51,7 +51,7 @@ func (s *slotState) observe(d time.Duration) {
 
 // retryAfter estimates how long until a slot of a layer that refused r
 // frees: the mean holding time divided among the requests in flight,
-// never past the first lease's end, at least a millisecond.
+// never past the first TTL's end, at least a millisecond.
 func (s *slotState) retryAfter(r store.SlotResult) time.Duration {
 	d := time.Duration(s.avgNs.Load()) / time.Duration(max(1, r.InUse))
 	if d <= 0 || (r.NextExpiry > 0 && d > r.NextExpiry) {
@@ -74,26 +74,26 @@ type SlotDecision struct {
 }
 
 // Slots are the concurrency slots an allowed request holds. Release gives
-// them back when the request ends; a request that may outlive the lease
+// them back when the request ends; a request that may outlive the TTL
 // renews it with Renew. Safe for concurrent use.
 type Slots struct {
 	l        *Limiter
 	id       string
 	layers   []policy.SlotLayer
-	lease    time.Duration
+	ttl      time.Duration
 	since    time.Time
 	released atomic.Bool
 }
 
-// Lease returns the lease's length: renew well within it.
-func (s *Slots) Lease() time.Duration { return s.lease }
+// Lease returns the slots' TTL (the wire's lease_ms): renew well within it.
+func (s *Slots) Lease() time.Duration { return s.ttl }
 
-// ID returns the lease's ID, which [Limiter.ReleaseSlots] takes.
+// ID returns the slots' ID (the wire's lease_id), which [Limiter.ReleaseSlots] takes.
 func (s *Slots) ID() string { return s.id }
 
 // Release gives the slots back. It is safe to call more than once, and on
 // a nil Slots; it tries even when ctx has ended (with a deadline of its
-// own), since a slot not given back is lost until its lease runs out.
+// own), since a slot not given back is lost until its TTL runs out.
 func (s *Slots) Release(ctx context.Context) error {
 	if s == nil || s.released.Swap(true) {
 		return nil
@@ -102,7 +102,7 @@ func (s *Slots) Release(ctx context.Context) error {
 	return s.l.releaseSlots(ctx, s.layers, s.id)
 }
 
-// Renew extends the slots' leases by a full lease from now.
+// Renew extends the slots' TTL by a full TTL from now.
 func (s *Slots) Renew(ctx context.Context) error {
 	if s == nil || s.released.Load() {
 		return nil
@@ -111,11 +111,11 @@ func (s *Slots) Renew(ctx context.Context) error {
 	// ran out and was taken meanwhile does not keep the others from
 	// being renewed.
 	as, rs := slotAcquires(s.layers, true)
-	return s.l.guard.RenewSlots(ctx, s.id, s.lease, as, rs)
+	return s.l.guard.RenewSlots(ctx, s.id, s.ttl, as, rs)
 }
 
-// KeepAlive renews the slots every half lease until stop is called (or
-// they are released), for a request that may outlive its lease: a stream.
+// KeepAlive renews the slots every half TTL until stop is called (or
+// they are released), for a request that may outlive its TTL: a stream.
 // It costs one timer.
 func (s *Slots) KeepAlive() (stop func()) {
 	if s == nil {
@@ -142,7 +142,7 @@ func (s *Slots) KeepAlive() (stop func()) {
 	}
 }
 
-// releaseSlots gives lease id's slots of layers back through the guard,
+// releaseSlots gives slot ID id's slots of layers back through the guard,
 // even when ctx has ended (see [guard.Guard.ReleaseSlots]).
 func (l *Limiter) releaseSlots(ctx context.Context, layers []policy.SlotLayer, id string) error {
 	keys := make([]string, len(layers))
@@ -152,7 +152,7 @@ func (l *Limiter) releaseSlots(ctx context.Context, layers []policy.SlotLayer, i
 	return l.guard.ReleaseSlots(ctx, id, keys)
 }
 
-// leaseID is a fresh lease's ID: 128 random bits.
+// leaseID is a fresh slot ID (the wire's lease_id): 128 random bits.
 func leaseID() string {
 	var b [16]byte
 	for i := range 2 {
@@ -175,7 +175,7 @@ func (l *Limiter) decideWithSlots(ctx context.Context, c *call) (Decision, error
 		return l.nearDecision(c, ld), nil
 	}
 	id := leaseID()
-	sd, refused, err := l.takeSlots(ctx, c, id, l.slots.lease)
+	sd, refused, err := l.takeSlots(ctx, c, id, l.slots.ttl)
 	if err != nil {
 		return l.slotsFailed(ctx, c, err)
 	}
@@ -188,18 +188,18 @@ func (l *Limiter) decideWithSlots(ctx context.Context, c *call) (Decision, error
 		l.releaseSlots(ctx, c.res.Slots, id)
 		return dec, err
 	}
-	dec.Slots = &Slots{l: l, id: id, layers: c.res.Slots, lease: l.slots.lease, since: time.Now()}
+	dec.Slots = &Slots{l: l, id: id, layers: c.res.Slots, ttl: l.slots.ttl, since: time.Now()}
 	return dec, nil
 }
 
-// takeSlots takes c's slots for lease id, lasting lease, in one store
+// takeSlots takes c's slots for slot ID id, lasting ttl, in one store
 // call: all of them, or none and the decision that refused (or the
 // store's error). A shadow layer that is full does not refuse: the
 // request goes on without its slot, counted as the shadow rejection it
 // is.
-func (l *Limiter) takeSlots(ctx context.Context, c *call, id string, lease time.Duration) ([]SlotDecision, *Decision, error) {
+func (l *Limiter) takeSlots(ctx context.Context, c *call, id string, ttl time.Duration) ([]SlotDecision, *Decision, error) {
 	as, rs := slotAcquires(c.res.Slots, false)
-	if err := l.guard.AcquireSlots(ctx, id, lease, as, rs); err != nil {
+	if err := l.guard.AcquireSlots(ctx, id, ttl, as, rs); err != nil {
 		return nil, nil, err
 	}
 	sd := make([]SlotDecision, len(c.res.Slots))
@@ -241,13 +241,13 @@ func slotAcquires(layers []policy.SlotLayer, allOptional bool) ([]store.SlotAcqu
 }
 
 // AcquireSlots takes req's concurrency slots alone, without rate tokens,
-// lasting lease (zero: Config.SlotLease): for a worker that holds them
+// lasting ttl (zero: Config.SlotLease): for a worker that holds them
 // around a job and gives them back with [Limiter.ReleaseSlots] and the
-// lease's ID. A request without a concurrency limit is allowed with no
+// slot ID. A request without a concurrency limit is allowed with no
 // slots; the fail mode decides when the store cannot give them.
-func (l *Limiter) AcquireSlots(ctx context.Context, req policy.Request, lease time.Duration) (Decision, error) {
-	if lease <= 0 {
-		lease = l.slots.lease
+func (l *Limiter) AcquireSlots(ctx context.Context, req policy.Request, ttl time.Duration) (Decision, error) {
+	if ttl <= 0 {
+		ttl = l.slots.ttl
 	}
 	now := l.now()
 	res, err := l.Snapshot().Resolve(req, now)
@@ -260,7 +260,7 @@ func (l *Limiter) AcquireSlots(ctx context.Context, req policy.Request, lease ti
 	}
 	c := call{now: now, res: res}
 	id := leaseID()
-	sd, refused, err := l.takeSlots(ctx, &c, id, lease)
+	sd, refused, err := l.takeSlots(ctx, &c, id, ttl)
 	switch {
 	case errors.Is(err, store.ErrInvalidCheck):
 		return d, err
@@ -274,12 +274,12 @@ func (l *Limiter) AcquireSlots(ctx context.Context, req policy.Request, lease ti
 		return *refused, nil
 	}
 	d.Concurrency = sd
-	d.Slots = &Slots{l: l, id: id, layers: res.Slots, lease: lease, since: time.Now()}
+	d.Slots = &Slots{l: l, id: id, layers: res.Slots, ttl: ttl, since: time.Now()}
 	return d, nil
 }
 
-// ReleaseSlots gives back the slots that lease id holds of req's
-// concurrency layers (see AcquireSlots). A lease not held is no error.
+// ReleaseSlots gives back the slots that slot ID id holds of req's
+// concurrency layers (see AcquireSlots). An ID holding nothing is no error.
 func (l *Limiter) ReleaseSlots(ctx context.Context, req policy.Request, id string) error {
 	res, err := l.Snapshot().Resolve(req, l.now())
 	if err != nil || len(res.Slots) == 0 {

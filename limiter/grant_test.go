@@ -180,7 +180,7 @@ func TestLeaseWaitersShareTheTake(t *testing.T) {
 // above 1) apart; the first take waits at the gate.
 type failingTakes struct {
 	store.Store
-	leaseTakes atomic.Int64
+	grantTakes atomic.Int64
 	held       chan struct{}
 	gate       chan struct{}
 	once       sync.Once
@@ -188,7 +188,7 @@ type failingTakes struct {
 
 func (f *failingTakes) Take(ctx context.Context, checks []store.Check, res *store.Result) error {
 	if checks[0].Cost > 1 {
-		f.leaseTakes.Add(1)
+		f.grantTakes.Add(1)
 	}
 	f.once.Do(func() { f.held <- struct{}{}; <-f.gate })
 	return store.ErrUnavailable
@@ -210,7 +210,7 @@ func TestLeaseTakeFailureBacksOff(t *testing.T) {
 	<-st.held
 	close(st.gate)
 	wg.Wait()
-	if n := st.leaseTakes.Load(); n != 1 {
+	if n := st.grantTakes.Load(); n != 1 {
 		t.Fatalf("%d lease takes for 8 requests while the store fails, want 1", n)
 	}
 }

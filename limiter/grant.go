@@ -14,51 +14,51 @@ import (
 // instance takes a grant of n units from every layer of the request's
 // batch in one store call and spends them locally, one request at a time,
 // so the store sees one call per n requests instead of one per request.
-// The identifiers here say "lease" after the config key `lease`; the word
-// for the thing is "unit grant" (docs/glossary.md): a job lease (fairq) and
-// a slot (its id and TTL) are other things.
+// The config key is `lease` (Class.Lease); everywhere else the thing is a
+// "unit grant" (docs/glossary.md): a job lease (fairq) and a slot (its id
+// and TTL) are other things.
 //
 // The price is exactness in time: units granted at t and spent later were
 // charged at t. In any window the requests admitted can exceed the
 // limit's bound by at most the units granted but not yet spent, summed
 // over the instances (n per instance per key set). A grant not spent
-// within leaseTTL is dropped, its units left charged (under-admission,
+// within grantTTL is dropped, its units left charged (under-admission,
 // never over). Retry-After: a request that finds no grant and whose grant
 // take is refused is decided as usual at its own cost, so its retry-after
 // is exact for that cost.
 
-// leaseTTL is how long an instance keeps the unspent units of a grant.
-const leaseTTL = time.Second
+// grantTTL is how long an instance keeps the unspent units of a grant.
+const grantTTL = time.Second
 
-// leaseErrorBackoff is how long no grant is asked for after a take failed.
-const leaseErrorBackoff = 250 * time.Millisecond
+// grantErrorBackoff is how long no grant is asked for after a take failed.
+const grantErrorBackoff = 250 * time.Millisecond
 
-// maxLeases bounds the key sets an instance keeps grants for.
-const maxLeases = 10_000
+// maxGrants bounds the key sets an instance keeps grants for.
+const maxGrants = 10_000
 
-// lease is the unit grant an instance keeps for one key set. Its mutex guards the
-// fields only and is never held across a store call: the take of a new
-// lease is marked in taking, and the requests that arrive meanwhile wait
+// grant is the unit grant an instance keeps for one key set. Its mutex
+// guards the fields only and is never held across a store call: the take
+// of a new grant is marked in taking, and the requests that arrive meanwhile wait
 // for it (or for their context) and then spend from it.
-type lease struct {
+type grant struct {
 	mu      sync.Mutex
 	units   int64
 	expires time.Time
-	backoff time.Time       // no lease is tried before: the last was refused
+	backoff time.Time       // no grant is tried before: the last was refused
 	wait    time.Duration   // the last backoff, doubled on each refusal
-	layers  []LayerDecision // the decision of the take that leased them
+	layers  []LayerDecision // the decision of the take that granted them
 	taking  chan struct{}   // closed when the take in flight ends; nil when none
 }
 
-type leaseTable struct {
+type grantTable struct {
 	mu sync.Mutex
-	m  map[string]*lease
+	m  map[string]*grant
 }
 
-func newLeaseTable() *leaseTable { return &leaseTable{m: map[string]*lease{}} }
+func newGrantTable() *grantTable { return &grantTable{m: map[string]*grant{}} }
 
-// get returns the lease entry of a batch's keys, making one.
-func (t *leaseTable) get(res policy.Resolution) *lease {
+// get returns the grant entry of a batch's keys, making one.
+func (t *grantTable) get(res policy.Resolution) *grant {
 	var b strings.Builder
 	for _, ly := range res.Layers {
 		b.WriteString(ly.Key)
@@ -70,21 +70,21 @@ func (t *leaseTable) get(res policy.Resolution) *lease {
 	if e, ok := t.m[k]; ok {
 		return e
 	}
-	if len(t.m) >= maxLeases {
+	if len(t.m) >= maxGrants {
 		for old := range t.m { // any one: map order is random
 			delete(t.m, old)
 			break
 		}
 	}
-	e := &lease{}
+	e := &grant{}
 	t.m[k] = e
 	return e
 }
 
-// leased decides req from a lease when its class leases: spending a unit
-// held, or taking a new lease. ok is false when the request must be
-// decided as usual (no lease could be had).
-func (l *Limiter) leased(ctx context.Context, res policy.Resolution, now time.Time) (Decision, bool) {
+// granted decides req from a grant when its class grants: spending a unit
+// held, or taking a new grant. ok is false when the request must be
+// decided as usual (no grant could be had).
+func (l *Limiter) granted(ctx context.Context, res policy.Resolution, now time.Time) (Decision, bool) {
 	n := res.Lease
 	for _, ly := range res.Layers {
 		if ly.Shadow {
@@ -95,7 +95,7 @@ func (l *Limiter) leased(ctx context.Context, res policy.Resolution, now time.Ti
 	if n < res.Cost {
 		return Decision{}, false
 	}
-	e := l.leases.get(res)
+	e := l.grants.get(res)
 	e.mu.Lock()
 	for e.units < res.Cost || !now.Before(e.expires) {
 		if now.Before(e.backoff) {
@@ -103,7 +103,7 @@ func (l *Limiter) leased(ctx context.Context, res policy.Resolution, now time.Ti
 			return Decision{}, false // n units are not there yet: decide as usual
 		}
 		if ch := e.taking; ch != nil {
-			// Another request is taking a lease: wait for it, then look
+			// Another request is taking a grant: wait for it, then look
 			// again (it may have brought units).
 			e.mu.Unlock()
 			select {
@@ -130,23 +130,23 @@ func (l *Limiter) leased(ctx context.Context, res policy.Resolution, now time.Ti
 			if err == nil {
 				// Under a load over the limit, n units may never gather
 				// while requests take them one by one: back off longer
-				// after each refusal, up to leaseTTL.
-				e.wait = min(max(sr.RetryAfter(), 2*e.wait), leaseTTL)
+				// after each refusal, up to grantTTL.
+				e.wait = min(max(sr.RetryAfter(), 2*e.wait), grantTTL)
 				e.backoff = now.Add(e.wait)
 			} else {
 				// The store failed: the requests that waited for this
 				// take decide as usual, at once and each on its own,
-				// rather than each trying a lease in turn and waiting a
+				// rather than each trying a grant in turn and waiting a
 				// store deadline apiece.
-				e.backoff = now.Add(leaseErrorBackoff)
+				e.backoff = now.Add(grantErrorBackoff)
 			}
 			e.mu.Unlock()
 			return Decision{}, false
 		}
 		e.wait = 0
-		e.units, e.expires = n, now.Add(leaseTTL)
+		e.units, e.expires = n, now.Add(grantTTL)
 		e.layers = layerDecisions(res.Layers, sr.Decisions)
-		l.m.leaseTakes.Inc()
+		l.m.grantTakes.Inc()
 	}
 	defer e.mu.Unlock()
 	e.units -= res.Cost
