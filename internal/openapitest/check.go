@@ -278,6 +278,9 @@ func (p *param) check(vs []string) []string {
 		}
 		return nil
 	}
+	if slices.Contains(p.types, "object") {
+		return nil // object-valued parameters (form, deepObject) are not read: presence only
+	}
 	var readings []any
 	if slices.Contains(p.types, "array") {
 		items := vs
