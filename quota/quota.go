@@ -101,12 +101,10 @@ type Config struct {
 // every tenant; fairgate_outbound_tenant_pauses_total, pauses of one
 // tenant's calls.
 type Quotas struct {
-	st         store.Store
-	guard      *guard.Guard // st under the timeout and a breaker
+	guard      *guard.Guard // the store under the timeout and a breaker
 	provs      atomic.Pointer[map[string]*provider]
 	maxWait    time.Duration
 	maxPause   time.Duration
-	timeout    time.Duration
 	window     time.Duration
 	minTenants int
 	now        func() time.Time
@@ -164,7 +162,7 @@ func New(c Config) (*Quotas, error) {
 	if c.Store == nil {
 		return nil, errors.New("quota: Config.Store is required")
 	}
-	q := &Quotas{st: c.Store, maxWait: c.MaxWait, maxPause: c.MaxPause, timeout: c.Timeout,
+	q := &Quotas{maxWait: c.MaxWait, maxPause: c.MaxPause,
 		window: cmp.Or(c.Window, DefaultWindow), minTenants: cmp.Or(c.MinTenants, DefaultMinTenants), now: c.Now}
 	if q.now == nil {
 		q.now = time.Now
@@ -175,10 +173,7 @@ func New(c Config) (*Quotas, error) {
 	if q.minTenants < 2 {
 		return nil, fmt.Errorf("%w: Config.MinTenants %d is under 2: one tenant's answers must never pause a provider for every tenant", ErrInvalid, c.MinTenants)
 	}
-	if q.timeout == 0 {
-		q.timeout = DefaultTimeout
-	}
-	g, err := guard.New(guard.Config{Store: c.Store, Timeout: q.timeout, NoNearCache: true})
+	g, err := guard.New(guard.Config{Store: c.Store, Timeout: cmp.Or(c.Timeout, DefaultTimeout), NoNearCache: true})
 	if err != nil {
 		return nil, fmt.Errorf("quota: %w", err)
 	}
@@ -386,14 +381,6 @@ func (q *Quotas) AcquireWithin(ctx context.Context, provider, tenant string, max
 	}
 }
 
-// storeContext bounds one store call by the timeout.
-func (q *Quotas) storeContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	if q.timeout < 0 {
-		return ctx, func() {}
-	}
-	return context.WithTimeout(ctx, q.timeout)
-}
-
 // take is one store call through the guard: under the timeout and the
 // breaker. A failure is the caller's error (there is no fallback). A
 // caller already gone sends nothing, so that it takes no budget.
@@ -436,9 +423,7 @@ func (q *Quotas) pause(ctx context.Context, provider string, p *provider, d time
 	if d <= 0 {
 		return nil
 	}
-	hctx, cancel := q.storeContext(ctx)
-	defer cancel()
-	if err := q.st.Hold(hctx, p.budget, p.Limit, d); err != nil {
+	if err := q.guard.Hold(ctx, p.budget, p.Limit, d); err != nil {
 		return fmt.Errorf("quota: pausing provider %q: %w", provider, err)
 	}
 	q.m.pauses.WithLabelValues(provider).Inc()
@@ -480,9 +465,7 @@ func (q *Quotas) PauseTenant(ctx context.Context, provider, tenant string, d tim
 	tag := policy.TenantTag(tenant)
 	now := q.now()
 	until, quorum := p.tally.pause(tag, now, now.Add(d), q.window, q.minTenants)
-	hctx, cancel := q.storeContext(ctx)
-	err = q.st.Hold(hctx, pauseKey(provider, tag), pauseLimit, d)
-	cancel()
+	err = q.guard.Hold(ctx, pauseKey(provider, tag), pauseLimit, d)
 	if err != nil {
 		err = fmt.Errorf("quota: pausing tenant %q of provider %q: %w", tenant, provider, err)
 	} else {

@@ -255,6 +255,15 @@ func (g *Guard) Call(ctx context.Context, now time.Time, checks []store.Check, r
 	return err
 }
 
+// Hold holds key (see [store.Store.Hold]) under the deadline and through
+// the breaker of key's domain, as [Guard.Call] makes a take; a failure is
+// the caller's (a hold has no fallback).
+func (g *Guard) Hold(ctx context.Context, key string, lim algo.Limit, d time.Duration) error {
+	ctx, cancel := g.storeContext(ctx)
+	defer cancel()
+	return g.breaker([]store.Check{{Key: key, Limit: lim}}, func() error { return g.store.Hold(ctx, key, lim, d) })
+}
+
 // Fail is the one place where a store failure meets a fail mode: it
 // counts the failure under the mode (fairgate_store_failure_decisions_total)
 // and returns Unavailable for fail closed. For fail open it returns

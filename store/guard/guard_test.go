@@ -3,6 +3,8 @@ package guard
 import (
 	"context"
 	"errors"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -52,5 +54,34 @@ func TestTakeOutcomes(t *testing.T) {
 				t.Fatalf("a cost over the burst: %v, want ErrInvalidCheck", err)
 			}
 		})
+	}
+}
+
+// holdCounter is a store that is out and counts the holds that reach it.
+type holdCounter struct {
+	storetest.Down
+	holds atomic.Int64
+}
+
+func (h *holdCounter) Hold(ctx context.Context, key string, lim algo.Limit, d time.Duration) error {
+	h.holds.Add(1)
+	return h.Down.Hold(ctx, key, lim, d)
+}
+
+// TestHoldGoesThroughTheBreaker: a hold is a store call like a take, so
+// once the store has failed enough the breaker refuses holds without
+// sending them (quota's pauses, during an outage).
+func TestHoldGoesThroughTheBreaker(t *testing.T) {
+	st := &holdCounter{}
+	g, err := New(Config{Store: st, Timeout: time.Second, NoNearCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last error
+	for range 50 {
+		last = g.Hold(context.Background(), "k", algo.Limit{Limit: 1, Period: time.Second}, time.Second)
+	}
+	if n := st.holds.Load(); n >= 50 || !errors.Is(last, store.ErrUnavailable) || !strings.Contains(last.Error(), "breaker open") {
+		t.Errorf("50 holds on a store that is out: %d reached it, last error %v; want the breaker to refuse the rest", n, last)
 	}
 }
