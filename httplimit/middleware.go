@@ -76,6 +76,14 @@ type Config struct {
 	// 401 with the error's text). It must never trust a header the client
 	// controls. Required.
 	Identify func(r *http.Request) (policy.Identity, error)
+	// IdentifyIn, if set, replaces Identify: it returns the identity with
+	// the policy snapshot it was verified under ([limiter.Policies.Snapshot]
+	// read in the same step), and the request is decided against that
+	// snapshot ([limiter.Limiter.DecideIn]). For a service that swaps its
+	// credentials and its policy together on a config reload, so that no
+	// request is decided by one config's policy and the other's
+	// credentials.
+	IdentifyIn func(r *http.Request) (policy.Identity, *policy.Snapshot, error)
 	// Route returns the method and path the route is matched on. Nil means
 	// r.Method and the path of the request line as [policy.TargetPath]
 	// reads it: a request whose path upstreams read differently (a '#',
@@ -218,8 +226,8 @@ func RequestPath(r *http.Request) (string, error) {
 // c.Limiter before passing it on: allowed requests get the rate-limit
 // headers and go to next; rejected ones get 429 or 503 and never reach it.
 func Middleware(c Config) (func(http.Handler) http.Handler, error) {
-	if c.Limiter == nil || c.Identify == nil {
-		return nil, errors.New("httplimit: Config.Limiter and Config.Identify are required")
+	if c.Limiter == nil || c.Identify == nil && c.IdentifyIn == nil {
+		return nil, errors.New("httplimit: Config.Limiter and Config.Identify (or IdentifyIn) are required")
 	}
 	form, err := limitheader.ParseForm(string(c.Headers))
 	if err != nil {
@@ -250,9 +258,15 @@ func Middleware(c Config) (func(http.Handler) http.Handler, error) {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			var err error
 			var id policy.Identity
+			var snap *policy.Snapshot
 			preflight := IsPreflight(r)
 			if !preflight {
-				if id, err = c.Identify(r); err != nil {
+				if c.IdentifyIn != nil {
+					id, snap, err = c.IdentifyIn(r)
+				} else {
+					id, err = c.Identify(r)
+				}
+				if err != nil {
 					WriteUnauthorized(w, err.Error())
 					return
 				}
@@ -265,7 +279,12 @@ func Middleware(c Config) (func(http.Handler) http.Handler, error) {
 			if c.Credential != nil && id.Tenant == "" {
 				req.Credential = c.Credential(r)
 			}
-			d, err := c.Limiter.Decide(r.Context(), req)
+			var d limiter.Decision
+			if snap != nil {
+				d, err = c.Limiter.DecideIn(r.Context(), snap, req)
+			} else {
+				d, err = c.Limiter.Decide(r.Context(), req)
+			}
 			if err == nil && c.Observe != nil {
 				c.Observe(r, d)
 			}

@@ -239,7 +239,19 @@ func (l *Limiter) Decide(ctx context.Context, req policy.Request) (Decision, err
 // decides whether overrides have expired and ages near-cache answers. The
 // store decides by its own clock (Redis TIME; the memory store's).
 func (l *Limiter) DecideAt(ctx context.Context, now time.Time, req policy.Request) (Decision, error) {
-	res, err := l.Snapshot().Resolve(req, now)
+	return l.decideAt(ctx, now, l.Snapshot(), req)
+}
+
+// DecideIn is Decide against snap, a [Policies.Snapshot] the caller read
+// together with what it verified req's identity by, so that a config
+// swap in between cannot pair one file's policy with another's
+// credentials (a plan renamed in the new file would fall to the default).
+func (l *Limiter) DecideIn(ctx context.Context, snap *policy.Snapshot, req policy.Request) (Decision, error) {
+	return l.decideAt(ctx, l.now(), snap, req)
+}
+
+func (l *Limiter) decideAt(ctx context.Context, now time.Time, snap *policy.Snapshot, req policy.Request) (Decision, error) {
+	res, err := snap.Resolve(req, now)
 	if err != nil {
 		return Decision{Tightest: -1, Resolution: res, Now: now}, err
 	}

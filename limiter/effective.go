@@ -46,7 +46,12 @@ type TenantLimits struct {
 // then the tenant overall) with limit, burst and the current remaining
 // and reset, read by a cost-0 peek that changes nothing.
 func (l *Limiter) Effective(ctx context.Context, id, plan string) (TenantLimits, error) {
-	s := l.Snapshot()
+	return l.EffectiveIn(ctx, l.Snapshot(), id, plan)
+}
+
+// EffectiveIn is Effective against snap, a [Policies.Snapshot] read with
+// the credential that named plan (see [Limiter.DecideIn]).
+func (l *Limiter) EffectiveIn(ctx context.Context, s *policy.Snapshot, id, plan string) (TenantLimits, error) {
 	now := l.now()
 	if id == "" || len(id) > policy.MaxTenantID {
 		return TenantLimits{}, fmt.Errorf("%w: want 1 to %d bytes", policy.ErrBadTenant, policy.MaxTenantID)

@@ -83,12 +83,16 @@ func (d *daemon) buildGraph(cfg *config.Config, prev *graph) (*graph, error) {
 // the parts they started with.
 func (d *daemon) swap(g *graph) {
 	// Each error below is one buildGraph already had a chance to return.
-	_ = d.lim.SetPolicy(g.policy)
+	// The policy and the credentials change as one step for a request
+	// (Server.Swap); the rest reads neither's pair.
+	d.h.Swap(func() {
+		_ = d.lim.SetPolicy(g.policy)
+		_ = d.h.SetIdentity(g.authn, g.ip, g.cfg.UpstreamHeaders, g.cfg.ForwardAuth)
+	})
 	_ = d.quotas.SetProviders(g.cfg.Providers)
 	d.rlsSvc.SetConfig(g.rls)
 	d.h.SetNoPolicy(g.cfg.NoPolicy)
 	d.h.SetCapacity(g.cfg.UpstreamCapacity)
-	_ = d.h.SetIdentity(g.authn, g.ip, g.cfg.UpstreamHeaders, g.cfg.ForwardAuth)
 	d.live.Store(g)
 }
 

@@ -3,6 +3,8 @@ package app
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -339,5 +341,105 @@ func TestReloadMergesXDSAgain(t *testing.T) {
 	}
 	if _, err := d.buildGraph(parse(t, fmt.Sprintf(section, "open", "mesh")), g); err == nil || !strings.Contains(err.Error(), `"mesh"`) {
 		t.Errorf("a file with xDS's domain built: %v", err)
+	}
+}
+
+// TestReloadPairsPolicyAndCredentials: a reload that renames the plan a
+// key names (ent to ent2, the key moved with it) never decides a request
+// by one file's policy and the other's key, which would put the tenant on
+// the default plan (1 request an hour) for a moment. Reloads alternate
+// the two files while requests with the key run; each file's Envoy
+// section is large, so that building and swapping take long enough for
+// requests to fall between the parts of a swap.
+func TestReloadPairsPolicyAndCredentials(t *testing.T) {
+	const token = "admin-token-for-the-pairing-test"
+	t.Setenv("FAIRGATE_ADMIN_TOKEN", token)
+	sum := sha256.Sum256([]byte("pairing-test-key"))
+	var rls strings.Builder
+	rls.WriteString("rls:\n  tenant_key: tenant\n  config:\n    - domain: big\n      descriptors:\n")
+	for i := range 3000 {
+		fmt.Fprintf(&rls, "        - {key: k%d, rate_limit: {unit: minute, requests_per_unit: 10}}\n", i)
+	}
+	file := func(plan string) string {
+		return "default_plan: free\ndefault_class: read\nplans:\n  free: [{limit: 1, period: 1h}]\n  " + plan + ": [{limit: 100000, period: 1s}]\n" +
+			"classes:\n  read: {share: 1.0, fail: open}\nauth:\n  api_keys:\n    - {sha256: " + hex.EncodeToString(sum[:]) + ", tenant: acme, plan: " + plan + "}\n" + rls.String()
+	}
+	path := filepath.Join(t.TempDir(), "fairgate.yaml")
+	write := func(plan string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(file(plan)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("ent")
+	public, internal, admin := freeAddr(t), freeAddr(t), freeAddr(t)
+	c, err := ParseServe([]string{"--listen", public, "--config", path, "--config-poll", "1h", "--upstream", "http://127.0.0.1:1",
+		"--internal-listen", internal, "--admin-listen", admin}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	ready := make(chan string, 1)
+	go func() { done <- Serve(ctx, c, slog.New(slog.DiscardHandler), func(a string) { ready <- a }) }()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("serve: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not start")
+	}
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	}()
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	bad := map[string]int{}
+	for _, target := range []string{"/v1/me/limits", "/x"} {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				req, _ := http.NewRequest("GET", "http://"+public+target, nil)
+				req.Header.Set("X-API-Key", "pairing-test-key")
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					continue
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusTooManyRequests || bytes.Contains(body, []byte(`"plan":"free"`)) {
+					mu.Lock()
+					bad[fmt.Sprintf("%s %d %.80s", target, resp.StatusCode, body)]++
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	for i := range 12 {
+		write([]string{"ent2", "ent"}[i%2])
+		req, _ := http.NewRequest("POST", "http://"+admin+"/admin/reload", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("reload %d: %d", i, resp.StatusCode)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	for k, n := range bad {
+		t.Errorf("%d× %s: decided on the default plan, by one file's policy and the other's key", n, k)
 	}
 }

@@ -66,8 +66,9 @@ func (s *Server) handleAuthz(w http.ResponseWriter, r *http.Request) {
 	// address under the preflight limits, never answered 401.
 	preflight := httplimit.IsPreflightOf(method, r.Header)
 	var who policy.Identity
+	snap := s.lim.Snapshot()
 	if !preflight {
-		if who, err = s.identify(r); err != nil {
+		if who, snap, err = s.pinned(r); err != nil {
 			s.metrics.authz.WithLabelValues("unauthorized").Inc()
 			httplimit.WriteUnauthorized(w, err.Error())
 			return
@@ -81,7 +82,7 @@ func (s *Server) handleAuthz(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	req := policy.Request{Tenant: who.Tenant, Plan: who.Plan, Method: method, Path: path, IP: s.clientIP(r), Preflight: preflight}
-	d, err := s.lim.Decide(r.Context(), req)
+	d, err := s.lim.DecideIn(r.Context(), snap, req)
 	switch {
 	case errors.Is(err, policy.ErrNoTenant):
 		s.metrics.authz.WithLabelValues("unauthorized").Inc()

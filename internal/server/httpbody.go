@@ -374,6 +374,7 @@ func (sc *nameScanner) object(t reflect.Type) error {
 	sc.i++
 	var seenBuf [16][]byte
 	seen := seenBuf[:0]
+	var seenSet map[string]struct{} // seen, once it outgrows seenBuf
 	if sc.ws(); sc.i < len(sc.b) && sc.b[sc.i] == '}' {
 		sc.i++
 		return nil
@@ -392,10 +393,24 @@ func (sc *nameScanner) object(t reflect.Type) error {
 			}
 			name = []byte(unq)
 		}
-		if slices.ContainsFunc(seen, func(s []byte) bool { return bytes.Equal(s, name) }) {
-			return fmt.Errorf("field %s: given twice", sc.at(name))
+		if seenSet == nil {
+			if slices.ContainsFunc(seen, func(s []byte) bool { return bytes.Equal(s, name) }) {
+				return fmt.Errorf("field %s: given twice", sc.at(name))
+			}
+			if seen = append(seen, name); len(seen) > len(seenBuf) {
+				// Past a struct's few names, a set: a 64 KiB body of
+				// thousands of names costs linear time, not quadratic.
+				seenSet = make(map[string]struct{}, 4*len(seenBuf))
+				for _, s := range seen {
+					seenSet[string(s)] = struct{}{}
+				}
+			}
+		} else {
+			if _, dup := seenSet[string(name)]; dup {
+				return fmt.Errorf("field %s: given twice", sc.at(name))
+			}
+			seenSet[string(name)] = struct{}{}
 		}
-		seen = append(seen, name)
 		var ft reflect.Type
 		switch {
 		case t == nil:

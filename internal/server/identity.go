@@ -58,13 +58,48 @@ func (s *Server) SetIdentity(a *auth.Authenticator, ip auth.ClientIP, h config.U
 	return nil
 }
 
+// Swap runs f, which replaces the identity ([Server.SetIdentity]) and the
+// limiter's policy, as one step for the requests that read both: pinned
+// reads them again when a swap overlapped its reading, so that no request
+// is decided by one config's policy and another's credentials (a plan
+// renamed in the new file would otherwise fall to the default plan for a
+// moment). Requests wait out a swap; none waits otherwise.
+func (s *Server) Swap(f func()) {
+	s.swapMu.Lock()
+	s.swapGen.Add(1) // odd: a swap is under way
+	defer func() {
+		s.swapGen.Add(1)
+		s.swapMu.Unlock()
+	}()
+	f()
+}
+
+// pinned verifies r's credential and reads the policy snapshot as one
+// generation of the config (see [Server.Swap]).
+func (s *Server) pinned(r *http.Request) (policy.Identity, *policy.Snapshot, error) {
+	for {
+		gen := s.swapGen.Load()
+		if gen&1 == 1 {
+			s.swapMu.RLock() // wait out the swap
+			s.swapMu.RUnlock()
+			continue
+		}
+		snap := s.lim.Snapshot()
+		id, err := s.identifyIn(r, s.id.Load(), snap)
+		if s.swapGen.Load() == gen {
+			return id, snap, err
+		}
+	}
+}
+
 // clientIP is the request's client address by the trusted proxies in force.
 func (s *Server) clientIP(r *http.Request) netip.Addr { return s.id.Load().ip.Of(r) }
 
-// identify verifies r's credential for the proxy and /v1/me/limits: a zero
-// identity for none, an error for a bad one.
-func (s *Server) identify(r *http.Request) (policy.Identity, error) {
-	a := s.id.Load().auth
+// identifyIn verifies r's credential for the proxy and /v1/me/limits with
+// ids, the plan it names checked in snap: a zero identity for none, an
+// error for a bad one. Callers use pinned.
+func (s *Server) identifyIn(r *http.Request, ids *identity, snap *policy.Snapshot) (policy.Identity, error) {
+	a := ids.auth
 	if a == nil || !a.Enabled() {
 		if len(r.Header.Values("Authorization")) > 0 || len(r.Header.Values("X-API-Key")) > 0 {
 			return policy.Identity{}, errors.New("no credentials are configured: this service accepts none")
@@ -78,10 +113,9 @@ func (s *Server) identify(r *http.Request) (policy.Identity, error) {
 	if err != nil {
 		return policy.Identity{}, err
 	}
-	if id.Plan != "" && !s.lim.Snapshot().KnownPlan(id.Plan) {
+	if id.Plan != "" && !snap.KnownPlan(id.Plan) {
 		// The policy's default applies; say so once per plan name (at
 		// most 1,000 names, so a flood of made-up claims cannot grow it).
-		ids := s.id.Load()
 		if ids.unknownLogged.Load() < 1000 {
 			if _, seen := ids.unknownLog.LoadOrStore(id.Plan, true); !seen {
 				ids.unknownLogged.Add(1)

@@ -20,7 +20,7 @@ import (
 // itself when there is none: a job belongs to the credential's tenant,
 // never to one a client names.
 func (s *Server) jobTenant(w http.ResponseWriter, r *http.Request) (string, bool) {
-	id, err := s.identify(r)
+	id, _, err := s.pinned(r)
 	if err != nil {
 		httplimit.WriteUnauthorized(w, err.Error())
 		return "", false

@@ -12,7 +12,7 @@ import (
 // handleMyLimits serves GET /v1/me/limits: the verified caller's own
 // limits, concurrency layers and, with a job queue, its part of each queue.
 func (s *Server) handleMyLimits(w http.ResponseWriter, r *http.Request) {
-	id, err := s.identify(r)
+	id, snap, err := s.pinned(r)
 	if err != nil {
 		httplimit.WriteUnauthorized(w, err.Error())
 		return
@@ -23,7 +23,7 @@ func (s *Server) handleMyLimits(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := s.control(r)
 	defer cancel()
-	tl, err := s.lim.Effective(ctx, id.Tenant, id.Plan)
+	tl, err := s.lim.EffectiveIn(ctx, snap, id.Tenant, id.Plan)
 	if err != nil {
 		problem.Write(w, problem.Details{Status: http.StatusServiceUnavailable, Detail: "limits cannot be read right now: " + err.Error()})
 		return

@@ -84,13 +84,13 @@ func (s *Server) newProxy(upstream *url.URL, timeout time.Duration) (http.Handle
 		},
 	}
 	mw, err := httplimit.Middleware(httplimit.Config{
-		Limiter:  s.lim,
-		Identify: s.identify,
-		ClientIP: s.clientIP,
-		Headers:  s.form,
-		Logger:   s.log,
-		SlowDown: true, // the connection is the client's own: pace a client that does not wait
-		Observe:  observeClass,
+		Limiter:    s.lim,
+		IdentifyIn: s.pinned,
+		ClientIP:   s.clientIP,
+		Headers:    s.form,
+		Logger:     s.log,
+		SlowDown:   true, // the connection is the client's own: pace a client that does not wait
+		Observe:    observeClass,
 	})
 	if err != nil {
 		return nil, err

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -145,6 +146,8 @@ type Server struct {
 	internal    http.Handler // nil without an upstream: one surface
 	form        limitheader.Form
 	id          atomic.Pointer[identity]
+	swapMu      sync.RWMutex  // held by Swap
+	swapGen     atomic.Uint64 // odd while a Swap runs
 	log         *slog.Logger
 	mux         *http.ServeMux
 	proxy       http.Handler

@@ -149,3 +149,40 @@ func strictNames(body []byte, t reflect.Type) error {
 	_, _, err := scanBody(body, t)
 	return err
 }
+
+// TestScanDuplicateAmongMany: a name given twice is found among many
+// names, past the scanner's first 16 (where it keeps a set).
+func TestScanDuplicateAmongMany(t *testing.T) {
+	for _, c := range []struct {
+		names []string
+		dup   bool
+	}{
+		{[]string{"a", "b", "c"}, false},
+		{[]string{"a", "b", "a"}, true},
+		{append(seq(40), "n3"), true},
+		{append(seq(40), "n39"), true},
+		{seq(40), false},
+	} {
+		var body strings.Builder
+		body.WriteByte('{')
+		for i, n := range c.names {
+			if i > 0 {
+				body.WriteByte(',')
+			}
+			fmt.Fprintf(&body, "%q:0", n)
+		}
+		body.WriteByte('}')
+		_, ok, err := scanBody([]byte(body.String()), nil)
+		if got := err != nil && strings.Contains(err.Error(), "given twice"); got != c.dup || (!c.dup && !ok) {
+			t.Errorf("%d names, duplicate %v: ok %v, %v", len(c.names), c.dup, ok, err)
+		}
+	}
+}
+
+func seq(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("n%d", i)
+	}
+	return out
+}
