@@ -40,7 +40,7 @@ test-short: ## the fast tier, under a minute: go test -short, no redis-server, n
 	$(GO) test -short -shuffle=on $(PKGS)
 
 test: ensure-redis ensure-chromium ensure-gateways ensure-packaging ## the whole suite, race detector on, against real redis-server processes, nginx, Caddy and a headless Chromium
-	$(GO) test -race -shuffle=on -timeout 9m $(PKGS)
+	$(GO) test -race -shuffle=on -p 4 -timeout 9m $(PKGS)  # -p 4: on 2 cores, packages waiting on their servers overlap the compile of others
 	$(GO) test -count=1 -run 'TestResetsNeverOverAdmit' ./store/redisstore  # left out of -race: see store/redisstore/reset_test.go
 
 bench-service: ensure-redis ## the real binaries under wrk, server CPU per request beside the floors and peers (bench/service_test.go)
