@@ -12,6 +12,7 @@ import (
 	"github.com/fairgate/fairgate/policy"
 	"github.com/fairgate/fairgate/store"
 	"github.com/fairgate/fairgate/store/memstore"
+	"github.com/fairgate/fairgate/store/storetest"
 )
 
 // TestLeases: a hot tenant on two instances sharing one store, a request
@@ -36,7 +37,7 @@ func testLeases(t *testing.T, lim algo.Limit) {
 	run := func(lease int64) (admitted []time.Time, calls int64) {
 		now := time.Unix(1_800_000_000, 0)
 		clock := func() time.Time { return now }
-		st := &countingStore{Store: memstore.New(memstore.Config{Now: clock})}
+		st := &storetest.Counting{Store: memstore.New(memstore.Config{Now: clock})}
 		var ls []*Limiter
 		for range 2 {
 			l, err := New(Config{Store: st, Policy: policyOf(lease), Now: clock, Timeout: -1, NoNearCache: true})
@@ -59,7 +60,7 @@ func testLeases(t *testing.T, lim algo.Limit) {
 				now = now.Add(500 * time.Microsecond)
 			}
 		}
-		return admitted, st.calls.Load()
+		return admitted, st.Calls.Load()
 	}
 	worst := func(adm []time.Time) int64 {
 		slices.SortFunc(adm, func(a, b time.Time) int { return a.Compare(b) })

@@ -2,26 +2,14 @@ package limiter
 
 import (
 	"context"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/fairgate/fairgate/algo"
 	"github.com/fairgate/fairgate/policy"
-	"github.com/fairgate/fairgate/store"
 	"github.com/fairgate/fairgate/store/memstore"
+	"github.com/fairgate/fairgate/store/storetest"
 )
-
-// countingStore counts the calls that reach the store.
-type countingStore struct {
-	store.Store
-	calls atomic.Int64
-}
-
-func (c *countingStore) Take(ctx context.Context, checks []store.Check, res *store.Result) error {
-	c.calls.Add(1)
-	return c.Store.Take(ctx, checks, res)
-}
 
 // nearPolicy: 10 a second with a burst of 10, in one class that uses the
 // near cache and one that does not.
@@ -42,7 +30,7 @@ func TestNearCache(t *testing.T) {
 	run := func(class string) (allowed []bool, calls int64) {
 		now := time.Unix(1_800_000_000, 0)
 		clock := func() time.Time { return now }
-		st := &countingStore{Store: memstore.New(memstore.Config{Now: clock})}
+		st := &storetest.Counting{Store: memstore.New(memstore.Config{Now: clock})}
 		l, err := New(Config{Store: st, Policy: nearPolicy, Now: clock, Timeout: -1})
 		if err != nil {
 			t.Fatal(err)
@@ -58,7 +46,7 @@ func TestNearCache(t *testing.T) {
 			}
 			now = now.Add(time.Millisecond)
 		}
-		return allowed, st.calls.Load()
+		return allowed, st.Calls.Load()
 	}
 	with, callsWith := run("api")
 	without, callsWithout := run("nocach")

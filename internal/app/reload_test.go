@@ -195,29 +195,8 @@ func TestReloadSwapsTheGraph(t *testing.T) {
 	}
 	write(file("100", "draft"))
 	internal, admin := freeAddr(t), freeAddr(t)
-	c, err := ParseServe([]string{"--listen", "127.0.0.1:0", "--config", path, "--config-poll", "1h", "--upstream", "http://127.0.0.1:1",
-		"--internal-listen", internal, "--admin-listen", admin}, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
 	logs := &syncBuffer{}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	ready := make(chan string, 1)
-	go func() { done <- Serve(ctx, c, slog.New(slog.NewJSONHandler(logs, nil)), func(a string) { ready <- a }) }()
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("serve: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("serve did not start")
-	}
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	}()
+	serveProxy(t, path, "127.0.0.1:0", internal, admin, slog.New(slog.NewJSONHandler(logs, nil)))
 	reload := func() int {
 		t.Helper()
 		req, _ := http.NewRequest("POST", "http://"+admin+"/admin/reload", nil)
@@ -373,28 +352,7 @@ func TestReloadPairsPolicyAndCredentials(t *testing.T) {
 	}
 	write("ent")
 	public, internal, admin := freeAddr(t), freeAddr(t), freeAddr(t)
-	c, err := ParseServe([]string{"--listen", public, "--config", path, "--config-poll", "1h", "--upstream", "http://127.0.0.1:1",
-		"--internal-listen", internal, "--admin-listen", admin}, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	ready := make(chan string, 1)
-	go func() { done <- Serve(ctx, c, slog.New(slog.DiscardHandler), func(a string) { ready <- a }) }()
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("serve: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("serve did not start")
-	}
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	}()
+	serveProxy(t, path, public, internal, admin, slog.New(slog.DiscardHandler))
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -442,4 +400,33 @@ func TestReloadPairsPolicyAndCredentials(t *testing.T) {
 	for k, n := range bad {
 		t.Errorf("%d× %s: decided on the default plan, by one file's policy and the other's key", n, k)
 	}
+}
+
+// serveProxy runs the daemon in proxy mode (an upstream that never
+// answers) with the config file at path on the given listeners until the
+// test ends.
+func serveProxy(t *testing.T, path, public, internal, admin string, log *slog.Logger) {
+	t.Helper()
+	c, err := ParseServe([]string{"--listen", public, "--config", path, "--config-poll", "1h", "--upstream", "http://127.0.0.1:1",
+		"--internal-listen", internal, "--admin-listen", admin}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	ready := make(chan string, 1)
+	go func() { done <- Serve(ctx, c, log, func(a string) { ready <- a }) }()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("serve: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not start")
+	}
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
 }

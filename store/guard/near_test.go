@@ -4,7 +4,6 @@ import (
 	"context"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,18 +13,8 @@ import (
 	"github.com/fairgate/fairgate/policy"
 	"github.com/fairgate/fairgate/store"
 	"github.com/fairgate/fairgate/store/memstore"
+	"github.com/fairgate/fairgate/store/storetest"
 )
-
-// countingStore counts the calls that reach the store.
-type countingStore struct {
-	store.Store
-	calls atomic.Int64
-}
-
-func (c *countingStore) Take(ctx context.Context, checks []store.Check, res *store.Result) error {
-	c.calls.Add(1)
-	return c.Store.Take(ctx, checks, res)
-}
 
 // TestNearCacheIsBounded: attacker-chosen keys cannot grow it past its
 // bound.
@@ -75,7 +64,7 @@ func TestNearCacheTake(t *testing.T) {
 	run := func(noNear bool, checks []store.Check) (allowed []bool, calls int64) {
 		now := time.Unix(1_800_000_000, 0)
 		clock := func() time.Time { return now }
-		st := &countingStore{Store: memstore.New(memstore.Config{Now: clock})}
+		st := &storetest.Counting{Store: memstore.New(memstore.Config{Now: clock})}
 		g, err := New(Config{Store: st, Now: clock, Timeout: -1, NoNearCache: noNear})
 		if err != nil {
 			t.Fatal(err)
@@ -91,7 +80,7 @@ func TestNearCacheTake(t *testing.T) {
 			}
 			now = now.Add(time.Millisecond)
 		}
-		return allowed, st.calls.Load()
+		return allowed, st.Calls.Load()
 	}
 	one := []store.Check{{Key: "take:abuser", Limit: lim, Cost: 1}}
 	with, callsWith := run(false, one)

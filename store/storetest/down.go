@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/fairgate/fairgate/algo"
@@ -33,3 +34,16 @@ func (Down) ReleaseSlots(context.Context, string, []string) error { return store
 func (Down) Close() error { return nil }
 
 var _ store.Store = Down{}
+
+// Counting is a store that counts the takes that reach the store it
+// wraps: for tests of what is answered without a store call.
+type Counting struct {
+	store.Store
+	Calls atomic.Int64
+}
+
+// Take counts the call and passes it on.
+func (c *Counting) Take(ctx context.Context, checks []store.Check, res *store.Result) error {
+	c.Calls.Add(1)
+	return c.Store.Take(ctx, checks, res)
+}
