@@ -183,19 +183,42 @@ func runtimeTree(t *testing.T) string {
 // start runs tg in dir (a new runtime tree when "") with the environment
 // s (and nothing else), its listeners on free loopback ports, and waits
 // until its gRPC port accepts connections. It is killed at the test's end.
+// A port free a moment ago can be bound by another test's process before
+// tg binds it: a start that fails on "address already in use" is tried
+// again on new ports, up to 5 times.
 func (tg target) start(t *testing.T, dir string, s env) *service {
 	t.Helper()
 	if dir == "" {
 		dir = runtimeTree(t)
 	}
-	sv := &service{t: t, logs: &syncBuffer{}, dir: dir}
-	s = s.with("HOST", "127.0.0.1", "PORT", freePort(t), "GRPC_HOST", "127.0.0.1", "GRPC_PORT", freePort(t),
-		"DEBUG_HOST", "127.0.0.1", "DEBUG_PORT", freePort(t))
+	var stats *statsdSink
 	if s["USE_STATSD"] == "true" {
-		sv.stats = newStatsdSink(t)
-		_, port, _ := net.SplitHostPort(sv.stats.addr)
+		stats = newStatsdSink(t)
+		_, port, _ := net.SplitHostPort(stats.addr)
 		s = s.with("STATSD_HOST", "127.0.0.1", "STATSD_PORT", port)
 	}
+	var sv *service
+	for attempt := 1; sv == nil; attempt++ {
+		s = s.with("HOST", "127.0.0.1", "PORT", freePort(t), "GRPC_HOST", "127.0.0.1", "GRPC_PORT", freePort(t),
+			"DEBUG_HOST", "127.0.0.1", "DEBUG_PORT", freePort(t))
+		sv = tg.launch(t, dir, s, attempt < 5)
+	}
+	sv.stats = stats
+	conn, err := grpc.NewClient(sv.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	sv.conn, sv.rateLimit = conn, rlspb.NewRateLimitServiceClient(conn)
+	return sv
+}
+
+// launch starts tg once, as start does, and returns the service once its
+// gRPC port accepts connections; nil when it exited because a port was
+// taken and mayRetry.
+func (tg target) launch(t *testing.T, dir string, s env, mayRetry bool) *service {
+	t.Helper()
+	sv := &service{t: t, logs: &syncBuffer{}, dir: dir}
 	sv.grpcAddr = "127.0.0.1:" + s["GRPC_PORT"]
 	sv.cmd = exec.Command(tg.bin, tg.args...)
 	sv.cmd.Dir = dir
@@ -219,24 +242,21 @@ func (tg target) start(t *testing.T, dir string, s env) *service {
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		select {
 		case <-exited:
+			if mayRetry && strings.Contains(sv.logs.String(), "address already in use") {
+				t.Logf("%s: a port was taken before it bound it; starting again on new ports", tg.name)
+				return nil
+			}
 			t.Fatalf("%s exited at start: %v\n%s", tg.name, sv.cmd.ProcessState, tail(sv.logs.String(), 4000))
 		default:
 		}
 		if c, err := net.Dial("tcp", sv.grpcAddr); err == nil {
 			c.Close()
-			break
+			return sv
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("%s did not listen on %s within 20s:\n%s", tg.name, sv.grpcAddr, tail(sv.logs.String(), 4000))
 		}
 	}
-	conn, err := grpc.NewClient(sv.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	sv.conn, sv.rateLimit = conn, rlspb.NewRateLimitServiceClient(conn)
-	return sv
 }
 
 // tail is the last n bytes of s.
