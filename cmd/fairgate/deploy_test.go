@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -443,5 +444,48 @@ func TestHelmChartInternalPort(t *testing.T) {
 		if names := servicePorts(on); !slices.Contains(names, "internal") {
 			t.Errorf("%v with internalToken: the Service lacks the internal port: %v", set, names)
 		}
+	}
+}
+
+// TestDescribeBuild: the version line names the commit Go stamped when no
+// release version was linked in, and says how to get one when Go stamped
+// none (go run).
+func TestDescribeBuild(t *testing.T) {
+	stamped := &debug.BuildInfo{Main: debug.Module{Version: "v0.0.0-20261205040145-1b9a5e60142a"}, Settings: []debug.BuildSetting{
+		{Key: "vcs.revision", Value: "1b9a5e60142a313052d6aa69ad54010d5ab82095"},
+		{Key: "vcs.time", Value: "2026-12-05T04:01:45Z"},
+		{Key: "vcs.modified", Value: "false"},
+	}}
+	modified := &debug.BuildInfo{Main: debug.Module{Version: "(devel)"}, Settings: []debug.BuildSetting{
+		{Key: "vcs.revision", Value: "1b9a5e6"}, {Key: "vcs.modified", Value: "true"},
+	}}
+	goRun := &debug.BuildInfo{Main: debug.Module{Version: "(devel)"}}
+	for _, c := range []struct {
+		name, linker string
+		bi           *debug.BuildInfo
+		want         string
+	}{
+		{"release", "v1.4.0", stamped, "fairgate v1.4.0 (commit 1b9a5e60142a313052d6aa69ad54010d5ab82095, 2026-12-05T04:01:45Z) go1.26.8 linux/amd64"},
+		{"go build in a checkout", "", stamped, "fairgate v0.0.0-20261205040145-1b9a5e60142a (commit 1b9a5e60142a313052d6aa69ad54010d5ab82095, 2026-12-05T04:01:45Z) go1.26.8 linux/amd64"},
+		{"changed tree", "", modified, "fairgate devel (commit 1b9a5e6 (modified)) go1.26.8 linux/amd64"},
+		{"go run", "", goRun, "fairgate devel (commit none recorded: go run stamps none; build with make build or go build -buildvcs=true) go1.26.8 linux/amd64"},
+		{"no build info", "", nil, "fairgate devel (commit none recorded: go run stamps none; build with make build or go build -buildvcs=true) go1.26.8 linux/amd64"},
+	} {
+		if got := describeBuild(c.linker, c.bi, "go1.26.8", "linux/amd64"); got != c.want {
+			t.Errorf("%s:\n got %s\nwant %s", c.name, got, c.want)
+		}
+	}
+}
+
+// TestBuiltBinaryNamesItsCommit: a binary built in this checkout says
+// the commit it was built from, read from what Go stamped (no linker flag).
+func TestBuiltBinaryNamesItsCommit(t *testing.T) {
+	head, err := exec.Command("git", "rev-parse", "HEAD").Output()
+	if err != nil {
+		t.Skip("not in a git checkout:", err)
+	}
+	v := run1(t, staticBinary(t), "version")
+	if !strings.Contains(v, strings.TrimSpace(string(head))) {
+		t.Errorf("fairgate version: %q, want the commit %s", v, head)
 	}
 }

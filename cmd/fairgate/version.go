@@ -7,16 +7,27 @@ import (
 )
 
 // version is the release version, set at build time with
-// -ldflags "-X main.version=v1.2.3"; empty means the module's own (a
-// development build says "devel").
+// -ldflags "-X main.version=v1.2.3"; empty means the one Go records from
+// the module and its commit (a build outside a release says "devel").
 var version = ""
 
-// versionLine describes the binary: its version, the commit it was built
-// from (and whether the tree had changes), the commit's time, and the Go
-// version and platform, from the build info.
+// versionLine describes this binary: see describeBuild.
 func versionLine() string {
-	v, commit, when, dirty := version, "unknown", "", false
-	if bi, ok := debug.ReadBuildInfo(); ok {
+	bi, _ := debug.ReadBuildInfo()
+	return describeBuild(version, bi, runtime.Version(), runtime.GOOS+"/"+runtime.GOARCH)
+}
+
+// describeBuild names a build: the release version set by the linker flag
+// (linkerVersion) or else the module version Go recorded, the commit Go
+// stamped (vcs.revision, with "(modified)" when the tree had changes, and
+// the commit's time), then the Go version and platform. bi may be nil.
+//
+// `go run` stamps no commit (Go stamps one only for go build and go
+// install in a checkout); the line then says so and how to get one,
+// rather than "unknown".
+func describeBuild(linkerVersion string, bi *debug.BuildInfo, goVersion, platform string) string {
+	v, commit, when, dirty := linkerVersion, "", "", false
+	if bi != nil {
 		if v == "" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
 			v = bi.Main.Version
 		}
@@ -34,11 +45,16 @@ func versionLine() string {
 	if v == "" {
 		v = "devel"
 	}
-	if dirty {
-		commit += " (modified)"
+	switch {
+	case commit == "":
+		commit = "none recorded: go run stamps none; build with make build or go build -buildvcs=true"
+	default:
+		if dirty {
+			commit += " (modified)"
+		}
+		if when != "" {
+			commit += ", " + when
+		}
 	}
-	if when != "" {
-		commit += ", " + when
-	}
-	return fmt.Sprintf("fairgate %s (commit %s) %s %s/%s", v, commit, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	return fmt.Sprintf("fairgate %s (commit %s) %s %s", v, commit, goVersion, platform)
 }

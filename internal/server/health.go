@@ -39,6 +39,9 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	if s.breakers != nil {
 		out["breakers"] = s.breakers.States()
 	}
+	if b, ok := s.lim.Guard().Breakers(); ok {
+		out["store_breaker"] = b
+	}
 	if s.warning != nil {
 		if w := s.warning(); w != "" {
 			out["store_warning"] = w

@@ -121,6 +121,9 @@ func testOutage(t *testing.T, mode string) {
 
 	time.Sleep(300 * time.Millisecond)
 	waitStore("up", time.Second)
+	if b := readyBreaker(t, client, ts.URL); b["state"] != "closed" || b["not_closed"].(float64) != 0 {
+		t.Errorf("/readyz store_breaker with Redis up: %v, want closed", b)
+	}
 	outStart := time.Now()
 	switch mode {
 	case "kill":
@@ -131,6 +134,9 @@ func testOutage(t *testing.T, mode string) {
 		}
 	}
 	t.Logf("/readyz reported the store down after %v", waitStore("down", 5*time.Second))
+	if b := readyBreaker(t, client, ts.URL); b["state"] == "closed" || b["not_closed"].(float64) < 1 {
+		t.Errorf("/readyz store_breaker while Redis is out: %v, want a breaker not closed", b)
+	}
 	time.Sleep(time.Second)
 	outEnd := time.Now()
 	switch mode {
@@ -221,4 +227,21 @@ func decodeJSONBody(resp *http.Response, v any) {
 
 func jsonNewDecoder(resp *http.Response) interface{ Decode(any) error } {
 	return json.NewDecoder(resp.Body)
+}
+
+// readyBreaker returns /readyz's store_breaker.
+func readyBreaker(t *testing.T, client *http.Client, url string) map[string]any {
+	t.Helper()
+	resp, err := client.Get(url + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m struct {
+		StoreBreaker map[string]any `json:"store_breaker"`
+	}
+	decodeJSONBody(resp, &m)
+	if m.StoreBreaker == nil {
+		t.Fatal("/readyz has no store_breaker on a Redis store")
+	}
+	return m.StoreBreaker
 }

@@ -385,6 +385,36 @@ func (g *Guard) Probe(ctx context.Context, now time.Time) {
 // replica takes over).
 func (g *Guard) Up() bool { return g.cb.allClosed() }
 
+// BreakerState is what the store's breakers say, as /readyz shows it.
+type BreakerState struct {
+	// State is the worst of the breakers: "closed", "half-open" or "open".
+	State string `json:"state"`
+	// NotClosed counts the failure domains whose breaker is not closed
+	// (on a Redis Cluster a breaker is per hash slot; else there is one).
+	NotClosed int `json:"not_closed"`
+}
+
+// Breakers reports the store's breakers; ok is false for an in-process
+// store, which has none.
+func (g *Guard) Breakers() (s BreakerState, ok bool) {
+	if g.local {
+		return s, false
+	}
+	worst := gobreaker.StateClosed
+	g.cb.m.Range(func(_, v any) bool {
+		st := v.(*domain).cb.State()
+		if st != gobreaker.StateClosed {
+			s.NotClosed++
+			if st == gobreaker.StateOpen || worst == gobreaker.StateClosed {
+				worst = st
+			}
+		}
+		return true
+	})
+	s.State = worst.String()
+	return s, true
+}
+
 // Run probes the store every second (see [Guard.Probe]) until ctx ends,
 // for a guard that no limiter runs. It returns nil when ctx ends.
 func (g *Guard) Run(ctx context.Context) error {
