@@ -33,12 +33,13 @@ type example struct {
 	version []string // args that make runtime exit 0 when it is recent enough
 	minimum string   // that version, for the skip message
 	app     string   // the example app, in dir
+	unit    []string // args that run its unit tests, in dir
 }
 
 var (
-	python = example{dir: "python", runtime: "python3", app: "app.py", minimum: "3.9",
+	python = example{dir: "python", runtime: "python3", app: "app.py", minimum: "3.9", unit: []string{"-m", "unittest", "-v"},
 		version: []string{"-c", "import sys; sys.exit(sys.version_info < (3, 9))"}}
-	node = example{dir: "node", runtime: "node", app: "app.js", minimum: "18",
+	node = example{dir: "node", runtime: "node", app: "app.js", minimum: "18", unit: []string{"--test"},
 		version: []string{"-e", "process.exit(Number(process.versions.node.split('.')[0]) >= 18 ? 0 : 1)"}}
 )
 
@@ -245,6 +246,13 @@ func TestNode(t *testing.T)   { testExample(t, node) }
 
 func testExample(t *testing.T, ex example) {
 	need(t, ex)
+	t.Run("unit tests", func(t *testing.T) {
+		cmd := exec.Command(ex.runtime, ex.unit...)
+		cmd.Dir, cmd.Env = ex.dir, append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%s %s: %v\n%s", ex.runtime, strings.Join(ex.unit, " "), err, out)
+		}
+	})
 	t.Run("limits", func(t *testing.T) { testLimits(t, ex) })
 	t.Run("store out", func(t *testing.T) { testStoreOut(t, ex) })
 	t.Run("unreachable", func(t *testing.T) { testUnreachable(t, ex) })

@@ -37,6 +37,7 @@ import json
 import logging
 import math
 import threading
+import time
 import urllib.parse
 from typing import Callable, Optional
 
@@ -46,6 +47,10 @@ log = logging.getLogger("fairgate")
 # middleware failing closed answers while fairgate cannot be asked: the
 # value fairgate itself gives when its store is out.
 UNREACHABLE_RETRY_AFTER = 5
+
+# IDLE_SECONDS is how long an idle connection is kept: less than the 2
+# minutes after which fairgate closes it.
+IDLE_SECONDS = 60
 
 
 class Unreachable(Exception):
@@ -82,7 +87,7 @@ class Client:
             self._headers["Authorization"] = "Bearer " + token
         self._timeout = timeout
         self._max_idle = max_idle
-        self._idle = []  # idle keep-alive connections, the most recent last
+        self._idle = []  # (connection, when it went idle), the most recent last
         self._lock = threading.Lock()
 
     def check(self, tenant: Optional[str], route: str, ip: Optional[str] = None,
@@ -135,15 +140,18 @@ class Client:
 
     def _take(self):
         with self._lock:
-            if self._idle:
-                return self._idle.pop(), True
+            while self._idle:
+                conn, since = self._idle.pop()
+                if time.monotonic() - since < IDLE_SECONDS:
+                    return conn, True
+                conn.close()
         cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
         return cls(self._host, self._port, timeout=self._timeout), False
 
     def _give_back(self, conn):
         with self._lock:
             if len(self._idle) < self._max_idle:
-                self._idle.append(conn)
+                self._idle.append((conn, time.monotonic()))
                 return
         conn.close()
 
