@@ -79,8 +79,8 @@ func (t *ctenant) classPolicy(c string, i int) string {
 type ctenant struct {
 	base   *ctenant // what applies once an overlay entry expires; nil: the default
 	plan   string
-	source PlanSource // where plan comes from
-	names *layerNames // its plan's; nil: built per decision
+	source PlanSource  // where plan comes from
+	names  *layerNames // its plan's; nil: built per decision
 	// concurrency is the plan's Concurrency, the tenant's override applied.
 	concurrency int64
 	tenant      Tenant
