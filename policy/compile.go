@@ -138,6 +138,7 @@ func (s *Snapshot) compileTenants(ps *problems, file, over map[string]Tenant) {
 		}
 		if ct := compileTenant(ps, s, path, file[id]); ct != nil {
 			ct.tenant.Expires = time.Time{} // the file's entries do not expire
+			ct.source = PlanFromFile
 			s.tenants[id] = ct
 		}
 	}
@@ -148,14 +149,17 @@ func (s *Snapshot) compileTenants(ps *problems, file, over map[string]Tenant) {
 			continue
 		}
 		if ct := compileTenant(ps, s, path, over[id]); ct != nil {
-			ct.base = s.tenants[id]
+			ct.base, ct.source = s.tenants[id], PlanFromRuntime
 			s.tenants[id] = ct
 		}
 	}
 	s.defTenant = compileTenant(ps, s, "default_plan", Tenant{})
 	s.planTenants = map[string]*ctenant{}
 	for name := range s.plans {
-		s.planTenants[name] = compileTenant(ps, s, "plans."+name, Tenant{Plan: name})
+		if ct := compileTenant(ps, s, "plans."+name, Tenant{Plan: name}); ct != nil {
+			ct.source = PlanFromCredential
+			s.planTenants[name] = ct
+		}
 	}
 }
 

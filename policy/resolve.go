@@ -265,6 +265,8 @@ func checkCosts(res Resolution) error {
 // tenantFor is tenant for a tenant whose credential names plan: the plan
 // applies when the policy has no entry for the tenant.
 func (s *Snapshot) tenantFor(id, plan string, now time.Time) *ctenant {
+	// The one place the plan sources are ordered (PlanSource): an entry
+	// decides; only a tenant without one takes its credential's plan.
 	t := s.tenant(id, now)
 	if t == s.defTenant && plan != "" {
 		if pt, ok := s.planTenants[plan]; ok {

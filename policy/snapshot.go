@@ -77,9 +77,10 @@ func (t *ctenant) classPolicy(c string, i int) string {
 
 // ctenant is a tenant's effective plan rules, overrides applied.
 type ctenant struct {
-	base  *ctenant // what applies once an overlay entry expires; nil: the default
-	plan  string
-	names *layerNames // its plan's; nil: built per decision
+	base   *ctenant // what applies once an overlay entry expires; nil: the default
+	plan   string
+	source PlanSource  // where plan comes from
+	names  *layerNames // its plan's; nil: built per decision
 	// concurrency is the plan's Concurrency, the tenant's override applied.
 	concurrency int64
 	tenant      Tenant
@@ -110,11 +111,52 @@ func (t *ctenant) classLimit(r crule, c *Class) algo.Limit {
 // Policy returns the policy the snapshot was compiled from.
 func (s *Snapshot) Policy() Policy { return s.policy }
 
+// PlanSource is where a tenant's plan comes from. The sources, first to
+// last (the first that has something to say decides, see
+// [Snapshot.Standing]):
+//
+//  1. PlanFromRuntime: the tenant's entry written at run time (the admin
+//     API's PUT /admin/tenants/{id}, [Overlay].Tenants), until it expires;
+//  2. PlanFromFile: the tenant's entry in the config file (tenants.<id>);
+//  3. PlanFromCredential: the plan the request's verified credential names
+//     (an API key's plan, from the config file or the admin API, or a JWT's
+//     plan claim), if the policy has that plan;
+//  4. PlanFromDefault: the policy's default plan.
+//
+// An entry without a plan puts the tenant on the default plan, with its
+// overrides: an entry is all the policy says of its tenant. A request
+// carries one credential, so the credential sources never compete.
+type PlanSource int
+
+// The plan sources, first to last.
+const (
+	PlanFromDefault PlanSource = iota
+	PlanFromCredential
+	PlanFromFile
+	PlanFromRuntime
+)
+
+// String names s as the docs and the admin API do: "default",
+// "credential", "file" or "runtime".
+func (s PlanSource) String() string {
+	switch s {
+	case PlanFromCredential:
+		return "credential"
+	case PlanFromFile:
+		return "file"
+	case PlanFromRuntime:
+		return "runtime"
+	}
+	return "default"
+}
+
 // Standing is what the policy says of one tenant at one time.
 type Standing struct {
 	// Plan is the plan in force: the tenant entry's, the plan its
-	// credential names, or the default plan.
+	// credential names, or the default plan (see [PlanSource]).
 	Plan string
+	// Source is where Plan comes from.
+	Source PlanSource
 	// Listed reports that an entry or a credential's plan, not the default,
 	// decides the tenant; Expires is when a run-time entry ends (zero:
 	// never).
@@ -123,11 +165,13 @@ type Standing struct {
 }
 
 // Standing returns what decides tenant id at now, for a tenant whose
-// verified credential names plan ("" for none): the plan applies when the
-// policy lists no entry for the tenant, as [Request].Plan does.
+// verified credential names plan ("" for none), by the order of
+// [PlanSource]: the tenant's entry (run-time, then the file's), else the
+// credential's plan, else the default plan. Decisions (Resolve) follow the
+// same order, in one place.
 func (s *Snapshot) Standing(id, plan string, now time.Time) Standing {
 	t := s.tenantFor(id, plan, now)
-	return Standing{Plan: t.plan, Listed: t != s.defTenant, Expires: t.tenant.Expires}
+	return Standing{Plan: t.plan, Source: t.source, Listed: t != s.defTenant, Expires: t.tenant.Expires}
 }
 
 // KnownPlan reports whether plan names a plan of the snapshot.

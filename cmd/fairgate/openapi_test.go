@@ -46,7 +46,7 @@ func TestServeOpenAPI(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, b
 	}
-	status, b := do("POST", adm+"/admin/keys", admin, `{"tenant":"acme","plan":"team"}`)
+	status, b := do("POST", adm+"/admin/keys", admin, `{"tenant":"newco","plan":"team"}`)
 	var made struct{ Key, ID string }
 	if json.Unmarshal(b, &made); status != 201 || made.Key == "" {
 		t.Fatalf("create key: %d %s", status, b)

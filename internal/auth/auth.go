@@ -49,9 +49,28 @@ type JWTConfig struct {
 	// Methods are the accepted signing algorithms. Empty means RS256,
 	// RS384, RS512, PS256, ES256, ES384, EdDSA and, with an HMAC key, HS256.
 	Methods []string
-	// Leeway tolerates clock skew on exp and nbf. Zero means 30 s.
+	// Leeway tolerates clock skew on exp and nbf: a token is accepted up
+	// to Leeway past its exp (and before its nbf). Zero means none; at
+	// most MaxLeeway. The config file's jwt.leeway defaults to
+	// DefaultLeeway.
 	Leeway time.Duration
 }
+
+// DefaultLeeway is jwt.leeway when the config file does not set it: 30 s,
+// room for the clock skew of hosts that keep time by NTP (well under a
+// second) with a wide margin, and short against tokens that live for
+// minutes or hours.
+const DefaultLeeway = 30 * time.Second
+
+// MaxLeeway is the longest leeway New accepts: 5 minutes. Past that a
+// revoked or leaked short-lived token stays good for longer than clock
+// skew explains: fix the clocks instead.
+const MaxLeeway = 5 * time.Minute
+
+// MinHMACSecret is the fewest bytes an HMAC secret (hmac_secret_file, after
+// its surrounding white space is trimmed) may have: 32, HS256's output
+// size (RFC 7518 §3.2).
+const MinHMACSecret = 32
 
 // Config configures an Authenticator.
 type Config struct {
@@ -172,11 +191,10 @@ func (a *Authenticator) setJWT(ctx context.Context, c Config, j *JWTConfig) erro
 			methods = append(methods, "HS256")
 		}
 	}
-	leeway := j.Leeway
-	if leeway == 0 {
-		leeway = 30 * time.Second
+	if err := CheckLeeway(j.Leeway); err != nil {
+		return fmt.Errorf("auth: %w", err)
 	}
-	opts := []jwt.ParserOption{jwt.WithValidMethods(methods), jwt.WithAudience(j.Audience), jwt.WithExpirationRequired(), jwt.WithLeeway(leeway)}
+	opts := []jwt.ParserOption{jwt.WithValidMethods(methods), jwt.WithAudience(j.Audience), jwt.WithExpirationRequired(), jwt.WithLeeway(j.Leeway)}
 	if j.Issuer != "" {
 		opts = append(opts, jwt.WithIssuer(j.Issuer))
 	}
@@ -209,6 +227,18 @@ func (a *Authenticator) setJWT(ctx context.Context, c Config, j *JWTConfig) erro
 			}
 		}
 		return static, nil
+	}
+	return nil
+}
+
+// CheckLeeway says what is wrong with d as jwt.leeway, or nil: it must be
+// 0 to MaxLeeway.
+func CheckLeeway(d time.Duration) error {
+	switch {
+	case d < 0:
+		return fmt.Errorf("jwt.leeway: %v is negative: want 0 (none) to %v", d, MaxLeeway)
+	case d > MaxLeeway:
+		return fmt.Errorf("jwt.leeway: %v is over %v: a token would stay good that long past its exp; fix the clocks' skew instead", d, MaxLeeway)
 	}
 	return nil
 }

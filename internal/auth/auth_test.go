@@ -340,3 +340,45 @@ func TestDuplicateKey(t *testing.T) {
 		t.Fatalf("duplicate keys: %v", err)
 	}
 }
+
+// TestJWTLeeway: Leeway is the tolerance past exp (and before nbf), and
+// only that: with none a token 10 s past its exp is refused; with 30 s it
+// is accepted, and one 31 s past is not. A negative leeway or one over
+// MaxLeeway is refused by name. (The 30 s leeway was built in and
+// undocumented; jwt.leeway sets it.)
+func TestJWTLeeway(t *testing.T) {
+	k := rsaKey(t)
+	expiredBy := func(d time.Duration) string {
+		return sign(t, k, "k1", claims(func(c jwt.MapClaims) { c["exp"] = now.Add(-d).Unix() }))
+	}
+	notYet := sign(t, k, "k1", claims(func(c jwt.MapClaims) { c["nbf"] = now.Add(10 * time.Second).Unix() }))
+	for _, tc := range []struct {
+		leeway time.Duration
+		tok    string
+		ok     bool
+	}{
+		{0, expiredBy(10 * time.Second), false},
+		{0, notYet, false},
+		{DefaultLeeway, expiredBy(10 * time.Second), true},
+		{DefaultLeeway, notYet, true},
+		{DefaultLeeway, expiredBy(31 * time.Second), false},
+		{5 * time.Second, expiredBy(10 * time.Second), false},
+	} {
+		a, err := New(context.Background(), Config{Now: func() time.Time { return now }, JWT: &JWTConfig{
+			Issuer: "https://id.example", Audience: "api", Keys: []any{&k.PublicKey}, Leeway: tc.leeway,
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = a.Authenticate(bearer(tc.tok))
+		if (err == nil) != tc.ok {
+			t.Errorf("leeway %v: Authenticate = %v, want accepted %v", tc.leeway, err, tc.ok)
+		}
+	}
+	for _, l := range []time.Duration{-time.Second, MaxLeeway + time.Second, time.Hour} {
+		_, err := New(context.Background(), Config{JWT: &JWTConfig{Audience: "api", Keys: []any{&k.PublicKey}, Leeway: l}})
+		if err == nil || !strings.Contains(err.Error(), "jwt.leeway: "+l.String()) {
+			t.Errorf("leeway %v: New = %v, want an error naming jwt.leeway", l, err)
+		}
+	}
+}

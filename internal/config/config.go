@@ -6,6 +6,7 @@
 package config
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"fmt"
 	"maps"
@@ -222,11 +223,39 @@ type decoder struct {
 	weightKeys map[string]*yaml.Node
 	// capacityKeys are the classes and plans upstream_capacity names.
 	capacityKeys []capacityKey
+	// keyPlans are the plans auth.api_keys name, checked against the
+	// tenants' entries once the policy is known.
+	keyPlans []keyPlan
 }
 
-// checkWeights reports queue weights of plans the policy does not have.
+// keyPlan is an API key's plan in the file, where it is written.
+type keyPlan struct {
+	node         *yaml.Node
+	path         string
+	tenant, plan string
+}
+
+// checkKeyPlans reports an API key whose plan its tenant's entry would
+// override (a tenant's entry decides its plan before any credential's:
+// policy.PlanSource): the file would say two things of one tenant.
+func (d *decoder) checkKeyPlans(pd *policyfile.Decoder, p policy.Policy) {
+	for _, k := range d.keyPlans {
+		t, ok := p.Tenants[k.tenant]
+		if !ok || k.plan == "" {
+			continue
+		}
+		entry := cmp.Or(t.Plan, p.DefaultPlan)
+		if entry != k.plan {
+			pd.Add(k.node, k.path, "plan %q would never apply: tenants.%s puts tenant %q on plan %q, and a tenant's entry decides its plan before any credential's; remove this plan or make the two agree", k.plan, k.tenant, k.tenant, entry)
+		}
+	}
+}
+
+// checkWeights reports queue weights of plans the policy does not have,
+// and runs the other checks that need the policy (capacity, key plans).
 func (d *decoder) checkWeights(pd *policyfile.Decoder, p policy.Policy) {
 	d.checkCapacity(pd, p)
+	d.checkKeyPlans(pd, p)
 	for _, plan := range slices.Sorted(maps.Keys(d.weightKeys)) {
 		if _, ok := p.Plans[plan]; !ok {
 			pd.Add(d.weightKeys[plan], "queues.weights."+plan, "unknown plan %q: want one of %s", plan, strings.Join(slices.Sorted(maps.Keys(p.Plans)), ", "))

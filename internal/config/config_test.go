@@ -2,6 +2,8 @@ package config
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strconv"
 	"strings"
@@ -121,6 +123,11 @@ func TestValidationErrors(t *testing.T) {
 		{"capacity unknown plan", 20, "upstream_capacity: {weights: {gold: 2}}", "upstream_capacity.weights.gold: unknown plan \"gold\": want one of free, team"},
 		{"capacity weight", 20, "upstream_capacity: {weights: {team: 0}}", "upstream_capacity.weights.team: weight 0: want 0.01 to 1000"},
 		{"capacity unknown field", 20, "upstream_capacity: {limt: 4}", "upstream_capacity.limt: unknown field \"limt\""},
+		{"jwt leeway negative", 20, "auth: {jwt: {audience: api, jwks_url: \"https://id.example/jwks\", leeway: -1s}}", "auth.jwt.leeway: -1s is negative: want 0 (none) to 5m0s"},
+		{"jwt leeway absurd", 20, "auth: {jwt: {audience: api, jwks_url: \"https://id.example/jwks\", leeway: 1h}}", "auth.jwt.leeway: 1h0m0s is over 5m0s"},
+		{"jwt leeway does not parse", 20, "auth: {jwt: {audience: api, jwks_url: \"https://id.example/jwks\", leeway: soon}}", "auth.jwt.leeway: duration \"soon\" does not parse"},
+		{"jwt hmac secret missing", 20, "auth: {jwt: {audience: api, hmac_secret_file: /nonexistent/secret}}", "auth.jwt.hmac_secret_file: open /nonexistent/secret: no such file or directory: want a readable file"},
+		{"api key plan under a tenant entry", 20, "auth: {api_keys: [{sha256: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa, tenant: acme, plan: free}]}", "auth.api_keys[0].plan: plan \"free\" would never apply: tenants.acme puts tenant \"acme\" on plan \"team\""},
 		{"not yaml", 9, "  read: {share: 1", "(file): not valid YAML"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -221,5 +228,43 @@ func TestSlowDownValues(t *testing.T) {
 		if got := c.Policy.Classes["search"].SlowDown; got != tc.want {
 			t.Errorf("%s: SlowDown %v, want %v", tc.text, got, tc.want)
 		}
+	}
+}
+
+// TestJWTSettings: jwt.leeway defaults to 30 s (auth.DefaultLeeway) and may
+// be 0; hmac_secret_file's secret is the file's bytes less the white space
+// around them, and needs 32 of them; an API key's plan that agrees with
+// its tenant's entry, or names a tenant without one, is taken.
+func TestJWTSettings(t *testing.T) {
+	dir := t.TempDir()
+	secret := filepath.Join(dir, "secret")
+	if err := os.WriteFile(secret, []byte("  "+strings.Repeat("s", 32)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	short := filepath.Join(dir, "short")
+	if err := os.WriteFile(short, []byte(strings.Repeat("s", 31)+"\n\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	keys := "  api_keys: [{sha256: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa, tenant: acme, plan: team}, {sha256: bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb, tenant: newco, plan: free}]\n"
+	for _, tc := range []struct {
+		jwt        string
+		wantLeeway time.Duration
+	}{
+		{"{audience: api, hmac_secret_file: " + secret + "}", 30 * time.Second},
+		{"{audience: api, hmac_secret_file: " + secret + ", leeway: 0}", 0},
+		{"{audience: api, hmac_secret_file: " + secret + ", leeway: 5m}", 5 * time.Minute},
+	} {
+		c, err := Parse("base.yaml", []byte(strings.Join(base, "\n")+"\nauth:\n"+keys+"  jwt: "+tc.jwt+"\n"))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.jwt, err)
+		}
+		j := c.Auth.JWT
+		if j.Leeway != tc.wantLeeway || len(j.Keys) != 1 || string(j.Keys[0].([]byte)) != strings.Repeat("s", 32) {
+			t.Errorf("%s: leeway %v, keys %q; want %v and the secret trimmed", tc.jwt, j.Leeway, j.Keys, tc.wantLeeway)
+		}
+	}
+	_, err := Parse("base.yaml", []byte(strings.Join(base, "\n")+"\nauth: {jwt: {audience: api, hmac_secret_file: "+short+"}}\n"))
+	if err == nil || !strings.Contains(err.Error(), "auth.jwt.hmac_secret_file: the secret is 31 bytes once the white space around it is trimmed: want at least 32") {
+		t.Errorf("a 31-byte secret: %v", err)
 	}
 }

@@ -227,16 +227,22 @@ func (d *decoder) auth(n *yaml.Node, path string, a *auth.Config) {
 						}
 					},
 					"tenant": func(v *yaml.Node, path string) { k.Tenant = d.Str(v, path) },
-					"plan":   func(v *yaml.Node, path string) { k.Plan = d.Str(v, path) },
+					"plan": func(v *yaml.Node, path string) {
+						k.Plan = d.Str(v, path)
+						d.keyPlans = append(d.keyPlans, keyPlan{node: v, path: path})
+					},
 				})
 				if k.Tenant == "" {
 					d.Add(v, path+".tenant", "tenant is required: the tenant the key belongs to")
+				}
+				if n := len(d.keyPlans); n > 0 && d.keyPlans[n-1].path == path+".plan" {
+					d.keyPlans[n-1].tenant, d.keyPlans[n-1].plan = k.Tenant, k.Plan
 				}
 				a.APIKeys = append(a.APIKeys, k)
 			})
 		},
 		"jwt": func(v *yaml.Node, path string) {
-			j := &auth.JWTConfig{}
+			j := &auth.JWTConfig{Leeway: auth.DefaultLeeway}
 			a.JWT = j
 			d.Fields(v, path, policyfile.Handlers{
 				"issuer":       func(v *yaml.Node, path string) { j.Issuer = d.Str(v, path) },
@@ -258,11 +264,30 @@ func (d *decoder) auth(n *yaml.Node, path string, a *auth.Config) {
 				},
 				"hmac_secret_file": func(v *yaml.Node, path string) {
 					b, err := os.ReadFile(d.rel(d.Str(v, path)))
-					if err != nil || len(bytes.TrimSpace(b)) < 32 {
-						d.Add(v, path, "want a readable file with a secret of at least 32 bytes")
+					// The secret is the file's bytes less the white space
+					// around them (a trailing newline is not part of it).
+					secret := bytes.TrimSpace(b)
+					switch {
+					case err != nil:
+						d.Add(v, path, "%v: want a readable file holding the HMAC secret", err)
+					case len(secret) < auth.MinHMACSecret:
+						d.Add(v, path, "the secret is %d bytes once the white space around it is trimmed: want at least %d (head -c 32 /dev/urandom | base64)", len(secret), auth.MinHMACSecret)
+					default:
+						j.Keys = append(j.Keys, secret)
+					}
+				},
+				"leeway": func(v *yaml.Node, path string) {
+					s := d.Str(v, path)
+					l, err := time.ParseDuration(s)
+					if err != nil {
+						d.Add(v, path, "duration %q does not parse: want 0 (none) to %v, such as 10s", s, auth.MaxLeeway)
 						return
 					}
-					j.Keys = append(j.Keys, bytes.TrimSpace(b))
+					if err := auth.CheckLeeway(l); err != nil {
+						d.Add(v, path, "%s", strings.TrimPrefix(err.Error(), "jwt.leeway: "))
+						return
+					}
+					j.Leeway = l
 				},
 			})
 			if j.Audience == "" {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fairgate/fairgate/httplimit/problem"
 	"github.com/fairgate/fairgate/internal/apikeys"
+	"github.com/fairgate/fairgate/policy"
 )
 
 // keyRoutes adds the stored API keys' endpoints:
@@ -47,9 +48,18 @@ func (a *admin) createKey(w http.ResponseWriter, r *http.Request) {
 		problem.BadRequest(w, "expires_at: already past; a new key must be usable")
 		return
 	}
-	if rec.Plan != "" && !a.lim.Snapshot().KnownPlan(rec.Plan) {
-		problem.BadRequest(w, fmt.Sprintf("plan: %q is not a plan of the policy in force", rec.Plan))
-		return
+	var warnings []string
+	if rec.Plan != "" {
+		snap := a.lim.Snapshot()
+		if !snap.KnownPlan(rec.Plan) {
+			problem.BadRequest(w, fmt.Sprintf("plan: %q is not a plan of the policy in force", rec.Plan))
+			return
+		}
+		var conflict string
+		if conflict, warnings = keyPlanUse(snap, rec.Tenant, rec.Plan, time.Now()); conflict != "" {
+			problem.Write(w, problem.Details{Status: http.StatusConflict, Detail: conflict})
+			return
+		}
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), a.timeout)
 	defer cancel()
@@ -61,14 +71,43 @@ func (a *admin) createKey(w http.ResponseWriter, r *http.Request) {
 	a.log.Info("admin: API key created", slog.String("id", rec.ID), slog.String("tenant", rec.Tenant), slog.String("plan", rec.Plan), slog.String("label", rec.Label))
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("Location", "/admin/keys/"+rec.ID)
-	writeJSON(w, http.StatusCreated, createdKey{Secret: key, Key: apikeys.Key{Record: rec}})
+	writeJSON(w, http.StatusCreated, createdKey{Secret: key, Key: apikeys.Key{Record: rec}, Warnings: warnings})
 }
 
 // createdKey is POST /admin/keys's answer: the record and, this once, the
-// key.
+// key; and what stands in the way of the key's plan for a time.
 type createdKey struct {
 	Secret string `json:"key"`
 	apikeys.Key
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+// keyPlanUse says whether a key for tenant that names plan (a plan of
+// snap) would be decided by its plan, by the order of policy.PlanSource: a
+// tenant's entry decides before any credential's plan. conflict, if not
+// empty, says which entry puts the tenant on another plan for as long as
+// the policy stays (the key is refused: an admin said two different
+// things); warnings say which run-time entry does so only until it
+// expires (the key is made: its plan applies from then).
+func keyPlanUse(snap *policy.Snapshot, tenant, plan string, now time.Time) (conflict string, warnings []string) {
+	st := snap.Standing(tenant, plan, now)
+	if st.Plan != plan && st.Source == policy.PlanFromRuntime && !st.Expires.IsZero() {
+		warnings = append(warnings, fmt.Sprintf("plan: until %s tenant %q is on plan %q by its run-time entry (PUT /admin/tenants/%s), which decides before any key's plan; this key's plan %q applies from then",
+			st.Expires.UTC().Format(time.RFC3339), tenant, st.Plan, tenant, plan))
+		st = snap.Standing(tenant, plan, st.Expires)
+	}
+	if st.Plan == plan {
+		return "", warnings
+	}
+	switch st.Source {
+	case policy.PlanFromFile:
+		return fmt.Sprintf("plan: tenant %q has an entry in the config file (tenants.%s) that puts it on plan %q, and a tenant's entry decides its plan before any key's, so this key's plan %q would never apply: omit plan (the key then gets %q), or change or remove the tenant's entry",
+			tenant, tenant, st.Plan, plan, st.Plan), nil
+	case policy.PlanFromRuntime:
+		return fmt.Sprintf("plan: tenant %q has a run-time entry (PUT /admin/tenants/%s) that puts it on plan %q, and a tenant's entry decides its plan before any key's, so this key's plan %q would not apply: omit plan (the key then gets %q), or change the entry or remove it (DELETE /admin/tenants/%s)",
+			tenant, tenant, st.Plan, plan, st.Plan, tenant), nil
+	}
+	return "", warnings // a known plan of an unlisted tenant is its credential's
 }
 
 // keyFailed answers a key write that did not happen: 404 for an unknown

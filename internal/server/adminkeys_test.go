@@ -75,7 +75,7 @@ func TestAdminKeys(t *testing.T) {
 	pubB, _ := keyInstance(t, prefix, 3)
 	me := func(pub *adminClient, key string) int { return pub.do("GET", "/v1/me/limits", "", key).Code }
 
-	rec := admA.do("POST", "/admin/keys", `{"tenant":"acme","plan":"team","label":"ci runner","ttl_seconds":3600}`, "")
+	rec := admA.do("POST", "/admin/keys", `{"tenant":"newco","plan":"team","label":"ci runner","ttl_seconds":3600}`, "")
 	if rec.Code != 201 || rec.Header().Get("Cache-Control") != "no-store" {
 		t.Fatalf("create: %d %s", rec.Code, rec.Body.String())
 	}
@@ -83,7 +83,7 @@ func TestAdminKeys(t *testing.T) {
 		Key, ID, Tenant, Plan, Label string
 		Expires                      time.Time
 	}
-	if err := json.Unmarshal(rec.Body.Bytes(), &made); err != nil || !strings.HasPrefix(made.Key, apikeys.Prefix) || len(made.ID) != apikeys.IDLen || made.Tenant != "acme" || made.Plan != "team" || made.Expires.IsZero() {
+	if err := json.Unmarshal(rec.Body.Bytes(), &made); err != nil || !strings.HasPrefix(made.Key, apikeys.Prefix) || len(made.ID) != apikeys.IDLen || made.Tenant != "newco" || made.Plan != "team" || made.Expires.IsZero() {
 		t.Fatalf("create answered %s (%v)", rec.Body.String(), err)
 	}
 	if got := me(pubA, made.Key); got != 200 {
@@ -93,7 +93,7 @@ func TestAdminKeys(t *testing.T) {
 	waitFor(t, "instance B accepts the new key", func() bool { return me(pubB, made.Key) == 200 })
 
 	// The key is never shown again: not in the list, not in one record.
-	for _, path := range []string{"/admin/keys", "/admin/keys?tenant=acme", "/admin/keys/" + made.ID} {
+	for _, path := range []string{"/admin/keys", "/admin/keys?tenant=newco", "/admin/keys/" + made.ID} {
 		rec := admA.do("GET", path, "", "")
 		if rec.Code != 200 || strings.Contains(rec.Body.String(), made.Key) || !strings.Contains(rec.Body.String(), made.ID) || !strings.Contains(rec.Body.String(), `"label":"ci runner"`) {
 			t.Errorf("GET %s: %d %s", path, rec.Code, rec.Body.String())
@@ -122,6 +122,77 @@ func TestAdminKeys(t *testing.T) {
 		t.Errorf("a revoked key on the revoking instance: %d, want 401", got)
 	}
 	waitFor(t, "instance B refuses the revoked key", func() bool { return me(pubB, made.Key) == 401 })
+}
+
+// TestKeyPlanBowsToTheTenantEntry: a tenant's entry (config file, or run
+// time) decides its plan before any key's (policy.PlanSource), so a key
+// naming another plan for a tenant with an entry is refused with 409
+// naming the entry (it was made, listed with its plan, and /v1/me/limits
+// then showed the entry's plan); a run-time entry that expires makes the
+// key with a warning; a key of an unlisted tenant has its plan.
+func TestKeyPlanBowsToTheTenantEntry(t *testing.T) {
+	prefix := fmt.Sprintf("keyplan%d:", time.Now().UnixNano())
+	pub, adm := keyInstance(t, prefix, 10)
+	create := func(body string) (*httptest.ResponseRecorder, map[string]any) {
+		t.Helper()
+		rec := adm.do("POST", "/admin/keys", body, "")
+		m := map[string]any{}
+		_ = json.Unmarshal(rec.Body.Bytes(), &m)
+		return rec, m
+	}
+	plan := func(key string) string {
+		t.Helper()
+		rec := pub.do("GET", "/v1/me/limits", "", key)
+		var m struct{ Plan string }
+		if err := json.Unmarshal(rec.Body.Bytes(), &m); rec.Code != 200 || err != nil {
+			t.Fatalf("/v1/me/limits: %d %s", rec.Code, rec.Body)
+		}
+		return m.Plan
+	}
+
+	// The issue's scenario: acme is on enterprise by the config file.
+	rec, _ := create(`{"tenant":"acme","plan":"team"}`)
+	if rec.Code != 409 || !strings.Contains(rec.Body.String(), `tenants.acme`) || !strings.Contains(rec.Body.String(), `plan \"enterprise\"`) {
+		t.Fatalf("a team key for acme (enterprise by its file entry): %d %s, want 409 naming tenants.acme and enterprise", rec.Code, rec.Body)
+	}
+	if rec := adm.do("GET", "/admin/keys?tenant=acme", "", ""); !strings.Contains(rec.Body.String(), `"keys":[]`) {
+		t.Fatalf("the refused key was made: %s", rec.Body)
+	}
+	for _, body := range []string{`{"tenant":"acme"}`, `{"tenant":"acme","plan":"enterprise"}`} {
+		rec, m := create(body)
+		if rec.Code != 201 || m["warnings"] != nil {
+			t.Fatalf("%s: %d %s, want 201 without warnings", body, rec.Code, rec.Body)
+		}
+		if got := plan(m["key"].(string)); got != "enterprise" {
+			t.Errorf("%s: /v1/me/limits plan %q, want enterprise", body, got)
+		}
+	}
+
+	// A tenant without an entry: the key's plan decides.
+	_, m := create(`{"tenant":"newco","plan":"team"}`)
+	newco := m["key"].(string)
+	if got := plan(newco); got != "team" {
+		t.Errorf("newco's team key: plan %q, want team", got)
+	}
+
+	// A run-time entry without expiry: refused, naming it.
+	if rec := adm.do("PUT", "/admin/tenants/bumped", `{"plan":"enterprise"}`, ""); rec.Code != 200 {
+		t.Fatalf("put tenant: %d %s", rec.Code, rec.Body)
+	}
+	if rec, _ := create(`{"tenant":"bumped","plan":"team"}`); rec.Code != 409 || !strings.Contains(rec.Body.String(), "run-time entry") || !strings.Contains(rec.Body.String(), "DELETE /admin/tenants/bumped") {
+		t.Fatalf("a team key for a tenant on enterprise by its run-time entry: %d %s, want 409", rec.Code, rec.Body)
+	}
+	// One that expires: made, with a warning; the entry decides until then.
+	if rec := adm.do("PUT", "/admin/tenants/newco", `{"plan":"enterprise","ttl_seconds":3600}`, ""); rec.Code != 200 {
+		t.Fatalf("put tenant: %d %s", rec.Code, rec.Body)
+	}
+	rec, m = create(`{"tenant":"newco","plan":"team"}`)
+	if w, _ := m["warnings"].([]any); rec.Code != 201 || len(w) != 1 || !strings.Contains(w[0].(string), `this key's plan "team" applies from then`) {
+		t.Fatalf("a team key for newco, on enterprise for an hour: %d %s, want 201 with a warning", rec.Code, rec.Body)
+	}
+	if got := plan(m["key"].(string)); got != "enterprise" {
+		t.Errorf("newco under its run-time entry: plan %q, want enterprise", got)
+	}
 }
 
 // waitFor polls cond every 20 ms for up to 2 s: the propagation bound.
