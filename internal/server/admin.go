@@ -127,6 +127,12 @@ func (s *statusOnly) WriteHeader(code int)        { s.status = code }
 func (a *admin) authorized(r *http.Request) bool { return auth.BearerMatches(r, a.token) }
 
 func (a *admin) getTenant(w http.ResponseWriter, r *http.Request) {
+	a.writeTenant(w, r, nil)
+}
+
+// writeTenant answers GET /admin/tenants/{id}'s view of the tenant, with
+// warnings (omitted when none).
+func (a *admin) writeTenant(w http.ResponseWriter, r *http.Request, warnings []string) {
 	id := r.PathValue("id")
 	ctx, cancel := context.WithTimeout(r.Context(), a.timeout)
 	defer cancel()
@@ -140,7 +146,22 @@ func (a *admin) getTenant(w http.ResponseWriter, r *http.Request) {
 	if ok {
 		out["override"] = overrideView(entry)
 	}
+	if len(warnings) > 0 {
+		out["warnings"] = warnings
+	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// entryPlanWarnings warns of what an entry without a plan does: it puts
+// its tenant on the default plan while in force, whatever plan the
+// tenant's keys or tokens name (an operator raising one limit would
+// otherwise move a tenant off its plan unawares).
+func entryPlanWarnings(snap *policy.Snapshot, id string, t policy.Tenant) []string {
+	if t.Plan != "" {
+		return nil
+	}
+	def := snap.Policy().DefaultPlan
+	return []string{fmt.Sprintf("plan: omitted, so while this entry is in force tenant %q is on the default plan %q with these overrides, whatever plan its API keys or tokens name (an entry decides a tenant's plan before its credentials: docs/config.md#where-a-tenants-plan-comes-from); give plan to keep another", id, def)}
 }
 
 // listTenants serves GET /admin/tenants: the tenants with run-time entries.
@@ -227,7 +248,7 @@ func (a *admin) putTenant(w http.ResponseWriter, r *http.Request) {
 		prev = []byte("null")
 	}
 	a.log.Info("admin: tenant override set", slog.String("tenant", id), slog.String("before", string(prev)), slog.String("after", string(next)))
-	a.getTenant(w, r)
+	a.writeTenant(w, r, entryPlanWarnings(a.lim.Snapshot(), id, t))
 }
 
 func (a *admin) deleteTenant(w http.ResponseWriter, r *http.Request) {

@@ -193,6 +193,19 @@ func TestKeyPlanBowsToTheTenantEntry(t *testing.T) {
 	if got := plan(m["key"].(string)); got != "enterprise" {
 		t.Errorf("newco under its run-time entry: plan %q, want enterprise", got)
 	}
+
+	// An entry without a plan (one limit raised) puts its tenant on the
+	// default plan, whatever its key names: the answer says so; one with
+	// a plan warns of nothing.
+	rec = adm.do("PUT", "/admin/tenants/newco", `{"limit":5000}`, "")
+	var put struct{ Warnings []string }
+	json.Unmarshal(rec.Body.Bytes(), &put)
+	if rec.Code != 200 || len(put.Warnings) != 1 || !strings.Contains(put.Warnings[0], "default plan") || !strings.Contains(put.Warnings[0], "give plan") {
+		t.Fatalf("an entry without a plan: %d %s, want 200 with a warning naming the default plan", rec.Code, rec.Body)
+	}
+	if rec := adm.do("PUT", "/admin/tenants/newco", `{"plan":"team","limit":5000}`, ""); rec.Code != 200 || strings.Contains(rec.Body.String(), "warnings") {
+		t.Errorf("an entry with a plan: %d %s, want 200 without warnings", rec.Code, rec.Body)
+	}
 }
 
 // waitFor polls cond every 20 ms for up to 2 s: the propagation bound.
