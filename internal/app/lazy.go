@@ -2,12 +2,15 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fairgate/fairgate/algo"
 	"github.com/fairgate/fairgate/fairq"
@@ -37,8 +40,43 @@ type lazyRedis struct {
 	weigh fairq.Weigher
 	share fairq.Sharer
 
+	// failures counts failed connection attempts by reason (unreachable,
+	// refused); nil until register.
+	failures *prometheus.CounterVec
+
 	mu      sync.Mutex
 	warning string // about the server's settings, for /readyz; "" when none
+}
+
+// register adds fairgate_store_connect_failures_total to reg.
+func (z *lazyRedis) register(reg prometheus.Registerer) error {
+	z.failures = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fairgate_store_connect_failures_total",
+		Help: "Failed attempts to connect to Redis, by reason: unreachable (down, refused, timed out; the daemon keeps trying) or refused (Redis refused the URL's settings: a password, the ACL user, the database number, the sentinel master name, TLS)."},
+		[]string{"reason"})
+	for _, r := range []string{reasonUnreachable, reasonRefused} {
+		z.failures.WithLabelValues(r)
+	}
+	return reg.Register(z.failures)
+}
+
+// The reasons of fairgate_store_connect_failures_total.
+const (
+	reasonUnreachable = "unreachable"
+	reasonRefused     = "refused"
+)
+
+// failed counts a failed connection attempt and says whether Redis
+// refused the settings (else it was not reached).
+func (z *lazyRedis) failed(err error) (refused bool) {
+	refused = errors.Is(err, redisstore.ErrRefused)
+	if z.failures != nil {
+		r := reasonUnreachable
+		if refused {
+			r = reasonRefused
+		}
+		z.failures.WithLabelValues(r).Inc()
+	}
+	return refused
 }
 
 // errNotConnected is what every call answers before the first connection.
@@ -93,7 +131,14 @@ func (z *lazyRedis) connectLoop(ctx context.Context) {
 		case <-time.After(wait):
 		}
 		if err := z.connect(); err != nil {
-			z.log.Warn("store not reachable yet; deciding by each policy's fail mode", slog.String("store", redisstore.RedactURL(z.url)), slog.String("error", err.Error()))
+			if z.failed(err) {
+				// Redis came up refusing the settings the daemon started
+				// with: an operator must fix them (a password_file is read
+				// again on each try), so it is an error, not an outage.
+				z.log.Error("store refuses fairgate's settings; deciding by each policy's fail mode until they are fixed", slog.String("store", redisstore.RedactURL(z.url)), slog.String("error", err.Error()))
+			} else {
+				z.log.Warn("store not reachable yet; deciding by each policy's fail mode", slog.String("store", redisstore.RedactURL(z.url)), slog.String("error", err.Error()))
+			}
 			wait = min(2*wait, 5*time.Second)
 			continue
 		}

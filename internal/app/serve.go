@@ -195,6 +195,11 @@ func (d *daemon) build() error {
 	d.reg = newRegistry()
 	d.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fairgate_config_reloads_total", Help: "Config file reloads by result (applied, refused)."}, []string{"result"})
 	d.reg.MustRegister(d.reloads, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if z := d.be.lazy; z != nil {
+		if err := z.register(d.reg); err != nil {
+			return err
+		}
+	}
 	if d.cfg.Dashboard {
 		d.board = dash.New(dashSource{d}, d.c.AdminToken, d.c.InternalToken)
 	}
@@ -313,6 +318,11 @@ func (d *daemon) buildPerSecond() error {
 		return fmt.Errorf("serve: per-second store: %w", err)
 	}
 	d.closers = append(d.closers, d.perSecond.Store.Close)
+	if z := d.perSecond.lazy; z != nil {
+		if err := z.register(prometheus.WrapRegistererWithPrefix("per_second_", d.reg)); err != nil {
+			return err
+		}
+	}
 	d.secondsGuard, err = guard.New(guard.Config{
 		Store: d.perSecond.Store, Timeout: d.perSecond.Timeout,
 		Fallback: memstore.New(memstore.Config{MaxKeys: 100_000, MaxBytes: 32 << 20}), Instances: d.cfg.Instances, Tracer: d.tr.Tracer(),
@@ -369,13 +379,13 @@ func (d *daemon) buildServer(g *graph) error {
 // start connects the store, starts the loops (limiter, dashboard, config
 // watcher) and every listener, and reports the main one to ready.
 func (d *daemon) start(ready func(addr string)) error {
-	if err := d.connect(d.be.lazy, d.c.Store); err != nil {
+	if err := d.connect(d.be.lazy, d.c.Store, storeSetting); err != nil {
 		return err
 	}
 	d.goCheck("limiter", func() error { return d.lim.Run(d.bg) })
 	d.goCheck("API keys", func() error { d.keys.Run(d.bg); return nil })
 	if d.secondsGuard != nil {
-		if err := d.connect(d.perSecond.lazy, d.c.PerSecondStore); err != nil {
+		if err := d.connect(d.perSecond.lazy, d.c.PerSecondStore, perSecondSetting); err != nil {
 			return err
 		}
 		d.goCheck("per-second store probe", func() error { return d.secondsGuard.Run(d.bg) })
@@ -405,21 +415,30 @@ func (d *daemon) start(ready func(addr string)) error {
 }
 
 // connect makes one try now to connect a Redis store (z nil: an
-// in-process one); if Redis is down, the daemon starts anyway and keeps
-// trying in the background.
-func (d *daemon) connect(z *lazyRedis, url string) error {
+// in-process one), the one setting names; if Redis is down, the daemon
+// starts anyway and keeps trying in the background, but if Redis refuses
+// the settings (redisstore.ErrRefused: a password, the ACL user, the
+// database number, the sentinel master name), it does not start.
+func (d *daemon) connect(z *lazyRedis, url, setting string) error {
 	if z == nil {
 		return nil
 	}
 	if err := z.connect(); err != nil {
+		z.failed(err)
 		if !errors.Is(err, redisstore.ErrConnect) {
-			return err
+			return fmt.Errorf("serve: %s: %w", setting, err)
 		}
 		d.log.Warn("store not reachable at start: serving by each policy's fail mode while connecting in the background", slog.String("store", redisstore.RedactURL(url)), slog.String("error", err.Error()))
 	}
 	d.goCheck("store connection", func() error { z.Run(d.bg); return nil })
 	return nil
 }
+
+// The settings that name the stores, in messages.
+const (
+	storeSetting     = "--store (FAIRGATE_STORE)"
+	perSecondSetting = "--per-second-store (FAIRGATE_PER_SECOND_STORE)"
+)
 
 // wait serves until ctx ends or a part fails, then drains (/readyz fails
 // while requests are still served) and stops: every listener closes and

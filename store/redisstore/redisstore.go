@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"strconv"
@@ -75,8 +76,10 @@ type Store struct {
 	co         map[uint16]*coalescer // by slot; one at 0 on standalone Redis
 }
 
-// New returns a store on the configured Redis. With a URL it connects (and
-// fails if Redis cannot be reached).
+// New returns a store on the configured Redis. With a URL it connects and
+// peeks at a key as a decision does; it fails with [ErrConnect] if Redis
+// cannot be reached, and with [ErrRefused] if Redis refuses the URL's
+// settings.
 func New(c Config) (*Store, error) {
 	if (c.Client == nil) == (c.URL == "") {
 		return nil, errors.New("redisstore: set exactly one of Config.Client and Config.URL")
@@ -98,7 +101,7 @@ func New(c Config) (*Store, error) {
 			return nil, err
 		}
 		if s.c, err = rueidis.NewClient(opt); err != nil {
-			return nil, fmt.Errorf("%w %s: %w", ErrConnect, RedactURL(c.URL), err)
+			return nil, connectError(c.URL, err)
 		}
 		s.owned = true
 		if opt.Sentinel.MasterSet == "" {
@@ -109,7 +112,30 @@ func New(c Config) (*Store, error) {
 		}
 	}
 	s.cluster = s.c.Mode() == rueidis.ClientModeCluster
+	if s.owned {
+		if err := s.checkAccess(c.URL); err != nil {
+			s.c.Close()
+			return nil, err
+		}
+	}
 	return s, nil
+}
+
+// accessCheck is the peek New makes: a decision's script on a key under
+// the prefix, which an ACL user without the commands or the key pattern
+// of docs/redis.md is refused.
+var accessCheck = []store.Check{{Key: "probe", Limit: algo.Limit{Limit: 1, Period: time.Second}}}
+
+// checkAccess peeks at a key as a decision does, so that an ACL user that
+// may not decide is refused at start rather than on every call.
+func (s *Store) checkAccess(raw string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var res store.Result
+	if err := s.Take(ctx, accessCheck, &res); err != nil {
+		return connectError(raw, err)
+	}
+	return nil
 }
 
 // notSentinel refuses a Redis Sentinel given as a Redis server: it would
@@ -122,7 +148,7 @@ func notSentinel(c rueidis.Client, raw string) error {
 		return nil // an ACL user without INFO: nothing to tell, and no sentinel would accept it anyway
 	}
 	if err != nil {
-		return fmt.Errorf("%w %s: %w", ErrConnect, RedactURL(raw), err)
+		return connectError(raw, err)
 	}
 	if strings.Contains(info, "redis_mode:sentinel") {
 		return fmt.Errorf("redisstore: %s is a Redis Sentinel, not a Redis server: use redis-sentinel://host:port[,host:port]/<master name>", RedactURL(raw))
@@ -160,9 +186,46 @@ func (s *Store) Reset(ctx context.Context, key string) error {
 	return nil
 }
 
-// ErrConnect means New could not reach Redis at the URL: worth retrying,
-// unlike a bad URL or option.
+// ErrConnect means New could not reach Redis at the URL (refused, timed
+// out, reset): worth retrying, unlike a bad URL or option or [ErrRefused].
 var ErrConnect = errors.New("redisstore: connect to")
+
+// ErrRefused means New reached Redis (or the sentinels) and was refused
+// for the URL's settings: a wrong password or none, an ACL user that may
+// not run what fairgate needs, a database number the server lacks, a
+// master name the sentinels do not watch, a TLS certificate that does not
+// verify. Retrying does not help until the settings or the server change.
+var ErrRefused = errors.New("redisstore: Redis refused the settings of")
+
+// refusals say, for a part of a Redis error reply at connect, which
+// setting is wrong and how to fix it.
+var refusals = []struct{ reply, why string }{
+	{"WRONGPASS", "the user name or password is wrong (WRONGPASS): fix the password in the URL (or its password_file), or the ACL user"},
+	{"invalid password", "the password is wrong: fix the password in the URL (or its password_file)"},
+	{"NOAUTH", "Redis asks for a password and none was given (NOAUTH): put it in the URL (redis://:PASSWORD@host:port, redis://USER:PASSWORD@…) or in password_file; for sentinels that ask for one, sentinel_password"},
+	{"NOPERM", "the Redis user may not run what fairgate needs (NOPERM): give it the ACL line of docs/redis.md, with ~PREFIX* for the URL's key_prefix"},
+	{"DB index is out of range", "the database number is not one the server has (its databases setting, 16 by default): use a smaller one"},
+	{"invalid DB index", "the database number is not one the server has: use 0 to 15, or what its databases setting allows"},
+	{"No such master with that name", "the sentinels watch no master of that name: use the name of their `sentinel monitor` line after the last /"},
+}
+
+// connectError is err, met while connecting to raw, as ErrRefused with
+// what to fix when Redis refused the settings, else as ErrConnect.
+func connectError(raw string, err error) error {
+	var re *rueidis.RedisError
+	if errors.As(err, &re) {
+		for _, r := range refusals {
+			if strings.Contains(re.Error(), r.reply) {
+				return fmt.Errorf("%w %s: %s: %w", ErrRefused, RedactURL(raw), r.why, err)
+			}
+		}
+	}
+	var ve *tls.CertificateVerificationError
+	if errors.As(err, &ve) {
+		return fmt.Errorf("%w %s: the server's TLS certificate does not verify: set tls_ca_file to the CA that signed it, or tls_server_name to a name it holds: %w", ErrRefused, RedactURL(raw), err)
+	}
+	return fmt.Errorf("%w %s: %w", ErrConnect, RedactURL(raw), err)
+}
 
 // Close closes the client if the store opened it. It is idempotent.
 func (s *Store) Close() error {

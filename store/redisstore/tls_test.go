@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -91,6 +92,25 @@ func TestTLS(t *testing.T) {
 				t.Fatalf("got %v, want an error containing %q", err, tc.err)
 			}
 		})
+	}
+}
+
+// TestTLSRefused: a certificate that does not verify is a setting to fix
+// (ErrRefused: the daemon does not start), not an outage to wait out
+// (ErrConnect).
+func TestTLSRefused(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	testCA(t, dir)
+	tlsAddr := startTLSRedis(t, dir, false)
+	for _, tc := range []struct{ url, want string }{
+		{"rediss://" + tlsAddr, "the server's TLS certificate does not verify: set tls_ca_file"},
+		{"rediss://" + tlsAddr + "?tls_ca_file=" + dir + "/ca.crt&tls_server_name=other.test", "the server's TLS certificate does not verify"},
+	} {
+		_, err := New(Config{URL: tc.url})
+		if !errors.Is(err, ErrRefused) || errors.Is(err, ErrConnect) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want ErrRefused saying %q", tc.url, err, tc.want)
+		}
 	}
 }
 
