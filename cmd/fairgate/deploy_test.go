@@ -17,7 +17,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,37 +25,6 @@ import (
 	"github.com/fairgate/fairgate/examples"
 	"github.com/fairgate/fairgate/internal/testenv"
 )
-
-var (
-	staticOnce sync.Once
-	staticBin  string
-	staticErr  error
-)
-
-// staticBinary builds the fairgate binary as `make image` does: static
-// (CGO_ENABLED=0), with its commit, once per test run.
-func staticBinary(t *testing.T) string {
-	t.Helper()
-	testenv.External(t, "a fairgate binary it builds")
-	staticOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "fairgate-static-")
-		if err != nil {
-			staticErr = err
-			return
-		}
-		staticBin = filepath.Join(dir, "fairgate")
-		cmd := exec.Command("go", "build", "-buildvcs=true", "-trimpath", "-o", staticBin, ".")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			staticErr = err
-			staticBin = string(out)
-		}
-	})
-	if staticErr != nil {
-		t.Fatalf("go build: %v\n%s", staticErr, staticBin)
-	}
-	return staticBin
-}
 
 // need skips the test, saying how to install tool, when it is missing
 // (make test installs it: scripts/ensure-packaging.sh).
@@ -84,7 +52,7 @@ func run1(t *testing.T, name string, args ...string) string {
 // back out of a created container).
 func TestContainerImage(t *testing.T) {
 	need(t, "podman")
-	bin := staticBinary(t)
+	bin := testenv.FairgateBinary(t)
 	ctx := t.TempDir()
 	os.MkdirAll(filepath.Join(ctx, "build"), 0o755)
 	os.MkdirAll(filepath.Join(ctx, "examples"), 0o755)
@@ -195,7 +163,7 @@ func TestSystemdUnit(t *testing.T) {
 	dir := t.TempDir()
 	env, _ := os.ReadFile("../../deploy/fairgate.env")
 	os.WriteFile(filepath.Join(dir, "fairgate.env"), env, 0o600)
-	u := strings.NewReplacer("/usr/local/bin/fairgate", staticBinary(t), "/etc/fairgate/fairgate.env", filepath.Join(dir, "fairgate.env")).Replace(string(unit))
+	u := strings.NewReplacer("/usr/local/bin/fairgate", testenv.FairgateBinary(t), "/etc/fairgate/fairgate.env", filepath.Join(dir, "fairgate.env")).Replace(string(unit))
 	path := filepath.Join(dir, "fairgate.service")
 	os.WriteFile(path, []byte(u), 0o644)
 	out, err := exec.Command("systemd-analyze", "verify", path).CombinedOutput()
@@ -310,7 +278,7 @@ func TestHelmChart(t *testing.T) {
 	cfg := dig(def["ConfigMap"], "data", "fairgate.yaml").(string)
 	path := filepath.Join(t.TempDir(), "fairgate.yaml")
 	os.WriteFile(path, []byte(cfg), 0o600)
-	t.Run("check-config", func(t *testing.T) { run1(t, staticBinary(t), "check-config", path) })
+	t.Run("check-config", func(t *testing.T) { run1(t, testenv.FairgateBinary(t), "check-config", path) })
 
 	pod := dig(def["Deployment"], "spec", "template")
 	c := dig(pod, "spec", "containers", 0)
@@ -484,7 +452,7 @@ func TestBuiltBinaryNamesItsCommit(t *testing.T) {
 	if err != nil {
 		t.Skip("not in a git checkout:", err)
 	}
-	v := run1(t, staticBinary(t), "version")
+	v := run1(t, testenv.FairgateBinary(t), "version")
 	if !strings.Contains(v, strings.TrimSpace(string(head))) {
 		t.Errorf("fairgate version: %q, want the commit %s", v, head)
 	}

@@ -138,7 +138,7 @@ func startProcess(t *testing.T, addr string, name string, args []string, env ...
 	if err != nil {
 		t.Fatalf("%s is not installed: make test installs it (scripts/ensure-gateways.sh)", name)
 	}
-	var out syncBuffer
+	var out testenv.SyncBuffer
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = &out, &out

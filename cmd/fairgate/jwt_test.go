@@ -13,6 +13,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
+	"github.com/fairgate/fairgate/internal/testenv"
 	"github.com/fairgate/fairgate/internal/testwait"
 )
 
@@ -38,7 +39,7 @@ func TestJWTLeewaySetting(t *testing.T) {
 	}
 
 	os.WriteFile(path, withLeeway("10m"), 0o600)
-	var stderr syncBuffer
+	var stderr testenv.SyncBuffer
 	if code := run(context.Background(), []string{"serve", "--listen", "127.0.0.1:0", "--config", path}, &bytes.Buffer{}, &stderr); code == 0 || !strings.Contains(stderr.String(), "auth.jwt.leeway: 10m0s is over 5m0s") {
 		t.Fatalf("leeway 10m: exit %d, %s; want a refusal naming auth.jwt.leeway", code, stderr.String())
 	}

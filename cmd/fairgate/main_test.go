@@ -12,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -23,6 +22,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/fairgate/fairgate/internal/testenv"
 	"github.com/fairgate/fairgate/internal/testwait"
 )
 
@@ -81,25 +81,12 @@ func TestUsageErrors(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for the server's log and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
-
 // serving is a `fairgate serve` running in the test process.
 type serving struct {
-	addr string      // the main listener
-	logs *syncBuffer // what it wrote to stderr
-	stop func()      // ends it as SIGTERM would and checks it exits 0 within 15 s
-	term func()      // begins that end without waiting for it
+	addr string              // the main listener
+	logs *testenv.SyncBuffer // what it wrote to stderr
+	stop func()              // ends it as SIGTERM would and checks it exits 0 within 15 s
+	term func()              // begins that end without waiting for it
 }
 
 // startServe runs `fairgate serve args…` until it listens.
@@ -109,7 +96,7 @@ func startServe(t *testing.T, args ...string) *serving {
 	t.Cleanup(cancel)
 	addrc := make(chan string, 1)
 	done := make(chan int, 1)
-	sv := &serving{logs: &syncBuffer{}, term: cancel}
+	sv := &serving{logs: &testenv.SyncBuffer{}, term: cancel}
 	go func() {
 		done <- runReady(ctx, append([]string{"serve"}, args...), io.Discard, sv.logs, func(a string) { addrc <- a })
 	}()

@@ -62,7 +62,7 @@ func TestServeAsACLUser(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, b
 	}
-	status, b := do("POST", "http://"+adminAddr+"/admin/keys", `{"tenant":"acme","plan":"team"}`)
+	status, b := do("POST", "http://"+adminAddr+"/admin/keys", `{"tenant":"newco","plan":"team"}`)
 	var made struct{ Key, ID string }
 	if json.Unmarshal(b, &made); status != 201 || made.ID == "" {
 		t.Fatalf("POST /admin/keys as the ACL user: %d %s\n%s", status, b, sv.logs.String())

@@ -11,9 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fairgate/fairgate/internal/redistest"
 	collectorpb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/fairgate/fairgate/internal/redistest"
 )
 
 // otlpReceiver is a real OTLP/HTTP endpoint that keeps what it receives.

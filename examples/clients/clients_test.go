@@ -2,7 +2,6 @@ package clients_test
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -60,53 +59,10 @@ func need(t *testing.T, ex example) {
 	}
 }
 
-var (
-	buildOnce sync.Once
-	builtBin  string
-	buildErr  error
-)
-
-// fairgateBinary builds cmd/fairgate once per test run, with the flags
-// internal/dropin's and cmd/fairgate's tests use, so that they share the
-// build cache.
-func fairgateBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "fairgate-clients-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		builtBin = filepath.Join(dir, "fairgate")
-		cmd := exec.Command("go", "build", "-buildvcs=true", "-trimpath", "-o", builtBin, "github.com/fairgate/fairgate/cmd/fairgate")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return builtBin
-}
-
-// syncBuffer is a bytes.Buffer safe for a process's output and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
-
 // process is a program the test started, ended at the test's end.
 type process struct {
 	cmd  *exec.Cmd
-	logs *syncBuffer // its output, the line awaited included
+	logs *testenv.SyncBuffer // its output, the line awaited included
 	done chan struct{}
 }
 
@@ -114,7 +70,7 @@ type process struct {
 // of its output matches ready, with the line's first submatch.
 func start(t *testing.T, dir string, env []string, ready *regexp.Regexp, name string, args ...string) (*process, string) {
 	t.Helper()
-	p := &process{cmd: exec.Command(name, args...), logs: &syncBuffer{}, done: make(chan struct{})}
+	p := &process{cmd: exec.Command(name, args...), logs: &testenv.SyncBuffer{}, done: make(chan struct{})}
 	p.cmd.Dir = dir
 	p.cmd.Env = append(os.Environ(), env...)
 	pr, pw := io.Pipe()
@@ -179,7 +135,7 @@ func startFairgate(t *testing.T, args ...string) (*process, string) {
 		t.Fatal(err)
 	}
 	args = append([]string{"serve", "--listen", "127.0.0.1:0", "--config", cfg}, args...)
-	return start(t, t.TempDir(), []string{"FAIRGATE_DRAIN=0", "FAIRGATE_INTERNAL_TOKEN=" + internalToken}, servingLine, fairgateBinary(t), args...)
+	return start(t, t.TempDir(), []string{"FAIRGATE_DRAIN=0", "FAIRGATE_INTERNAL_TOKEN=" + internalToken}, servingLine, testenv.FairgateBinary(t), args...)
 }
 
 var listeningLine = regexp.MustCompile(`^listening on (http://\S+)`)

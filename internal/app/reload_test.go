@@ -24,6 +24,7 @@ import (
 	"github.com/fairgate/fairgate/examples"
 	"github.com/fairgate/fairgate/internal/config"
 	"github.com/fairgate/fairgate/internal/rls"
+	"github.com/fairgate/fairgate/internal/testenv"
 	"github.com/fairgate/fairgate/policy"
 )
 
@@ -144,24 +145,6 @@ func TestMergeDomains(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log sink for a test, written by the daemon's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // freeAddr is a loopback address that was free a moment ago.
 func freeAddr(t *testing.T) string {
 	t.Helper()
@@ -195,7 +178,7 @@ func TestReloadSwapsTheGraph(t *testing.T) {
 	}
 	write(file("100", "draft"))
 	internal, admin := freeAddr(t), freeAddr(t)
-	logs := &syncBuffer{}
+	logs := &testenv.SyncBuffer{}
 	serveProxy(t, path, "127.0.0.1:0", internal, admin, slog.New(slog.NewJSONHandler(logs, nil)))
 	reload := func() int {
 		t.Helper()

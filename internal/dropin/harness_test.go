@@ -1,7 +1,6 @@
 package dropin_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io/fs"
@@ -35,46 +34,13 @@ type target struct {
 	peer bool
 }
 
-var (
-	buildOnce sync.Once
-	builtBin  string
-	buildErr  error
-)
-
-// fairgateBinary builds cmd/fairgate once per test run, as `make image`
-// builds it.
-func fairgateBinary(t *testing.T) string {
-	t.Helper()
-	testenv.External(t, "a fairgate binary it builds")
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "fairgate-dropin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		builtBin = filepath.Join(dir, "fairgate")
-		// The flags of cmd/fairgate's image test, so that the two share
-		// the build cache.
-		cmd := exec.Command("go", "build", "-buildvcs=true", "-trimpath", "-o", builtBin, "github.com/fairgate/fairgate/cmd/fairgate")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return builtBin
-}
-
 // targets are the control (when FAIRGATE_DROPIN_PEER names it) and fairgate.
 func targets(t *testing.T) []target {
 	var ts []target
 	if p := os.Getenv("FAIRGATE_DROPIN_PEER"); p != "" {
 		ts = append(ts, target{name: "envoyproxy-ratelimit", bin: p, peer: true})
 	}
-	return append(ts, target{name: "fairgate", bin: fairgateBinary(t), args: []string{"serve"}})
+	return append(ts, target{name: "fairgate", bin: testenv.FairgateBinary(t), args: []string{"serve"}})
 }
 
 // env is a service's environment, as that service's settings name it.
@@ -122,26 +88,13 @@ func localhost(addr string) string {
 type service struct {
 	t         *testing.T
 	cmd       *exec.Cmd
-	logs      *syncBuffer
+	logs      *testenv.SyncBuffer
 	grpcAddr  string
 	dir       string
 	stats     *statsdSink
 	conn      *grpc.ClientConn
 	rateLimit rlspb.RateLimitServiceClient
 }
-
-// syncBuffer is a bytes.Buffer safe for a process's output and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 // freePort is a loopback port free a moment ago.
 func freePort(t *testing.T) string {
@@ -218,7 +171,7 @@ func (tg target) start(t *testing.T, dir string, s env) *service {
 // taken and mayRetry.
 func (tg target) launch(t *testing.T, dir string, s env, mayRetry bool) *service {
 	t.Helper()
-	sv := &service{t: t, logs: &syncBuffer{}, dir: dir}
+	sv := &service{t: t, logs: &testenv.SyncBuffer{}, dir: dir}
 	sv.grpcAddr = "127.0.0.1:" + s["GRPC_PORT"]
 	sv.cmd = exec.Command(tg.bin, tg.args...)
 	sv.cmd.Dir = dir
