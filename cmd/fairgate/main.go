@@ -4,6 +4,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -24,18 +26,23 @@ func main() {
 const usage = `fairgate: per-tenant rate limiting for multi-tenant APIs.
 
 Usage:
-  fairgate serve [--config FILE] [--config-poll 1s] [--listen 127.0.0.1:8080] [--store memory://|redis://HOST:PORT[/DB]|rediss://…|redis-cluster://H:P,H:P] [--store-timeout 100ms]
+  fairgate serve [--config FILE] [--config-poll 1s] [--listen 127.0.0.1:8080] [--store memory://|redis://HOST:PORT[/DB]|rediss://…|redis-cluster://H:P,H:P] [--store-timeout 100ms] [--log-format json|text] [--log-level debug|info|warn|error] [more flags: fairgate serve --help]
   fairgate check-config [FILE]
   fairgate simulate --policy 'limit=60,period=1m,burst=60,algorithm=token_bucket' [--policy …] --traffic 'burst 60 at 1s; steady 0.5/s from 40s to 90s' [--out chart.svg]
   fairgate replay --config proposed.yaml [--format table|csv|json] [--log-format json|common] [--tenant-field user] ACCESS_LOG…
   fairgate version
-  fairgate help
+  fairgate help [COMMAND]
+
+fairgate COMMAND --help (or fairgate help COMMAND) prints a command's usage
+and flags.
 
 serve runs the decision API until SIGTERM or Ctrl-C, with the policy of the
 config file (default: the embedded examples/fairgate.yaml), reloaded when the
 file changes and on SIGHUP. Flags default to the environment variables
-FAIRGATE_CONFIG, FAIRGATE_CONFIG_POLL, FAIRGATE_LISTEN, FAIRGATE_STORE and
-FAIRGATE_STORE_TIMEOUT.
+FAIRGATE_CONFIG, FAIRGATE_CONFIG_POLL, FAIRGATE_LISTEN, FAIRGATE_STORE,
+FAIRGATE_STORE_TIMEOUT, FAIRGATE_LOG_FORMAT and FAIRGATE_LOG_LEVEL. Its logs
+are JSON lines at level info unless --log-format text or --log-level says
+otherwise.
 
 check-config prints every problem of a config file, with its line, and exits
 1 if there is any.
@@ -59,25 +66,46 @@ func runReady(ctx context.Context, args []string, stdout, stderr io.Writer, read
 		fmt.Fprint(stderr, usage)
 		return 2
 	}
-	switch args[0] {
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "-h", "-help", "--help":
+		cmd = "help"
+	case "--version", "-version":
+		cmd = "version"
+	}
+	if cmd == "help" {
+		switch {
+		case len(rest) == 0 || len(rest) == 1 && (isHelp(rest[0]) || rest[0] == "help"):
+			fmt.Fprint(stdout, usage)
+			return 0
+		case len(rest) > 1:
+			return usageError(stderr, "help", fmt.Errorf("one command at most, not %q", rest))
+		case about[rest[0]] == "":
+			return usageError(stderr, "help", unknownCommand(rest[0]))
+		}
+		// fairgate help CMD is fairgate CMD --help.
+		cmd, rest = rest[0], []string{"--help"}
+	}
+	// A command whose only argument asks for help prints its help (the
+	// flag commands also take -h among other flags).
+	if len(rest) == 1 && isHelp(rest[0]) && cmd != "serve" && cmd != "simulate" && cmd != "replay" && about[cmd] != "" {
+		fmt.Fprintln(stdout, about[cmd])
 		return 0
-	case "version", "--version", "-version":
+	}
+	switch cmd {
+	case "version":
+		if len(rest) > 0 {
+			return usageError(stderr, cmd, fmt.Errorf("takes no arguments, not %q", rest))
+		}
 		fmt.Fprintln(stdout, versionLine())
 		return 0
 	case "check-config":
-		if len(args) == 2 && (args[1] == "-h" || args[1] == "--help" || args[1] == "help") {
-			fmt.Fprintln(stdout, "usage: fairgate check-config [FILE]\n\nValidates FILE (default: the embedded examples/fairgate.yaml) and prints every problem with its line; exits 1 if there is any.")
-			return 0
-		}
-		if len(args) > 2 || len(args) == 2 && strings.HasPrefix(args[1], "-") {
-			fmt.Fprintf(stderr, "fairgate: check-config takes one file and no flags, not %q (fairgate check-config --help)\n", args[1:])
-			return 2
+		if len(rest) > 1 || len(rest) == 1 && strings.HasPrefix(rest[0], "-") {
+			return usageError(stderr, cmd, fmt.Errorf("takes one file and no flags, not %q", rest))
 		}
 		path := ""
-		if len(args) == 2 {
-			path = args[1]
+		if len(rest) == 1 {
+			path = rest[0]
 		}
 		c, _, err := app.LoadConfig(path, nil)
 		if err != nil {
@@ -88,22 +116,30 @@ func runReady(ctx context.Context, args []string, stdout, stderr io.Writer, read
 			c.File, len(c.Policy.Plans), len(c.Policy.Classes), len(c.Policy.Routes), len(c.Policy.Anonymous), len(c.Policy.Tenants))
 		return 0
 	case "simulate":
-		return simulate(args[1:], stdout, stderr)
+		return simulate(rest, stdout, stderr)
 	case "replay":
-		return replayCommand(args[1:], stdout, stderr)
+		return replayCommand(rest, stdout, stderr)
 	case "serve":
-		c, err := app.ParseServe(args[1:], stderr)
-		if err != nil {
-			fmt.Fprintln(stderr, "fairgate:", err)
-			return 2
+		var flags strings.Builder
+		c, err := app.ParseServe(rest, &flags)
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintf(stdout, "%s\n\nFlags:\n%s", about["serve"], flags.String())
+			return 0
 		}
-		log := app.Logger(stderr, c.Env.LogLevel, c.Env.LogFormat)
+		if err != nil {
+			return usageError(stderr, "serve", err)
+		}
+		log := app.Logger(stderr, c.LogLevel, c.LogFormat)
 		if err := app.Serve(ctx, c, log, ready); err != nil {
 			fmt.Fprintln(stderr, "fairgate:", err)
 			return 1
 		}
 		return 0
 	}
-	fmt.Fprintf(stderr, "fairgate: unknown command %q\n\n%s", args[0], usage)
-	return 2
+	return usageError(stderr, "", unknownCommand(cmd))
+}
+
+// unknownCommand is the error of a command fairgate does not have.
+func unknownCommand(name string) error {
+	return fmt.Errorf("unknown command %q: the commands are %s", name, strings.Join(commands, ", "))
 }

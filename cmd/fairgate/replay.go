@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -16,24 +17,21 @@ import (
 // replayCommand runs `fairgate replay`.
 func replayCommand(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("fairgate replay", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	cfgPath := fs.String("config", "", "the proposed config (default: the embedded example)")
 	format := fs.String("format", "table", "report format: table, csv or json")
 	logFormat := fs.String("log-format", "auto", "log format: json (JSON lines), common (common or combined), or auto")
 	tenantField := fs.String("tenant-field", "", "where the tenant is: a JSON key (default tenant), or user, ident or host in the common format (default user)")
 	top := fs.Int("top", 50, "tenants listed in the table (0: all)")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(fs, "replay", args, stdout, stderr); !ok {
+		return code
 	}
 	if fs.NArg() == 0 {
-		fmt.Fprintln(stderr, "fairgate replay: name at least one access log")
-		return 2
+		return usageError(stderr, "replay", errors.New("name at least one access log"))
 	}
 	switch *format {
 	case "table", "csv", "json":
 	default:
-		fmt.Fprintf(stderr, "fairgate replay: format %q: want table, csv or json\n", *format)
-		return 2
+		return usageError(stderr, "replay", fmt.Errorf("format %q: want table, csv or json", *format))
 	}
 	cfg, _, err := app.LoadConfig(*cfgPath, nil)
 	if err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -27,7 +28,6 @@ func (p *policyFlags) Set(s string) error {
 // simulate runs `fairgate simulate`.
 func simulate(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("fairgate simulate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	var policies policyFlags
 	fs.Var(&policies, "policy", "a limit such as 'limit=60,period=1m,burst=60,algorithm=token_bucket', with or without ',concurrency=4' (requests in flight), or 'concurrency=4' alone; repeat to compare")
 	traffic := fs.String("traffic", "", "the traffic, such as 'burst 60 at 1s; burst 25 at 30s; steady 0.5/s from 40s to 90s', a clause optionally ending 'hold 200ms' (how long its requests are in flight)")
@@ -35,38 +35,32 @@ func simulate(args []string, stdout, stderr io.Writer) int {
 	out := fs.String("out", "", "write the chart here as SVG")
 	until := fs.Duration("until", 0, "how long to run (default: 30s past the last request)")
 	hold := fs.Duration("hold", 0, "how long each request is in flight, for a concurrency layer, where its clause gives no 'hold D'")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(fs, "simulate", args, stdout, stderr); !ok {
+		return code
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "fairgate simulate: unexpected argument %q\n", fs.Arg(0))
-		return 2
+		return usageError(stderr, "simulate", fmt.Errorf("unexpected argument %q", fs.Arg(0)))
 	}
 	if len(policies) == 0 {
-		fmt.Fprintln(stderr, "fairgate simulate: give at least one --policy")
-		return 2
+		return usageError(stderr, "simulate", errors.New("give at least one --policy"))
 	}
 	text := *traffic
 	if *trafficFile != "" {
 		if text != "" {
-			fmt.Fprintln(stderr, "fairgate simulate: give --traffic or --traffic-file, not both")
-			return 2
+			return usageError(stderr, "simulate", errors.New("give --traffic or --traffic-file, not both"))
 		}
 		b, err := os.ReadFile(*trafficFile)
 		if err != nil {
-			fmt.Fprintln(stderr, "fairgate simulate:", err)
-			return 2
+			return usageError(stderr, "simulate", err)
 		}
 		text = string(b)
 	}
 	reqs, err := sim.ParseTraffic(text)
 	if err != nil {
-		fmt.Fprintln(stderr, "fairgate simulate:", err)
-		return 2
+		return usageError(stderr, "simulate", err)
 	}
 	if *hold < 0 {
-		fmt.Fprintf(stderr, "fairgate simulate: --hold %v: want a positive duration\n", *hold)
-		return 2
+		return usageError(stderr, "simulate", fmt.Errorf("--hold %v: want a positive duration", *hold))
 	}
 	holds := false
 	for i := range reqs {
@@ -77,8 +71,7 @@ func simulate(args []string, stdout, stderr io.Writer) int {
 	}
 	for _, p := range policies {
 		if p.Concurrency > 0 && !holds {
-			fmt.Fprintf(stderr, "fairgate simulate: policy %q has a concurrency layer, and no request is ever in flight: give --hold 200ms, or 'hold 200ms' after a traffic clause\n", p.Text)
-			return 2
+			return usageError(stderr, "simulate", fmt.Errorf("policy %q has a concurrency layer, and no request is ever in flight: give --hold 200ms, or 'hold 200ms' after a traffic clause", p.Text))
 		}
 	}
 	end := *until

@@ -108,6 +108,10 @@ type ServeConfig struct {
 	// listener (--listen serves the internal endpoints then), with its
 	// client CA, and InternalTLS is unused.
 	TLS, InternalTLS, AdminTLS, GRPCTLS TLSFiles
+	// LogFormat is the logs' format: "json" (JSON lines, the default) or
+	// "text" (log/slog's key=value lines). LogLevel is the least level
+	// logged: "debug", "info" (the default), "warn" or "error".
+	LogFormat, LogLevel string
 	// Warnings are what ParseServe found set but unused without stopping
 	// the start (a listener address the container image sets for every
 	// mode); Serve logs them.
@@ -142,10 +146,13 @@ func env(name, def string) string {
 }
 
 // ParseServe reads `fairgate serve` flags, with FAIRGATE_* environment
-// variables as their defaults.
-func ParseServe(args []string, stderr io.Writer) (ServeConfig, error) {
+// variables as their defaults. Asked for help (-h, --help), it writes the
+// flags with their defaults to help and returns flag.ErrHelp; it writes
+// nothing else: a problem is its error.
+func ParseServe(args []string, help io.Writer) (ServeConfig, error) {
 	fs := flag.NewFlagSet("fairgate serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	var c ServeConfig
 	// envoyproxy/ratelimit's environment, where set, gives the defaults
 	// that FAIRGATE_* variables and flags do not.
@@ -206,7 +213,19 @@ func ParseServe(args []string, stderr io.Writer) (ServeConfig, error) {
 		timeout = env("FAIRGATE_STORE_TIMEOUT", e.StoreTimeout.String())
 	}
 	fs.Func("store-timeout", "deadline of each store call (FAIRGATE_STORE_TIMEOUT, default 100ms)", func(v string) error { timeout = v; return nil })
+	fs.StringVar(&c.LogFormat, "log-format", env("FAIRGATE_LOG_FORMAT", envoyLogFormat(e)), "the format of the logs on stderr: json (JSON lines) or text (key=value lines) (FAIRGATE_LOG_FORMAT; default json, or text where envoyproxy/ratelimit's LOG_FORMAT is set and not json, as that service does)")
+	fs.StringVar(&c.LogLevel, "log-level", env("FAIRGATE_LOG_LEVEL", cmp.Or(e.LogLevel, "info")), "the least level logged: debug, info, warn or error (FAIRGATE_LOG_LEVEL; default info, or envoyproxy/ratelimit's LOG_LEVEL)")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(help)
+			fs.PrintDefaults()
+			return c, err
+		}
+		return c, fmt.Errorf("serve: %w", err)
+	}
+	cmdline := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { cmdline[f.Name] = true })
+	if err := c.logFlags(cmdline); err != nil {
 		return c, err
 	}
 	if c.Config != "" && e.Config != nil {
@@ -267,9 +286,44 @@ func ParseServe(args []string, stderr io.Writer) (ServeConfig, error) {
 	if c.WorkerToken, err = token("worker", "FAIRGATE_WORKER_TOKEN", workerFile); err != nil {
 		return c, err
 	}
-	cmdline := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { cmdline[f.Name] = true })
 	return c, checkModes(&c, cmdline, os.LookupEnv)
+}
+
+// envoyLogFormat is the log format envoyproxy/ratelimit's LOG_FORMAT asks
+// for: unset, json (fairgate's default); set to anything else, text, as
+// that service treats every value but json.
+func envoyLogFormat(e envoyenv.Result) string {
+	if e.LogFormat == "" || e.LogFormat == "json" {
+		return "json"
+	}
+	return "text"
+}
+
+// logFlags checks --log-format and --log-level, naming where a bad value
+// came from (the flag, its FAIRGATE_* variable, or envoyproxy/ratelimit's
+// LOG_LEVEL); cmdline holds the flags given on the command line.
+func (c *ServeConfig) logFlags(cmdline map[string]bool) error {
+	from := func(flagName, envName, envoyName string) string {
+		_, ours := os.LookupEnv(envName)
+		switch {
+		case cmdline[flagName]:
+			return "--" + flagName
+		case ours:
+			return envName
+		}
+		return envoyName
+	}
+	switch c.LogFormat {
+	case "json", "text":
+	default:
+		return fmt.Errorf("serve: log format %q (%s): want json or text", c.LogFormat, from("log-format", "FAIRGATE_LOG_FORMAT", "LOG_FORMAT"))
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		return fmt.Errorf("serve: log level %q (%s): want debug, info, warn or error", c.LogLevel, from("log-level", "FAIRGATE_LOG_LEVEL", "LOG_LEVEL"))
+	}
+	return nil
 }
 
 // envoyDefaults completes c, once its flags are parsed, with what

@@ -512,7 +512,7 @@ const DefaultMemoryLimit = 384 << 20
 
 // Logger returns the daemon's logger on w: JSON lines, or text for format
 // "text"; at level (debug, info, warn, error; "" is info), as
-// envoyproxy/ratelimit's LOG_LEVEL and LOG_FORMAT ask.
+// ServeConfig's LogFormat and LogLevel (checked by ParseServe) ask.
 func Logger(w io.Writer, level, format string) *slog.Logger {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil || level == "" {

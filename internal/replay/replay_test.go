@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -258,16 +259,135 @@ func TestShadowAndLongLines(t *testing.T) {
 	}
 	// 6 requests; the shadow search layer (2 per hour) would have rejected
 	// the 3rd and 4th; the tenant layer (4) rejects the 5th and 6th.
-	if rep.Requests != 6 || rep.Limited != 2 || rep.ShadowLimited < 2 {
-		t.Fatalf("requests %d limited %d shadow %d, want 6, 2 and at least 2", rep.Requests, rep.Limited, rep.ShadowLimited)
+	// (shadow limited counts admitted requests only: the 3rd and 4th).
+	if rep.Requests != 6 || rep.Limited != 2 || rep.ShadowLimited != 2 {
+		t.Fatalf("requests %d limited %d shadow %d, want 6, 2 and 2", rep.Requests, rep.Limited, rep.ShadowLimited)
 	}
 	search, tenant := rep.Policies["free.search.1h"], rep.Policies["free.tenant.1h"]
-	if search == nil || tenant == nil || search.Requests < 4 || search.ShadowLimited < 2 || tenant.Requests != 6 || tenant.Limited != 2 {
+	if search == nil || tenant == nil || search.Requests != 6 || search.ShadowLimited != 2 || tenant.Requests != 6 || tenant.Limited != 2 {
 		t.Fatalf("policies %+v %+v", search, tenant)
 	}
 	var tbl bytes.Buffer
 	rep.WriteTable(&tbl, 10)
 	if !strings.Contains(tbl.String(), "more by shadow policies") {
 		t.Errorf("the table does not report shadow policies:\n%s", tbl.String())
+	}
+}
+
+// TestFormatsAgree: one input, three formats, the same rows with the same
+// counts: every tenant in the table too (it left out those with nothing
+// limited), the JSON's bad lines in snake_case (they were File, Line,
+// Reason), and each policy's requests the requests its layer applies to:
+// 20 logins of one address are 20 requests of anonymous.login.1m (the near
+// cache made them 6), limited by anonymous.login.per-user alone.
+func TestFormatsAgree(t *testing.T) {
+	var log bytes.Buffer
+	for i := range 20 {
+		fmt.Fprintf(&log, `{"time":%d,"method":"POST","path":"/v1/login","ip":"198.51.100.7"}`+"\n", 1764756000+i)
+	}
+	lines := 20
+	for i := range 600 {
+		if i%4 != 3 { // no more logins
+			log.WriteString(genLine(i, false) + "\n")
+			lines++
+		}
+	}
+	fmt.Fprintf(&log, `{"time":%d,"tenant":"quiet","method":"GET","path":"/v1/users/1"}`+"\n", 1764756030)
+	log.WriteString("not a log line\n")
+	clock := &Clock{}
+	lim, err := NewLimiter(examplePolicy(t), clock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Run(context.Background(), lim, clock, []Input{{"a.log", &log}}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type counts struct{ requests, limited, shadow string }
+	// From the report itself.
+	want := map[string]counts{}
+	for name, s := range rep.Tenants {
+		want["tenant "+name] = counts{fmt.Sprint(s.Requests), fmt.Sprint(s.Limited), fmt.Sprint(s.ShadowLimited)}
+	}
+	for name, s := range rep.Policies {
+		want["policy "+name] = counts{fmt.Sprint(s.Requests), fmt.Sprint(s.Limited), fmt.Sprint(s.ShadowLimited)}
+	}
+	if c := want["policy anonymous.login.1m"]; c != (counts{"20", "0", "0"}) {
+		t.Errorf("anonymous.login.1m: %+v, want 20 requests, none limited", c)
+	}
+	if c := want["policy anonymous.login.per-user"]; c.requests != "20" || c.limited != "15" {
+		t.Errorf("anonymous.login.per-user: %+v, want 20 requests, 15 limited", c)
+	}
+	if _, ok := want["tenant quiet"]; !ok || rep.Tenants["quiet"].Limited != 0 {
+		t.Fatalf("no tenant quiet with nothing limited: %v", want)
+	}
+	var limitedSum int64
+	for _, s := range rep.Policies {
+		limitedSum += s.Limited
+	}
+	if limitedSum != rep.Limited {
+		t.Errorf("policies' limited add up to %d, want the total %d", limitedSum, rep.Limited)
+	}
+
+	// The table.
+	var tbl bytes.Buffer
+	if err := rep.WriteTable(&tbl, 0); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]counts{}
+	kind := ""
+	for _, line := range strings.Split(tbl.String(), "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) > 0 && (f[0] == "tenant" || f[0] == "policy") && f[1] == "requests":
+			kind = f[0]
+		case len(f) >= 5 && kind != "":
+			got[kind+" "+f[0]] = counts{f[1], f[2], f[4]}
+		case len(f) == 0:
+			kind = ""
+		}
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("table rows %v\nwant %v\n%s", got, want, tbl.String())
+	}
+	// The CSV.
+	var c bytes.Buffer
+	if err := rep.WriteCSV(&c); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := csv.NewReader(&c).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = map[string]counts{}
+	for _, r := range rows[1:] {
+		got[r[0]+" "+r[1]] = counts{r[2], r[3], r[4]}
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("CSV rows %v\nwant %v", got, want)
+	}
+	// The JSON.
+	var j bytes.Buffer
+	if err := rep.WriteJSON(&j); err != nil {
+		t.Fatal(err)
+	}
+	var back struct {
+		Tenants, Policies map[string]map[string]any
+		Bad               []map[string]any
+	}
+	if err := json.Unmarshal(j.Bytes(), &back); err != nil {
+		t.Fatal(err)
+	}
+	got = map[string]counts{}
+	for k, m := range map[string]map[string]map[string]any{"tenant": back.Tenants, "policy": back.Policies} {
+		for name, s := range m {
+			got[k+" "+name] = counts{fmt.Sprint(s["requests"]), fmt.Sprint(s["limited"]), fmt.Sprint(s["shadow_limited"])}
+		}
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("JSON rows %v\nwant %v", got, want)
+	}
+	if len(back.Bad) != 1 || back.Bad[0]["file"] != "a.log" || back.Bad[0]["line"] != float64(lines+2) || back.Bad[0]["reason"] == nil {
+		t.Errorf("JSON bad lines %v, want file, line %d and reason", back.Bad, lines+2)
 	}
 }

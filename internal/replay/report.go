@@ -20,30 +20,31 @@ func stamp(t time.Time) string {
 	return t.UTC().Format(time.RFC3339)
 }
 
-// WriteTable writes the report for a person: totals, the tenants that
-// would have been limited (most first; at most top, 0 for all), the
-// policies that limited them, and the first malformed lines.
+// WriteTable writes the report for a person: totals, every tenant (most
+// limited first; at most top, 0 for all, with a line counting the rest),
+// every policy, and the first malformed lines. Its rows and counts are the
+// CSV's and the JSON's; share is limited / requests.
 func (r *Report) WriteTable(w io.Writer, top int) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "%d lines: %d requests, %d would have been limited (%.2f%%), %d more by shadow policies (%.2f%%), %d malformed\n\n",
 		r.Lines, r.Requests, r.Limited, pct(r.Limited, r.Requests), r.ShadowLimited, pct(r.ShadowLimited, r.Requests), r.Malformed)
 	fmt.Fprintln(tw, "tenant\trequests\tlimited\tshare\tshadow limited\tfirst limited\tlast limited")
-	shown := 0
-	for _, t := range r.TopTenants(0) {
+	tenants := r.TopTenants(0)
+	shown := tenants
+	if top > 0 && len(tenants) > top {
+		shown = tenants[:top]
+	}
+	for _, t := range shown {
 		s := r.Tenants[t]
-		if s.Limited == 0 && s.ShadowLimited == 0 || top > 0 && shown == top {
-			continue
-		}
-		shown++
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%.2f%%\t%d\t%s\t%s\n", t, s.Requests, s.Limited, pct(s.Limited, s.Requests), s.ShadowLimited, stamp(s.FirstLimited), stamp(s.LastLimited))
 	}
-	if shown == 0 {
-		fmt.Fprintln(tw, "(none limited)")
+	if more := len(tenants) - len(shown); more > 0 {
+		fmt.Fprintf(tw, "(%d more tenants, fewer limited: --top 0 lists them all)\n", more)
 	}
-	fmt.Fprintln(tw, "\npolicy\trequests\tlimited\tshadow limited\tfirst limited\tlast limited")
+	fmt.Fprintln(tw, "\npolicy\trequests\tlimited\tshare\tshadow limited\tfirst limited\tlast limited")
 	for _, p := range slices.Sorted(maps.Keys(r.Policies)) {
 		s := r.Policies[p]
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\n", p, s.Requests, s.Limited, s.ShadowLimited, stamp(s.FirstLimited), stamp(s.LastLimited))
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.2f%%\t%d\t%s\t%s\n", p, s.Requests, s.Limited, pct(s.Limited, s.Requests), s.ShadowLimited, stamp(s.FirstLimited), stamp(s.LastLimited))
 	}
 	if len(r.Bad) > 0 {
 		fmt.Fprintln(tw, "\nmalformed lines (first ones):")

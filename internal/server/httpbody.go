@@ -362,8 +362,15 @@ func (sc *nameScanner) value(t reflect.Type) error {
 	case '{':
 		return sc.object(t)
 	}
+	start := sc.i
 	for sc.i < len(sc.b) && !strings.ContainsRune(",}] \t\n\r", rune(sc.b[sc.i])) {
 		sc.i++
+	}
+	// A number, true, false or null; anything else (`not json`) is not
+	// JSON, for the decoder to name with its byte, rather than a first
+	// value with a second after it.
+	if !json.Valid(sc.b[start:sc.i]) {
+		return errNotJSON
 	}
 	return nil
 }
@@ -465,7 +472,9 @@ func jsonError(err error) string {
 		return "body must be a JSON object, not " + typ.Value
 	case errors.As(err, &typ):
 		return fmt.Sprintf("field %s: want %s, got %s", typ.Field, jsonType(typ.Type.String()), typ.Value)
-	case errors.As(err, &syn), errors.Is(err, io.ErrUnexpectedEOF):
+	case errors.As(err, &syn):
+		return fmt.Sprintf("body is not valid JSON at byte %d: %v", syn.Offset, err)
+	case errors.Is(err, io.ErrUnexpectedEOF):
 		return "body is not valid JSON: " + err.Error()
 	case errors.Is(err, io.EOF):
 		return "body is empty: want a JSON object"

@@ -17,14 +17,15 @@ const (
 	padLeft  = 60
 	padRight = 20
 	padTop   = 36
-	padBot   = 34
+	padBot   = 52 // the time labels, then the legend
 )
 
 // SVG writes one panel per run, stacked, on one time axis from 0 to end:
 // the remaining capacity as a line, the requests in flight as a second
 // line for a policy with a concurrency layer (on the right-hand scale, 0
 // to its limit), admitted requests as green dots and rejected ones as red
-// crosses (orange for no slot). Markers carry data-t (seconds),
+// crosses (orange for no slot); a legend under each panel names each of
+// these it draws, and the axes have ticks at round values. Markers carry data-t (seconds),
 // data-remaining and data-in-flight, so the chart can be checked against
 // the runs.
 func SVG(w io.Writer, runs []Run, end time.Duration) error {
@@ -42,16 +43,17 @@ func SVG(w io.Writer, runs []Run, end time.Duration) error {
 		fmt.Fprintf(&b, `<g class="panel" data-policy="%s">`+"\n", html.EscapeString(r.Policy.Text))
 		fmt.Fprintf(&b, `<text x="%d" y="%.1f" font-weight="bold">%s — %s: %d admitted, %d rejected</text>`+"\n",
 			padLeft, top-14, html.EscapeString(r.Policy.Text), html.EscapeString(r.Policy.Describe()), r.Admitted, r.Rejected)
-		// Axes, with ticks at five times and at 0, half and full capacity.
+		// Axes, with ticks at round times and counts (timeTicks,
+		// countTicks).
 		fmt.Fprintf(&b, `<path d="M%d %.1f V%.1f H%.1f" stroke="#444" fill="none"/>`+"\n", padLeft, top, top+plotH, padLeft+plotW)
-		for k := 0; k <= 4; k++ {
-			t := end * time.Duration(k) / 4
-			fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="middle" fill="#444">%s</text>`+"\n", x(t), top+plotH+16, t)
+		for _, t := range timeTicks(end) {
+			fmt.Fprintf(&b, `<text class="tick-t" x="%.1f" y="%.1f" text-anchor="middle" fill="#444">%s</text>`+"\n", x(t), top+plotH+16, timeLabel(t))
 		}
-		for _, v := range []int64{0, int64(capa) / 2, int64(capa)} {
-			fmt.Fprintf(&b, `<text x="%d" y="%.1f" text-anchor="end" fill="#444">%d</text>`+"\n", padLeft-6, y(v)+4, v)
+		for _, v := range countTicks(int64(capa)) {
+			fmt.Fprintf(&b, `<text class="tick-y" x="%d" y="%.1f" text-anchor="end" fill="#444">%d</text>`+"\n", padLeft-6, y(v)+4, v)
 			fmt.Fprintf(&b, `<path d="M%d %.1f H%.1f" stroke="#eee"/>`+"\n", padLeft, y(v), padLeft+plotW)
 		}
+		legend(&b, r.Policy.Concurrency > 0, top+plotH+36)
 		// The remaining capacity, as a step line through the samples.
 		b.WriteString(`<polyline class="remaining" fill="none" stroke="#2563eb" stroke-width="1.5" points="`)
 		for j, s := range r.Samples {
@@ -87,6 +89,39 @@ func SVG(w io.Writer, runs []Run, end time.Duration) error {
 	b.WriteString("</svg>\n")
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// A series is one kind of mark a panel draws, as its legend names it.
+type series struct {
+	class, label string
+	swatch       string // SVG of the mark, drawn at (0, 0)
+}
+
+// legendSeries are a panel's series: the concurrency ones only for a
+// policy with a concurrency layer.
+func legendSeries(conc bool) []series {
+	s := []series{
+		{"remaining", "remaining capacity (left scale)", `<path d="M-8 0 H8" stroke="#2563eb" stroke-width="1.5"/>`},
+		{"admitted", "admitted request", `<circle r="2.5" fill="#16a34a"/>`},
+		{"rejected", "rejected request", `<path d="M-3 -3 l6 6 m0 -6 l-6 6" stroke="#dc2626" stroke-width="1.5"/>`},
+	}
+	if conc {
+		s = append(s,
+			series{"in-flight", "requests in flight (right scale)", `<path d="M-8 0 H8" stroke="#ea580c" stroke-width="1.2" stroke-dasharray="4 2"/>`},
+			series{"no-slot", "rejected: no slot", `<path d="M-3 -3 l6 6 m0 -6 l-6 6" stroke="#ea580c" stroke-width="1.5"/>`})
+	}
+	return s
+}
+
+// legend draws a panel's legend in a row at y: each series' mark and name.
+func legend(b *strings.Builder, conc bool, y float64) {
+	b.WriteString(`<g class="legend">` + "\n")
+	x := float64(padLeft + 10)
+	for _, s := range legendSeries(conc) {
+		fmt.Fprintf(b, `<g class="legend-item" data-series="%s" transform="translate(%.1f %.1f)">%s<text x="14" y="4" fill="#444">%s</text></g>`+"\n", s.class, x, y, s.swatch, s.label)
+		x += 30 + 6*float64(len(s.label))
+	}
+	b.WriteString("</g>\n")
 }
 
 // inFlight draws a run's requests in flight as a step line on a scale of

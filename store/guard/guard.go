@@ -225,6 +225,7 @@ func (g *Guard) take(ctx context.Context, now time.Time, checks []store.Check, f
 // For peeks, leases and the retries of a decision: the caller decides a
 // failure, by [Guard.Fail] or otherwise.
 func (g *Guard) Call(ctx context.Context, now time.Time, checks []store.Check, res *store.Result) error {
+	caller := ctx
 	ctx, cancel := g.storeContext(ctx)
 	defer cancel()
 	var end func(*store.Result, error)
@@ -236,7 +237,10 @@ func (g *Guard) Call(ctx context.Context, now time.Time, checks []store.Check, r
 	if end != nil {
 		end(res, err)
 	}
-	if refused(err) {
+	if refused(err) || errors.Is(err, context.Canceled) && caller.Err() != nil {
+		// Refused by a breaker, or the caller gave up (a client gone, a
+		// daemon stopping): not a failure of the store, so neither logged
+		// nor counted (the breakers do not count it either).
 		return err
 	}
 	g.observeStore(ctx, time.Since(start).Seconds())
@@ -373,6 +377,9 @@ var probeCheck = []store.Check{{Key: "fg:probe", Limit: algo.Limit{Limit: 1, Per
 // failure domain whose breaker is not closed, so that an outage and its
 // recovery are seen without traffic. Call it every second or so.
 func (g *Guard) Probe(ctx context.Context, now time.Time) {
+	if ctx.Err() != nil {
+		return // stopping: nothing to learn
+	}
 	var res store.Result
 	_ = g.Call(ctx, now, probeCheck, &res)
 	for _, c := range g.cb.toProbe() {

@@ -3,10 +3,14 @@ package guard
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/fairgate/fairgate/algo"
 	"github.com/fairgate/fairgate/policy"
@@ -83,5 +87,33 @@ func TestHoldGoesThroughTheBreaker(t *testing.T) {
 	}
 	if n := st.holds.Load(); n >= 50 || !errors.Is(last, store.ErrUnavailable) || !strings.Contains(last.Error(), "breaker open") {
 		t.Errorf("50 holds on a store that is out: %d reached it, last error %v; want the breaker to refuse the rest", n, last)
+	}
+}
+
+// TestCallerCancelIsNoStoreFailure: a call whose caller gave up (a daemon
+// stopping, a client gone) is not a store failure: it is neither logged
+// nor counted, and Probe makes no call once its context is done (a failed
+// start logged a stray "store call failed: context canceled").
+func TestCallerCancelIsNoStoreFailure(t *testing.T) {
+	for _, timeout := range []time.Duration{0, time.Second} {
+		var logs strings.Builder
+		reg := prometheus.NewRegistry()
+		g, err := New(Config{Store: memstore.New(memstore.Config{}), Timeout: timeout, Logger: slog.New(slog.NewTextHandler(&logs, nil)), Registerer: reg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		g.Probe(ctx, time.Now())
+		var res store.Result
+		if err := g.Call(ctx, time.Now(), []store.Check{{Key: "k", Limit: algo.Limit{Limit: 1, Period: time.Second, Burst: 1}, Cost: 1}}, &res); !errors.Is(err, context.Canceled) {
+			t.Errorf("timeout %v: Call on a canceled context = %v, want context.Canceled", timeout, err)
+		}
+		if logs.Len() > 0 {
+			t.Errorf("timeout %v: logged %q, want nothing", timeout, logs.String())
+		}
+		if n := testutil.ToFloat64(g.m.storeErrors); n != 0 {
+			t.Errorf("timeout %v: %v store errors counted, want 0", timeout, n)
+		}
 	}
 }

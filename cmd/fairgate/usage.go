@@ -1,0 +1,89 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// commands are fairgate's commands in the order `fairgate help` lists them.
+var commands = []string{"serve", "check-config", "simulate", "replay", "version", "help"}
+
+// about is each command's help: its usage line and what it does. A command
+// with flags has them listed after it.
+var about = map[string]string{
+	"serve": `usage: fairgate serve [flags]
+
+Runs the decision API until SIGTERM or Ctrl-C, with the policy of the config
+file (default: the embedded examples/fairgate.yaml), reloaded when the file
+changes and on SIGHUP. Each flag defaults to the FAIRGATE_* environment
+variable named in its line; a flag given wins over its variable. Logs go to
+stderr: JSON lines at level info unless --log-format and --log-level say
+otherwise.`,
+	"check-config": `usage: fairgate check-config [FILE]
+
+Validates FILE (default: the embedded examples/fairgate.yaml) and prints every
+problem with its line; exits 1 if there is any.`,
+	"simulate": `usage: fairgate simulate --policy P [--policy P…] (--traffic T | --traffic-file FILE) [--out chart.svg] [--until D] [--hold D]
+
+Runs limits on a virtual clock against described traffic and prints what each
+admitted; with --out it draws the remaining capacity as an SVG, with a legend
+naming each line.`,
+	"replay": `usage: fairgate replay [--config proposed.yaml] [--format table|csv|json] [--log-format json|common|auto] [--tenant-field F] [--top N] ACCESS_LOG…
+
+Runs recorded traffic through a proposed config on a virtual clock and
+reports, per tenant and per policy, how many requests would have been limited
+(docs/replay.md explains each count).`,
+	"version": `usage: fairgate version
+
+Prints the version, the commit it was built from and the Go version.`,
+	"help": `usage: fairgate help [COMMAND]
+
+Prints fairgate's usage, or a command's (as fairgate COMMAND --help does).`,
+}
+
+// isHelp reports whether arg asks for help.
+func isHelp(arg string) bool {
+	switch arg {
+	case "-h", "-help", "--help", "help":
+		return true
+	}
+	return false
+}
+
+// usageError writes one line to stderr saying what is wrong with a
+// command's arguments, and where its help is; it returns the exit code 2.
+// A message of several lines (errors.Join) is joined into one with "; ".
+func usageError(stderr io.Writer, cmd string, err error) int {
+	msg := strings.ReplaceAll(strings.TrimSpace(err.Error()), "\n", "; ")
+	help := "fairgate " + cmd + " --help"
+	if cmd == "" || cmd == "help" {
+		help = "fairgate help"
+	}
+	prefix := "fairgate " + cmd + ": "
+	if cmd == "" {
+		prefix = "fairgate: "
+	}
+	fmt.Fprintf(stderr, "%s%s (see %s)\n", prefix, strings.TrimPrefix(msg, cmd+": "), help)
+	return 2
+}
+
+// parseFlags parses a command's flags: -h or --help prints the command's
+// help to stdout (code 0); a bad flag is one line on stderr (code 2). ok
+// is false when the command is to return code.
+func parseFlags(fs *flag.FlagSet, cmd string, args []string, stdout, stderr io.Writer) (code int, ok bool) {
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	switch err := fs.Parse(args); {
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprintf(stdout, "%s\n\nFlags:\n", about[cmd])
+		fs.SetOutput(stdout)
+		fs.PrintDefaults()
+		return 0, false
+	case err != nil:
+		return usageError(stderr, cmd, err), false
+	}
+	return 0, true
+}
