@@ -67,7 +67,7 @@ func TestServeAsACLUser(t *testing.T) {
 	if json.Unmarshal(b, &made); status != 201 || made.ID == "" {
 		t.Fatalf("POST /admin/keys as the ACL user: %d %s\n%s", status, b, sv.logs.String())
 	}
-	if status, b := do("GET", "http://"+adminAddr+"/admin/keys?tenant=acme", ""); status != 200 || !bytes.Contains(b, []byte(made.ID)) {
+	if status, b := do("GET", "http://"+adminAddr+"/admin/keys?tenant=newco", ""); status != 200 || !bytes.Contains(b, []byte(made.ID)) || !bytes.Contains(b, []byte(`"total":1`)) {
 		t.Errorf("GET /admin/keys: %d %s", status, b)
 	}
 	if status, b := do("DELETE", "http://"+adminAddr+"/admin/keys/"+made.ID, ""); status != 200 {

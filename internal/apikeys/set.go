@@ -105,6 +105,22 @@ func (s *Set) Len() int {
 	return len(s.byID)
 }
 
+// Count returns how many keys tenant has ("" for every tenant's).
+func (s *Set) Count(tenant string) int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if tenant == "" {
+		return len(s.byID)
+	}
+	n := 0
+	for _, e := range s.byID {
+		if e.rec.Tenant == tenant {
+			n++
+		}
+	}
+	return n
+}
+
 // Ready reports whether the Set has loaded the backend at least once.
 func (s *Set) Ready() bool {
 	s.mu.RLock()

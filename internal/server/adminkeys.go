@@ -145,7 +145,7 @@ func (a *admin) listKeys(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, problem.Details{Status: http.StatusServiceUnavailable, Detail: err.Error()})
 		return
 	}
-	out := map[string]any{"keys": keys, "total": a.keys.Len()}
+	out := map[string]any{"keys": keys, "total": a.keys.Count(o.Tenant)}
 	if keys == nil {
 		out["keys"] = []apikeys.Key{}
 	}

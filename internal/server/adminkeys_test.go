@@ -175,6 +175,11 @@ func TestKeyPlanBowsToTheTenantEntry(t *testing.T) {
 		t.Errorf("newco's team key: plan %q, want team", got)
 	}
 
+	// total counts the query's keys, not every tenant's.
+	if rec := adm.do("GET", "/admin/keys?tenant=bumped", "", ""); !strings.Contains(rec.Body.String(), `"total":0`) {
+		t.Errorf("GET /admin/keys?tenant=bumped, a tenant without keys: %s, want total 0", rec.Body)
+	}
+
 	// A run-time entry without expiry: refused, naming it.
 	if rec := adm.do("PUT", "/admin/tenants/bumped", `{"plan":"enterprise"}`, ""); rec.Code != 200 {
 		t.Fatalf("put tenant: %d %s", rec.Code, rec.Body)
