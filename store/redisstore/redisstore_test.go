@@ -474,12 +474,12 @@ func TestRejectionWritesNothing(t *testing.T) {
 	}
 }
 
-// TestEveryScriptCompiles loads the take and refund script of every set of
+// TestEveryScriptCompiles loads the take, refund and settle script of every set of
 // algorithms into Redis: a syntax error in a rarely used combination fails
 // here, not in production.
 func TestEveryScriptCompiles(t *testing.T) {
 	for m := 1; m <= allAlgorithms; m++ {
-		for _, driver := range []string{"take1", "take_multi", "take1_multi", "refund"} {
+		for _, driver := range []string{"take1", "take_multi", "take1_multi", "refund", "settle"} {
 			if _, err := redistest.Do(redistest.Shared(t).Addr, "SCRIPT", "LOAD", script(driver, uint8(m))); err != nil {
 				t.Errorf("%s script for algorithm set %05b: %v", driver, m, err)
 			}
