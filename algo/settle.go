@@ -53,8 +53,11 @@ type Settlement struct {
 //     take's window, the current or the previous one; older, nothing.
 //   - SlidingLog: a charge logs units at max(now, newest), up to twice the
 //     limit live; each ages out one period after it was logged. A refund
-//     removes up to -delta live entries logged at or after takenAt, oldest
-//     first: the take's own entries, given a clock that moves forward.
+//     removes up to -delta live entries, those logged nearest takenAt
+//     first (at or after it on a tie): the take's own entries, or entries
+//     as near as the clocks that decided the take and the settlement
+//     agree (a cluster's slots). A take older than one period refunds
+//     nothing: its entries have aged out.
 //
 // Settle assumes l is valid and |delta| <= MaxCount; it does not check.
 //
@@ -232,15 +235,29 @@ func slSettle(period, limit int64, s State, now, takenAt, delta int64) (Settleme
 		for range applied {
 			next = append(next, ts)
 		}
-	case delta < 0:
-		i := 0 // the first live entry logged at or after takenAt
-		for i < len(live) && live[i] < takenAt {
-			i++
+	case delta < 0 && takenAt > now-period:
+		// The k live entries nearest takenAt: two cursors, lo down from
+		// the newest before it, hi up from the oldest at or after it;
+		// the nearer goes first, hi on a tie.
+		hi := 0
+		for hi < len(live) && live[hi] < takenAt {
+			hi++
 		}
-		k := min(-delta, n-int64(i))
-		applied = -k
-		next = make([]int64, 0, n-k)
-		next = append(append(next, live[:i]...), live[i+int(k):]...)
+		lo, from, to := hi-1, hi, hi
+		for k := -delta; k > 0; k-- {
+			switch {
+			case to < len(live) && (lo < 0 || live[to]-takenAt <= takenAt-live[lo]):
+				to++
+			case lo >= 0:
+				from, lo = lo, lo-1
+			default:
+				k = 1 // none left
+				continue
+			}
+			applied--
+		}
+		next = make([]int64, 0, n+applied)
+		next = append(append(next, live[:from]...), live[to:]...)
 	}
 	if applied == 0 {
 		return Settlement{Remaining: limit - n, ResetUs: slReset(live, period, now)}, s

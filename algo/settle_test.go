@@ -106,13 +106,15 @@ func TestSettleSteps(t *testing.T) {
 			{at: 100 * ms, cost: 2, want: Outcome{Allowed: true, Remaining: 0, ResetUs: 1000 * ms}},
 			{at: 200 * ms, delta: 2, takenAt: 100 * ms, want: Settlement{Applied: 2, Remaining: -2, ResetUs: 1000 * ms}},
 			{at: 200 * ms, cost: 1, want: Outcome{Remaining: 0, RetryUs: 900 * ms, ResetUs: 1000 * ms}},
-			// A refund removes the entries logged at or after the take, oldest first.
-			{at: 300 * ms, delta: -3, takenAt: 100 * ms, want: Settlement{Applied: -3, Remaining: 1, ResetUs: 900 * ms}},
-			{at: 300 * ms, delta: -5, takenAt: 100 * ms, want: Settlement{Applied: -1, Remaining: 2, ResetUs: 700 * ms}},
-			{at: 1000 * ms, delta: -1, takenAt: 0, want: Settlement{Applied: 0, Remaining: 3, ResetUs: 0}},
+			// A refund removes the entries logged nearest the take: its own.
+			{at: 300 * ms, delta: -2, takenAt: 100 * ms, want: Settlement{Applied: -2, Remaining: 0, ResetUs: 900 * ms}},
+			// Told a time 30 ms late (another clock), the nearest are still the ones meant.
+			{at: 300 * ms, delta: -1, takenAt: 230 * ms, want: Settlement{Applied: -1, Remaining: 1, ResetUs: 900 * ms}},
+			// A take older than one period refunds nothing.
+			{at: 1000 * ms, delta: -1, takenAt: 0, want: Settlement{Applied: 0, Remaining: 2, ResetUs: 200 * ms}},
 		})
-		if len(s.Log) != 1 || s.Log[0] != t0 {
-			t.Errorf("log = %v, want the first take's entry", s.Log)
+		if len(s.Log) != 2 || s.Log[0] != t0 || s.Log[1] != t0+200*ms {
+			t.Errorf("log = %v, want the first take's entry and one of the settlement's", s.Log)
 		}
 	})
 }

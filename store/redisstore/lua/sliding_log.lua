@@ -76,10 +76,22 @@ if delta > 0 then
       redis.call('ZADD', key, unpack(args))
     end
   end
-elseif delta < 0 then
-  -- The oldest live members logged at or after the take.
-  local lo = string.format('%d', math.max(at, now - p1 + 1))
-  local gone = redis.call('ZRANGEBYSCORE', key, lo, '+inf', 'LIMIT', 0, -delta)
+elseif delta < 0 and at > now - p1 then
+  -- The live members logged nearest the take: the nearer of the oldest at
+  -- or after it and the newest before it goes first, the later on a tie.
+  local ts = string.format('%d', at)
+  local after = redis.call('ZRANGEBYSCORE', key, ts, '+inf', 'WITHSCORES', 'LIMIT', 0, -delta)
+  local before = redis.call('ZREVRANGEBYSCORE', key, '(' .. ts, '(' .. string.format('%d', now - p1), 'WITHSCORES', 'LIMIT', 0, -delta)
+  local gone, ai, bi = {}, 1, 1
+  while #gone < -delta do
+    if ai <= #after and (bi > #before or tonumber(after[ai + 1]) - at <= at - tonumber(before[bi + 1])) then
+      gone[#gone + 1], ai = after[ai], ai + 2
+    elseif bi <= #before then
+      gone[#gone + 1], bi = before[bi], bi + 2
+    else
+      break
+    end
+  end
   if #gone > 0 then
     applied = -#gone
     for j = 1, #gone, 1000 do
