@@ -165,7 +165,7 @@ func testSettleOnce(t *testing.T, s store.Store) {
 			t.Parallel()
 			l := longLimit(a)
 			for _, keys := range [][2]string{
-				{p + "{once}1" + a.String(), p + "{once}2" + a.String()},     // one slot
+				{p + "{once}1" + a.String(), p + "{once}2" + a.String()},   // one slot
 				{p + "{once-a}" + a.String(), p + "{once-b}" + a.String()}, // two slots on a cluster
 			} {
 				taken := take(t, s, store.Check{Key: keys[0], Limit: l, Cost: 4}, store.Check{Key: keys[1], Limit: l, Cost: 4})
