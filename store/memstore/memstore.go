@@ -29,8 +29,9 @@ type Config struct {
 	// pressure expired keys are evicted first regardless. Zero means 1 minute.
 	IdleAfter time.Duration
 	// MaxSettleIDs bounds the settlement ids held (see [Store.Settle]),
-	// each for store.SettleIDLifetime, about 100 bytes apiece with a
-	// 22-byte id. Zero means DefaultMaxSettleIDs.
+	// each for store.SettleIDLifetime, about 85 bytes apiece with a
+	// 22-byte id (so about 8.5 MB at the default). Zero means
+	// DefaultMaxSettleIDs.
 	MaxSettleIDs int
 	// Now is the clock. Zero means the system clock, read as the monotonic
 	// time since New (one clock read per call; immune to wall-clock steps).
