@@ -161,8 +161,8 @@ func TestSettleHeld(t *testing.T) {
 		t.Fatalf("refund on a held key = %+v, %+v; want nothing", got, s)
 	}
 	got, s = l.Settle(held, t0, t0, 2)
-	if got.Applied != 0 || got.Remaining != -3 {
-		t.Fatalf("charge on a key held to the debt bound = %+v; want nothing applied, remaining -3", got)
+	if got.Applied != 0 || got.Remaining != -3 || !sameState(s, held) {
+		t.Fatalf("charge on a key held to the debt bound = %+v, %+v; want nothing applied, remaining -3", got, s)
 	}
 	got, s = l.Settle(held, t0+200*ms, t0, 5)
 	if got.Applied != 2 || s.A != t0+800*ms || s.B != gcraHeld {
