@@ -54,9 +54,12 @@ func (c *Compiled) Eval(s State, now, cost int64) (Outcome, State) {
 // spares copying the state in and out, which a hot loop notices.
 func (c *Compiled) Apply(s *State, now, cost int64) Outcome {
 	if c.lim.Algorithm == GCRA {
-		o, tat := gcra(c.p1, c.p2, c.div, s.A, s.B != 0, now, cost)
+		o, tat := gcra(c.p1, c.p2, c.div, s.A, s.B, now, cost)
 		if tat != s.A {
-			s.A, s.B = tat, 0
+			s.A = tat
+			if o.Allowed && cost > 0 {
+				s.B = 0
+			}
 		}
 		return o
 	}

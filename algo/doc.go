@@ -14,6 +14,12 @@
 // 2^53) compute the same integers. [Limit.Validate] keeps every intermediate
 // value below 2^53.
 //
+// [Limit.Settle] adjusts a charge already admitted by a signed delta (a
+// measured cost known when the work ends): a charge is applied whatever the
+// key holds and may put it in debt, at most one burst, paid back at the
+// limit's rate; a refund gives back at most what makes the key full. Each
+// algorithm's rule is in its doc.
+//
 // The definitions, bounds and worked examples are in docs/algorithms.md.
 //
 // Everything in this package is safe for concurrent use: it has no mutable

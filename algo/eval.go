@@ -6,8 +6,9 @@ import "time"
 // is a key never seen (or expired): full capacity. Its fields mean, by
 // algorithm:
 //
-//	GCRA:           A = theoretical arrival time (µs), B = 1 when held ([Limit.Hold])
-//	TokenBucket:    A = whole tokens, B = time accrued up to (µs)
+//	GCRA:           A = theoretical arrival time (µs), B = 1 when held ([Limit.Hold]),
+//	                2 when in debt ([Limit.Settle])
+//	TokenBucket:    A = whole tokens (negative: a debt), B = time accrued up to (µs)
 //	SlidingLog:     Log = timestamps of admitted units, ascending (µs)
 //	SlidingWindow:  A = current window start (µs), B = its count, C = the previous window's count
 //	FixedWindow:    A = window start (µs), B = its count
@@ -83,13 +84,18 @@ func (l Limit) Eval(s State, now, cost int64) (Outcome, State) {
 	}
 }
 
-// gcraState is gcra on a State: the state itself when nothing changes.
+// gcraState is gcra on a State: the state itself when nothing changes. An
+// admitted take clears the state's flag (a hold or a debt is over); a
+// clamp keeps it.
 func gcraState(em, burst int64, div divisor, s State, now, cost int64) (Outcome, State) {
-	o, tat := gcra(em, burst, div, s.A, s.B != 0, now, cost)
+	o, tat := gcra(em, burst, div, s.A, s.B, now, cost)
 	if tat == s.A {
 		return o, s
 	}
-	return o, State{A: tat}
+	if o.Allowed && cost > 0 {
+		return o, State{A: tat}
+	}
+	return o, State{A: tat, B: s.B}
 }
 
 // clamp0 returns x, or 0 when x is negative.

@@ -13,7 +13,7 @@ func fixedWindow(period, limit, offset int64, s State, now, cost int64) (Outcome
 	}
 	end := w + period - now
 	if cost == 0 {
-		return Outcome{Allowed: true, Remaining: limit - n, ResetUs: fwReset(n, end)}, s
+		return Outcome{Allowed: true, Remaining: clamp0(limit - n), ResetUs: fwReset(n, end)}, s
 	}
 	if n+cost > limit {
 		return Outcome{Remaining: clamp0(limit - n), RetryUs: end, ResetUs: fwReset(n, end)}, s

@@ -6,9 +6,29 @@ package algo
 //
 // Mirror: store/redisstore/lua/token_bucket.lua. Change both or neither.
 //
-// Tokens written under a larger burst are read as at most this burst.
+// Tokens written under a larger burst are read as at most this burst; a
+// debt ([Limit.Settle]: tokens below zero) as at most one burst.
 func tokenBucket(em, burst int64, s State, now, cost int64) (Outcome, State) {
-	tokens, last := min(s.A, burst), s.B
+	tokens, last := tbRefill(em, burst, s, now)
+	if cost == 0 {
+		return Outcome{Allowed: true, Remaining: clamp0(tokens), ResetUs: tbReset(em, burst, tokens, last, now)}, s
+	}
+	if tokens < cost {
+		return Outcome{
+			Remaining: clamp0(tokens),
+			RetryUs:   (cost-tokens)*em - (now - last),
+			ResetUs:   tbReset(em, burst, tokens, last, now),
+		}, s
+	}
+	tokens -= cost
+	return Outcome{Allowed: true, Remaining: tokens, ResetUs: tbReset(em, burst, tokens, last, now)},
+		State{A: tokens, B: last}
+}
+
+// tbRefill reads a bucket's state at now: its tokens, between -burst and
+// burst, and the time refill is credited up to.
+func tbRefill(em, burst int64, s State, now int64) (tokens, last int64) {
+	tokens, last = max(-burst, min(s.A, burst)), s.B
 	if now > last {
 		n := (now - last) / em
 		tokens += n
@@ -17,19 +37,7 @@ func tokenBucket(em, burst int64, s State, now, cost int64) (Outcome, State) {
 			tokens, last = burst, now
 		}
 	}
-	if cost == 0 {
-		return Outcome{Allowed: true, Remaining: tokens, ResetUs: tbReset(em, burst, tokens, last, now)}, s
-	}
-	if tokens < cost {
-		return Outcome{
-			Remaining: tokens,
-			RetryUs:   (cost-tokens)*em - (now - last),
-			ResetUs:   tbReset(em, burst, tokens, last, now),
-		}, s
-	}
-	tokens -= cost
-	return Outcome{Allowed: true, Remaining: tokens, ResetUs: tbReset(em, burst, tokens, last, now)},
-		State{A: tokens, B: last}
+	return tokens, last
 }
 
 // tbReset is the time from now until the bucket holds burst tokens.

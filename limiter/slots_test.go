@@ -179,6 +179,9 @@ func (*downSlots) Take(context.Context, []store.Check, *store.Result) error {
 	return store.ErrUnavailable
 }
 func (*downSlots) Close() error { return nil }
+func (*downSlots) Settle(context.Context, string, []store.Adjustment, *store.SettleResult) error {
+	return store.ErrUnavailable
+}
 func (*downSlots) Hold(context.Context, string, algo.Limit, time.Duration) error {
 	return store.ErrUnavailable
 }
@@ -313,6 +316,9 @@ func (s *lateSlots) Take(ctx context.Context, checks []store.Check, res *store.R
 	return s.mem.Take(ctx, checks, res)
 }
 func (s *lateSlots) Close() error { return nil }
+func (s *lateSlots) Settle(ctx context.Context, id string, adjs []store.Adjustment, res *store.SettleResult) error {
+	return s.mem.Settle(ctx, id, adjs, res)
+}
 func (s *lateSlots) Hold(ctx context.Context, key string, lim algo.Limit, d time.Duration) error {
 	return s.mem.Hold(ctx, key, lim, d)
 }

@@ -10,6 +10,10 @@
 // The same key under two algorithms is two separate states. A batch may not
 // name the same key under the same algorithm twice ([ErrDuplicateCheck]).
 //
+// A settlement ([Settler]) adjusts charges already admitted by their
+// measured cost, atomically per failure domain and exactly once per
+// settlement id ([SettleIDLifetime]).
+//
 // Backends: store/memstore (in process, the embedded default) and
 // store/redisstore (Redis and Redis Cluster). store/storetest holds the
 // conformance suite both run. Fail-open and fail-closed are decided above

@@ -65,9 +65,9 @@ func (r *Result) Tightest() int {
 	return best
 }
 
-// Store decides batches of checks atomically, holds keys ([Holder]) and
-// keeps concurrency slots ([Slots]). Implementations are safe for
-// concurrent use.
+// Store decides batches of checks atomically, settles charges already
+// admitted ([Settler]), holds keys ([Holder]) and keeps concurrency slots
+// ([Slots]). Implementations are safe for concurrent use.
 type Store interface {
 	// Take decides checks as one atomic, all-or-nothing step and writes the
 	// answer to res. An error means nothing was decided (and, for Redis,
@@ -75,6 +75,7 @@ type Store interface {
 	// refund after a partial cross-slot failure fails too). Invalid checks
 	// give an error wrapping [ErrInvalidCheck] before any I/O.
 	Take(ctx context.Context, checks []Check, res *Result) error
+	Settler
 	Holder
 	Slots
 	// Close releases the store's resources. It is idempotent.

@@ -203,6 +203,17 @@ func (s lazyStore) Take(ctx context.Context, checks []store.Check, res *store.Re
 	return errNotConnected
 }
 
+// Settle implements store.Store.
+func (s lazyStore) Settle(ctx context.Context, id string, adjs []store.Adjustment, res *store.SettleResult) error {
+	if rs := s.z.conn.Load(); rs != nil {
+		return rs.Settle(ctx, id, adjs, res)
+	}
+	if err := store.ValidateSettle(id, adjs); err != nil {
+		return err
+	}
+	return errNotConnected
+}
+
 // Hold implements store.Store.
 func (s lazyStore) Hold(ctx context.Context, key string, lim algo.Limit, d time.Duration) error {
 	if rs := s.z.conn.Load(); rs != nil {

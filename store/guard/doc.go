@@ -12,9 +12,11 @@
 // the Envoy service), with a near cache of rejected keys ([NearCache]) in
 // front for single checks. [Guard.Call] is the store call alone, for a
 // caller that decides a failure itself (package limiter's pipeline, its
-// leases and peeks). [Guard.AcquireSlots], [Guard.RenewSlots] and
-// [Guard.ReleaseSlots] are the concurrency-slot calls under the same
-// deadline and breakers.
+// leases and peeks). [Guard.Settle] applies a settlement of measured
+// costs under the same deadline and breakers, retrying it with the same id
+// within a bound and counting what it applied and what failed.
+// [Guard.AcquireSlots], [Guard.RenewSlots] and [Guard.ReleaseSlots] are
+// the concurrency-slot calls under the same deadline and breakers.
 //
 // The package is not a policy engine: it knows checks, not tenants,
 // classes or layers (package limiter). It imports store, algo, policy

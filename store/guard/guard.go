@@ -105,6 +105,9 @@ type Guard struct {
 	// lastLog and lastProto are the seconds a store error and a protocol
 	// error were last logged.
 	lastLog, lastProto atomic.Int64
+	// settleFailures counts the settlements failed since the last log
+	// line about one, at lastSettleLog (seconds).
+	settleFailures, lastSettleLog atomic.Int64
 }
 
 // New returns a guard for c.

@@ -21,6 +21,10 @@ type metrics struct {
 	failures     *prometheus.CounterVec
 	breaker      prometheus.Gauge
 	nearHits     prometheus.Counter
+
+	settlements     *prometheus.CounterVec
+	settleRetries   prometheus.Counter
+	settleUnapplied prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -50,6 +54,18 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "fairgate_store_breaker_state",
 			Help: "The store's circuit breaker: 0 closed, 1 half-open, 2 open.",
 		}),
+		settlements: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fairgate_settlements_total",
+			Help: "Settlements of measured costs (Guard.Settle), by result: applied (the store answered, after retries if any) or failed (not applied: invalid, or the store unavailable after the last attempt; each is logged).",
+		}, []string{"result"}),
+		settleRetries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fairgate_settlement_retries_total",
+			Help: "Settlement calls retried with the same id after the store was unavailable or slow (the id makes a retry apply nothing twice).",
+		}),
+		settleUnapplied: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fairgate_settlement_unapplied_units_total",
+			Help: "Units of settlement charges not applied because the key's debt reached its bound (one burst).",
+		}),
 	}
 	// A second guard on the same registry shares the first one's
 	// collectors (see [Config].Registerer), so that its calls are counted
@@ -61,6 +77,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		promshare.Register(reg, &m.failures),
 		promshare.Register(reg, &m.breaker),
 		promshare.Register(reg, &m.nearHits),
+		promshare.Register(reg, &m.settlements),
+		promshare.Register(reg, &m.settleRetries),
+		promshare.Register(reg, &m.settleUnapplied),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("guard: metrics: %w", err)
@@ -77,6 +96,12 @@ type Stats struct {
 	// StoreCalls are the durations of store calls
 	// (fairgate_store_call_seconds).
 	StoreCalls Histogram
+	// SettlementsApplied and SettlementsFailed count settlements by
+	// result, SettlementRetries their retried calls, and
+	// SettlementUnappliedUnits the units of charges the debt bound cut
+	// (fairgate_settlements_total, fairgate_settlement_retries_total,
+	// fairgate_settlement_unapplied_units_total).
+	SettlementsApplied, SettlementsFailed, SettlementRetries, SettlementUnappliedUnits int64
 	// Breaker is the store's circuit breaker as
 	// fairgate_store_breaker_state shows it: "closed", "half-open" or
 	// "open".
@@ -110,6 +135,15 @@ func (g *Guard) Stats() Stats {
 		}
 		s.StoreCalls.Count = h.GetSampleCount()
 	})
+	promshare.Collect(g.m.settlements, func(m *dto.Metric) {
+		if promshare.Label(m, "result") == "applied" {
+			s.SettlementsApplied += int64(m.GetCounter().GetValue())
+		} else {
+			s.SettlementsFailed += int64(m.GetCounter().GetValue())
+		}
+	})
+	promshare.Collect(g.m.settleRetries, func(m *dto.Metric) { s.SettlementRetries = int64(m.GetCounter().GetValue()) })
+	promshare.Collect(g.m.settleUnapplied, func(m *dto.Metric) { s.SettlementUnappliedUnits = int64(m.GetCounter().GetValue()) })
 	promshare.Collect(g.m.breaker, func(m *dto.Metric) {
 		switch m.GetGauge().GetValue() {
 		case 1:

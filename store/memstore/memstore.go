@@ -28,6 +28,11 @@ type Config struct {
 	// keys that are used often but stay under their limit; under memory
 	// pressure expired keys are evicted first regardless. Zero means 1 minute.
 	IdleAfter time.Duration
+	// MaxSettleIDs bounds the settlement ids held (see [Store.Settle]),
+	// each for store.SettleIDLifetime, about 85 bytes apiece with a
+	// 22-byte id (so about 8.5 MB at the default). Zero means
+	// DefaultMaxSettleIDs.
+	MaxSettleIDs int
 	// Now is the clock. Zero means the system clock, read as the monotonic
 	// time since New (one clock read per call; immune to wall-clock steps).
 	Now func() time.Time
@@ -52,7 +57,9 @@ type Store struct {
 	now      func() time.Time // nil: the monotonic clock since base
 	base     time.Time
 	baseUs   int64
-	slots    slotShards // concurrency slots (slots.go)
+	slots    slotShards        // concurrency slots (slots.go)
+	ids      [idShards]idTable // settlement ids (settle.go)
+	maxIDs   int               // per idTable
 }
 
 // nowUs reads the store's clock in µs since the epoch.
@@ -131,6 +138,7 @@ func New(c Config) *Store {
 		s.base = time.Now()
 		s.baseUs = s.base.UnixMicro()
 	}
+	s.maxIDs = max(1, (cmp.Or(c.MaxSettleIDs, DefaultMaxSettleIDs)+idShards-1)/idShards)
 	s.idle = int64(c.IdleAfter / time.Microsecond)
 	if s.idle <= 0 {
 		s.idle = int64(time.Minute / time.Microsecond)

@@ -37,6 +37,14 @@
 // is returned): the store errs toward limiting. Each part is decided at its
 // own node's TIME.
 //
+// A settlement (Store.Settle) is one lua/settle.lua call per slot, at that
+// node's TIME, which applies the slot's adjustments and records the
+// settlement id in the slot (Prefix + "s:{<tag>}" + id, the tag chosen to
+// hash to the slot; Prefix + "s:" + id on standalone Redis) with SET NX PX
+// for store.SettleIDLifetime, as one atomic step: a retry with the same id
+// applies nothing where it was applied. Like a take, it is retried by the
+// client on a fresh connection; unlike a take's, that retry is harmless.
+//
 // State keys are Prefix + algorithm code + ":" + the check's key, so one
 // key under two algorithms has two states, and hash tags in the check's
 // key are kept (the prefix has no braces).

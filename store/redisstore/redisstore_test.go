@@ -237,7 +237,20 @@ func readState(t *testing.T, s *Store, a algo.Algorithm, key string) (algo.State
 		if err != nil {
 			t.Fatal(err)
 		}
-		return algo.State{A: num(m)}, true
+		str, err := m.ToString()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A trailing 'h' marks a hold (B = 1), a 'd' a debt (B = 2).
+		flag := map[byte]int64{'h': 1, 'd': 2}[str[len(str)-1]]
+		if flag != 0 {
+			str = str[:len(str)-1]
+		}
+		var v int64
+		if _, err := fmt.Sscan(str, &v); err != nil {
+			t.Fatalf("state of %q: %q is not a TAT: %v", k, str, err)
+		}
+		return algo.State{A: v, B: flag}, true
 	case algo.SlidingLog:
 		zs, err := c.Do(ctx, c.B().Zrange().Key(k).Min("0").Max("-1").Withscores().Build()).AsZScores()
 		if err != nil {
@@ -362,6 +375,158 @@ func TestDifferential(t *testing.T) {
 	}
 }
 
+// TestDifferentialSettle sends random takes and settlements (charges into
+// debt, refunds, retries of an id, refunds of takes of windows gone)
+// through the Lua scripts and runs the Go reference at the times Redis
+// reported: every decision, settlement and stored state must be identical.
+func TestDifferentialSettle(t *testing.T) {
+	t.Parallel()
+	s := open(t, standaloneURL(t))
+	seed := rand.Uint64()
+	r := rand.New(rand.NewPCG(seed, 36))
+	defer func() {
+		if t.Failed() {
+			t.Logf("seed %d", seed)
+		}
+	}()
+	type keyed struct {
+		key   string
+		limit algo.Limit
+		taken []time.Time
+	}
+	var pool []*keyed
+	for i := range 15 {
+		a := algo.Algorithms[i%5]
+		l := algo.Limit{Limit: 1 + r.Int64N(8), Algorithm: a}
+		l.Period = time.Duration(l.Limit*(500+r.Int64N(4000))) * time.Microsecond
+		if i >= 10 {
+			l.Period *= 2000
+		}
+		if !a.Windowed() && r.IntN(2) == 0 {
+			l.Burst = 1 + r.Int64N(10)
+		}
+		if a == algo.FixedWindow && r.IntN(2) == 0 {
+			l.Offset = time.Duration(r.Int64N(int64(l.Period/time.Microsecond))) * time.Microsecond
+		}
+		pool = append(pool, &keyed{key: fmt.Sprintf("k%d", i), limit: l})
+	}
+	ref := storetest.NewReference()
+	var res, want store.Result
+	var sres, swant store.SettleResult
+	var ids []string
+	compareState := func(op int, k *keyed, now int64) {
+		st, until, held := ref.State(k.limit.Algorithm, k.key, now)
+		got, ok := readState(t, s, k.limit.Algorithm, k.key)
+		switch {
+		case !held:
+		case !ok:
+			if after := redisTime(t, s); until-after > 2000 {
+				t.Fatalf("op %d: Redis lost the state of %q, %dµs before its expiry", op, k.key, until-after)
+			}
+		case !cmp.Equal(st, got, cmp.Comparer(func(a, b []int64) bool { return fmt.Sprint(a) == fmt.Sprint(b) })):
+			t.Fatalf("op %d: state of %q (%v): Redis %+v, Go %+v", op, k.key, k.limit.Algorithm, got, st)
+		}
+	}
+	for op := range 1500 {
+		picked := r.Perm(len(pool))[:1+r.IntN(3)]
+		if r.IntN(2) == 0 {
+			var checks []store.Check
+			for _, j := range picked {
+				checks = append(checks, store.Check{Key: pool[j].key, Limit: pool[j].limit, Cost: r.Int64N(pool[j].limit.Capacity() + 1)})
+			}
+			if err := s.Take(context.Background(), checks, &res); err != nil {
+				t.Fatalf("op %d: %v", op, err)
+			}
+			ref.Take(res.Now.UnixMicro(), checks, &want)
+			for i, c := range checks {
+				if res.Decisions[i] != want.Decisions[i] {
+					t.Fatalf("op %d, %v %q cost %d: Lua decided %+v, Go %+v", op, c.Limit, c.Key, c.Cost, res.Decisions[i], want.Decisions[i])
+				}
+			}
+			for _, j := range picked {
+				if res.Allowed {
+					pool[j].taken = append(pool[j].taken, res.Now)
+				}
+				compareState(op, pool[j], res.Now.UnixMicro())
+			}
+		} else {
+			var adjs []store.Adjustment
+			for _, j := range picked {
+				k := pool[j]
+				c := k.limit.Capacity()
+				a := store.Adjustment{Key: k.key, Limit: k.limit, Delta: r.Int64N(3*c+1) - 3*c/2, TakenAt: time.Now()}
+				if len(k.taken) > 0 {
+					a.TakenAt = k.taken[len(k.taken)-1-r.IntN(min(len(k.taken), 4))]
+				}
+				adjs = append(adjs, a)
+			}
+			id := fmt.Sprintf("d%d", op)
+			if len(ids) > 0 && r.IntN(5) == 0 {
+				id = ids[r.IntN(len(ids))]
+			}
+			ids = append(ids, id)
+			if err := s.Settle(context.Background(), id, adjs, &sres); err != nil {
+				t.Fatalf("op %d: %v", op, err)
+			}
+			now := sres.Now.UnixMicro()
+			ref.Settle(now, id, adjs, &swant)
+			for i, a := range adjs {
+				if sres.Settled[i] != swant.Settled[i] {
+					t.Fatalf("op %d at %d, %v %q delta %d taken %d: Lua settled %+v, Go %+v", op, now, a.Limit, a.Key, a.Delta, a.TakenUs(), sres.Settled[i], swant.Settled[i])
+				}
+			}
+			for _, j := range picked {
+				compareState(op, pool[j], now)
+			}
+		}
+		if r.IntN(3) == 0 {
+			time.Sleep(time.Duration(r.IntN(3000)) * time.Microsecond)
+		}
+	}
+}
+
+// TestSettleIDRecord: a settlement's id record lives in the slot of the
+// keys it settles (on a cluster, one per slot), for store.SettleIDLifetime.
+func TestSettleIDRecord(t *testing.T) {
+	t.Parallel()
+	for _, url := range []string{standaloneURL(t), clusterURL(t)} {
+		s := open(t, url)
+		l := algo.Limit{Limit: 10, Period: time.Hour}
+		adjs := []store.Adjustment{{Key: "{rec-a}x", Limit: l, Delta: 1}, {Key: "{rec-b}y", Limit: l, Delta: 1}, {Key: "{rec-a}z", Limit: l, Delta: 1}}
+		var res store.SettleResult
+		if err := s.Settle(context.Background(), "rec-id", adjs, &res); err != nil {
+			t.Fatal(err)
+		}
+		slots := map[uint16]bool{}
+		for _, a := range adjs {
+			sl := uint16(0)
+			if s.cluster {
+				sl = slot(s.Key(a.Limit.Algorithm, a.Key))
+			}
+			slots[sl] = true
+		}
+		for sl := range slots {
+			k := s.settleKey("rec-id", sl)
+			if s.cluster && slot(k) != sl {
+				t.Fatalf("%s: the id record %q is in slot %d, not its keys' %d", url, k, slot(k), sl)
+			}
+			ttl, err := s.c.Do(context.Background(), s.c.B().Pttl().Key(k).Build()).AsInt64()
+			if err != nil || ttl <= 0 || ttl > store.SettleIDLifetime.Milliseconds() {
+				t.Fatalf("%s: the id record %q has PTTL %d (%v), want up to %v", url, k, ttl, err, store.SettleIDLifetime)
+			}
+		}
+	}
+}
+
+// TestSlotTags: every cluster slot has a hash tag that hashes to it.
+func TestSlotTags(t *testing.T) {
+	for sl, tag := range slotTags() {
+		if tag == "" || slot(tag) != uint16(sl) || len(tag) > 4 {
+			t.Fatalf("slot %d: tag %q hashes to %d", sl, tag, slot(tag))
+		}
+	}
+}
+
 // TestScriptFlushCostsNoError: SCRIPT FLUSH mid-run; callers see no error.
 func TestScriptFlushCostsNoError(t *testing.T) {
 	t.Parallel()
@@ -474,12 +639,12 @@ func TestRejectionWritesNothing(t *testing.T) {
 	}
 }
 
-// TestEveryScriptCompiles loads the take and refund script of every set of
+// TestEveryScriptCompiles loads the take, refund and settle script of every set of
 // algorithms into Redis: a syntax error in a rarely used combination fails
 // here, not in production.
 func TestEveryScriptCompiles(t *testing.T) {
 	for m := 1; m <= allAlgorithms; m++ {
-		for _, driver := range []string{"take1", "take_multi", "take1_multi", "refund"} {
+		for _, driver := range []string{"take1", "take_multi", "take1_multi", "refund", "settle"} {
 			if _, err := redistest.Do(redistest.Shared(t).Addr, "SCRIPT", "LOAD", script(driver, uint8(m))); err != nil {
 				t.Errorf("%s script for algorithm set %05b: %v", driver, m, err)
 			}

@@ -14,8 +14,8 @@ import (
 var luaFiles embed.FS
 
 // fragments are the sections of one algorithm file: --@helpers, --@eval,
-// --@write and --@refund (see lua/lib.lua for their contract).
-type fragments struct{ helpers, eval, write, refund string }
+// --@write, --@refund and --@settle (see lua/lib.lua for their contract).
+type fragments struct{ helpers, eval, write, refund, settle string }
 
 // readLua returns an embedded script file; its absence is a build defect.
 func readLua(name string) string {
@@ -40,19 +40,22 @@ func parseFragments(name string) fragments {
 			cur = &f.write
 		case "--@refund":
 			cur = &f.refund
+		case "--@settle":
+			cur = &f.settle
 		default:
 			if cur != nil {
 				*cur += line
 			}
 		}
 	}
-	if f.eval == "" || f.write == "" || f.refund == "" {
-		panic("redisstore: " + name + ".lua lacks an --@eval, --@write or --@refund section")
+	if f.eval == "" || f.write == "" || f.refund == "" || f.settle == "" {
+		panic("redisstore: " + name + ".lua lacks an --@eval, --@write, --@refund or --@settle section")
 	}
 	return f
 }
 
-// script builds the named driver (take or refund) for the algorithms in mask
+// script builds the named driver (take1, take_multi, take1_multi, refund
+// or settle) for the algorithms in mask
 // (bit i for algo.Algorithm i): lib.lua, their helpers, and the driver with
 // each --{{section}} replaced by a dispatch on the algorithm code to their
 // fragments. A batch runs the script of just the algorithms it uses: Redis
@@ -91,6 +94,7 @@ func script(driver string, mask uint8) string {
 		"eval":   func(f fragments) string { return f.eval },
 		"write":  func(f fragments) string { return f.write },
 		"refund": func(f fragments) string { return f.refund },
+		"settle": func(f fragments) string { return f.settle },
 	} {
 		body = strings.ReplaceAll(body, "--{{"+section+"}}", dispatch(pick))
 	}
@@ -119,6 +123,16 @@ var take1Scripts, refundScripts = func() (take1, refund [allAlgorithms + 1]*ruei
 		refund[m] = rueidis.NewLuaScript(script("refund", uint8(m)))
 	}
 	return take1, refund
+}()
+
+// settleScripts hold settle.lua, one per set of algorithms. A settlement
+// is retried by the client on a fresh connection like a take: its id
+// record makes the retry of one that had run apply nothing.
+var settleScripts = func() (settle [allAlgorithms + 1]*rueidis.Lua) {
+	for m := 1; m <= allAlgorithms; m++ {
+		settle[m] = rueidis.NewLuaScriptRetryable(script("settle", uint8(m)))
+	}
+	return settle
 }()
 
 // holdScript holds a GCRA key (see Hold). Retrying it after a broken

@@ -17,6 +17,11 @@ type Down struct{}
 // Take fails.
 func (Down) Take(context.Context, []store.Check, *store.Result) error { return store.ErrUnavailable }
 
+// Settle fails.
+func (Down) Settle(context.Context, string, []store.Adjustment, *store.SettleResult) error {
+	return store.ErrUnavailable
+}
+
 // Hold fails.
 func (Down) Hold(context.Context, string, algo.Limit, time.Duration) error {
 	return store.ErrUnavailable
@@ -35,11 +40,19 @@ func (Down) Close() error { return nil }
 
 var _ store.Store = Down{}
 
-// Counting is a store that counts the takes that reach the store it
-// wraps: for tests of what is answered without a store call.
+// Counting is a store that counts the takes and the settlements that
+// reach the store it wraps: for tests of what is answered without a store
+// call.
 type Counting struct {
 	store.Store
-	Calls atomic.Int64
+	Calls   atomic.Int64 // takes
+	Settles atomic.Int64 // settlements
+}
+
+// Settle counts the call and passes it on.
+func (c *Counting) Settle(ctx context.Context, id string, adjs []store.Adjustment, res *store.SettleResult) error {
+	c.Settles.Add(1)
+	return c.Store.Settle(ctx, id, adjs, res)
 }
 
 // Take counts the call and passes it on.

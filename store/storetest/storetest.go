@@ -64,6 +64,12 @@ func Run(t *testing.T, s store.Store, o Options) {
 	t.Run("KeyIsolation", func(t *testing.T) { t.Parallel(); testKeyIsolation(t, s) })
 	t.Run("LimitChange", func(t *testing.T) { t.Parallel(); testLimitChange(t, s) })
 	t.Run("Hold", func(t *testing.T) { t.Parallel(); testHold(t, s) })
+	t.Run("SettleUpDown", func(t *testing.T) { t.Parallel(); testSettleUpDown(t, s) })
+	t.Run("SettleDebt", func(t *testing.T) { t.Parallel(); testSettleDebt(t, s) })
+	t.Run("SettleOnce", func(t *testing.T) { t.Parallel(); testSettleOnce(t, s) })
+	t.Run("SettleConcurrent", func(t *testing.T) { t.Parallel(); testSettleConcurrent(t, s) })
+	t.Run("SettleInvalid", func(t *testing.T) { t.Parallel(); testSettleInvalid(t, s) })
+	t.Run("SettleReference", func(t *testing.T) { t.Parallel(); testSettleReference(t, s) })
 	if r, ok := s.(store.Resetter); ok {
 		t.Run("Reset", func(t *testing.T) { t.Parallel(); testReset(t, s, r) })
 	}

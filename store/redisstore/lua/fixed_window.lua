@@ -32,3 +32,24 @@ local v = redis.call('HMGET', key, 'w', 'n')
 if tonumber(v[1]) == info1 then
   redis.call('HSET', key, 'n', string.format('%d', math.max(0, (tonumber(v[2]) or 0) - cost)))
 end
+--@settle
+local w = p3 + idiv(now - p3, p1) * p1
+local v = redis.call('HMGET', key, 'w', 'n')
+local used = tonumber(v[2]) or 0
+if tonumber(v[1]) ~= w then used = 0 end
+if delta > 0 then
+  applied = math.min(delta, math.max(0, 2 * p2 - used))
+elseif delta < 0 and p3 + idiv(at - p3, p1) * p1 == w then
+  applied = -math.min(-delta, used)
+end
+used = used + applied
+rem, reset = p2 - used, 0
+if used > 0 then reset = w + p1 - now end
+if applied ~= 0 then
+  if used == 0 then
+    redis.call('DEL', key)
+  else
+    redis.call('HSET', key, 'w', string.format('%d', w), 'n', string.format('%d', used))
+    redis.call('PEXPIRE', key, math.max(1, idiv(reset + 999, 1000)))
+  end
+end

@@ -15,6 +15,9 @@
 --          an admitted take; sets info1, info2 (what refund needs).
 --   refund reads key, now, p1, p2, cost, info1, info2; gives back a take
 --          made by write (cross-slot batches only).
+--   settle reads key, now, p1, p2, p3, delta (signed units), at (the
+--          settled take's time, µs); sets applied, rem (signed), reset
+--          and, when applied ~= 0, writes the state (algo.Limit.Settle).
 --
 -- Numbers are IEEE doubles. algo.Limit.Validate keeps every value below
 -- 2^53, where they are exact integers; division is floored explicitly and

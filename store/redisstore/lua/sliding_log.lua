@@ -48,3 +48,63 @@ local ts = string.format('%d', info1)
 for j = 0, cost - 1 do
   redis.call('ZREM', key, ts .. ':' .. string.format('%08x', info2 + j))
 end
+--@settle
+local live = redis.call('ZCOUNT', key, '(' .. string.format('%d', now - p1), '+inf')
+if delta > 0 then
+  applied = math.min(delta, math.max(0, 2 * p2 - live))
+  if applied > 0 then
+    local ts = now
+    if live > 0 then
+      local newest = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
+      if newest > ts then ts = newest end
+    end
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - p1))
+    ts = string.format('%d', ts)
+    local seq = 0
+    local last = redis.call('ZREVRANGEBYSCORE', key, ts, ts, 'LIMIT', 0, 1)
+    if #last > 0 then
+      seq = tonumber(string.sub(last[1], -8), 16) + 1
+    end
+    local j = 0
+    while j < applied do
+      local args = {}
+      while #args < 1000 and j < applied do
+        args[#args + 1] = ts
+        args[#args + 1] = ts .. ':' .. string.format('%08x', seq + j)
+        j = j + 1
+      end
+      redis.call('ZADD', key, unpack(args))
+    end
+  end
+elseif delta < 0 and at > now - p1 then
+  -- The live members logged nearest the take: the nearer of the oldest at
+  -- or after it and the newest before it goes first, the later on a tie.
+  local ts = string.format('%d', at)
+  local after = redis.call('ZRANGEBYSCORE', key, ts, '+inf', 'WITHSCORES', 'LIMIT', 0, -delta)
+  local before = redis.call('ZREVRANGEBYSCORE', key, '(' .. ts, '(' .. string.format('%d', now - p1), 'WITHSCORES', 'LIMIT', 0, -delta)
+  local gone, ai, bi = {}, 1, 1
+  while #gone < -delta do
+    if ai <= #after and (bi > #before or tonumber(after[ai + 1]) - at <= at - tonumber(before[bi + 1])) then
+      gone[#gone + 1], ai = after[ai], ai + 2
+    elseif bi <= #before then
+      gone[#gone + 1], bi = before[bi], bi + 2
+    else
+      break
+    end
+  end
+  if #gone > 0 then
+    applied = -#gone
+    for j = 1, #gone, 1000 do
+      redis.call('ZREM', key, unpack(gone, j, math.min(j + 999, #gone)))
+    end
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - p1))
+  end
+end
+live = live + applied
+rem = p2 - live
+if live > 0 then
+  reset = math.max(0, tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2]) + p1 - now)
+  if applied ~= 0 then
+    redis.call('PEXPIRE', key, math.max(1, idiv(reset + 999, 1000)))
+  end
+end

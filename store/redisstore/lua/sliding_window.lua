@@ -55,3 +55,36 @@ if ws == info1 then
 elseif ws == info1 + p1 then
   redis.call('HSET', key, 'p', string.format('%d', math.max(0, (tonumber(v[3]) or 0) - cost)))
 end
+--@settle
+local w = idiv(now, p1) * p1
+local v = redis.call('HMGET', key, 'w', 'c', 'p')
+local ws, cur, prev = tonumber(v[1]) or 0, tonumber(v[2]) or 0, tonumber(v[3]) or 0
+if ws == w then
+elseif ws == w - p1 then
+  cur, prev = 0, cur
+else
+  cur, prev = 0, 0
+end
+local g = idiv(p1, 2097152) + 1
+local pg = idiv(p1, g)
+local eg = idiv(now - w, g)
+local tw = idiv(at, p1) * p1
+if delta > 0 then
+  applied = math.min(delta, math.max(0, 2 * p2 - cur - idiv(prev * (pg - eg) + pg - 1, pg)))
+  cur = cur + applied
+elseif delta < 0 and tw == w then
+  applied = -math.min(-delta, cur)
+  cur = cur + applied
+elseif delta < 0 and tw == w - p1 then
+  applied = -math.min(-delta, prev)
+  prev = prev + applied
+end
+rem, reset = p2 - cur - idiv(prev * (pg - eg) + pg - 1, pg), sw_reset(w, p1, g, pg, cur, prev, now)
+if applied ~= 0 then
+  if cur == 0 and prev == 0 then
+    redis.call('DEL', key)
+  else
+    redis.call('HSET', key, 'w', string.format('%d', w), 'c', string.format('%d', cur), 'p', string.format('%d', prev))
+    redis.call('PEXPIRE', key, math.max(1, idiv(reset + 999, 1000)))
+  end
+end

@@ -1,0 +1,137 @@
+package memstore
+
+import (
+	"context"
+	"hash/maphash"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fairgate/fairgate/algo"
+	"github.com/fairgate/fairgate/store"
+)
+
+// DefaultMaxSettleIDs is the bound on settlement ids held of a store
+// whose Config.MaxSettleIDs is zero.
+const DefaultMaxSettleIDs = 100_000
+
+// idShards is how many independently locked tables of settlement ids a
+// store keeps.
+const idShards = 16
+
+// idTable is one shard of the settlement ids applied within
+// store.SettleIDLifetime: a set, and the same ids in the order they came,
+// which is the order they expire in (every id lives as long).
+type idTable struct {
+	mu    sync.Mutex
+	set   map[string]struct{}
+	queue []idRecord // from head on: the ids held, oldest first
+	head  int
+}
+
+type idRecord struct {
+	id  string
+	exp int64 // µs
+}
+
+// seen reports whether id is held at now and, when not, records it until
+// exp; it first forgets the ids expired at now and, at the bound limit, the
+// oldest one. The caller holds t.mu.
+func (t *idTable) seen(id string, now, exp int64, limit int) bool {
+	for t.head < len(t.queue) && (t.queue[t.head].exp <= now || len(t.set) >= limit) {
+		delete(t.set, t.queue[t.head].id)
+		t.queue[t.head] = idRecord{}
+		t.head++
+	}
+	if _, ok := t.set[id]; ok {
+		return true
+	}
+	if t.head > len(t.queue)/2 {
+		t.queue = append(t.queue[:0], t.queue[t.head:]...)
+		t.head = 0
+	}
+	if t.set == nil {
+		t.set = map[string]struct{}{}
+	}
+	id = strings.Clone(id) // not the caller's buffer
+	t.set[id] = struct{}{}
+	t.queue = append(t.queue, idRecord{id, exp})
+	return false
+}
+
+// Settle applies a settlement's adjustments as one atomic step, exactly
+// once per id within store.SettleIDLifetime. See [store.Settler].
+//
+// The id is recorded under the same locks as the keys' states: a call
+// that finds it applies nothing. The ids held are bounded by
+// Config.MaxSettleIDs; past it, the oldest is forgotten early (a retry of
+// that settlement would apply it again; the memory store never fails a
+// call, so the guard never retries one).
+func (s *Store) Settle(ctx context.Context, id string, adjs []store.Adjustment, res *store.SettleResult) error {
+	return s.settle(ctx, false, 0, id, adjs, res)
+}
+
+// SettleAt is Settle at the given time instead of the store's clock.
+func (s *Store) SettleAt(ctx context.Context, now time.Time, id string, adjs []store.Adjustment, res *store.SettleResult) error {
+	return s.settle(ctx, true, now.UnixMicro(), id, adjs, res)
+}
+
+func (s *Store) settle(ctx context.Context, fixed bool, us int64, id string, adjs []store.Adjustment, res *store.SettleResult) error {
+	if err := store.ValidateSettle(id, adjs); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	var hBuf [batchInline]uint64
+	var idxBuf, lockBuf [batchInline]uint32
+	hs, idx, locks := hBuf[:0], idxBuf[:0], lockBuf[:0]
+	for i := range adjs {
+		h := maphash.String(s.seed, adjs[i].Key)
+		hs, idx = append(hs, h), append(idx, uint32(h&s.mask))
+	}
+	locks = sortedUnique(append(locks, idx...))
+	if !fixed {
+		us = s.nowUs()
+	}
+	us = s.lock(locks, fixed, us)
+	t := &s.ids[maphash.String(s.seed, id)%idShards]
+	t.mu.Lock()
+	repeated := t.seen(id, us, us+int64(store.SettleIDLifetime/time.Microsecond), s.maxIDs)
+	res.Settled = res.Settled[:0]
+	for i := range adjs {
+		a := &adjs[i]
+		sh := &s.shards[idx[i]]
+		tag := uint32(hs[i] >> 32)
+		ei := sh.lookup(tag, a.Limit.Algorithm, a.Key)
+		var st algo.State
+		if ei != 0 {
+			st = sh.at(ei).st
+		}
+		delta := a.Delta
+		if repeated {
+			delta = 0
+		}
+		out, next := a.Limit.Settle(st, us, a.TakenUs(), delta)
+		res.Settled = append(res.Settled, store.NewSettled(out, repeated))
+		if out.Applied != 0 {
+			if ei == 0 {
+				ei = sh.insert(tag, a.Limit.Algorithm, a.Key, us, s.perShard)
+			}
+			e := sh.at(ei)
+			e.st, e.exp = next, us+out.ResetUs
+			e.pinned = true
+			sh.charge(ei, s.maxBytes, us)
+			e.pinned = false
+		}
+		if ei != 0 {
+			sh.touch(ei, us)
+		}
+	}
+	t.mu.Unlock()
+	s.unlock(locks, us)
+	res.Now = time.UnixMicro(us)
+	return nil
+}
+
+var _ store.Settler = (*Store)(nil)
