@@ -158,6 +158,9 @@ func New(c Config) (*Limiter, error) {
 // deadline, breakers, fallback and near cache.
 func (l *Limiter) Guard() *guard.Guard { return l.guard }
 
+// ControlCallTimeout bounds each of Run's polls of the control store.
+const ControlCallTimeout = 5 * time.Second
+
 // Run follows the control store until ctx ends, applying every change
 // within PollEvery, and probes the store through the breaker so that an
 // outage and its recovery are seen without traffic. It returns nil when
@@ -166,10 +169,14 @@ func (l *Limiter) Run(ctx context.Context) error {
 	t := time.NewTicker(l.poll)
 	defer t.Stop()
 	for {
-		if err := l.Refresh(ctx); err != nil && ctx.Err() == nil {
+		// The probe first, and the poll under a deadline: a poll that
+		// waits on a Redis gone away must not keep the outage unseen.
+		l.guard.Probe(ctx, l.now())
+		rctx, cancel := context.WithTimeout(ctx, ControlCallTimeout)
+		if err := l.Refresh(rctx); err != nil && ctx.Err() == nil {
 			l.guard.LogRare(l.now(), "control store poll failed", err)
 		}
-		l.guard.Probe(ctx, l.now())
+		cancel()
 		select {
 		case <-ctx.Done():
 			return nil

@@ -128,6 +128,10 @@ func (s *Set) Ready() bool {
 	return s.ready
 }
 
+// SyncTimeout bounds each of Run's syncs: a backend gone away must not
+// hold the loop (and the next sync) for ever.
+const SyncTimeout = 10 * time.Second
+
 // Run syncs every Poll, and sends the last-used times every 10 s, until
 // ctx ends.
 func (s *Set) Run(ctx context.Context) {
@@ -136,7 +140,10 @@ func (s *Set) Run(ctx context.Context) {
 	lastTouch := s.c.Now()
 	var failing time.Time // when the failure now going on was last logged
 	for {
-		switch err := s.Sync(ctx); {
+		sctx, cancel := context.WithTimeout(ctx, SyncTimeout)
+		err := s.Sync(sctx)
+		cancel()
+		switch {
 		case err != nil && ctx.Err() == nil:
 			// Logged when it starts, then once a minute: a store outage
 			// must not fill the log twice a second.
@@ -150,7 +157,10 @@ func (s *Set) Run(ctx context.Context) {
 		}
 		if now := s.c.Now(); now.Sub(lastTouch) >= 10*time.Second {
 			lastTouch = now
-			if err := s.flushUsed(ctx); err != nil && ctx.Err() == nil {
+			fctx, cancel := context.WithTimeout(ctx, SyncTimeout)
+			err := s.flushUsed(fctx)
+			cancel()
+			if err != nil && ctx.Err() == nil {
 				s.c.Logger.Warn("API keys: last-used times not saved", slog.String("error", err.Error()))
 			}
 		}

@@ -100,6 +100,7 @@ func New(c Config) (*Store, error) {
 		if err != nil {
 			return nil, err
 		}
+		opt.RetryDelay = retryDelay
 		if s.c, err = rueidis.NewClient(opt); err != nil {
 			return nil, connectError(c.URL, err)
 		}
@@ -252,3 +253,19 @@ func (s *Store) Shard(c store.Check) int {
 }
 
 var _ store.Sharded = (*Store)(nil)
+
+// retryDelay is the client's retry rule for a read-only command that met a
+// network error: at most maxRetries more tries, 1, 2 then 4 ms apart.
+// rueidis's own rule retries until the caller's deadline, and without one
+// for ever: a background poll of a Redis that went away (a kill, a
+// failover) then never returned, and with it the probe that notices the
+// outage (a store seen "up" for as long as no request came).
+func retryDelay(attempts int, _ rueidis.Completed, _ error) time.Duration {
+	if attempts >= maxRetries {
+		return -1
+	}
+	return time.Millisecond << attempts
+}
+
+// maxRetries bounds retryDelay's tries.
+const maxRetries = 3
