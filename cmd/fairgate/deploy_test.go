@@ -436,8 +436,8 @@ func TestDescribeBuild(t *testing.T) {
 		{"release", "v1.4.0", stamped, "fairgate v1.4.0 (commit 1b9a5e60142a313052d6aa69ad54010d5ab82095, 2026-12-05T04:01:45Z) go1.26.8 linux/amd64"},
 		{"go build in a checkout", "", stamped, "fairgate v0.0.0-20261205040145-1b9a5e60142a (commit 1b9a5e60142a313052d6aa69ad54010d5ab82095, 2026-12-05T04:01:45Z) go1.26.8 linux/amd64"},
 		{"changed tree", "", modified, "fairgate devel (commit 1b9a5e6 (modified)) go1.26.8 linux/amd64"},
-		{"go run", "", goRun, "fairgate devel (commit none recorded: go run stamps none; build with make build or go build -buildvcs=true) go1.26.8 linux/amd64"},
-		{"no build info", "", nil, "fairgate devel (commit none recorded: go run stamps none; build with make build or go build -buildvcs=true) go1.26.8 linux/amd64"},
+		{"go run", "", goRun, "fairgate devel (commit none recorded: go run stamps none, nor a build outside a git checkout or with -buildvcs=false (GOFLAGS); make build stamps one) go1.26.8 linux/amd64"},
+		{"no build info", "", nil, "fairgate devel (commit none recorded: go run stamps none, nor a build outside a git checkout or with -buildvcs=false (GOFLAGS); make build stamps one) go1.26.8 linux/amd64"},
 	} {
 		if got := describeBuild(c.linker, c.bi, "go1.26.8", "linux/amd64"); got != c.want {
 			t.Errorf("%s:\n got %s\nwant %s", c.name, got, c.want)
@@ -455,5 +455,48 @@ func TestBuiltBinaryNamesItsCommit(t *testing.T) {
 	v := run1(t, testenv.FairgateBinary(t), "version")
 	if !strings.Contains(v, strings.TrimSpace(string(head))) {
 		t.Errorf("fairgate version: %q, want the commit %s", v, head)
+	}
+}
+
+// TestSecondSignalStopsAtOnce: the first Ctrl-C starts the drain (here
+// 30 s); a second one ends the process at once.
+func TestSecondSignalStopsAtOnce(t *testing.T) {
+	addr := freeAddr(t)
+	sv := exec.Command(testenv.FairgateBinary(t), "serve", "--listen", addr, "--drain", "30s")
+	if err := sv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer sv.Process.Kill()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if resp, err := http.Get("http://" + addr + "/healthz"); err == nil {
+			resp.Body.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("fairgate serve did not answer /healthz")
+		}
+	}
+	sv.Process.Signal(os.Interrupt)
+	// Draining: /readyz answers 503 while the listeners still serve.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode == 503 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the first Ctrl-C did not start the drain")
+		}
+	}
+	sv.Process.Signal(os.Interrupt)
+	done := make(chan error, 1)
+	go func() { done <- sv.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		t.Fatal("a second Ctrl-C did not end the process: it waits for the 30 s drain")
 	}
 }

@@ -20,6 +20,10 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
+	// The first signal starts the graceful stop (the drain, then the
+	// requests in flight); a second one ends the process at once, by the
+	// signal's default action, as a second Ctrl-C does elsewhere.
+	go func() { <-ctx.Done(); stop() }()
 	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
 }
 
@@ -36,7 +40,8 @@ Usage:
 fairgate COMMAND --help (or fairgate help COMMAND) prints a command's usage
 and flags.
 
-serve runs the decision API until SIGTERM or Ctrl-C, with the policy of the
+serve runs the decision API until SIGTERM or Ctrl-C (a second one stops it
+at once, without the drain), with the policy of the
 config file (default: the embedded examples/fairgate.yaml), reloaded when the
 file changes and on SIGHUP. Flags default to the environment variables
 FAIRGATE_CONFIG, FAIRGATE_CONFIG_POLL, FAIRGATE_LISTEN, FAIRGATE_STORE,

@@ -23,8 +23,9 @@ func versionLine() string {
 // the commit's time), then the Go version and platform. bi may be nil.
 //
 // `go run` stamps no commit (Go stamps one only for go build and go
-// install in a checkout); the line then says so and how to get one,
-// rather than "unknown".
+// install in a git checkout, and not with -buildvcs=false, which GOFLAGS
+// may set); the line then says so and how to get one, rather than
+// "unknown".
 func describeBuild(linkerVersion string, bi *debug.BuildInfo, goVersion, platform string) string {
 	v, commit, when, dirty := linkerVersion, "", "", false
 	if bi != nil {
@@ -47,7 +48,7 @@ func describeBuild(linkerVersion string, bi *debug.BuildInfo, goVersion, platfor
 	}
 	switch {
 	case commit == "":
-		commit = "none recorded: go run stamps none; build with make build or go build -buildvcs=true"
+		commit = "none recorded: go run stamps none, nor a build outside a git checkout or with -buildvcs=false (GOFLAGS); make build stamps one"
 	default:
 		if dirty {
 			commit += " (modified)"

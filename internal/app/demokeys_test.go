@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/fairgate/fairgate/examples"
@@ -46,5 +47,22 @@ func TestDemoKeyList(t *testing.T) {
 	}
 	if len(m.Auth.APIKeys) != 0 || m.Auth.JWT != nil {
 		t.Errorf("examples/fairgate.minimal.yaml holds credentials: %+v", m.Auth)
+	}
+}
+
+// TestExposureHeardAtAnyLevel: the warning that a demo key is accepted
+// is written whatever the least level logged: at WARN, or at ERROR when
+// the operator asked for errors only (LOG_LEVEL=error used to hide it).
+func TestExposureHeardAtAnyLevel(t *testing.T) {
+	c, err := config.Parse(examples.ConfigName, examples.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c2 := range []struct{ level, want string }{{"debug", "WARN"}, {"info", "WARN"}, {"warn", "WARN"}, {"error", "ERROR"}} {
+		var out strings.Builder
+		warnDemoKeys(Logger(&out, c2.level, "json"), c.File, c.Auth.APIKeys)
+		if !strings.Contains(out.String(), `"level":"`+c2.want+`"`) || !strings.Contains(out.String(), "published demo API key") || !strings.Contains(out.String(), `"exposure":true`) {
+			t.Errorf("--log-level %s: %q, want the demo key warning at %s", c2.level, out.String(), c2.want)
+		}
 	}
 }

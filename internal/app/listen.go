@@ -121,7 +121,7 @@ func (d *daemon) listenInternal(readTimeout time.Duration) error {
 	}
 	d.servers = append(d.servers, isrv)
 	if d.c.InternalToken == "" && !loopback(iln.Addr()) {
-		d.log.Warn("the internal listener is not on loopback and needs no token: set FAIRGATE_INTERNAL_TOKEN or --internal-token-file", slog.String("listen", iln.Addr().String()))
+		exposed(d.log, "the internal listener is not on loopback and needs no token: set FAIRGATE_INTERNAL_TOKEN or --internal-token-file", slog.String("listen", iln.Addr().String()))
 	}
 	d.log.Info("internal listener", slog.String("listen", iln.Addr().String()))
 	d.goCheck("internal listener", func() error { return serveOn(isrv, iln, d.tls.internal) })
@@ -181,7 +181,7 @@ func (d *daemon) listenDebug(readTimeout time.Duration) error {
 	}
 	d.servers = append(d.servers, dsrv)
 	if !loopback(ln.Addr()) {
-		d.log.Warn("the debug listener (the rate limit config, metrics and Go's profiler) is reachable from the network: bind it to loopback (DEBUG_HOST=127.0.0.1, or --debug-listen 127.0.0.1:6070) or firewall its port; see docs/rls.md", slog.String("listen", ln.Addr().String()), slog.Bool("token", d.c.InternalToken != ""))
+		exposed(d.log, "the debug listener (the rate limit config, metrics and Go's profiler) is reachable from the network: bind it to loopback (DEBUG_HOST=127.0.0.1, or --debug-listen 127.0.0.1:6070) or firewall its port; see docs/rls.md", slog.String("listen", ln.Addr().String()), slog.Bool("token", d.c.InternalToken != ""))
 	}
 	d.log.Info("debug listener", slog.String("listen", ln.Addr().String()), slog.Bool("token", d.c.InternalToken != ""))
 	d.goCheck("debug listener", func() error { return serveOn(dsrv, ln, nil) })

@@ -361,11 +361,11 @@ func (d *daemon) buildServer(g *graph) error {
 	if d.board != nil {
 		sc.Dashboard = d.board
 		if c.AdminToken == "" && c.InternalToken == "" {
-			log.Warn("the dashboard's data (/dashboard/data) needs no token, so it shows no tenant IDs: set FAIRGATE_ADMIN_TOKEN or FAIRGATE_INTERNAL_TOKEN to lock it and see them, or dashboard: off in the config")
+			exposed(log, "the dashboard's data (/dashboard/data) needs no token, so it shows no tenant IDs: set FAIRGATE_ADMIN_TOKEN or FAIRGATE_INTERNAL_TOKEN to lock it and see them, or dashboard: off in the config")
 		}
 	}
 	if c.WorkerToken == "" && (len(cfg.Providers) > 0 || len(cfg.Queues) > 0) {
-		log.Warn("the worker endpoints (/v1/outbound/*, job lease, ack and nack) need no token: set FAIRGATE_WORKER_TOKEN or --worker-token-file unless only trusted workers reach the listener")
+		exposed(log, "the worker endpoints (/v1/outbound/*, job lease, ack and nack) need no token: set FAIRGATE_WORKER_TOKEN or --worker-token-file unless only trusted workers reach the listener")
 	}
 	if c.Upstream != "" {
 		if sc.Upstream, err = url.Parse(c.Upstream); err != nil {
