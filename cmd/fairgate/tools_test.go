@@ -98,3 +98,30 @@ func TestReplayCommand(t *testing.T) {
 		t.Fatal("a progress bar was drawn on a stderr that is not a terminal")
 	}
 }
+
+// TestReplayFlagsAfterFiles: flags may follow the logs, as a new user
+// types them (`replay access.log --format csv` failed with "open
+// --format: no such file or directory"); after "--" a name starting with
+// '-' is a log.
+func TestReplayFlagsAfterFiles(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	line := `{"time":"2026-12-03T10:00:00Z","tenant":"newco","method":"GET","path":"/v1/search"}` + "\n"
+	for _, name := range []string{"access.log", "-odd.log"} {
+		if err := os.WriteFile(name, []byte(line), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, args := range [][]string{
+		{"replay", "access.log", "--format", "csv"},
+		{"replay", "access.log", "--format=csv", "--top", "3"},
+		{"replay", "--format", "csv", "access.log"},
+		{"replay", "--format", "csv", "--", "-odd.log"},
+		{"replay", "access.log", "--format", "csv", "--", "-odd.log"},
+	} {
+		var stdout, stderr bytes.Buffer
+		if code := run(t.Context(), args, &stdout, &stderr); code != 0 || !strings.HasPrefix(stdout.String(), "kind,name,requests") {
+			t.Errorf("fairgate %s: exit %d, stdout %q, stderr %q; want the CSV report", strings.Join(args[1:], " "), code, stdout.String(), stderr.String())
+		}
+	}
+}
