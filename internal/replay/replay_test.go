@@ -8,9 +8,12 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/fairgate/fairgate/algo"
 	"github.com/fairgate/fairgate/examples"
@@ -389,5 +392,99 @@ func TestFormatsAgree(t *testing.T) {
 	}
 	if len(back.Bad) != 1 || back.Bad[0]["file"] != "a.log" || back.Bad[0]["line"] != float64(lines+2) || back.Bad[0]["reason"] == nil {
 		t.Errorf("JSON bad lines %v, want file, line %d and reason", back.Bad, lines+2)
+	}
+}
+
+// TestHostileNames: a tenant is whatever the log's user field held (nginx
+// fills it from any request's Basic credentials, even a refused one), so
+// the table writes a name with a control character quoted and escaped (it
+// wrote ESC sequences that clear the screen and newlines that forge rows),
+// the CSV writes a name a spreadsheet would run as a formula with a
+// leading ' (it wrote =HYPERLINK(…) as it was), and the JSON escapes
+// control characters and keeps each name as it is.
+func TestHostileNames(t *testing.T) {
+	hostile := []string{
+		"\x1b[2J\x1b[Hall clear", "evil\nacme\t0\t0", "tab\tbed", "\u202eslo", `"quoted"`,
+		"=HYPERLINK(\"http://x\",\"y\")", "+cmd|' /C calc'!A0", "-2+3", "@SUM(1+1)", "\tx", "\rx",
+	}
+	var log bytes.Buffer
+	for i, name := range hostile {
+		b, _ := json.Marshal(map[string]any{"time": 1764756000 + i, "tenant": name, "method": "GET", "path": "/v1/search"})
+		log.Write(append(b, '\n'))
+	}
+	log.WriteString(`{"time":1764756100,"tenant":"acme","method":"GET","path":"/v1/search"}` + "\n")
+	clock := &Clock{}
+	lim, _ := NewLimiter(examplePolicy(t), clock)
+	rep, err := Run(context.Background(), lim, clock, []Input{{"a.log", &log}}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var tbl bytes.Buffer
+	if err := rep.WriteTable(&tbl, 0); err != nil {
+		t.Fatal(err)
+	}
+	out := tbl.String()
+	if i := strings.IndexFunc(out, func(r rune) bool { return r != '\n' && !unicode.IsPrint(r) }); i >= 0 {
+		t.Errorf("the table holds %q, not printable, at byte %d:\n%s", out[i:i+1], i, out)
+	}
+	for _, name := range hostile {
+		want := name
+		if strings.ContainsFunc(name, func(r rune) bool { return !unicode.IsPrint(r) }) || !utf8.ValidString(name) || name[0] == '"' {
+			want = strconv.Quote(name)
+		}
+		if !strings.Contains(out, "\n"+want+" ") {
+			t.Errorf("the table has no row for %q written as %s:\n%s", name, want, out)
+		}
+	}
+	rows := 0
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, "acme ") {
+			rows++
+		}
+	}
+	if rows != 1 {
+		t.Errorf("%d rows of tenant acme in the table, want 1 (a name forged one):\n%s", rows, out)
+	}
+
+	var c bytes.Buffer
+	if err := rep.WriteCSV(&c); err != nil {
+		t.Fatal(err)
+	}
+	records, err := csv.NewReader(&c).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, r := range records[1:] {
+		if r[0] == "tenant" {
+			names[r[1]] = true
+		}
+	}
+	for _, name := range hostile {
+		want := name
+		if strings.ContainsRune("=+-@\t\r", rune(name[0])) {
+			want = "'" + name
+		}
+		if !names[want] {
+			t.Errorf("no CSV cell %q for tenant %q (cells %v)", want, name, names)
+		}
+	}
+
+	var j bytes.Buffer
+	if err := rep.WriteJSON(&j); err != nil {
+		t.Fatal(err)
+	}
+	if i := bytes.IndexFunc(j.Bytes(), func(r rune) bool { return r < 0x20 && r != '\n' }); i >= 0 {
+		t.Errorf("the JSON holds a raw control character at byte %d", i)
+	}
+	var back Report
+	if err := json.Unmarshal(j.Bytes(), &back); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range hostile {
+		if back.Tenants[name] == nil {
+			t.Errorf("JSON: no tenant %q", name)
+		}
 	}
 }
