@@ -31,11 +31,13 @@ problem with its line; exits 1 if there is any.`,
 Runs limits on a virtual clock against described traffic and prints what each
 admitted; with --out it draws the remaining capacity as an SVG, with a legend
 naming each line.`,
-	"replay": `usage: fairgate replay [--config proposed.yaml] [--format table|csv|json] [--log-format json|common|auto] [--tenant-field F] [--top N] ACCESS_LOG…
+	"replay": `usage: fairgate replay [--config proposed.yaml] [--format table|csv|json] [--log-format json|common|auto] [--tenant-field F] [--top N] [--reorder-window 60s] ACCESS_LOG…
 
 Runs recorded traffic through a proposed config on a virtual clock and
 reports, per tenant and per policy, how many requests would have been limited
-(docs/replay.md explains each count).`,
+(docs/replay.md explains each count). Several logs (one per server) are
+merged by time; the lines of each are put in time order within the reorder
+window. Flags may come before or after the logs.`,
 	"version": `usage: fairgate version
 
 Prints the version, the commit it was built from and the Go version.`,

@@ -56,6 +56,19 @@ func (r *Report) WriteTable(w io.Writer, top int) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "%d lines: %d requests, %d would have been limited (%.2f%%), %d more by shadow policies (%.2f%%), %d malformed\n\n",
 		r.Lines, r.Requests, r.Limited, pct(r.Limited, r.Requests), r.ShadowLimited, pct(r.ShadowLimited, r.Requests), r.Malformed)
+	if r.Files > 1 {
+		fmt.Fprintf(tw, "%d files, merged by time\n", r.Files)
+	}
+	if r.OutOfOrder > 0 {
+		lines := "lines"
+		if r.OutOfOrder == 1 {
+			lines = "line"
+		}
+		fmt.Fprintf(tw, "%d %s out of order by more than %s, decided where they stood: the counts depend on them (--reorder-window widens the window)\n", r.OutOfOrder, lines, window(r.ReorderWindowMs))
+	}
+	if r.Files > 1 || r.OutOfOrder > 0 {
+		fmt.Fprintln(tw)
+	}
 	fmt.Fprintln(tw, "tenant\trequests\tlimited\tshare\tshadow limited\tfirst limited\tlast limited")
 	tenants := r.TopTenants(0)
 	shown := tenants
@@ -83,6 +96,14 @@ func (r *Report) WriteTable(w io.Writer, top int) error {
 	return tw.Flush()
 }
 
+// window writes a reorder window of ms milliseconds: "60s", "1.5s".
+func window(ms int64) string {
+	if ms%1000 == 0 {
+		return strconv.FormatInt(ms/1000, 10) + "s"
+	}
+	return (time.Duration(ms) * time.Millisecond).String()
+}
+
 func pct(a, b int64) float64 {
 	if b == 0 {
 		return 0
@@ -91,7 +112,9 @@ func pct(a, b int64) float64 {
 }
 
 // WriteCSV writes one row per tenant and per policy:
-// kind,name,requests,limited,shadow_limited,first_limited,last_limited. A
+// kind,name,requests,limited,shadow_limited,first_limited,last_limited,
+// then a last row out_of_order,WINDOW,N: the lines out of order by more
+// than the reorder window (such as 60s). A
 // name starting with =, +, -, @, a tab or a carriage return is written
 // with a leading ' (see cell).
 func (r *Report) WriteCSV(w io.Writer) error {
@@ -106,6 +129,7 @@ func (r *Report) WriteCSV(w io.Writer) error {
 	for _, p := range slices.Sorted(maps.Keys(r.Policies)) {
 		row("policy", p, r.Policies[p])
 	}
+	cw.Write([]string{"out_of_order", window(r.ReorderWindowMs), strconv.FormatInt(r.OutOfOrder, 10), "", "", "", ""})
 	cw.Flush()
 	return cw.Error()
 }
