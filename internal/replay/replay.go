@@ -312,7 +312,7 @@ func parse(ctx context.Context, inputs []Input, o Options, out chan<- []item) er
 	heap.Init(heads)
 	for heads.Len() > 0 {
 		it := heads.items[0]
-		batch = append(batch, it)
+		batch = append(batch, *it)
 		next, ok, err := srcs[it.src].next()
 		if err != nil {
 			return err
@@ -357,29 +357,29 @@ type source struct {
 	buf     []byte
 	n       int64     // lines read
 	held    itemHeap  // lines held, earliest first
-	ready   []item    // lines to give out before any held
+	ready   []*item   // lines to give out before any held
 	latest  time.Time // the latest line read
 	lastOut time.Time // the line last given out from held
 	eof     bool
 }
 
 // next returns the file's next line; ok is false at its end.
-func (s *source) next() (it item, ok bool, err error) {
+func (s *source) next() (it *item, ok bool, err error) {
 	for {
 		if len(s.ready) > 0 {
 			it, s.ready = s.ready[0], s.ready[1:]
 			return it, true, nil
 		}
 		if s.held.Len() > 0 && (s.eof || s.held.Len() > MaxHeld || !s.held.items[0].at.After(s.latest.Add(-max(s.o.ReorderWindow, 0)))) {
-			it = heap.Pop(&s.held).(item)
+			it = heap.Pop(&s.held).(*item)
 			s.lastOut = it.at
 			return it, true, nil
 		}
 		if s.eof {
-			return item{}, false, nil
+			return nil, false, nil
 		}
 		if err := s.readOne(); err != nil {
-			return item{}, false, err
+			return nil, false, err
 		}
 	}
 }
@@ -403,7 +403,7 @@ func (s *source) readOne() error {
 		return fmt.Errorf("%s: %w", s.in.Name, rerr)
 	}
 	bad := func(reason string) {
-		s.ready = append(s.ready, item{bad: &Bad{File: s.in.Name, Line: s.n, Reason: reason}, file: s.in.Name, n: s.n, at: s.lastOut, src: s.idx})
+		s.ready = append(s.ready, &item{bad: &Bad{File: s.in.Name, Line: s.n, Reason: reason}, file: s.in.Name, n: s.n, at: s.lastOut, src: s.idx})
 	}
 	if size > MaxLine {
 		// One line too long to be a log line is a bad line, not the end of
@@ -419,7 +419,7 @@ func (s *source) readOne() error {
 		bad(err.Error())
 		return nil
 	}
-	it := item{line: l, file: s.in.Name, n: s.n, at: l.Time, src: s.idx}
+	it := &item{line: l, file: s.in.Name, n: s.n, at: l.Time, src: s.idx}
 	if !s.latest.IsZero() && (s.latest.Sub(l.Time) > max(s.o.ReorderWindow, 0) || l.Time.Before(s.lastOut)) {
 		it.late = true
 		s.ready = append(s.ready, it)
@@ -433,15 +433,15 @@ func (s *source) readOne() error {
 }
 
 // itemHeap is a min-heap of items (container/heap), earliest first.
-type itemHeap struct{ items []item }
+type itemHeap struct{ items []*item }
 
 func (h *itemHeap) Len() int           { return len(h.items) }
-func (h *itemHeap) Less(i, j int) bool { return h.items[i].before(&h.items[j]) }
+func (h *itemHeap) Less(i, j int) bool { return h.items[i].before(h.items[j]) }
 func (h *itemHeap) Swap(i, j int)      { h.items[i], h.items[j] = h.items[j], h.items[i] }
-func (h *itemHeap) Push(x any)         { h.items = append(h.items, x.(item)) }
+func (h *itemHeap) Push(x any)         { h.items = append(h.items, x.(*item)) }
 func (h *itemHeap) Pop() any {
 	it := h.items[len(h.items)-1]
-	h.items[len(h.items)-1] = item{}
+	h.items[len(h.items)-1] = nil
 	h.items = h.items[:len(h.items)-1]
 	return it
 }
