@@ -48,6 +48,8 @@ func TestHelpAndUsageErrors(t *testing.T) {
 		{[]string{"replay", "--bogus"}, "fairgate replay: flag provided but not defined: -bogus (see fairgate replay --help)"},
 		{[]string{"replay"}, "fairgate replay: name at least one access log (see fairgate replay --help)"},
 		{[]string{"replay", "--format", "xml", "x.log"}, `fairgate replay: format "xml": want table, csv or json (see fairgate replay --help)`},
+		{[]string{"replay", "x.log", "--format", "xml"}, `fairgate replay: format "xml": want table, csv or json (see fairgate replay --help)`},
+		{[]string{"simulate", "stray", "--policy", "limit=1,period=1s", "--traffic", "burst 1 at 1s"}, `fairgate simulate: unexpected argument "stray" (see fairgate simulate --help)`},
 		{[]string{"version", "--bogus"}, `fairgate version: takes no arguments, not ["--bogus"] (see fairgate version --help)`},
 		{[]string{"help", "frobnicate"}, `fairgate help: unknown command "frobnicate": the commands are serve, check-config, simulate, replay, version, help (see fairgate help)`},
 		{[]string{"frobnicate"}, `fairgate: unknown command "frobnicate": the commands are serve, check-config, simulate, replay, version, help (see fairgate help)`},

@@ -22,6 +22,7 @@ func replayCommand(args []string, stdout, stderr io.Writer) int {
 	logFormat := fs.String("log-format", "auto", "log format: json (JSON lines), common (common or combined), or auto")
 	tenantField := fs.String("tenant-field", "", "where the tenant is: a JSON key (default tenant), or user, ident or host in the common format (default user)")
 	top := fs.Int("top", 50, "tenants listed in the table (0: all)")
+	window := fs.Duration("reorder-window", replay.DefaultReorderWindow, "how far behind the latest line of its file a line may be and still be decided in time order (nginx writes a line when its request ends); lines further behind are decided where they stand and counted (0: file order)")
 	if code, ok := parseFlags(fs, "replay", args, stdout, stderr); !ok {
 		return code
 	}
@@ -32,6 +33,9 @@ func replayCommand(args []string, stdout, stderr io.Writer) int {
 	case "table", "csv", "json":
 	default:
 		return usageError(stderr, "replay", fmt.Errorf("format %q: want table, csv or json", *format))
+	}
+	if *window < 0 {
+		return usageError(stderr, "replay", fmt.Errorf("reorder window %v: want 0 or more, such as 60s", *window))
 	}
 	cfg, _, err := app.LoadConfig(*cfgPath, nil)
 	if err != nil {
@@ -58,7 +62,10 @@ func replayCommand(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "fairgate replay:", err)
 		return 1
 	}
-	o := replay.Options{Format: replay.Format(*logFormat), TenantField: *tenantField}
+	o := replay.Options{Format: replay.Format(*logFormat), TenantField: *tenantField, ReorderWindow: *window}
+	if *window == 0 {
+		o.ReorderWindow = -1 // none: Options' zero is the default
+	}
 	if isTerminal(stderr) {
 		o.Progress = progressBar(stderr, total)
 	}

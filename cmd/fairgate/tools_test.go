@@ -98,3 +98,62 @@ func TestReplayCommand(t *testing.T) {
 		t.Fatal("a progress bar was drawn on a stderr that is not a terminal")
 	}
 }
+
+// TestReplayFlagsAfterFiles: flags may follow the logs, as a new user
+// types them (`replay access.log --format csv` failed with "open
+// --format: no such file or directory"); after "--" a name starting with
+// '-' is a log.
+func TestReplayFlagsAfterFiles(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	line := `{"time":"2026-12-03T10:00:00Z","tenant":"newco","method":"GET","path":"/v1/search"}` + "\n"
+	for _, name := range []string{"access.log", "-odd.log"} {
+		if err := os.WriteFile(name, []byte(line), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, args := range [][]string{
+		{"replay", "access.log", "--format", "csv"},
+		{"replay", "access.log", "--format=csv", "--top", "3"},
+		{"replay", "--format", "csv", "access.log"},
+		{"replay", "--format", "csv", "--", "-odd.log"},
+		{"replay", "access.log", "--format", "csv", "--", "-odd.log"},
+	} {
+		var stdout, stderr bytes.Buffer
+		if code := run(t.Context(), args, &stdout, &stderr); code != 0 || !strings.HasPrefix(stdout.String(), "kind,name,requests") {
+			t.Errorf("fairgate %s: exit %d, stdout %q, stderr %q; want the CSV report", strings.Join(args[1:], " "), code, stdout.String(), stderr.String())
+		}
+	}
+}
+
+// TestReplayReorderWindow: --reorder-window sets how far back a line may
+// be and still be decided in time order; 0 keeps file order and the table
+// counts each line behind the one before it.
+func TestReplayReorderWindow(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "access.log")
+	var log strings.Builder
+	at := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	for i := range 10 {
+		fmt.Fprintf(&log, `{"time":%q,"tenant":"newco","method":"GET","path":"/v1/search"}`+"\n", at.Add(time.Duration(10-i)*time.Second).Format(time.RFC3339))
+	}
+	os.WriteFile(path, []byte(log.String()), 0o600)
+	for _, c := range []struct {
+		window, want string
+	}{
+		{"60s", "10 lines: 10 requests"},
+		{"0", "9 lines out of order by more than 0s"},
+		{"5s", "4 lines out of order by more than 5s"},
+	} {
+		var stdout, stderr bytes.Buffer
+		if code := run(t.Context(), []string{"replay", path, "--reorder-window", c.window}, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), c.want) {
+			t.Errorf("--reorder-window %s: exit %d, %s%s; want %q", c.window, code, stdout.String(), stderr.String(), c.want)
+		}
+		if c.window == "60s" && strings.Contains(stdout.String(), "out of order") {
+			t.Errorf("--reorder-window 60s, lines 10 s apart at most: %s", stdout.String())
+		}
+	}
+	var stdout, stderr bytes.Buffer
+	if code := run(t.Context(), []string{"replay", "--reorder-window", "-1s", path}, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), "reorder window -1s: want 0 or more") {
+		t.Errorf("--reorder-window -1s: exit %d, %s", code, stderr.String())
+	}
+}

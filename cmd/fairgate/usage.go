@@ -31,11 +31,13 @@ problem with its line; exits 1 if there is any.`,
 Runs limits on a virtual clock against described traffic and prints what each
 admitted; with --out it draws the remaining capacity as an SVG, with a legend
 naming each line.`,
-	"replay": `usage: fairgate replay [--config proposed.yaml] [--format table|csv|json] [--log-format json|common|auto] [--tenant-field F] [--top N] ACCESS_LOG…
+	"replay": `usage: fairgate replay [--config proposed.yaml] [--format table|csv|json] [--log-format json|common|auto] [--tenant-field F] [--top N] [--reorder-window 60s] ACCESS_LOG…
 
 Runs recorded traffic through a proposed config on a virtual clock and
 reports, per tenant and per policy, how many requests would have been limited
-(docs/replay.md explains each count).`,
+(docs/replay.md explains each count). Several logs (one per server) are
+merged by time; the lines of each are put in time order within the reorder
+window. Flags may come before or after the logs.`,
 	"version": `usage: fairgate version
 
 Prints the version, the commit it was built from and the Go version.`,
@@ -72,11 +74,13 @@ func usageError(stderr io.Writer, cmd string, err error) int {
 
 // parseFlags parses a command's flags: -h or --help prints the command's
 // help to stdout (code 0); a bad flag is one line on stderr (code 2). ok
-// is false when the command is to return code.
+// is false when the command is to return code. Flags may come after the
+// arguments (`replay access.log --format csv`), as they may before; after
+// "--" every argument is an argument, even one starting with '-'.
 func parseFlags(fs *flag.FlagSet, cmd string, args []string, stdout, stderr io.Writer) (code int, ok bool) {
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
-	switch err := fs.Parse(args); {
+	switch err := parseInterspersed(fs, args); {
 	case errors.Is(err, flag.ErrHelp):
 		fmt.Fprintf(stdout, "%s\n\nFlags:\n", about[cmd])
 		fs.SetOutput(stdout)
@@ -86,4 +90,35 @@ func parseFlags(fs *flag.FlagSet, cmd string, args []string, stdout, stderr io.W
 		return usageError(stderr, cmd, err), false
 	}
 	return 0, true
+}
+
+// parseInterspersed parses args with fs, flags and arguments in any order
+// (the flag package stops at the first argument): the flags, each with its
+// value when it takes one as the next argument, are parsed first, then
+// every other argument; after "--" all are arguments. fs.Args() are the
+// arguments, in their order.
+func parseInterspersed(fs *flag.FlagSet, args []string) error {
+	var flags, rest []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			rest = append(rest, args[i+1:]...)
+			break
+		}
+		if len(a) < 2 || a[0] != '-' {
+			rest = append(rest, a)
+			continue
+		}
+		flags = append(flags, a)
+		name := strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-")
+		if strings.Contains(name, "=") || i+1 == len(args) {
+			continue
+		}
+		if f := fs.Lookup(name); f != nil {
+			if b, ok := f.Value.(interface{ IsBoolFlag() bool }); !ok || !b.IsBoolFlag() {
+				flags, i = append(flags, args[i+1]), i+1 // its value, whatever it looks like
+			}
+		}
+	}
+	return fs.Parse(append(append(flags, "--"), rest...))
 }

@@ -213,6 +213,50 @@ func testExample(t *testing.T, ex example) {
 	t.Run("store out", func(t *testing.T) { testStoreOut(t, ex) })
 	t.Run("unreachable", func(t *testing.T) { testUnreachable(t, ex) })
 	t.Run("connections", func(t *testing.T) { testConnections(t, ex) })
+	t.Run("long route", func(t *testing.T) { testLongRoute(t, ex) })
+}
+
+// testLongRoute: a tenant over its limit cannot get through by a long
+// path. The path is the client's, and its encoding in the check's body
+// (Python quotes '"' as %22, JSON escapes it as \") made a body over
+// fairgate's 64 KiB, answered 413, which the app (failing open) took for
+// fairgate unreachable and served unlimited. Now a route over 8 KiB is
+// answered 414 without asking, and a route within it still limited.
+func testLongRoute(t *testing.T, ex example) {
+	_, addr := startFairgate(t)
+	// Node reads request lines of 16 KiB by default: let it read the
+	// attack's, to show the middleware, not node, refuses it.
+	_, base := startApp(t, ex, "FAIRGATE_URL=http://"+addr, "FAIRGATE_TOKEN="+internalToken, "NODE_OPTIONS=--max-http-header-size=131072")
+	for i := range 4 {
+		a := get(t, "GET", base+"/hello", "token-a")
+		if want := map[bool]int{true: 429, false: 200}[i == 3]; a.code != want {
+			t.Fatalf("tenant-a's request %d: %v; want %d", i+1, a, want)
+		}
+	}
+	// The request line is sent raw: an HTTP client would encode the '"'.
+	raw := func(path string) int {
+		t.Helper()
+		c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: app\r\nAuthorization: Bearer token-a\r\nContent-Length: 0\r\nConnection: close\r\n\r\n", path)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("POST of a %d-byte path: %v", len(path), err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	long := "/orders/" + strings.Repeat(`"`, map[string]int{"python": 23000, "node": 40000}[ex.dir])
+	if code := raw(long); code != 414 {
+		t.Fatalf("tenant-a, over its limit, POST of a %d-byte path of '\"': %d; want 414 (200 is the limit bypassed)", len(long), code)
+	}
+	if code := raw("/orders/" + strings.Repeat(`"`, 2000)); code != 429 {
+		t.Fatalf("tenant-a, over its limit, POST of a path of 2000 '\"' (within the bound): %d; want 429", code)
+	}
 }
 
 // testLimits: against fairgate with its internal token, each verified
@@ -249,7 +293,8 @@ func testLimits(t *testing.T, ex example) {
 	if a.code != 503 || a.header.Get("Retry-After") != "5" || a.body["code"] != "rate_limiter_unavailable" {
 		t.Fatalf("fairgate stopped, the app failing closed: %v; want 503 with Retry-After 5", a)
 	}
-	app.waitLog(t, "fairgate unreachable, failing closed")
+	app.waitLog(t, "), failing closed")
+	app.waitLog(t, "fairgate could not decide (")
 }
 
 // testStoreOut: with fairgate's store out, the app (failing open when
@@ -300,7 +345,8 @@ func testUnreachable(t *testing.T, ex example) {
 		case tt.mode == "closed" && (a.code != 503 || a.header.Get("Retry-After") != "5"):
 			t.Errorf("%s, failing closed: %v; want 503 with Retry-After 5", tt.name, a)
 		}
-		app.waitLog(t, "fairgate unreachable, failing "+tt.mode)
+		app.waitLog(t, "), failing "+tt.mode)
+		app.waitLog(t, "fairgate could not decide (")
 		app.stop()
 	}
 }

@@ -3,6 +3,7 @@ package replay
 import (
 	"bufio"
 	"bytes"
+	"container/heap"
 	"context"
 	"encoding/json"
 	"errors"
@@ -43,7 +44,24 @@ type Options struct {
 	// MaxBad bounds the malformed lines listed (all are counted). Zero
 	// means 100.
 	MaxBad int
+	// ReorderWindow is how far back in time a line may be, behind the
+	// latest line before it in its file, and still be decided in time
+	// order: nginx writes a line when its request ends, so a log is out of
+	// order by up to a request's duration. A line further behind is
+	// decided where it stands and counted in Report.OutOfOrder. Zero means
+	// DefaultReorderWindow; a negative value means none (file order, every
+	// line earlier than one before it counted).
+	ReorderWindow time.Duration
 }
+
+// DefaultReorderWindow is Options.ReorderWindow's default.
+const DefaultReorderWindow = time.Minute
+
+// MaxHeld bounds the lines held per file for reordering: past it, the
+// earliest held line is decided, and a line later found to be earlier than
+// it is counted as out of order. It keeps memory bounded whatever the
+// rate of the log and the window.
+const MaxHeld = 1 << 20
 
 // Line is one parsed request.
 type Line struct {
@@ -94,9 +112,17 @@ type Report struct {
 	Limited  int64 `json:"limited"`
 	// ShadowLimited are the requests some shadow layer would have
 	// rejected.
-	ShadowLimited int64            `json:"shadow_limited"`
-	Malformed     int64            `json:"malformed"`
-	Tenants       map[string]*Stat `json:"tenants"`
+	ShadowLimited int64 `json:"shadow_limited"`
+	Malformed     int64 `json:"malformed"`
+	// OutOfOrder are the lines decided out of time order: more than the
+	// reorder window (ReorderWindowMs) behind the latest line before them
+	// in their file (or, past MaxHeld lines held, behind one decided).
+	OutOfOrder int64 `json:"out_of_order"`
+	// ReorderWindowMs is the reorder window in milliseconds (0: none).
+	ReorderWindowMs int64 `json:"reorder_window_ms"`
+	// Files are the logs read, merged by time.
+	Files   int              `json:"files"`
+	Tenants map[string]*Stat `json:"tenants"`
 	// Policies counts, by policy (layer), the requests it took part in,
 	// those it limited and those it would have limited in shadow mode.
 	Policies map[string]*Stat `json:"policies"`
@@ -138,15 +164,36 @@ type item struct {
 	file string
 	n    int64
 	bad  *Bad
+	// at orders items across files: the line's time, or for a malformed
+	// line the time of the last line its file gave out.
+	at   time.Time
+	src  int  // the index of its file
+	late bool // decided out of time order
 }
 
-// Run replays inputs in order through lim, setting clock to each line's
-// time. Parsing runs beside deciding, on another goroutine.
+// before orders items: by time, then file, then line.
+func (a *item) before(b *item) bool {
+	if !a.at.Equal(b.at) {
+		return a.at.Before(b.at)
+	}
+	if a.src != b.src {
+		return a.src < b.src
+	}
+	return a.n < b.n
+}
+
+// Run replays inputs through lim, setting clock to each line's time. The
+// files are merged by time, and the lines of each reordered within
+// o.ReorderWindow (see Options). Parsing runs beside deciding, on another
+// goroutine.
 func Run(ctx context.Context, lim *limiter.Limiter, clock *Clock, inputs []Input, o Options) (Report, error) {
 	if o.MaxBad == 0 {
 		o.MaxBad = 100
 	}
-	rep := Report{Tenants: map[string]*Stat{}, Policies: map[string]*Stat{}}
+	if o.ReorderWindow == 0 {
+		o.ReorderWindow = DefaultReorderWindow
+	}
+	rep := Report{Tenants: map[string]*Stat{}, Policies: map[string]*Stat{}, Files: len(inputs), ReorderWindowMs: max(o.ReorderWindow, 0).Milliseconds()}
 	batches := make(chan []item, 8)
 	errc := make(chan error, 1)
 	ctx, cancel := context.WithCancel(ctx)
@@ -158,6 +205,9 @@ func Run(ctx context.Context, lim *limiter.Limiter, clock *Clock, inputs []Input
 	for batch := range batches {
 		for _, it := range batch {
 			rep.Lines++
+			if it.late {
+				rep.OutOfOrder++
+			}
 			if it.bad != nil {
 				rep.Malformed++
 				if len(rep.Bad) < o.MaxBad {
@@ -231,7 +281,10 @@ func (r *Report) policy(name string) *Stat {
 	return ps
 }
 
-// parse reads every input and sends its lines in batches.
+// parse reads every input and sends its lines in batches, merged by
+// time: each file's next line in time order (its source), the earliest of
+// them first (a k-way merge holding one line of each file, and the lines
+// each file holds to reorder them).
 func parse(ctx context.Context, inputs []Input, o Options, out chan<- []item) error {
 	var read int64
 	batch := make([]item, 0, batchSize)
@@ -244,45 +297,38 @@ func parse(ctx context.Context, inputs []Input, o Options, out chan<- []item) er
 			return false
 		}
 	}
-	for _, in := range inputs {
-		br := bufio.NewReaderSize(in.R, 64<<10)
-		var buf []byte
-		var n int64
-		for {
-			b, size, rerr := readLine(br, buf[:0], MaxLine)
-			buf = b[:0]
-			if rerr != nil && size == 0 && len(b) == 0 {
-				if rerr == io.EOF {
-					break
-				}
-				return fmt.Errorf("%s: %w", in.Name, rerr)
+	heads := &itemHeap{}
+	srcs := make([]*source, len(inputs))
+	for i, in := range inputs {
+		srcs[i] = &source{in: in, idx: i, br: bufio.NewReaderSize(in.R, 64<<10), o: o, read: &read}
+		it, ok, err := srcs[i].next()
+		if err != nil {
+			return err
+		}
+		if ok {
+			heads.items = append(heads.items, it)
+		}
+	}
+	heap.Init(heads)
+	for heads.Len() > 0 {
+		it := heads.items[0]
+		batch = append(batch, *it)
+		next, ok, err := srcs[it.src].next()
+		if err != nil {
+			return err
+		}
+		if ok {
+			heads.items[0] = next
+			heap.Fix(heads, 0)
+		} else {
+			heap.Pop(heads)
+		}
+		if len(batch) == batchSize {
+			if !send() {
+				return ctx.Err()
 			}
-			n++
-			read += size + 1
-			if size > MaxLine {
-				// One line too long to be a log line is a bad line, not the
-				// end of the run.
-				batch = append(batch, item{bad: &Bad{File: in.Name, Line: n, Reason: fmt.Sprintf("line of %d bytes, over 1 MiB", size)}})
-			} else if len(bytes.TrimSpace(b)) == 0 {
-				continue
-			} else if l, err := ParseLine(b, o); err != nil {
-				batch = append(batch, item{bad: &Bad{File: in.Name, Line: n, Reason: err.Error()}})
-			} else {
-				batch = append(batch, item{line: l, file: in.Name, n: n})
-			}
-			if len(batch) == batchSize {
-				if !send() {
-					return ctx.Err()
-				}
-				if o.Progress != nil {
-					o.Progress(read)
-				}
-			}
-			if rerr != nil {
-				if rerr == io.EOF {
-					break
-				}
-				return fmt.Errorf("%s: %w", in.Name, rerr)
+			if o.Progress != nil {
+				o.Progress(read)
 			}
 		}
 	}
@@ -293,6 +339,111 @@ func parse(ctx context.Context, inputs []Input, o Options, out chan<- []item) er
 		o.Progress(read)
 	}
 	return nil
+}
+
+// source gives one file's lines in time order, as far as its reorder
+// window allows: a line is held until a line more than the window later
+// has been read (or the file ends, or MaxHeld lines are held), then given
+// out earliest first. A line more than the window behind the latest before
+// it, or behind one given out already, is given out at once, marked late.
+// A malformed line is given out at once.
+type source struct {
+	in   Input
+	idx  int
+	br   *bufio.Reader
+	o    Options
+	read *int64 // bytes read, of all files
+
+	buf     []byte
+	n       int64     // lines read
+	held    itemHeap  // lines held, earliest first
+	ready   []*item   // lines to give out before any held
+	latest  time.Time // the latest line read
+	lastOut time.Time // the line last given out from held
+	eof     bool
+}
+
+// next returns the file's next line; ok is false at its end.
+func (s *source) next() (it *item, ok bool, err error) {
+	for {
+		if len(s.ready) > 0 {
+			it, s.ready = s.ready[0], s.ready[1:]
+			return it, true, nil
+		}
+		if s.held.Len() > 0 && (s.eof || s.held.Len() > MaxHeld || !s.held.items[0].at.After(s.latest.Add(-max(s.o.ReorderWindow, 0)))) {
+			it = heap.Pop(&s.held).(*item)
+			s.lastOut = it.at
+			return it, true, nil
+		}
+		if s.eof {
+			return nil, false, nil
+		}
+		if err := s.readOne(); err != nil {
+			return nil, false, err
+		}
+	}
+}
+
+// readOne reads and places the file's next line, or notes its end.
+func (s *source) readOne() error {
+	b, size, rerr := readLine(s.br, s.buf[:0], MaxLine)
+	s.buf = b[:0]
+	if rerr != nil && size == 0 && len(b) == 0 {
+		if rerr == io.EOF {
+			s.eof = true
+			return nil
+		}
+		return fmt.Errorf("%s: %w", s.in.Name, rerr)
+	}
+	s.n++
+	*s.read += size + 1
+	if rerr == io.EOF {
+		s.eof = true
+	} else if rerr != nil {
+		return fmt.Errorf("%s: %w", s.in.Name, rerr)
+	}
+	bad := func(reason string) {
+		s.ready = append(s.ready, &item{bad: &Bad{File: s.in.Name, Line: s.n, Reason: reason}, file: s.in.Name, n: s.n, at: s.lastOut, src: s.idx})
+	}
+	if size > MaxLine {
+		// One line too long to be a log line is a bad line, not the end of
+		// the run.
+		bad(fmt.Sprintf("line of %d bytes, over 1 MiB", size))
+		return nil
+	}
+	if len(bytes.TrimSpace(b)) == 0 {
+		return nil
+	}
+	l, err := ParseLine(b, s.o)
+	if err != nil {
+		bad(err.Error())
+		return nil
+	}
+	it := &item{line: l, file: s.in.Name, n: s.n, at: l.Time, src: s.idx}
+	if !s.latest.IsZero() && (s.latest.Sub(l.Time) > max(s.o.ReorderWindow, 0) || l.Time.Before(s.lastOut)) {
+		it.late = true
+		s.ready = append(s.ready, it)
+		return nil
+	}
+	if l.Time.After(s.latest) {
+		s.latest = l.Time
+	}
+	heap.Push(&s.held, it)
+	return nil
+}
+
+// itemHeap is a min-heap of items (container/heap), earliest first.
+type itemHeap struct{ items []*item }
+
+func (h *itemHeap) Len() int           { return len(h.items) }
+func (h *itemHeap) Less(i, j int) bool { return h.items[i].before(h.items[j]) }
+func (h *itemHeap) Swap(i, j int)      { h.items[i], h.items[j] = h.items[j], h.items[i] }
+func (h *itemHeap) Push(x any)         { h.items = append(h.items, x.(*item)) }
+func (h *itemHeap) Pop() any {
+	it := h.items[len(h.items)-1]
+	h.items[len(h.items)-1] = nil
+	h.items = h.items[:len(h.items)-1]
+	return it
 }
 
 // MaxLine is the longest log line replay reads; a longer one counts as a

@@ -8,9 +8,13 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/fairgate/fairgate/algo"
 	"github.com/fairgate/fairgate/examples"
@@ -361,6 +365,12 @@ func TestFormatsAgree(t *testing.T) {
 	}
 	got = map[string]counts{}
 	for _, r := range rows[1:] {
+		if r[0] == "out_of_order" { // the quiet tenant's line, a year behind
+			if r[2] != fmt.Sprint(rep.OutOfOrder) || rep.OutOfOrder != 1 {
+				t.Errorf("CSV out_of_order row %q, want %d (and 1)", r, rep.OutOfOrder)
+			}
+			continue
+		}
 		got[r[0]+" "+r[1]] = counts{r[2], r[3], r[4]}
 	}
 	if !maps.Equal(got, want) {
@@ -389,5 +399,197 @@ func TestFormatsAgree(t *testing.T) {
 	}
 	if len(back.Bad) != 1 || back.Bad[0]["file"] != "a.log" || back.Bad[0]["line"] != float64(lines+2) || back.Bad[0]["reason"] == nil {
 		t.Errorf("JSON bad lines %v, want file, line %d and reason", back.Bad, lines+2)
+	}
+}
+
+// TestHostileNames: a tenant is whatever the log's user field held (nginx
+// fills it from any request's Basic credentials, even a refused one), so
+// the table writes a name with a control character quoted and escaped (it
+// wrote ESC sequences that clear the screen and newlines that forge rows),
+// the CSV writes a name a spreadsheet would run as a formula with a
+// leading ' (it wrote =HYPERLINK(…) as it was), and the JSON escapes
+// control characters and keeps each name as it is.
+func TestHostileNames(t *testing.T) {
+	hostile := []string{
+		"\x1b[2J\x1b[Hall clear", "evil\nacme\t0\t0", "tab\tbed", "\u202eslo", `"quoted"`,
+		"=HYPERLINK(\"http://x\",\"y\")", "+cmd|' /C calc'!A0", "-2+3", "@SUM(1+1)", "\tx", "\rx",
+	}
+	var log bytes.Buffer
+	for i, name := range hostile {
+		b, _ := json.Marshal(map[string]any{"time": 1764756000 + i, "tenant": name, "method": "GET", "path": "/v1/search"})
+		log.Write(append(b, '\n'))
+	}
+	log.WriteString(`{"time":1764756100,"tenant":"acme","method":"GET","path":"/v1/search"}` + "\n")
+	clock := &Clock{}
+	lim, _ := NewLimiter(examplePolicy(t), clock)
+	rep, err := Run(context.Background(), lim, clock, []Input{{"a.log", &log}}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var tbl bytes.Buffer
+	if err := rep.WriteTable(&tbl, 0); err != nil {
+		t.Fatal(err)
+	}
+	out := tbl.String()
+	if i := strings.IndexFunc(out, func(r rune) bool { return r != '\n' && !unicode.IsPrint(r) }); i >= 0 {
+		t.Errorf("the table holds %q, not printable, at byte %d:\n%s", out[i:i+1], i, out)
+	}
+	for _, name := range hostile {
+		want := name
+		if strings.ContainsFunc(name, func(r rune) bool { return !unicode.IsPrint(r) }) || !utf8.ValidString(name) || name[0] == '"' {
+			want = strconv.Quote(name)
+		}
+		if !strings.Contains(out, "\n"+want+" ") {
+			t.Errorf("the table has no row for %q written as %s:\n%s", name, want, out)
+		}
+	}
+	rows := 0
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, "acme ") {
+			rows++
+		}
+	}
+	if rows != 1 {
+		t.Errorf("%d rows of tenant acme in the table, want 1 (a name forged one):\n%s", rows, out)
+	}
+
+	var c bytes.Buffer
+	if err := rep.WriteCSV(&c); err != nil {
+		t.Fatal(err)
+	}
+	records, err := csv.NewReader(&c).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, r := range records[1:] {
+		if r[0] == "tenant" {
+			names[r[1]] = true
+		}
+	}
+	for _, name := range hostile {
+		want := name
+		if strings.ContainsRune("=+-@\t\r", rune(name[0])) {
+			want = "'" + name
+		}
+		if !names[want] {
+			t.Errorf("no CSV cell %q for tenant %q (cells %v)", want, name, names)
+		}
+	}
+
+	var j bytes.Buffer
+	if err := rep.WriteJSON(&j); err != nil {
+		t.Fatal(err)
+	}
+	if i := bytes.IndexFunc(j.Bytes(), func(r rune) bool { return r < 0x20 && r != '\n' }); i >= 0 {
+		t.Errorf("the JSON holds a raw control character at byte %d", i)
+	}
+	var back Report
+	if err := json.Unmarshal(j.Bytes(), &back); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range hostile {
+		if back.Tenants[name] == nil {
+			t.Errorf("JSON: no tenant %q", name)
+		}
+	}
+}
+
+// replayLogs replays logs (file name, then its lines) through the example
+// policy with o.
+func replayLogs(t *testing.T, o Options, logs ...[]string) Report {
+	t.Helper()
+	var inputs []Input
+	for i, lines := range logs {
+		inputs = append(inputs, Input{fmt.Sprintf("%d.log", i+1), strings.NewReader(strings.Join(lines, "\n") + "\n")})
+	}
+	clock := &Clock{}
+	lim, err := NewLimiter(examplePolicy(t), clock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Run(context.Background(), lim, clock, inputs, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
+// searches are n searches of newco, every step from t0+from.
+func searches(n int, from, step time.Duration) []string {
+	lines := make([]string, n)
+	for i := range lines {
+		lines[i] = fmt.Sprintf(`{"time":%q,"tenant":"newco","method":"GET","path":"/v1/search"}`, t0.Add(from+time.Duration(i)*step).Format(time.RFC3339Nano))
+	}
+	return lines
+}
+
+// TestOrder: a replay decides in time order whatever the order of the
+// lines within the reorder window (60 s by default: nginx writes a line
+// when its request ends), merges several files by time, and counts the
+// lines further out of order, decided where they stand, in every format.
+// Before, the same 60 requests limited 23 ascending and a different number
+// reversed, two files were replayed one after the other, and nothing said
+// so.
+func TestOrder(t *testing.T) {
+	asc := searches(60, 0, 500*time.Millisecond)
+	want := replayLogs(t, Options{}, asc)
+	if want.Limited == 0 || want.OutOfOrder != 0 {
+		t.Fatalf("60 searches in 30 s: %d limited, %d out of order; want some limited, none out of order", want.Limited, want.OutOfOrder)
+	}
+	desc := slices.Clone(asc)
+	slices.Reverse(desc)
+	if got := replayLogs(t, Options{}, desc); got.Limited != want.Limited || got.OutOfOrder != 0 {
+		t.Errorf("the same lines reversed (30 s apart at most): %d limited, %d out of order; want %d and 0", got.Limited, got.OutOfOrder, want.Limited)
+	}
+	if got := replayLogs(t, Options{ReorderWindow: 10 * time.Second}, desc); got.OutOfOrder != 39 {
+		t.Errorf("reversed, a 10 s window: %d lines out of order, want 39 (those over 10 s behind the first)", got.OutOfOrder)
+	}
+	if got := replayLogs(t, Options{ReorderWindow: -1}, desc); got.OutOfOrder != 59 || got.ReorderWindowMs != 0 {
+		t.Errorf("reversed, no window: %d lines out of order (window %d ms), want 59 (0)", got.OutOfOrder, got.ReorderWindowMs)
+	}
+	// Two files, one line of two each (one per nginx instance): as one.
+	var odd, even []string
+	for i, l := range asc {
+		if i%2 == 0 {
+			even = append(even, l)
+		} else {
+			odd = append(odd, l)
+		}
+	}
+	if got := replayLogs(t, Options{}, even, odd); got.Limited != want.Limited || got.OutOfOrder != 0 || got.Files != 2 {
+		t.Errorf("two files of alternate lines: %d limited, %d out of order, %d files; want %d, 0 and 2", got.Limited, got.OutOfOrder, got.Files, want.Limited)
+	}
+	// Files one after the other in time, given in the other order.
+	if got := replayLogs(t, Options{}, asc[30:], asc[:30]); got.Limited != want.Limited {
+		t.Errorf("the later file first: %d limited, want %d", got.Limited, want.Limited)
+	}
+
+	// A line 2 minutes behind the one before it: decided where it is,
+	// counted, and said in each format.
+	late := append(searches(3, 5*time.Minute, time.Second), searches(1, 3*time.Minute, 0)...)
+	late = append(late, "garbage", searches(1, 6*time.Minute, 0)[0])
+	rep := replayLogs(t, Options{}, late)
+	if rep.OutOfOrder != 1 || rep.Requests != 5 || rep.Malformed != 1 || rep.Bad[0].Line != 5 {
+		t.Fatalf("a line 2 minutes behind: %d out of order, %d requests, %+v bad; want 1, 5 and line 5", rep.OutOfOrder, rep.Requests, rep.Bad)
+	}
+	var tbl, c, j bytes.Buffer
+	rep.WriteTable(&tbl, 0)
+	if !strings.Contains(tbl.String(), "1 line out of order by more than 60s") {
+		t.Errorf("the table does not say 1 line out of order:\n%s", tbl.String())
+	}
+	rep.WriteCSV(&c)
+	rows, _ := csv.NewReader(&c).ReadAll()
+	if last := rows[len(rows)-1]; !slices.Equal(last[:3], []string{"out_of_order", "60s", "1"}) {
+		t.Errorf("the CSV's last row %q, want out_of_order,60s,1", last)
+	}
+	rep.WriteJSON(&j)
+	var back struct {
+		OutOfOrder      int64 `json:"out_of_order"`
+		ReorderWindowMs int64 `json:"reorder_window_ms"`
+	}
+	if json.Unmarshal(j.Bytes(), &back); back.OutOfOrder != 1 || back.ReorderWindowMs != 60000 {
+		t.Errorf("the JSON: %+v, want out_of_order 1, reorder_window_ms 60000", back)
 	}
 }

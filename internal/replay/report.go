@@ -8,9 +8,37 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
+
+// printable is s as the table writes it: as it is when every character is
+// printable, else quoted and escaped as a Go string ("\x1b[2J",
+// "a\nb"). A tenant is whatever the log's user field held, which nginx
+// fills from any request's Basic credentials: written raw, an escape
+// sequence would clear or rewrite the screen, a newline or tab forge rows
+// or columns. A name starting with '"' is quoted too, so a quoted name is
+// always an escaped one.
+func printable(s string) string {
+	if utf8.ValidString(s) && !strings.HasPrefix(s, `"`) && strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) < 0 {
+		return s
+	}
+	return strconv.Quote(s)
+}
+
+// cell is s as a CSV cell: one starting with =, +, -, @, a tab or a
+// carriage return gets a leading ', so that a spreadsheet reads it as text,
+// never as a formula (OWASP's guidance on CSV injection): a tenant named
+// =HYPERLINK(…) is the client's choice.
+func cell(s string) string {
+	if s != "" && strings.ContainsRune("=+-@\t\r", rune(s[0])) {
+		return "'" + s
+	}
+	return s
+}
 
 // stamp formats a time for a report ("" for none).
 func stamp(t time.Time) string {
@@ -28,6 +56,19 @@ func (r *Report) WriteTable(w io.Writer, top int) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "%d lines: %d requests, %d would have been limited (%.2f%%), %d more by shadow policies (%.2f%%), %d malformed\n\n",
 		r.Lines, r.Requests, r.Limited, pct(r.Limited, r.Requests), r.ShadowLimited, pct(r.ShadowLimited, r.Requests), r.Malformed)
+	if r.Files > 1 {
+		fmt.Fprintf(tw, "%d files, merged by time\n", r.Files)
+	}
+	if r.OutOfOrder > 0 {
+		lines := "lines"
+		if r.OutOfOrder == 1 {
+			lines = "line"
+		}
+		fmt.Fprintf(tw, "%d %s out of order by more than %s, decided where they stood: the counts depend on them (--reorder-window widens the window)\n", r.OutOfOrder, lines, window(r.ReorderWindowMs))
+	}
+	if r.Files > 1 || r.OutOfOrder > 0 {
+		fmt.Fprintln(tw)
+	}
 	fmt.Fprintln(tw, "tenant\trequests\tlimited\tshare\tshadow limited\tfirst limited\tlast limited")
 	tenants := r.TopTenants(0)
 	shown := tenants
@@ -36,7 +77,7 @@ func (r *Report) WriteTable(w io.Writer, top int) error {
 	}
 	for _, t := range shown {
 		s := r.Tenants[t]
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.2f%%\t%d\t%s\t%s\n", t, s.Requests, s.Limited, pct(s.Limited, s.Requests), s.ShadowLimited, stamp(s.FirstLimited), stamp(s.LastLimited))
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.2f%%\t%d\t%s\t%s\n", printable(t), s.Requests, s.Limited, pct(s.Limited, s.Requests), s.ShadowLimited, stamp(s.FirstLimited), stamp(s.LastLimited))
 	}
 	if more := len(tenants) - len(shown); more > 0 {
 		fmt.Fprintf(tw, "(%d more tenants, fewer limited: --top 0 lists them all)\n", more)
@@ -44,15 +85,23 @@ func (r *Report) WriteTable(w io.Writer, top int) error {
 	fmt.Fprintln(tw, "\npolicy\trequests\tlimited\tshare\tshadow limited\tfirst limited\tlast limited")
 	for _, p := range slices.Sorted(maps.Keys(r.Policies)) {
 		s := r.Policies[p]
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.2f%%\t%d\t%s\t%s\n", p, s.Requests, s.Limited, pct(s.Limited, s.Requests), s.ShadowLimited, stamp(s.FirstLimited), stamp(s.LastLimited))
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.2f%%\t%d\t%s\t%s\n", printable(p), s.Requests, s.Limited, pct(s.Limited, s.Requests), s.ShadowLimited, stamp(s.FirstLimited), stamp(s.LastLimited))
 	}
 	if len(r.Bad) > 0 {
 		fmt.Fprintln(tw, "\nmalformed lines (first ones):")
 		for _, b := range r.Bad {
-			fmt.Fprintf(tw, "%s:%d: %s\n", b.File, b.Line, b.Reason)
+			fmt.Fprintf(tw, "%s:%d: %s\n", printable(b.File), b.Line, printable(b.Reason))
 		}
 	}
 	return tw.Flush()
+}
+
+// window writes a reorder window of ms milliseconds: "60s", "1.5s".
+func window(ms int64) string {
+	if ms%1000 == 0 {
+		return strconv.FormatInt(ms/1000, 10) + "s"
+	}
+	return (time.Duration(ms) * time.Millisecond).String()
 }
 
 func pct(a, b int64) float64 {
@@ -63,12 +112,16 @@ func pct(a, b int64) float64 {
 }
 
 // WriteCSV writes one row per tenant and per policy:
-// kind,name,requests,limited,shadow_limited,first_limited,last_limited.
+// kind,name,requests,limited,shadow_limited,first_limited,last_limited,
+// then a last row out_of_order,WINDOW,N: the lines out of order by more
+// than the reorder window (such as 60s). A
+// name starting with =, +, -, @, a tab or a carriage return is written
+// with a leading ' (see cell).
 func (r *Report) WriteCSV(w io.Writer) error {
 	cw := csv.NewWriter(w)
 	cw.Write([]string{"kind", "name", "requests", "limited", "shadow_limited", "first_limited", "last_limited"})
 	row := func(kind, name string, s *Stat) {
-		cw.Write([]string{kind, name, strconv.FormatInt(s.Requests, 10), strconv.FormatInt(s.Limited, 10), strconv.FormatInt(s.ShadowLimited, 10), stamp(s.FirstLimited), stamp(s.LastLimited)})
+		cw.Write([]string{kind, cell(name), strconv.FormatInt(s.Requests, 10), strconv.FormatInt(s.Limited, 10), strconv.FormatInt(s.ShadowLimited, 10), stamp(s.FirstLimited), stamp(s.LastLimited)})
 	}
 	for _, t := range r.TopTenants(0) {
 		row("tenant", t, r.Tenants[t])
@@ -76,11 +129,13 @@ func (r *Report) WriteCSV(w io.Writer) error {
 	for _, p := range slices.Sorted(maps.Keys(r.Policies)) {
 		row("policy", p, r.Policies[p])
 	}
+	cw.Write([]string{"out_of_order", window(r.ReorderWindowMs), strconv.FormatInt(r.OutOfOrder, 10), "", "", "", ""})
 	cw.Flush()
 	return cw.Error()
 }
 
-// WriteJSON writes the whole report as one JSON object.
+// WriteJSON writes the whole report as one JSON object; names are as they
+// are, JSON-escaped (control characters as \u00XX).
 func (r *Report) WriteJSON(w io.Writer) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")

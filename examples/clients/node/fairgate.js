@@ -19,12 +19,18 @@
 // - status 429 (over the limit) or 503 (fairgate's store is out and the
 //   route's class fails closed): answered here with that status,
 //   fairgate's headers (Retry-After among them) and a problem+json body;
-// - fairgate not reachable, too slow (timeoutMs), or answering anything
-//   but 200 or 400 (a wrong token is 401): onUnreachable decides, 'open'
-//   (next(), no headers) or 'closed' (503 with Retry-After: 5), and a
-//   warning is logged;
-// - fairgate answers 400 (a path spelled so that servers read it
-//   differently, such as an encoded slash): 400 with fairgate's reason.
+// - fairgate could not decide: not reachable, too slow (timeoutMs), a
+//   5xx, or 401/403 (a wrong token: the operator's mistake); onUnreachable
+//   decides, 'open' (next(), no headers) or 'closed' (503 with
+//   Retry-After: 5), and a warning is logged;
+// - fairgate refuses the check as sent, any other 4xx (400: a path spelled
+//   so that servers read it differently, such as an encoded slash; 413: a
+//   body too large; 404, 415, 422...): the request's fault, never served:
+//   400 with fairgate's reason (a status other than 400 is also logged, as
+//   it may be a wrong url);
+// - a route longer than MAX_ROUTE (8 KiB): 414, without asking fairgate
+//   (a long route would make the check's body too large for fairgate,
+//   whose 413 must not let the request through).
 //
 // The tenant must come from your own verified authentication (a session, a
 // checked API key or token), never from a header the client sets.
@@ -37,7 +43,20 @@ const https = require('node:https');
 // value fairgate itself gives when its store is out.
 const UNREACHABLE_RETRY_AFTER = 5;
 
-class BadRequest extends Error {}
+// MAX_ROUTE is the longest route (method, space and the path as sent, in
+// bytes) the middleware asks fairgate about; a longer one is answered 414
+// without asking. fairgate refuses a check body over 64 KiB (413), and
+// JSON doubles a '"' or '\\': 8 KiB keeps the body far below.
+const MAX_ROUTE = 8192;
+
+// BadRequest is fairgate refusing the check as sent: a 4xx other than 401
+// and 403; message is its reason, status its status.
+class BadRequest extends Error {
+  constructor(message, status) {
+    super(message);
+    this.status = status;
+  }
+}
 
 // fairgate returns the middleware. Options:
 // - url: fairgate's base URL: its internal listener (--internal-listen)
@@ -101,13 +120,23 @@ function fairgate({
   // CheckResponse); it rejects with BadRequest or another error.
   async function check(body) {
     const { status, text } = await post(JSON.stringify(body));
-    if (status === 400) throw new BadRequest(detailOf(text));
+    // The check as sent is refused (400, 413, 414, 415, 422...): the
+    // request's fault, never a reason to serve it.
+    if (status >= 400 && status < 500 && status !== 401 && status !== 403) {
+      throw new BadRequest(detailOf(text), status);
+    }
     if (status !== 200) throw new Error(`fairgate answered ${status}: ${detailOf(text)}`);
     return JSON.parse(text);
   }
 
   return async function fairgateMiddleware(req, res, next) {
     const body = { route: `${req.method} ${pathOf(req)}` };
+    if (Buffer.byteLength(body.route) > MAX_ROUTE) {
+      problem(res, 414, {}, {
+        title: 'URI too long', detail: `the path is over ${MAX_ROUTE} bytes, the longest this service is rate limited for`,
+      });
+      return;
+    }
     try {
       const tenant = tenantOf(req);
       if (tenant != null) body.tenant = String(tenant);
@@ -122,10 +151,11 @@ function fairgate({
       d = await check(body);
     } catch (err) {
       if (err instanceof BadRequest) {
+        if (err.status !== 400) logger.warn(`fairgate refused the check (${err.status}), answering 400: ${err.message}`);
         problem(res, 400, {}, { title: 'Bad request', detail: err.message });
         return;
       }
-      logger.warn(`fairgate unreachable, failing ${onUnreachable}: ${err.message}`);
+      logger.warn(`fairgate could not decide (${err.message}), failing ${onUnreachable}`);
       if (onUnreachable === 'open') {
         next();
         return;
@@ -195,3 +225,4 @@ function detailOf(text) {
 
 module.exports = fairgate;
 module.exports.UNREACHABLE_RETRY_AFTER = UNREACHABLE_RETRY_AFTER;
+module.exports.MAX_ROUTE = MAX_ROUTE;

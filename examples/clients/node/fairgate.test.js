@@ -86,13 +86,49 @@ test('a 400 from fairgate is 400 with its reason', async () => {
   assert.deepStrictEqual([got.status, got.body.detail], [400, 'route: an encoded slash']);
 });
 
-test('a wrong token (401) is fairgate unreachable: open serves, closed is 503', async () => {
-  const f = await fake(401, { status: 401, detail: 'this endpoint needs Authorization' });
-  const open = await run(fairgate(options(f.url)));
-  const closed = await run(fairgate(options(f.url, { onUnreachable: 'closed' })));
+test('any other 4xx from fairgate is the request\'s fault: 400, never served, in either mode', async () => {
+  // 413: a body over fairgate's 64 KiB, which the client's path length
+  // controls. Before, everything but 400 failed open.
+  for (const status of [400, 404, 405, 413, 414, 415, 422]) {
+    const f = await fake(status, { status, detail: `refused as ${status}` });
+    const warned = [];
+    const logger = { warn: (m) => warned.push(m) };
+    const open = await run(fairgate(options(f.url, { logger })));
+    const closed = await run(fairgate(options(f.url, { logger, onUnreachable: 'closed' })));
+    f.close();
+    for (const got of [open, closed]) {
+      assert.deepStrictEqual([got.next, got.status, got.body.detail], [undefined, 400, `refused as ${status}`], `fairgate answering ${status}`);
+    }
+    assert.strictEqual(warned.length, status === 400 ? 0 : 2, `warnings for ${status}: ${warned}`);
+  }
+});
+
+test('no decision (401/403: a wrong token; 5xx): onUnreachable decides, and the log says fairgate could not decide', async () => {
+  for (const status of [401, 403, 500, 502, 503]) {
+    const f = await fake(status, { status, detail: 'no decision' });
+    const warned = [];
+    const logger = { warn: (m) => warned.push(m) };
+    const open = await run(fairgate(options(f.url, { logger })));
+    const closed = await run(fairgate(options(f.url, { logger, onUnreachable: 'closed' })));
+    f.close();
+    assert.deepStrictEqual(open, { next: true, err: undefined, headers: {} }, `fairgate answering ${status}`);
+    assert.deepStrictEqual([closed.status, closed.headers['retry-after']], [503, '5'], `fairgate answering ${status}`);
+    assert.deepStrictEqual(warned, [
+      `fairgate could not decide (fairgate answered ${status}: no decision), failing open`,
+      `fairgate could not decide (fairgate answered ${status}: no decision), failing closed`,
+    ]);
+  }
+});
+
+test('a route over MAX_ROUTE bytes is 414, fairgate not asked', async () => {
+  const f = await fake(200, decision(200, {}));
+  const mw = fairgate(options(f.url));
+  const long = await run(mw, { url: '/orders/' + '"'.repeat(fairgate.MAX_ROUTE) });
+  const longest = await run(mw, { url: '/' + 'x'.repeat(fairgate.MAX_ROUTE - 'POST /'.length) });
   f.close();
-  assert.deepStrictEqual(open, { next: true, err: undefined, headers: {} });
-  assert.deepStrictEqual([closed.status, closed.headers['retry-after']], [503, '5']);
+  assert.deepStrictEqual([long.status, long.body.status], [414, 414]);
+  assert.strictEqual(longest.next, true);
+  assert.strictEqual(f.checks.length, 1, 'only the route of MAX_ROUTE bytes is checked');
 });
 
 test('an error of tenantOf is the app\'s: next(err)', async () => {

@@ -21,12 +21,18 @@ and the client's address, then:
   route's class fails closed): answered here with that status, fairgate's
   headers (Retry-After among them) and a problem+json body; your app is
   not called;
-- fairgate not reachable, too slow (timeout), or answering anything but
-  200 or 400 (a wrong token is 401): on_unreachable decides, "open" (call
-  your app, no headers) or "closed" (503 with Retry-After: 5), and a
-  warning is logged;
-- fairgate answers 400 (a path spelled so that servers read it
-  differently, such as an encoded slash): 400 with fairgate's reason.
+- fairgate could not decide: not reachable, too slow (timeout), a 5xx, or
+  401/403 (a wrong token: the operator's mistake); on_unreachable decides,
+  "open" (call your app, no headers) or "closed" (503 with Retry-After: 5),
+  and a warning is logged;
+- fairgate refuses the check as sent, any other 4xx (400: a path spelled
+  so that servers read it differently, such as an encoded slash; 413: a
+  body too large; 404, 415, 422...): the request's fault, never served:
+  400 with fairgate's reason (a status other than 400 is also logged, as
+  it may be a wrong url);
+- a route longer than MAX_ROUTE (8 KiB): 414, without asking fairgate
+  (a long route would make the check's body too large for fairgate,
+  whose 413 must not let the request through).
 
 The tenant must come from your own verified authentication (a session, a
 checked API key or token), never from a header the client sets.
@@ -48,17 +54,29 @@ log = logging.getLogger("fairgate")
 # value fairgate itself gives when its store is out.
 UNREACHABLE_RETRY_AFTER = 5
 
+# MAX_ROUTE is the longest route (method, space and the path as sent, in
+# bytes) the middleware asks fairgate about; a longer one is answered 414
+# without asking. fairgate refuses a check body over 64 KiB (413), and the
+# path's encoding can triple its length: 8 KiB keeps the body far below.
+MAX_ROUTE = 8192
+
 # IDLE_SECONDS is how long an idle connection is kept: less than the 2
 # minutes after which fairgate closes it.
 IDLE_SECONDS = 60
 
 
 class Unreachable(Exception):
-    """fairgate could not be asked: refused, timed out, or a wrong answer."""
+    """fairgate could not decide: refused, timed out, a 5xx, 401/403 (a
+    wrong token), or an answer that is not a decision."""
 
 
 class BadRequest(Exception):
-    """fairgate refused the check as sent (400); str() is its reason."""
+    """fairgate refused the check as sent: a 4xx other than 401 and 403.
+    str() is its reason; status is fairgate's status."""
+
+    def __init__(self, reason: str, status: int = 400):
+        super().__init__(reason)
+        self.status = status
 
 
 class Client:
@@ -104,8 +122,10 @@ class Client:
         if cost is not None:
             body["cost"] = cost
         status, raw = self._post(json.dumps(body).encode())
-        if status == 400:
-            raise BadRequest(_detail(raw))
+        if 400 <= status < 500 and status not in (401, 403):
+            # The check as sent is refused (400, 413, 414, 415, 422...):
+            # the request's fault, never a reason to serve it.
+            raise BadRequest(_detail(raw), status)
         if status != 200:
             raise Unreachable("fairgate answered %d: %s" % (status, _detail(raw)))
         try:
@@ -179,13 +199,19 @@ class Middleware:
         # The path as your app routes it (WSGI has already decoded it).
         path = urllib.parse.quote((environ.get("SCRIPT_NAME", "") + environ.get("PATH_INFO", "")).encode("latin-1"),
                                   safe="/;=,:@!$&'()*+~") or "/"
+        route = environ["REQUEST_METHOD"] + " " + path
+        if len(route) > MAX_ROUTE:
+            return _problem(start_response, 414, [], {
+                "title": "URI too long",
+                "detail": "the path is over %d bytes, the longest this service is rate limited for" % MAX_ROUTE})
         try:
-            d = self.client.check(self.tenant_of(environ), environ["REQUEST_METHOD"] + " " + path,
-                                  self.client_ip(environ))
+            d = self.client.check(self.tenant_of(environ), route, self.client_ip(environ))
         except BadRequest as e:
+            if e.status != 400:
+                log.warning("fairgate refused the check (%d), answering 400: %s", e.status, e)
             return _problem(start_response, 400, [], {"title": "Bad request", "detail": str(e)})
         except Unreachable as e:
-            log.warning("fairgate unreachable, failing %s: %s", self.on_unreachable, e)
+            log.warning("fairgate could not decide (%s), failing %s", e, self.on_unreachable)
             if self.on_unreachable == "open":
                 return self.app(environ, start_response)
             return _problem(start_response, 503, [("Retry-After", str(UNREACHABLE_RETRY_AFTER))], {

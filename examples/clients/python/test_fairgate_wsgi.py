@@ -5,10 +5,12 @@
 clients_test.go runs them, and the app against the real fairgate.
 """
 
+import http.server
 import json
+import threading
 import unittest
 
-from fairgate_wsgi import BadRequest, Middleware, Unreachable
+from fairgate_wsgi import MAX_ROUTE, BadRequest, Client, Middleware, Unreachable
 
 
 class Fake:
@@ -43,6 +45,33 @@ def call(mw, path="/orders/7", method="POST"):
 def decision(status, headers, retry_after_ms=0, policy="free.tenant.1m"):
     return {"allowed": status == 200, "status": status, "reason": "x", "policy": policy,
             "retry_after_ms": retry_after_ms, "headers": headers, "decisions": []}
+
+
+class Stub:
+    """A stand-in fairgate on a real socket answering every check with
+    status and a problem body, for Client's reading of statuses."""
+
+    def __init__(self, status):
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                self.rfile.read(int(self.headers["Content-Length"]))
+                body = json.dumps({"status": status, "detail": "refused as %d" % status}).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/problem+json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, args=(0.01,), daemon=True).start()
+        self.url = "http://127.0.0.1:%d" % self.server.server_port
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
 
 
 class MiddlewareTest(unittest.TestCase):
@@ -89,6 +118,48 @@ class MiddlewareTest(unittest.TestCase):
         status, _, body = call(self.mw(BadRequest("route: an encoded slash")))
         self.assertEqual((status, json.loads(body)["detail"]), ("400 Bad Request", "route: an encoded slash"))
 
+    def test_a_refused_check_is_never_served(self):
+        # Any 4xx but 401/403 is the request's fault (413: a body over
+        # fairgate's 64 KiB, which the client's path length controls):
+        # answered 400, in either mode. Before, all but 400 failed open.
+        for status in (400, 404, 405, 413, 414, 415, 422):
+            for mode in ("open", "closed"):
+                stub = Stub(status)
+                try:
+                    mw = Middleware(app, Client(stub.url), tenant_of=lambda environ: environ["app.tenant"],
+                                    on_unreachable=mode)
+                    with self.assertLogs("fairgate", "WARNING") if status != 400 else _nothing():
+                        got, _, body = call(mw)
+                finally:
+                    stub.close()
+                self.assertEqual((got, json.loads(body)["detail"]), ("400 Bad Request", "refused as %d" % status),
+                                 "fairgate answering %d, failing %s" % (status, mode))
+
+    def test_no_decision_follows_on_unreachable(self):
+        # 401/403 (a wrong token) and 5xx: fairgate could not decide, and
+        # the log says so (it said "unreachable" of a 401).
+        for status in (401, 403, 500, 502, 503):
+            stub = Stub(status)
+            try:
+                mws = [Middleware(app, Client(stub.url), tenant_of=lambda environ: environ["app.tenant"],
+                                  on_unreachable=mode) for mode in ("open", "closed")]
+                with self.assertLogs("fairgate", "WARNING") as logs:
+                    opened, closed = call(mws[0]), call(mws[1])
+            finally:
+                stub.close()
+            self.assertEqual((opened[0], opened[2]), ("200 OK", b"ok"), status)
+            self.assertEqual(closed[0], "503 Service Unavailable", status)
+            self.assertIn("fairgate could not decide (fairgate answered %d: refused as %d), failing open" % (status, status),
+                          logs.output[0])
+            self.assertIn("failing closed", logs.output[1])
+
+    def test_a_route_over_the_bound_is_414_without_a_check(self):
+        # '"' is quoted as %22: 2731 of them make a route over 8 KiB.
+        status, _, body = call(self.mw(decision(200, {})), path="/orders/" + '"' * 2731)
+        self.assertEqual((status, json.loads(body)["status"], self.fake.checks), ("414 Request-URI Too Long", 414, []))
+        call(self.mw(decision(200, {})), path="/" + "x" * (MAX_ROUTE - len("POST /")))
+        self.assertEqual(len(self.fake.checks), 1, "a route of MAX_ROUTE bytes is checked")
+
     def test_path_as_the_app_routes_it(self):
         call(self.mw(decision(200, {})), path="/caf\xc3\xa9 x", method="GET")  # WSGI's latin-1 of UTF-8
         self.assertEqual(self.fake.checks[0][1], "GET /caf%C3%A9%20x")
@@ -96,6 +167,14 @@ class MiddlewareTest(unittest.TestCase):
     def test_a_bad_setting_is_refused(self):
         with self.assertRaises(ValueError):
             Middleware(app, Fake(None), tenant_of=lambda e: None, on_unreachable="maybe")
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
 
 
 if __name__ == "__main__":
