@@ -67,6 +67,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"check-config", "testdata/bad.yaml"}, 1, "testdata/bad.yaml:9: classes.search.share: share 2 is outside (0, 1]"},
 		{[]string{"check-config"}, 0, "examples/fairgate.yaml: ok"},
 		{[]string{"check-config", "--help"}, 0, "usage: fairgate check-config [FILE]"}, // today: open --help
+		{[]string{"check-config", "testdata/jwks.yaml"}, 0, "note: auth.jwt.jwks_url http://127.0.0.1:9/jwks.json was not fetched: serve fetches it at start, waits up to 5s, and refuses to start without it"},
 		{[]string{"check-config", "-x"}, 2, "takes one file and no flags"},
 		// Every problem, even two on one line (today only the fail mode).
 		{[]string{"check-config", "testdata/two-on-a-line.yaml"}, 1, "classes.search.share: share 2.5 is outside (0, 1]"},
