@@ -59,6 +59,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"frobnicate"}, 2, `unknown command "frobnicate"`},
 		{[]string{"serve", "--store", "mongodb://x"}, 1, `unknown scheme "mongodb"`},
 		{[]string{"serve", "--store", "memory://?max_keys=-1"}, 1, "not a positive integer"},
+		{[]string{"serve", "--store", "redis://u:p@h:1?password=QSECRET"}, 1, `bad URL "redis://u:xxxxx@h:1?password=xxxxx": unknown parameter "password"`},
+		{[]string{"serve", "--store", "memory://?password=QSECRET"}, 1, `store "memory://?password=xxxxx": unknown option "password"`},
 		{[]string{"serve", "--store-timeout", "soon"}, 2, `store timeout "soon"`},
 		{[]string{"serve", "extra"}, 2, `unexpected argument "extra"`},
 		{[]string{"serve", "--listen", "256.0.0.1:99999"}, 1, "listen on"},
