@@ -171,6 +171,27 @@ func TestAdminListener(t *testing.T) {
 	sv.stop()
 }
 
+// TestAdminTokenTooShort: a short token is refused at start naming where
+// it came from, the variable and the flag, and how to make a good one.
+func TestAdminTokenTooShort(t *testing.T) {
+	t.Setenv("FAIRGATE_ADMIN_TOKEN", "short")
+	var out, errb bytes.Buffer
+	code := run(context.Background(), []string{"serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"}, &out, &errb)
+	for _, want := range []string{"admin token (from FAIRGATE_ADMIN_TOKEN) is 5 characters", "--admin-token-file", "openssl rand -hex 16"} {
+		if code == 0 || !strings.Contains(errb.String(), want) {
+			t.Errorf("serve with a 5-character admin token: %d %q, want a failure naming %q", code, errb.String(), want)
+		}
+	}
+	t.Setenv("FAIRGATE_ADMIN_TOKEN", "")
+	file := filepath.Join(t.TempDir(), "worker")
+	os.WriteFile(file, []byte("tooshort\n"), 0o600)
+	errb.Reset()
+	code = run(context.Background(), []string{"serve", "--listen", "127.0.0.1:0", "--worker-token-file", file}, &out, &errb)
+	if want := "worker token (from --worker-token-file " + file + ") is 8 characters"; code == 0 || !strings.Contains(errb.String(), want) {
+		t.Errorf("serve with an 8-character worker token file: %d %q, want a failure naming %q", code, errb.String(), want)
+	}
+}
+
 // TestOutboundProvidersReload: the outbound endpoints serve the config's
 // providers, and a reload that renames one takes effect.
 func TestOutboundProvidersReload(t *testing.T) {

@@ -431,6 +431,19 @@ func jwtReason(err error) string {
 	return "malformed token"
 }
 
+// EmptyBearer reports whether r's one Authorization is the Bearer scheme
+// without a token ("Bearer" or "Bearer "): what curl -H "Authorization:
+// Bearer $TOKEN" sends when the shell variable is unset, worth its own
+// answer rather than the one for a wrong token.
+func EmptyBearer(r *http.Request) bool {
+	vs := r.Header.Values("Authorization")
+	if len(vs) != 1 {
+		return false
+	}
+	scheme, tok, _ := strings.Cut(strings.TrimSpace(vs[0]), " ")
+	return strings.EqualFold(scheme, "Bearer") && strings.TrimSpace(tok) == ""
+}
+
 // BearerMatches reports whether r carries "Authorization: Bearer <token>",
 // once, for the token whose SHA-256 is sum, compared in constant time (of
 // hashes, so the length does not show either).
