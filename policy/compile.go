@@ -132,8 +132,8 @@ func (s *Snapshot) checkDefaults(ps *problems) {
 func (s *Snapshot) compileTenants(ps *problems, file, over map[string]Tenant) {
 	for _, id := range sortedKeys(file) {
 		path := "tenants." + id
-		if id == "" || len(id) > MaxTenantID {
-			ps.add(path, "tenant ID must be 1 to %d bytes", MaxTenantID)
+		if err := CheckTenantID(id); err != nil {
+			ps.add(path, "tenant ID: %v", err)
 			continue
 		}
 		if ct := compileTenant(ps, s, path, file[id]); ct != nil {
@@ -144,8 +144,8 @@ func (s *Snapshot) compileTenants(ps *problems, file, over map[string]Tenant) {
 	}
 	for _, id := range sortedKeys(over) {
 		path := "overlay.tenants." + id
-		if id == "" || len(id) > MaxTenantID {
-			ps.add(path, "tenant ID must be 1 to %d bytes", MaxTenantID)
+		if err := CheckTenantID(id); err != nil {
+			ps.add(path, "tenant ID: %v", err)
 			continue
 		}
 		if ct := compileTenant(ps, s, path, over[id]); ct != nil {

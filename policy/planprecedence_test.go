@@ -52,6 +52,25 @@ func TestPlanPrecedence(t *testing.T) {
 			}
 		})
 	}
+	// FileStanding: what stands once a run-time entry ends (expired or
+	// deleted): the file's entry, else the credential's plan, else the
+	// default; a tenant without a run-time entry stands as it does now.
+	for _, tc := range []struct {
+		tenant, credential, wantPlan string
+		wantSource                   policy.PlanSource
+	}{
+		{"globex", "free", "team", policy.PlanFromFile},
+		{"acme", "team", "enterprise", policy.PlanFromFile},
+		{"bumped", "enterprise", "enterprise", policy.PlanFromCredential},
+		{"bumped", "", "free", policy.PlanFromDefault},
+		{"initech", "team", "team", policy.PlanFromCredential},
+		{"newco", "team", "team", policy.PlanFromCredential},
+		{"overrides-only", "team", "free", policy.PlanFromFile},
+	} {
+		if st := snap.FileStanding(tc.tenant, tc.credential); st.Plan != tc.wantPlan || st.Source != tc.wantSource {
+			t.Errorf("FileStanding(%q, plan %q) = plan %q from %v, want %q from %v", tc.tenant, tc.credential, st.Plan, st.Source, tc.wantPlan, tc.wantSource)
+		}
+	}
 	// Once initech's run-time entry expires, its credential's plan decides.
 	if st := snap.Standing("initech", "team", now.Add(time.Hour)); st.Plan != "team" || st.Source != policy.PlanFromCredential {
 		t.Errorf("initech after its entry expired: %+v, want team from the credential", st)

@@ -174,11 +174,33 @@ func (s *Snapshot) Standing(id, plan string, now time.Time) Standing {
 	return Standing{Plan: t.plan, Source: t.source, Listed: t != s.defTenant, Expires: t.tenant.Expires}
 }
 
+// FileStanding is what decides tenant id by the config file alone: what
+// [Snapshot.Standing] says once the tenant's run-time entry has ended, by
+// expiry or by deletion (DELETE /admin/tenants/{id}). plan is as for
+// Standing. A tenant without a run-time entry stands the same either way.
+func (s *Snapshot) FileStanding(id, plan string) Standing {
+	t, ok := s.tenants[id]
+	for ok && t != nil && t.source == PlanFromRuntime {
+		t = t.base
+	}
+	if !ok || t == nil {
+		t = s.defTenant
+		if pt, known := s.planTenants[plan]; known && plan != "" {
+			t = pt
+		}
+	}
+	return Standing{Plan: t.plan, Source: t.source, Listed: t != s.defTenant}
+}
+
 // KnownPlan reports whether plan names a plan of the snapshot.
 func (s *Snapshot) KnownPlan(plan string) bool {
 	_, ok := s.planTenants[plan]
 	return ok
 }
+
+// PlanNames returns the names of the plans (the file's and the run-time
+// ones), sorted.
+func (s *Snapshot) PlanNames() []string { return sortedKeys(s.planTenants) }
 
 // ClassNames returns the names of the classes, sorted.
 func (s *Snapshot) ClassNames() []string { return sortedKeys(s.classes) }

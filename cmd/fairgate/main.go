@@ -15,6 +15,7 @@ import (
 	_ "time/tzdata" // config time zones work on machines without /usr/share/zoneinfo
 
 	"github.com/fairgate/fairgate/internal/app"
+	"github.com/fairgate/fairgate/internal/auth"
 )
 
 func main() {
@@ -119,6 +120,9 @@ func runReady(ctx context.Context, args []string, stdout, stderr io.Writer, read
 		}
 		fmt.Fprintf(stdout, "%s: ok (%d plans, %d classes, %d routes, %d anonymous routes, %d tenants)\n",
 			c.File, len(c.Policy.Plans), len(c.Policy.Classes), len(c.Policy.Routes), len(c.Policy.Anonymous), len(c.Policy.Tenants))
+		if j := c.Auth.JWT; j != nil && j.JWKSURL != "" {
+			fmt.Fprintf(stdout, "note: auth.jwt.jwks_url %s was not fetched: serve fetches it at start, waits up to %v, and refuses to start without it\n", j.JWKSURL, auth.DefaultJWKSTimeout)
+		}
 		return 0
 	case "simulate":
 		return simulate(rest, stdout, stderr)

@@ -59,6 +59,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"frobnicate"}, 2, `unknown command "frobnicate"`},
 		{[]string{"serve", "--store", "mongodb://x"}, 1, `unknown scheme "mongodb"`},
 		{[]string{"serve", "--store", "memory://?max_keys=-1"}, 1, "not a positive integer"},
+		{[]string{"serve", "--store", "redis://u:p@h:1?password=QSECRET"}, 1, `bad URL "redis://u:xxxxx@h:1?password=xxxxx": unknown parameter "password"`},
+		{[]string{"serve", "--store", "memory://?password=QSECRET"}, 1, `store "memory://?password=xxxxx": unknown option "password"`},
 		{[]string{"serve", "--store-timeout", "soon"}, 2, `store timeout "soon"`},
 		{[]string{"serve", "extra"}, 2, `unexpected argument "extra"`},
 		{[]string{"serve", "--listen", "256.0.0.1:99999"}, 1, "listen on"},
@@ -67,6 +69,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"check-config", "testdata/bad.yaml"}, 1, "testdata/bad.yaml:9: classes.search.share: share 2 is outside (0, 1]"},
 		{[]string{"check-config"}, 0, "examples/fairgate.yaml: ok"},
 		{[]string{"check-config", "--help"}, 0, "usage: fairgate check-config [FILE]"}, // today: open --help
+		{[]string{"check-config", "testdata/jwks.yaml"}, 0, "note: auth.jwt.jwks_url http://127.0.0.1:9/jwks.json was not fetched: serve fetches it at start, waits up to 5s, and refuses to start without it"},
 		{[]string{"check-config", "-x"}, 2, "takes one file and no flags"},
 		// Every problem, even two on one line (today only the fail mode).
 		{[]string{"check-config", "testdata/two-on-a-line.yaml"}, 1, "classes.search.share: share 2.5 is outside (0, 1]"},
@@ -166,6 +169,27 @@ func TestAdminListener(t *testing.T) {
 		t.Errorf("token: %d", c)
 	}
 	sv.stop()
+}
+
+// TestAdminTokenTooShort: a short token is refused at start naming where
+// it came from, the variable and the flag, and how to make a good one.
+func TestAdminTokenTooShort(t *testing.T) {
+	t.Setenv("FAIRGATE_ADMIN_TOKEN", "short")
+	var out, errb bytes.Buffer
+	code := run(context.Background(), []string{"serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"}, &out, &errb)
+	for _, want := range []string{"admin token (from FAIRGATE_ADMIN_TOKEN) is 5 characters", "--admin-token-file", "openssl rand -hex 16"} {
+		if code == 0 || !strings.Contains(errb.String(), want) {
+			t.Errorf("serve with a 5-character admin token: %d %q, want a failure naming %q", code, errb.String(), want)
+		}
+	}
+	t.Setenv("FAIRGATE_ADMIN_TOKEN", "")
+	file := filepath.Join(t.TempDir(), "worker")
+	os.WriteFile(file, []byte("tooshort\n"), 0o600)
+	errb.Reset()
+	code = run(context.Background(), []string{"serve", "--listen", "127.0.0.1:0", "--worker-token-file", file}, &out, &errb)
+	if want := "worker token (from --worker-token-file " + file + ") is 8 characters"; code == 0 || !strings.Contains(errb.String(), want) {
+		t.Errorf("serve with an 8-character worker token file: %d %q, want a failure naming %q", code, errb.String(), want)
+	}
 }
 
 // TestOutboundProvidersReload: the outbound endpoints serve the config's

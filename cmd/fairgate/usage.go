@@ -25,7 +25,9 @@ otherwise.`,
 	"check-config": `usage: fairgate check-config [FILE]
 
 Validates FILE (default: the embedded examples/fairgate.yaml) and prints every
-problem with its line; exits 1 if there is any.`,
+problem with its line; exits 1 if there is any. It reads the files the config
+names (keys, secrets) but does not fetch auth.jwt.jwks_url: serve fetches it at
+start, waits up to 5s, and refuses to start without it.`,
 	"simulate": `usage: fairgate simulate --policy P [--policy P…] (--traffic T | --traffic-file FILE) [--out chart.svg] [--until D] [--hold D]
 
 Runs limits on a virtual clock against described traffic and prints what each

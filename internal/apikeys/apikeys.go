@@ -22,6 +22,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/fairgate/fairgate/policy"
 )
 
 // Prefix starts every key fairgate generates, so that secret scanners and
@@ -34,7 +36,7 @@ const IDLen = 16
 // Limits on what a record may hold, so that the admin API cannot be made
 // to store unbounded bytes.
 const (
-	MaxTenant = 256
+	MaxTenant = policy.MaxStatedTenantID // and policy.CheckTenantID's other rules
 	MaxPlan   = 64
 	MaxLabel  = 200
 )
@@ -65,8 +67,19 @@ func (r Record) Check() error {
 	switch {
 	case r.Tenant == "":
 		what = "tenant: required: the tenant the key authenticates as"
-	case len(r.Tenant) > MaxTenant:
-		what = fmt.Sprintf("tenant: %d bytes, at most %d", len(r.Tenant), MaxTenant)
+	case policy.CheckTenantID(r.Tenant) != nil:
+		what = "tenant: " + policy.CheckTenantID(r.Tenant).Error()
+	default:
+		return r.checkChange()
+	}
+	return fmt.Errorf("%w: %s", ErrBadRecord, what)
+}
+
+// checkChange is Check less the tenant, which a change (Update) keeps as
+// it is: a key made before the tenant rule can still be expired.
+func (r Record) checkChange() error {
+	var what string
+	switch {
 	case len(r.Plan) > MaxPlan:
 		what = fmt.Sprintf("plan: %d bytes, at most %d", len(r.Plan), MaxPlan)
 	case len(r.Label) > MaxLabel:

@@ -415,7 +415,7 @@ func (s *Set) Update(ctx context.Context, id string, label string, expires time.
 	}
 	r := e.rec
 	r.Label, r.Expires = label, expires
-	if err := r.Check(); err != nil {
+	if err := r.checkChange(); err != nil {
 		return Record{}, err
 	}
 	ok, err := s.c.Backend.Write(ctx, Update, r)

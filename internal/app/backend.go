@@ -52,22 +52,22 @@ func openMemory(raw, query string) (store.Store, error) {
 	}
 	q, err := url.ParseQuery(strings.TrimPrefix(query, "?"))
 	if err != nil {
-		return nil, fmt.Errorf("store %q: %w", raw, err)
+		return nil, fmt.Errorf("store %q: %w", redisstore.RedactURL(raw), err)
 	}
 	for k, v := range q {
 		if k != "max_keys" && k != "max_bytes" && k != "shards" {
-			return nil, fmt.Errorf("store %q: unknown option %q: want max_keys, max_bytes or shards", raw, k)
+			return nil, fmt.Errorf("store %q: unknown option %q: want max_keys, max_bytes or shards", redisstore.RedactURL(raw), k)
 		}
 		n, err := strconv.Atoi(v[0])
 		if err != nil || n < 1 {
-			return nil, fmt.Errorf("store %q: %s=%q is not a positive integer", raw, k, v[0])
+			return nil, fmt.Errorf("store %q: %s is not a positive integer", redisstore.RedactURL(raw), k)
 		}
 		switch k {
 		case "max_keys":
 			c.MaxKeys = n
 		case "max_bytes":
 			if n < 1<<20 {
-				return nil, fmt.Errorf("store %q: max_bytes=%d is under 1 MiB (1048576)", raw, n)
+				return nil, fmt.Errorf("store %q: max_bytes=%d is under 1 MiB (1048576)", redisstore.RedactURL(raw), n)
 			}
 			c.MaxBytes = int64(n)
 		case "shards":

@@ -414,12 +414,20 @@ func envBool(name string) (bool, error) {
 // token reads a bearer token from file, or else from the environment
 // variable envName.
 func token(what, envName, file string) (string, error) {
-	if file == "" {
-		return os.Getenv(envName), nil
+	tok, from := os.Getenv(envName), envName
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", fmt.Errorf("serve: %s token file: %w", what, err)
+		}
+		tok, from = strings.TrimSpace(string(b)), "--"+what+"-token-file "+file
 	}
-	b, err := os.ReadFile(file)
-	if err != nil {
-		return "", fmt.Errorf("serve: %s token file: %w", what, err)
+	if tok != "" && len(tok) < MinToken {
+		return "", fmt.Errorf("serve: the %s token (from %s) is %d characters: it must be at least %d; make one with openssl rand -hex 16 and give it in %s or a file named by --%s-token-file", what, from, len(tok), MinToken, envName, what)
 	}
-	return strings.TrimSpace(string(b)), nil
+	return tok, nil
 }
+
+// MinToken is the fewest characters an admin, internal or worker token
+// may have: 16 (openssl rand -hex 16 makes 32).
+const MinToken = 16

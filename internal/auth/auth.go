@@ -46,7 +46,8 @@ type JWTConfig struct {
 	Keys []any
 	// JWKSURL, if set, is fetched (and refreshed) for the keys.
 	JWKSURL string
-	// Methods are the accepted signing algorithms. Empty means RS256,
+	// Methods are the accepted signing algorithms, each one of Algorithms
+	// that a configured key can verify (CheckAlgorithm). Empty means RS256,
 	// RS384, RS512, PS256, ES256, ES384, EdDSA and, with an HMAC key, HS256.
 	Methods []string
 	// Leeway tolerates clock skew on exp and nbf: a token is accepted up
@@ -143,8 +144,8 @@ func New(ctx context.Context, c Config) (*Authenticator, error) {
 		if err != nil || len(b) != sha256.Size {
 			return nil, fmt.Errorf("auth: api_keys[%d].sha256: want 64 hex digits (sha256sum of the key)", i)
 		}
-		if k.Tenant == "" {
-			return nil, fmt.Errorf("auth: api_keys[%d].tenant: required", i)
+		if err := policy.CheckTenantID(k.Tenant); err != nil {
+			return nil, fmt.Errorf("auth: api_keys[%d].tenant: %w", i, err)
 		}
 		sum := [sha256.Size]byte(b)
 		if j, dup := first[sum]; dup {
@@ -177,6 +178,11 @@ func (a *Authenticator) setJWT(ctx context.Context, c Config, j *JWTConfig) erro
 	}
 	if a.plan == "" {
 		a.plan = "plan"
+	}
+	for i, m := range j.Methods {
+		if err := CheckAlgorithm(m, j.Keys, j.JWKSURL != ""); err != nil {
+			return fmt.Errorf("auth: jwt.algorithms[%d]: %w", i, err)
+		}
 	}
 	methods := j.Methods
 	hmac := false
@@ -373,6 +379,11 @@ func (a *Authenticator) Authenticate(r *http.Request) (Identity, error) {
 		if err != nil {
 			return Identity{}, fmt.Errorf("%w: %w", ErrBadCredential, err)
 		}
+		if err := policy.CheckTenantID(r.Tenant); err != nil {
+			// A key stored before the tenant rule: refused, so that no
+			// request is charged to a tenant the upstream reads otherwise.
+			return Identity{}, fmt.Errorf("%w: the key's tenant ID is refused (%w): make the tenant a new key", ErrBadCredential, err)
+		}
 		return Identity{Tenant: r.Tenant, Plan: r.Plan}, nil
 	}
 	return Identity{}, fmt.Errorf("%w: %w", ErrBadCredential, apikeys.ErrUnknown)
@@ -386,6 +397,11 @@ func (a *Authenticator) verifyJWT(tok string) (Identity, error) {
 	tenant, _ := claims[a.tenant].(string)
 	if tenant == "" {
 		return Identity{}, fmt.Errorf("%w: token has no %q claim", ErrBadCredential, a.tenant)
+	}
+	if err := policy.CheckTenantID(tenant); err != nil {
+		// The same rule as every other source of a tenant ID: the
+		// upstream must see the tenant charged (policy.CheckTenantID).
+		return Identity{}, fmt.Errorf("%w: token's %q claim: %w", ErrBadCredential, a.tenant, err)
 	}
 	plan, _ := claims[a.plan].(string)
 	return Identity{Tenant: tenant, Plan: plan}, nil
@@ -413,6 +429,19 @@ func jwtReason(err error) string {
 		return "token lacks a required claim"
 	}
 	return "malformed token"
+}
+
+// EmptyBearer reports whether r's one Authorization is the Bearer scheme
+// without a token ("Bearer" or "Bearer "): what curl -H "Authorization:
+// Bearer $TOKEN" sends when the shell variable is unset, worth its own
+// answer rather than the one for a wrong token.
+func EmptyBearer(r *http.Request) bool {
+	vs := r.Header.Values("Authorization")
+	if len(vs) != 1 {
+		return false
+	}
+	scheme, tok, _ := strings.Cut(strings.TrimSpace(vs[0]), " ")
+	return strings.EqualFold(scheme, "Bearer") && strings.TrimSpace(tok) == ""
 }
 
 // BearerMatches reports whether r carries "Authorization: Bearer <token>",

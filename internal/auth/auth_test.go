@@ -382,3 +382,62 @@ func TestJWTLeeway(t *testing.T) {
 		}
 	}
 }
+
+// TestTenantIDRule: every source of a tenant ID here applies
+// policy.CheckTenantID: a JWT whose tenant claim breaks it is a bad
+// credential (401, with the reason), and a configured API key whose tenant
+// breaks it is refused at New, naming the key.
+func TestTenantIDRule(t *testing.T) {
+	k := rsaKey(t)
+	a, err := New(context.Background(), Config{Now: func() time.Time { return now }, JWT: &JWTConfig{
+		Issuer: "https://id.example", Audience: "api", Keys: []any{&k.PublicKey},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tenant := range []string{"acme ", " acme", "acme\t", "ac\nme", "ac\u200bme", strings.Repeat("x", 257)} {
+		tok := sign(t, k, "k1", claims(func(c jwt.MapClaims) { c["tenant"] = tenant }))
+		id, err := a.Authenticate(bearer(tok))
+		if !errors.Is(err, ErrBadCredential) || !strings.Contains(err.Error(), `token's "tenant" claim: `) {
+			t.Errorf("tenant claim %q: %+v, %v; want ErrBadCredential naming the claim", tenant, id, err)
+		}
+	}
+	if id, err := a.Authenticate(bearer(sign(t, k, "k1", claims(func(c jwt.MapClaims) { c["tenant"] = "acme corp" })))); err != nil || id.Tenant != "acme corp" {
+		t.Errorf("tenant claim \"acme corp\": %+v, %v; want accepted", id, err)
+	}
+	for _, tenant := range []string{"acme ", "acme\n", ""} {
+		_, err := New(context.Background(), Config{APIKeys: []APIKey{{SHA256: sum("k"), Tenant: tenant}}})
+		if err == nil || !strings.Contains(err.Error(), "auth: api_keys[0].tenant: ") {
+			t.Errorf("API key of tenant %q: New = %v, want an error naming api_keys[0].tenant", tenant, err)
+		}
+	}
+}
+
+// TestJWTAlgorithmsRefused: New refuses jwt.algorithms that name an
+// unknown algorithm (case-sensitive), none, or one no configured key can
+// verify, naming the item.
+func TestJWTAlgorithmsRefused(t *testing.T) {
+	k := rsaKey(t)
+	secret := []byte(strings.Repeat("s", 32))
+	for _, tc := range []struct {
+		keys    []any
+		jwks    string
+		methods []string
+		want    string // "" for accepted
+	}{
+		{[]any{&k.PublicKey}, "", []string{"none", "RS256"}, `jwt.algorithms[0]: "none" accepts unsigned tokens`},
+		{[]any{&k.PublicKey}, "", []string{"rs256"}, `jwt.algorithms[0]: unknown algorithm "rs256" (did you mean RS256?)`},
+		{[]any{&k.PublicKey}, "", []string{"RS256", "HS256"}, "jwt.algorithms[1]: HS256: no configured key can verify it"},
+		{[]any{&k.PublicKey}, "", []string{"RS256", "ES256"}, "jwt.algorithms[1]: ES256: no configured key can verify it"},
+		{[]any{secret}, "", []string{"HS256", "PS256"}, "jwt.algorithms[1]: PS256: no configured key"},
+		{[]any{&k.PublicKey, secret}, "", []string{"RS256", "PS384", "HS512"}, ""},
+	} {
+		_, err := New(context.Background(), Config{JWT: &JWTConfig{Audience: "api", Keys: tc.keys, JWKSURL: tc.jwks, Methods: tc.methods}})
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%v: New = %v, want accepted", tc.methods, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), "auth: "+tc.want)):
+			t.Errorf("%v: New = %v, want an error containing %q", tc.methods, err, tc.want)
+		}
+	}
+}

@@ -1,6 +1,11 @@
 package config
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"os"
 	"path/filepath"
@@ -128,6 +133,11 @@ func TestValidationErrors(t *testing.T) {
 		{"jwt leeway does not parse", 20, "auth: {jwt: {audience: api, jwks_url: \"https://id.example/jwks\", leeway: soon}}", "auth.jwt.leeway: duration \"soon\" does not parse"},
 		{"jwt hmac secret missing", 20, "auth: {jwt: {audience: api, hmac_secret_file: /nonexistent/secret}}", "auth.jwt.hmac_secret_file: open /nonexistent/secret: no such file or directory: want a readable file"},
 		{"api key plan under a tenant entry", 20, "auth: {api_keys: [{sha256: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa, tenant: acme, plan: free}]}", "auth.api_keys[0].plan: plan \"free\" would never apply: tenants.acme puts tenant \"acme\" on plan \"team\""},
+		{"tenant ID with a trailing space", 15, "  \"acme \": {plan: team}", "tenants.acme : tenant ID: \"acme \" has white space at its start or end"},
+		{"tenant ID with a tab", 15, "  \"\\tacme\": {plan: team}", "tenants.\tacme: tenant ID: \"\\tacme\" holds a control character (U+0009)"},
+		{"tenant ID with a zero-width space", 15, "  \"ac\\u200bme\": {plan: team}", "tenants.ac\u200bme: tenant ID: \"ac\\u200bme\" holds an invisible format character (U+200B)"},
+		{"api key tenant with a newline", 20, "auth: {api_keys: [{sha256: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa, tenant: \"acme\\n\"}]}", "auth.api_keys[0].tenant: tenant ID: \"acme\\n\" holds a control character (U+000A)"},
+		{"api key tenant with a leading space", 20, "auth: {api_keys: [{sha256: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa, tenant: \" acme\"}]}", "auth.api_keys[0].tenant: tenant ID: \" acme\" has white space"},
 		{"not yaml", 9, "  read: {share: 1", "(file): not valid YAML"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -266,5 +276,74 @@ func TestJWTSettings(t *testing.T) {
 	_, err := Parse("base.yaml", []byte(strings.Join(base, "\n")+"\nauth: {jwt: {audience: api, hmac_secret_file: "+short+"}}\n"))
 	if err == nil || !strings.Contains(err.Error(), "auth.jwt.hmac_secret_file: the secret is 31 bytes once the white space around it is trimmed: want at least 32") {
 		t.Errorf("a 31-byte secret: %v", err)
+	}
+}
+
+// TestJWTAlgorithms: jwt.algorithms names only algorithms golang-jwt knows
+// (case-sensitive), never none, and only ones a configured key can verify;
+// each refusal names the item. A key source that was given but failed is
+// its own problem, without a second line asking for a key source.
+func TestJWTAlgorithms(t *testing.T) {
+	dir := t.TempDir()
+	secret := filepath.Join(dir, "secret")
+	if err := os.WriteFile(secret, []byte(strings.Repeat("s", 32)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	short := filepath.Join(dir, "short")
+	if err := os.WriteFile(short, []byte("tooshort"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKIXPublicKey(&k.PublicKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ec := filepath.Join(dir, "ec.pem")
+	if err := os.WriteFile(ec, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const giveKeys = "give public_keys, hmac_secret_file or jwks_url"
+	for _, tc := range []struct {
+		jwt     string
+		want    []string // problems, "" for none
+		notWant []string
+	}{
+		{"public_keys: [" + ec + "], algorithms: [none, ES256]", []string{`auth.jwt.algorithms[0]: "none" accepts unsigned tokens`}, []string{"algorithms[1]"}},
+		{"public_keys: [" + ec + "], algorithms: [es256]", []string{`auth.jwt.algorithms[0]: unknown algorithm "es256" (did you mean ES256?): want one of HS256, HS384, HS512, RS256`}, nil},
+		{"public_keys: [" + ec + "], algorithms: [ES256, HS256]", []string{"auth.jwt.algorithms[1]: HS256: no configured key can verify it (it needs hmac_secret_file)"}, []string{"algorithms[0]"}},
+		{"public_keys: [" + ec + "], algorithms: [RS256]", []string{"auth.jwt.algorithms[0]: RS256: no configured key can verify it (it needs an RSA key in public_keys, or jwks_url)"}, nil},
+		{"hmac_secret_file: " + secret + ", algorithms: [HS256, EdDSA]", []string{"auth.jwt.algorithms[1]: EdDSA: no configured key"}, []string{"algorithms[0]"}},
+		{"jwks_url: \"https://id.example/jwks\", algorithms: [RS256, ES384, HS512]", []string{"auth.jwt.algorithms[2]: HS512: no configured key"}, []string{"algorithms[0]", "algorithms[1]"}},
+		{"public_keys: [" + ec + "], hmac_secret_file: " + secret + ", algorithms: [ES256, HS384]", nil, nil},
+		{"jwks_url: \"https://id.example/jwks\", algorithms: [RS256, PS512, EdDSA]", nil, nil},
+		{"hmac_secret_file: " + short + ", algorithms: [HS256]", []string{"auth.jwt.hmac_secret_file: the secret is 8 bytes"}, []string{giveKeys, "algorithms[0]"}},
+		{"hmac_secret_file: " + filepath.Join(dir, "missing"), []string{"auth.jwt.hmac_secret_file: open "}, []string{giveKeys}},
+		{"public_keys: [" + filepath.Join(dir, "missing.pem") + "], algorithms: [none]", []string{"auth.jwt.public_keys[0]: public key: open", `auth.jwt.algorithms[0]: "none"`}, []string{giveKeys}},
+		{"issuer: x", []string{"auth.jwt: " + giveKeys}, nil},
+	} {
+		_, err := Parse("base.yaml", []byte(strings.Join(base, "\n")+"\nauth: {jwt: {audience: api, "+tc.jwt+"}}\n"))
+		if len(tc.want) == 0 {
+			if err != nil {
+				t.Errorf("%s: %v, want it accepted", tc.jwt, err)
+			}
+			continue
+		}
+		if err == nil {
+			t.Errorf("%s: accepted, want %q", tc.jwt, tc.want)
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(err.Error(), "base.yaml:21: "+w) {
+				t.Errorf("%s:\n%v\nwant a line containing:\nbase.yaml:21: %s", tc.jwt, err, w)
+			}
+		}
+		for _, w := range tc.notWant {
+			if strings.Contains(err.Error(), w) {
+				t.Errorf("%s:\n%v\nwant no line containing %q", tc.jwt, err, w)
+			}
+		}
 	}
 }

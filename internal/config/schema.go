@@ -226,7 +226,13 @@ func (d *decoder) auth(n *yaml.Node, path string, a *auth.Config) {
 							d.Add(v, path, "want the 64 hex digits of the key's SHA-256 (printf %%s KEY | sha256sum), never the key itself")
 						}
 					},
-					"tenant": func(v *yaml.Node, path string) { k.Tenant = d.Str(v, path) },
+					"tenant": func(v *yaml.Node, path string) {
+						if k.Tenant = d.Str(v, path); k.Tenant != "" {
+							if err := policy.CheckTenantID(k.Tenant); err != nil {
+								d.Add(v, path, "tenant ID: %v", err)
+							}
+						}
+					},
 					"plan": func(v *yaml.Node, path string) {
 						k.Plan = d.Str(v, path)
 						d.keyPlans = append(d.keyPlans, keyPlan{node: v, path: path})
@@ -244,6 +250,8 @@ func (d *decoder) auth(n *yaml.Node, path string, a *auth.Config) {
 		"jwt": func(v *yaml.Node, path string) {
 			j := &auth.JWTConfig{Leeway: auth.DefaultLeeway}
 			a.JWT = j
+			var algNodes []*yaml.Node // algorithms' items, checked once the keys are read
+			keySources := 0           // public_keys' items and hmac_secret_file given, read or not
 			d.Fields(v, path, policyfile.Handlers{
 				"issuer":       func(v *yaml.Node, path string) { j.Issuer = d.Str(v, path) },
 				"audience":     func(v *yaml.Node, path string) { j.Audience = d.Str(v, path) },
@@ -251,10 +259,14 @@ func (d *decoder) auth(n *yaml.Node, path string, a *auth.Config) {
 				"plan_claim":   func(v *yaml.Node, path string) { j.PlanClaim = d.Str(v, path) },
 				"jwks_url":     func(v *yaml.Node, path string) { j.JWKSURL = d.Str(v, path) },
 				"algorithms": func(v *yaml.Node, path string) {
-					d.List(v, path, func(i int, v *yaml.Node, path string) { j.Methods = append(j.Methods, d.Str(v, path)) })
+					d.List(v, path, func(i int, v *yaml.Node, path string) {
+						j.Methods = append(j.Methods, d.Str(v, path))
+						algNodes = append(algNodes, v)
+					})
 				},
 				"public_keys": func(v *yaml.Node, path string) {
 					d.List(v, path, func(i int, v *yaml.Node, path string) {
+						keySources++
 						if k, err := readPublicKey(d.rel(d.Str(v, path))); err != nil {
 							d.Add(v, path, "%v", err)
 						} else {
@@ -263,6 +275,7 @@ func (d *decoder) auth(n *yaml.Node, path string, a *auth.Config) {
 					})
 				},
 				"hmac_secret_file": func(v *yaml.Node, path string) {
+					keySources++
 					b, err := os.ReadFile(d.rel(d.Str(v, path)))
 					// The secret is the file's bytes less the white space
 					// around them (a trailing newline is not part of it).
@@ -293,8 +306,21 @@ func (d *decoder) auth(n *yaml.Node, path string, a *auth.Config) {
 			if j.Audience == "" {
 				d.Add(v, path+".audience", "audience is required, so that tokens for other services are refused")
 			}
-			if len(j.Keys) == 0 && j.JWKSURL == "" {
+			if len(j.Keys) == 0 && j.JWKSURL == "" && keySources == 0 {
+				// Only when none was given: one that failed to read has
+				// its own problem above.
 				d.Add(v, path, "give public_keys, hmac_secret_file or jwks_url to verify tokens with")
+			}
+			for i, n := range algNodes {
+				err := auth.CheckAlgorithm(j.Methods[i], j.Keys, j.JWKSURL != "")
+				if len(j.Keys) < keySources {
+					// A key that failed to read has its own problem: judge
+					// only the names, so as not to repeat it.
+					err = auth.CheckAlgorithmName(j.Methods[i])
+				}
+				if err != nil {
+					d.Add(n, fmt.Sprintf("%s.algorithms[%d]", path, i), "%v", err)
+				}
 			}
 		},
 	})

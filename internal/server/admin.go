@@ -57,7 +57,7 @@ func NewAdmin(c AdminConfig) (http.Handler, error) {
 		return nil, errors.New("server: AdminConfig.Limiter is required")
 	}
 	if len(c.Token) < 16 {
-		return nil, errors.New("server: the admin token must be at least 16 characters")
+		return nil, errors.New("server: the admin token (FAIRGATE_ADMIN_TOKEN or --admin-token-file) must be at least 16 characters: make one with openssl rand -hex 16")
 	}
 	a := &admin{lim: c.Limiter, token: sha256.Sum256([]byte(c.Token)), reload: c.Reload, log: c.Logger, timeout: cmp.Or(c.Timeout, DefaultControlTimeout), keys: c.Keys}
 	if a.log == nil {
@@ -77,9 +77,7 @@ func NewAdmin(c AdminConfig) (http.Handler, error) {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !a.authorized(r) {
-			w.Header().Set("Connection", "close") // no use for it without the token
-			w.Header().Set("WWW-Authenticate", `Bearer realm="fairgate-admin"`)
-			problem.Write(w, problem.Details{Status: http.StatusUnauthorized, Detail: "admin requests need Authorization: Bearer <admin token>"})
+			unauthorized(w, r, "fairgate-admin", "admin requests need Authorization: Bearer <admin token>", "FAIRGATE_ADMIN_TOKEN")
 			return
 		}
 		if _, pattern := mux.Handler(r); pattern == "" {

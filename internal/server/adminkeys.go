@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/fairgate/fairgate/httplimit/problem"
@@ -52,7 +53,7 @@ func (a *admin) createKey(w http.ResponseWriter, r *http.Request) {
 	if rec.Plan != "" {
 		snap := a.lim.Snapshot()
 		if !snap.KnownPlan(rec.Plan) {
-			problem.BadRequest(w, fmt.Sprintf("plan: %q is not a plan of the policy in force", rec.Plan))
+			problem.BadRequest(w, fmt.Sprintf("plan: %q is not a plan of the policy in force: want one of %s (or omit plan)", rec.Plan, strings.Join(snap.PlanNames(), ", ")))
 			return
 		}
 		var conflict string
@@ -88,27 +89,35 @@ type createdKey struct {
 // empty, says which entry puts the tenant on another plan for as long as
 // the policy stays (the key is refused: an admin said two different
 // things); warnings say which run-time entry does so only until it
-// expires (the key is made: its plan applies from then).
+// expires (the key is made: its plan applies from then). A run-time entry
+// ends (by expiry, or by DELETE /admin/tenants/{id}), so the file's entry
+// beneath it is judged too, whatever the run-time entry says: a file entry
+// that contradicts the key is refused as it is without a run-time entry.
 func keyPlanUse(snap *policy.Snapshot, tenant, plan string, now time.Time) (conflict string, warnings []string) {
 	st := snap.Standing(tenant, plan, now)
-	if st.Plan != plan && st.Source == policy.PlanFromRuntime && !st.Expires.IsZero() {
-		warnings = append(warnings, fmt.Sprintf("plan: until %s tenant %q is on plan %q by its run-time entry (PUT /admin/tenants/%s), which decides before any key's plan; this key's plan %q applies from then",
-			st.Expires.UTC().Format(time.RFC3339), tenant, st.Plan, tenant, plan))
-		st = snap.Standing(tenant, plan, st.Expires)
+	under := ""
+	if st.Source == policy.PlanFromRuntime {
+		if st.Plan != plan {
+			if st.Expires.IsZero() {
+				return fmt.Sprintf("plan: tenant %q has a run-time entry (PUT /admin/tenants/%s) that puts it on plan %q, and a tenant's entry decides its plan before any key's, so this key's plan %q would not apply: %s, or change the entry or remove it (DELETE /admin/tenants/%s)",
+					tenant, tenant, st.Plan, plan, omitPlan, tenant), nil
+			}
+			warnings = append(warnings, fmt.Sprintf("plan: until %s tenant %q is on plan %q by its run-time entry (PUT /admin/tenants/%s), which decides before any key's plan; this key's plan %q applies from then",
+				st.Expires.UTC().Format(time.RFC3339), tenant, st.Plan, tenant, plan))
+		}
+		st = snap.FileStanding(tenant, plan)
+		under = fmt.Sprintf(" once its run-time entry (PUT /admin/tenants/%s) ends (by expiry or DELETE)", tenant)
 	}
-	if st.Plan == plan {
-		return "", warnings
+	if st.Plan == plan || st.Source != policy.PlanFromFile {
+		return "", warnings // a known plan of a tenant without a file entry is its credential's
 	}
-	switch st.Source {
-	case policy.PlanFromFile:
-		return fmt.Sprintf("plan: tenant %q has an entry in the config file (tenants.%s) that puts it on plan %q, and a tenant's entry decides its plan before any key's, so this key's plan %q would never apply: omit plan (the key then gets %q), or change or remove the tenant's entry",
-			tenant, tenant, st.Plan, plan, st.Plan), nil
-	case policy.PlanFromRuntime:
-		return fmt.Sprintf("plan: tenant %q has a run-time entry (PUT /admin/tenants/%s) that puts it on plan %q, and a tenant's entry decides its plan before any key's, so this key's plan %q would not apply: omit plan (the key then gets %q), or change the entry or remove it (DELETE /admin/tenants/%s)",
-			tenant, tenant, st.Plan, plan, st.Plan, tenant), nil
-	}
-	return "", warnings // a known plan of an unlisted tenant is its credential's
+	return fmt.Sprintf("plan: tenant %q has an entry in the config file (tenants.%s) that puts it on plan %q%s, and a tenant's entry decides its plan before any key's, so this key's plan %q would never apply: %s, or change or remove the tenant's entry",
+		tenant, tenant, st.Plan, under, plan, omitPlan), nil
 }
+
+// omitPlan is the 409's advice to make the key without a plan, saying what
+// such a key does.
+const omitPlan = "omit plan (the key then names no plan, and the tenant's plan comes from its entry while the entry stands, the default plan's once it is gone)"
 
 // keyFailed answers a key write that did not happen: 404 for an unknown
 // ID, 400 for a refused field or a full store, 503 (logged) for a store

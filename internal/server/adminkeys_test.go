@@ -155,6 +155,11 @@ func TestKeyPlanBowsToTheTenantEntry(t *testing.T) {
 	if rec.Code != 409 || !strings.Contains(rec.Body.String(), `tenants.acme`) || !strings.Contains(rec.Body.String(), `plan \"enterprise\"`) {
 		t.Fatalf("a team key for acme (enterprise by its file entry): %d %s, want 409 naming tenants.acme and enterprise", rec.Code, rec.Body)
 	}
+	// Omitting plan makes a key that names none (not one on the entry's
+	// plan): the answer says so.
+	if b := rec.Body.String(); !strings.Contains(b, "the key then names no plan") || strings.Contains(b, "the key then gets") {
+		t.Errorf("409 %s: want it to say that a key without plan names none", b)
+	}
 	if rec := adm.do("GET", "/admin/keys?tenant=acme", "", ""); !strings.Contains(rec.Body.String(), `"keys":[]`) {
 		t.Fatalf("the refused key was made: %s", rec.Body)
 	}
@@ -213,6 +218,50 @@ func TestKeyPlanBowsToTheTenantEntry(t *testing.T) {
 	}
 }
 
+// TestKeyPlanUnderARuntimeEntry: a run-time entry ends (it expires, or
+// DELETE /admin/tenants removes it), and then the file's entry beneath it
+// decides: a key whose plan that entry contradicts is refused though the
+// run-time entry agrees with the key (the key would say team while
+// /v1/me/limits said enterprise).
+func TestKeyPlanUnderARuntimeEntry(t *testing.T) {
+	prefix := fmt.Sprintf("keyunder%d:", time.Now().UnixNano())
+	pub, adm := keyInstance(t, prefix, 10)
+	for _, entry := range []string{`{"plan":"team","ttl_seconds":3600}`, `{"plan":"team"}`} {
+		if rec := adm.do("PUT", "/admin/tenants/acme", entry, ""); rec.Code != 200 {
+			t.Fatalf("PUT /admin/tenants/acme %s: %d %s", entry, rec.Code, rec.Body)
+		}
+		rec := adm.do("POST", "/admin/keys", `{"tenant":"acme","plan":"team"}`, "")
+		if b := rec.Body.String(); rec.Code != 409 || !strings.Contains(b, "tenants.acme") || !strings.Contains(b, `plan \"enterprise\"`) || !strings.Contains(b, "once its run-time entry") {
+			t.Errorf("under run-time entry %s, a team key for acme (enterprise by its file entry): %d %s, want 409 naming the file entry", entry, rec.Code, b)
+		}
+	}
+	if rec := adm.do("GET", "/admin/keys?tenant=acme", "", ""); !strings.Contains(rec.Body.String(), `"keys":[]`) {
+		t.Fatalf("a refused key was made: %s", rec.Body)
+	}
+	// A key on the file's plan under an expiring run-time entry of another
+	// plan: made, with the warning; then DELETE, and the key and
+	// /v1/me/limits agree.
+	if rec := adm.do("PUT", "/admin/tenants/acme", `{"plan":"team","ttl_seconds":3600}`, ""); rec.Code != 200 {
+		t.Fatalf("PUT: %d %s", rec.Code, rec.Body)
+	}
+	rec := adm.do("POST", "/admin/keys", `{"tenant":"acme","plan":"enterprise"}`, "")
+	var m struct {
+		Key      string
+		Plan     string
+		Warnings []string
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &m); err != nil || rec.Code != 201 || len(m.Warnings) != 1 {
+		t.Fatalf("an enterprise key for acme under a team entry for an hour: %d %s, want 201 with a warning", rec.Code, rec.Body)
+	}
+	if rec := adm.do("DELETE", "/admin/tenants/acme", "", ""); rec.Code != 200 {
+		t.Fatalf("DELETE: %d %s", rec.Code, rec.Body)
+	}
+	rec = pub.do("GET", "/v1/me/limits", "", m.Key)
+	if !strings.Contains(rec.Body.String(), `"plan":"enterprise"`) || m.Plan != "enterprise" {
+		t.Errorf("after DELETE: key plan %q, /v1/me/limits %s; want both enterprise", m.Plan, rec.Body)
+	}
+}
+
 // waitFor polls cond every 20 ms for up to 2 s: the propagation bound.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
@@ -240,8 +289,13 @@ func TestAdminKeysRefuse(t *testing.T) {
 		{"no token", "POST", "/admin/keys", `{"tenant":"a"}`, "wrong-token-wrong-token", 401, "admin token"},
 		{"no tenant", "POST", "/admin/keys", `{}`, "", 400, "tenant: required"},
 		{"long tenant", "POST", "/admin/keys", `{"tenant":"` + long + `"}`, "", 400, "tenant: 300 bytes"},
+		{"tenant with a trailing space", "POST", "/admin/keys", `{"tenant":"acme "}`, "", 400, `tenant: \"acme \" has white space at its start or end`},
+		{"tenant with a newline", "POST", "/admin/keys", `{"tenant":"acme\n"}`, "", 400, `tenant: \"acme\\n\" holds a control character (U+000A)`},
+		{"tenant with a zero-width space", "POST", "/admin/keys", `{"tenant":"ac\u200bme"}`, "", 400, `tenant: \"ac\\u200bme\" holds an invisible format character`},
+		{"tenant entry with a trailing space", "PUT", "/admin/tenants/acme%20", `{"plan":"team"}`, "", 400, `tenant ID: \"acme \" has white space`},
+		{"tenant entry with a tab", "PUT", "/admin/tenants/%09acme", `{"plan":"team"}`, "", 400, `tenant ID: \"\\tacme\" holds a control character`},
 		{"long label", "POST", "/admin/keys", `{"tenant":"a","label":"` + long + `"}`, "", 400, "label: 300 bytes"},
-		{"unknown plan", "POST", "/admin/keys", `{"tenant":"a","plan":"gold"}`, "", 400, `plan: \"gold\"`},
+		{"unknown plan", "POST", "/admin/keys", `{"tenant":"a","plan":"gold"}`, "", 400, `plan: \"gold\" is not a plan of the policy in force: want one of enterprise, free, team (or omit plan)`},
 		{"past expiry", "POST", "/admin/keys", `{"tenant":"a","expires_at":"2020-01-01T00:00:00Z"}`, "", 400, "already past"},
 		{"two expiries", "POST", "/admin/keys", `{"tenant":"a","expires_at":"2030-01-01T00:00:00Z","ttl_seconds":5}`, "", 400, "give one"},
 		{"unknown field", "POST", "/admin/keys", `{"tenant":"a","key":"mine"}`, "", 400, "key"},

@@ -75,7 +75,12 @@ func (s *Server) handleAuthz(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if who.Tenant == "" && !preflight && id.fa.TenantHeader != "" && id.ip.Trusts(auth.PeerIP(r)) && len(r.Header.Values(id.fa.TenantHeader)) > 0 {
-		if who.Tenant, err = gateway.Once(r.Header, id.fa.TenantHeader, id.gw.Name); err != nil {
+		if who.Tenant, err = gateway.Once(r.Header, id.fa.TenantHeader, id.gw.Name); err == nil {
+			if e := policy.CheckTenantID(who.Tenant); e != nil {
+				err = fmt.Errorf("%s: tenant ID: %w", id.fa.TenantHeader, e)
+			}
+		}
+		if err != nil {
 			s.metrics.authz.WithLabelValues("bad_request").Inc()
 			problem.BadRequest(w, err.Error())
 			return

@@ -145,6 +145,13 @@ func TestAuthzTenantHeader(t *testing.T) {
 	if w := authz(s, "GET", h); w.Code != 200 || w.Header().Get("X-Fairgate-Plan") != "enterprise" {
 		t.Fatalf("from the trusted gateway: %d %v", w.Code, w.Header())
 	}
+	// The gateway's tenant header is one more source of tenant IDs: the
+	// same rule (policy.CheckTenantID) as credentials and entries.
+	h["X-Tenant"] = "ac\u200bme"
+	if w := authz(s, "GET", h); w.Code != 400 || !strings.Contains(w.Body.String(), "X-Tenant: tenant ID:") {
+		t.Errorf("a zero-width space in the gateway's tenant header: %d %s, want 400 naming the header", w.Code, w.Body)
+	}
+	h["X-Tenant"] = "acme"
 	r := httptest.NewRequest("GET", "/v1/authz", nil)
 	r.RemoteAddr = "192.0.2.9:40000"
 	for k, v := range h {

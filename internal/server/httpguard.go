@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 
 	"github.com/fairgate/fairgate/httplimit"
 	"github.com/fairgate/fairgate/httplimit/problem"
@@ -61,13 +62,13 @@ func (w *closeOn401) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // forInternal lets through requests that carry the internal token (any
 // request when none is configured) and answers the others 401.
 func (s *Server) forInternal(h http.HandlerFunc) http.HandlerFunc {
-	return bearer(s.itoken, "fairgate-internal", "this endpoint needs Authorization: Bearer <internal token>", h)
+	return bearer(s.itoken, "fairgate-internal", "this endpoint needs Authorization: Bearer <internal token>", "FAIRGATE_INTERNAL_TOKEN", h)
 }
 
 // forWorkers lets through requests that carry the worker token (any
 // request when none is configured) and answers the others 401.
 func (s *Server) forWorkers(h http.HandlerFunc) http.HandlerFunc {
-	return bearer(s.worker, "fairgate-workers", "worker requests need Authorization: Bearer <worker token>", h)
+	return bearer(s.worker, "fairgate-workers", "worker requests need Authorization: Bearer <worker token>", "FAIRGATE_WORKER_TOKEN", h)
 }
 
 // tokenHash returns the SHA-256 of a bearer token (nil for none), refusing
@@ -77,7 +78,7 @@ func tokenHash(what, tok string) (*[sha256.Size]byte, error) {
 		return nil, nil
 	}
 	if len(tok) < 16 {
-		return nil, fmt.Errorf("server: the %s token must be at least 16 characters", what)
+		return nil, fmt.Errorf("server: the %s token (FAIRGATE_%s_TOKEN or --%s-token-file) must be at least 16 characters: make one with openssl rand -hex 16", what, strings.ToUpper(what), what)
 	}
 	sum := sha256.Sum256([]byte(tok))
 	return &sum, nil
@@ -86,20 +87,30 @@ func tokenHash(what, tok string) (*[sha256.Size]byte, error) {
 // bearer lets through requests that carry the token whose hash is sum
 // (any request when sum is nil) and answers the others 401 in realm,
 // closing the connection: a caller without the operator's token has no
-// use for it.
-func bearer(sum *[sha256.Size]byte, realm, detail string, h http.HandlerFunc) http.HandlerFunc {
+// use for it. envName is the variable the token usually comes from.
+func bearer(sum *[sha256.Size]byte, realm, detail, envName string, h http.HandlerFunc) http.HandlerFunc {
 	if sum == nil {
 		return h
 	}
 	return func(w http.ResponseWriter, r *http.Request) {
 		if !auth.BearerMatches(r, *sum) {
-			w.Header().Set("Connection", "close")
-			w.Header().Set("WWW-Authenticate", `Bearer realm="`+realm+`"`)
-			problem.Write(w, problem.Details{Status: http.StatusUnauthorized, Detail: detail})
+			unauthorized(w, r, realm, detail, envName)
 			return
 		}
 		h(w, r)
 	}
+}
+
+// unauthorized answers a request without the operator's token 401 in
+// realm, closing the connection; an empty bearer token (an unset shell
+// variable, most likely envName) is named as such.
+func unauthorized(w http.ResponseWriter, r *http.Request, realm, detail, envName string) {
+	if auth.EmptyBearer(r) {
+		detail = fmt.Sprintf("the bearer token is empty (is $%s set where the request was sent?): %s", envName, detail)
+	}
+	w.Header().Set("Connection", "close")
+	w.Header().Set("WWW-Authenticate", `Bearer realm="`+realm+`"`)
+	problem.Write(w, problem.Details{Status: http.StatusUnauthorized, Detail: detail})
 }
 
 // needsPolicy answers 404 while the config has no policy, else runs h.

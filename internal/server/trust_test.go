@@ -761,3 +761,43 @@ func TestMethodOverrideIsRefused(t *testing.T) {
 		t.Errorf("/v1/check with _method: %d %v, want 400", code, m)
 	}
 }
+
+// TestEmptyBearerIsNamed: "Authorization: Bearer " (curl's rendering of
+// "Bearer $TOKEN" with the variable unset; Go trims it to "Bearer") gets
+// a 401 that says the token is empty and names the variable, for the
+// admin, internal and worker tokens alike; a wrong token gets the plain
+// 401.
+func TestEmptyBearerIsNamed(t *testing.T) {
+	l := testLimiter(t, memstore.New(memstore.Config{}), 0)
+	in, err := New(Config{Limiter: l, Upstream: upstreamEcho(t), InternalToken: "internal-token-for-tests"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	adm, err := NewAdmin(AdminConfig{Limiter: l, Token: adminToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	workers := outboundServer(t, memstore.New(memstore.Config{}), "worker-token-for-tests")
+	for _, tc := range []struct {
+		name string
+		h    http.Handler
+		c    call
+		env  string
+	}{
+		{"internal", in.Internal(), call{method: "POST", path: "/v1/check", body: `{"tenant":"acme","class":"read"}`}, "FAIRGATE_INTERNAL_TOKEN"},
+		{"admin", adm, call{method: "GET", path: "/admin/tenants"}, "FAIRGATE_ADMIN_TOKEN"},
+		{"worker", workers, call{method: "POST", path: "/v1/outbound/acquire", body: `{"provider":"sms","tenant":"acme"}`}, "FAIRGATE_WORKER_TOKEN"},
+	} {
+		for _, v := range []string{"Bearer ", "Bearer", "bearer  "} {
+			tc.c.headers = map[string]string{"Authorization": v}
+			rec := tc.c.do(tc.h)
+			if b := rec.Body.String(); rec.Code != 401 || !strings.Contains(b, "the bearer token is empty") || !strings.Contains(b, "$"+tc.env) {
+				t.Errorf("%s, Authorization %q: %d %s, want 401 saying the token is empty and naming $%s", tc.name, v, rec.Code, b, tc.env)
+			}
+		}
+		tc.c.headers = map[string]string{"Authorization": "Bearer wrong-token-wrong-token"}
+		if rec := tc.c.do(tc.h); rec.Code != 401 || strings.Contains(rec.Body.String(), "empty") {
+			t.Errorf("%s, a wrong token: %d %s, want 401 without 'empty'", tc.name, rec.Code, rec.Body)
+		}
+	}
+}

@@ -785,3 +785,43 @@ func TestWrongShapeIsAProtocolError(t *testing.T) {
 		t.Errorf("a good reply: %v %v", got, err)
 	}
 }
+
+// TestRedactURL: a store URL in a message keeps its shape and names but
+// hides the password and every query value: an unknown parameter may be a
+// misspelt secret (?password=…), and a '@' in the query is not userinfo.
+func TestRedactURL(t *testing.T) {
+	for _, tc := range []struct{ url, want string }{
+		{"redis://h:1", "redis://h:1"},
+		{"redis://u:p@h:1/3", "redis://u:xxxxx@h:1/3"},
+		{"redis://u:p@h:1?password=QSECRET", "redis://u:xxxxx@h:1?password=xxxxx"},
+		{"redis-sentinel://a:1/m?sentinel_password=sp&sentinel_username=su&db=2", "redis-sentinel://a:1/m?sentinel_password=xxxxx&sentinel_username=xxxxx&db=xxxxx"},
+		{"rediss://h:1?skip_verify&key_prefix=", "rediss://h:1?skip_verify&key_prefix="},
+		{"redis://h:1?token=a@b:c", "redis://h:1?token=xxxxx"},
+		{"h:1", "h:1"},
+	} {
+		if got := RedactURL(tc.url); got != tc.want {
+			t.Errorf("RedactURL(%q) = %q, want %q", tc.url, got, tc.want)
+		}
+	}
+}
+
+// TestURLErrorsHideQueryValues: the attacker's case, an unknown parameter
+// holding a secret, is refused by name without its value.
+func TestURLErrorsHideQueryValues(t *testing.T) {
+	for _, u := range []string{
+		"redis://u:p@h:1?password=QSECRET",
+		"redis-cluster://a:1,b:2?auth=QSECRET",
+		"redis-sentinel://a:1/m?sentinel_pasword=QSECRET",
+		"rediss://h:1?skip_verify=QSECRET&colour=red",
+		"rediss://h:1?skip_verify=QSECRET",
+		"redis-sentinel://a:1/m?db=QSECRET",
+		"redis://h:1?key_prefix={QSECRET}",
+		"redis://h:1?db=QSECRET",
+		"redis://h:1?dial_timeout=QSECRET",
+	} {
+		err := CheckURL(u)
+		if err == nil || strings.Contains(err.Error(), "QSECRET") {
+			t.Errorf("CheckURL(%q) = %v: want an error without the value", u, err)
+		}
+	}
+}

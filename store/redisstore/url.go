@@ -23,7 +23,7 @@ func CheckURL(raw string) error {
 // parseURL turns a store URL (see [Config.URL]) into rueidis options.
 func parseURL(raw string) (rueidis.ClientOption, error) {
 	bad := func(why string) (rueidis.ClientOption, error) {
-		return rueidis.ClientOption{}, fmt.Errorf("redisstore: bad URL %q: %s", RedactURL(raw), why)
+		return rueidis.ClientOption{}, fmt.Errorf("redisstore: bad URL %q: %s", RedactURL(raw), scrub(why, raw))
 	}
 	scheme, rest, ok := strings.Cut(raw, "://")
 	if !ok {
@@ -102,7 +102,7 @@ func takeOptions(q url.Values, scheme string) (options, error) {
 	o := options{caFile: q.Get("tls_ca_file"), certFile: q.Get("tls_cert_file"), keyFile: q.Get("tls_key_file"), serverName: q.Get("tls_server_name"),
 		passwordFile: q.Get("password_file"), sentinelPasswordFile: q.Get("sentinel_password_file")}
 	if p := q.Get("key_prefix"); strings.ContainsAny(p, "{}") {
-		return options{}, fmt.Errorf("key_prefix=%q contains a brace: it would change the keys' cluster slots", p)
+		return options{}, errors.New("key_prefix contains a brace: it would change the keys' cluster slots")
 	}
 	for _, b := range []struct {
 		name string
@@ -111,7 +111,7 @@ func takeOptions(q url.Values, scheme string) (options, error) {
 		if q.Has(b.name) {
 			v, err := strconv.ParseBool(cmp.Or(q.Get(b.name), "true"))
 			if err != nil {
-				return o, fmt.Errorf("%s=%q: want true or false", b.name, q.Get(b.name))
+				return o, fmt.Errorf("%s: want true or false", b.name)
 			}
 			*b.v = v
 		}
@@ -241,7 +241,7 @@ func parseSentinel(rest string, q url.Values) (rueidis.ClientOption, error) {
 	opt.Sentinel.Username, opt.Sentinel.Password = q.Get("sentinel_username"), q.Get("sentinel_password")
 	if q.Has("db") {
 		if opt.SelectDB, err = strconv.Atoi(q.Get("db")); err != nil || opt.SelectDB < 0 {
-			return opt, fmt.Errorf("db=%q: want a database number", q.Get("db"))
+			return opt, errors.New("db: want a database number")
 		}
 	}
 	return opt, nil
@@ -258,24 +258,53 @@ func splitHostPort(hp string) (string, string, error) {
 	return hp[:i], hp[i+1:], nil
 }
 
-// RedactURL returns a store URL with its password hidden, for logs and
-// messages.
+// scrub hides in msg (an error about raw, some from the client library)
+// the values of raw's query parameters, as RedactURL does in the URL: a
+// value quoted anywhere, and one of 4 bytes or more as it stands. The
+// paths of the *_file parameters stay: an error about a file names it.
+func scrub(msg, raw string) string {
+	_, rest, _ := strings.Cut(raw, "://")
+	_, query, _ := strings.Cut(rest, "?")
+	q, _ := url.ParseQuery(query)
+	for k, vs := range q {
+		if strings.HasSuffix(k, "_file") {
+			continue
+		}
+		for _, v := range vs {
+			if v == "" {
+				continue
+			}
+			msg = strings.ReplaceAll(msg, strconv.Quote(v), `"xxxxx"`)
+			if len(v) >= 4 {
+				msg = strings.ReplaceAll(msg, v, "xxxxx")
+			}
+		}
+	}
+	return msg
+}
+
+// RedactURL returns a store URL for logs and messages: its password and
+// every query parameter's value hidden (the names kept), since any of them
+// may be a secret, a misspelt password=… above all.
 func RedactURL(raw string) string {
 	scheme, rest, ok := strings.Cut(raw, "://")
 	if !ok {
 		return raw
 	}
-	if i := strings.Index(rest, "sentinel_password="); i >= 0 {
-		end := strings.IndexByte(rest[i:], '&')
-		if end < 0 {
-			end = len(rest) - i
-		}
-		rest = rest[:i] + "sentinel_password=xxxxx" + rest[i+end:]
-	}
+	rest, query, hasQuery := strings.Cut(rest, "?")
 	if at := strings.LastIndexByte(rest, '@'); at >= 0 {
 		if user, _, hasPass := strings.Cut(rest[:at], ":"); hasPass {
-			return scheme + "://" + user + ":xxxxx@" + rest[at+1:]
+			rest = user + ":xxxxx@" + rest[at+1:]
 		}
 	}
-	return scheme + "://" + rest
+	if !hasQuery {
+		return scheme + "://" + rest
+	}
+	params := strings.Split(query, "&")
+	for i, p := range params {
+		if name, v, hasValue := strings.Cut(p, "="); hasValue && v != "" {
+			params[i] = name + "=xxxxx"
+		}
+	}
+	return scheme + "://" + rest + "?" + strings.Join(params, "&")
 }
