@@ -91,7 +91,7 @@ func NewAdmin(c AdminConfig) (http.Handler, error) {
 			}
 			detail := fmt.Sprintf("%s %s: %s", r.Method, r.URL.Path, http.StatusText(rec.status))
 			if rec.status == http.StatusNotFound && !under(r.URL.Path, "/admin") {
-				detail += " (" + notAdmin + ")"
+				detail += "; " + notAdmin
 			}
 			problem.Write(w, problem.Details{Status: rec.status, Detail: detail})
 			return

@@ -10,7 +10,7 @@ import (
 // Where fairgate's other listeners are, for the 404s of paths one
 // listener does not serve: the flag that sets each, never its address.
 const (
-	adminElsewhere = "the admin API is on its own listener, --admin-listen (FAIRGATE_ADMIN_LISTEN), with Authorization: Bearer <admin token>; it starts only with an admin token (FAIRGATE_ADMIN_TOKEN or --admin-token-file)"
+	adminElsewhere = "the admin API is served on its own listener, --admin-listen, and starts only with an admin token: set FAIRGATE_ADMIN_TOKEN (or --admin-token-file) and send it as Authorization: Bearer"
 	dashboardOff   = "the dashboard is turned off by dashboard: off in the config; remove that line and restart to serve it"
 	mainElsewhere  = "this path is served on the main listener (--listen), not on the internal one"
 	notAdmin       = "the admin listener serves /admin/... only: the decision API, /metrics, /readyz and /dashboard are on the main listener (--listen), or with --upstream on the internal one (--internal-listen)"
@@ -22,7 +22,7 @@ func notFound(hint func(r *http.Request) string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		detail := "no such endpoint: " + r.Method + " " + r.URL.Path
 		if h := hint(r); h != "" {
-			detail += " (" + h + ")"
+			detail += "; " + h
 		}
 		problem.Write(w, problem.Details{Status: http.StatusNotFound, Detail: detail})
 	}

@@ -49,9 +49,9 @@ func TestNotFoundSaysWhere(t *testing.T) {
 		{"public path on the internal listener", proxy.Internal(), "GET", "/v1/me/limits", []string{"main listener (--listen)"}, nil},
 		{"decision path on the admin listener", admin, "POST", "/v1/check", []string{"--listen", "--internal-listen"}, nil},
 		{"metrics on the admin listener", admin, "GET", "/metrics", []string{"--internal-listen"}, nil},
-		{"unknown admin path", admin, "GET", "/admin/nope", []string{"GET /admin/nope: Not Found"}, []string{"("}},
-		{"unknown path", decision, "GET", "/nope", []string{"no such endpoint: GET /nope"}, []string{"("}},
-		{"unknown path with a dashboard", withBoard, "GET", "/dashboards", []string{"no such endpoint"}, []string{"("}},
+		{"unknown admin path", admin, "GET", "/admin/nope", []string{"GET /admin/nope: Not Found"}, []string{";"}},
+		{"unknown path", decision, "GET", "/nope", []string{"no such endpoint: GET /nope"}, []string{";"}},
+		{"unknown path with a dashboard", withBoard, "GET", "/dashboards", []string{"no such endpoint"}, []string{";"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := httptest.NewRequest(tc.method, tc.path, nil)
