@@ -83,6 +83,17 @@ type Decision struct {
 	Slots *Slots
 }
 
+// PolicyName is the name the decision is counted and answered under: its
+// Policy, or, when no layer was decided (a free route, a store outage
+// under fail closed, or under fail open without a fallback), the route
+// class or anonymous route whose fail mode decided (Resolution.Class).
+func (d *Decision) PolicyName() string {
+	if d.Policy != "" {
+		return d.Policy
+	}
+	return d.Resolution.Class
+}
+
 // UnavailableRetryAfter is the Retry-After of a fail-closed decision.
 const UnavailableRetryAfter = guard.UnavailableRetryAfter
 
@@ -124,11 +135,7 @@ func (l *Limiter) count(c *call, d *Decision) {
 	if d.Resolution.Anonymous {
 		plan = "anonymous"
 	}
-	name := d.Policy
-	if name == "" {
-		name = d.Resolution.Class
-	}
-	l.m.decisions.WithLabelValues(name, plan, string(d.Reason)).Inc()
+	l.m.decisions.WithLabelValues(d.PolicyName(), plan, string(d.Reason)).Inc()
 	if d.Reason == ReasonLimited && l.limited != nil {
 		l.limited(d.Resolution.Tenant)
 	}

@@ -29,8 +29,12 @@ type LayerState struct {
 type TenantLimits struct {
 	Tenant string
 	Plan   string
-	// Overridden reports a tenant entry in the config or written at run
-	// time; Expires is when a run-time entry ends (zero: never).
+	// Entry is where the tenant's entry is: policy.PlanFromRuntime or
+	// policy.PlanFromFile; policy.PlanFromDefault for a tenant without one.
+	Entry policy.PlanSource
+	// Overridden reports that the entry changes a limit of its plan (see
+	// policy.Standing.Overrides); Expires is when a run-time entry ends
+	// (zero: never).
 	Overridden bool
 	Expires    time.Time
 	Layers     []LayerState
@@ -57,7 +61,10 @@ func (l *Limiter) EffectiveIn(ctx context.Context, s *policy.Snapshot, id, plan 
 		return TenantLimits{}, fmt.Errorf("%w: want 1 to %d bytes", policy.ErrBadTenant, policy.MaxTenantID)
 	}
 	st := s.Standing(id, plan, now)
-	out := TenantLimits{Tenant: id, Plan: st.Plan, Overridden: st.Listed, Expires: st.Expires}
+	out := TenantLimits{Tenant: id, Plan: st.Plan, Overridden: st.Overrides, Expires: st.Expires}
+	if st.Source == policy.PlanFromRuntime || st.Source == policy.PlanFromFile {
+		out.Entry = st.Source
+	}
 	var layers []policy.Layer
 	for _, name := range s.ClassNames() {
 		r, err := s.Resolve(policy.Request{Tenant: id, Plan: plan, Class: name, HasCost: true}, now)

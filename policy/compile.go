@@ -110,20 +110,20 @@ func (s *Snapshot) compileClasses(ps *problems, classes map[string]Class) {
 func (s *Snapshot) checkDefaults(ps *problems) {
 	p := &s.policy
 	if len(p.Plans) == 0 {
-		ps.add("plans", "no plans: define at least one")
+		ps.add("plans", "plans is required: define at least one plan (the limits a tenant gets), such as free: {limit: 100, period: 1m}")
 	}
 	if p.DefaultPlan == "" {
 		ps.add("default_plan", "default_plan is required: the plan of tenants the policy does not list")
 	} else if _, ok := s.plans[p.DefaultPlan]; !ok {
-		ps.add("default_plan", "unknown plan %q: want one of %s", p.DefaultPlan, strings.Join(sortedKeys(p.Plans), ", "))
+		unknown(ps, "default_plan", "plan", p.DefaultPlan, p.Plans)
 	}
 	if len(p.Classes) == 0 {
-		ps.add("classes", "no classes: define at least one")
+		ps.add("classes", "classes is required: define at least one class (a share of the plan's limit that routes and default_class name), such as read: {share: 1}")
 	}
 	if p.DefaultClass == "" {
 		ps.add("default_class", "default_class is required: the class of requests no route matches")
 	} else if _, ok := s.classes[p.DefaultClass]; !ok {
-		ps.add("default_class", "unknown class %q: want one of %s", p.DefaultClass, strings.Join(sortedKeys(p.Classes), ", "))
+		unknown(ps, "default_class", "class", p.DefaultClass, p.Classes)
 	}
 }
 
@@ -170,7 +170,7 @@ func (s *Snapshot) compileRoutes(ps *problems, routes []Route) {
 		path := fmt.Sprintf("routes[%d]", i)
 		c, ok := s.classes[r.Class]
 		if !ok {
-			ps.add(path+".class", "unknown class %q: want one of %s", r.Class, strings.Join(sortedKeys(s.policy.Classes), ", "))
+			unknown(ps, path+".class", "class", r.Class, s.policy.Classes)
 		}
 		switch {
 		case r.Free && r.Cost != 0:
@@ -363,7 +363,7 @@ func compileTenant(ps *problems, s *Snapshot, path string, t Tenant) *ctenant {
 	pl, ok := s.plans[planName]
 	if !ok {
 		if t.Plan != "" {
-			ps.add(path+".plan", "unknown plan %q: want one of %s", t.Plan, strings.Join(sortedKeys(s.policy.Plans), ", "))
+			unknown(ps, path+".plan", "plan", t.Plan, s.policy.Plans)
 		}
 		return nil
 	}

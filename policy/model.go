@@ -319,6 +319,16 @@ func (p *problems) add(path, format string, args ...any) {
 	p.list = append(p.list, Problem{path, fmt.Sprintf(format, args...)})
 }
 
+// unknown adds the problem of name, a kind ("plan", "class") that defined
+// lacks, listing the names it has; none when it has none, as the missing
+// section is then the problem (reported as required).
+func unknown[V any](p *problems, path, kind, name string, defined map[string]V) {
+	if len(defined) == 0 {
+		return
+	}
+	p.add(path, "unknown %s %q: want one of %s", kind, name, strings.Join(sortedKeys(defined), ", "))
+}
+
 // Overlay is what is written at run time over the policy from the config
 // file: plans that replace or add to the file's, and tenant entries that
 // replace the file's (until they expire). A [ControlStore] keeps it.

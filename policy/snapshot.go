@@ -162,6 +162,10 @@ type Standing struct {
 	// never).
 	Listed  bool
 	Expires time.Time
+	// Overrides reports that the tenant's entry changes a limit of its
+	// plan: its limit or burst, a rule's, a class's share or the
+	// concurrency. An entry that only names a plan changes none.
+	Overrides bool
 }
 
 // Standing returns what decides tenant id at now, for a tenant whose
@@ -171,7 +175,9 @@ type Standing struct {
 // same order, in one place.
 func (s *Snapshot) Standing(id, plan string, now time.Time) Standing {
 	t := s.tenantFor(id, plan, now)
-	return Standing{Plan: t.plan, Source: t.source, Listed: t != s.defTenant, Expires: t.tenant.Expires}
+	e := t.tenant
+	overrides := e.Limit != 0 || e.Burst != 0 || len(e.Rules) > 0 || len(e.Shares) > 0 || e.Concurrency != 0
+	return Standing{Plan: t.plan, Source: t.source, Listed: t != s.defTenant, Expires: e.Expires, Overrides: overrides}
 }
 
 // FileStanding is what decides tenant id by the config file alone: what

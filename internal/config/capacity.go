@@ -130,12 +130,12 @@ type capacityKey struct {
 func (d *decoder) checkCapacity(pd *policyfile.Decoder, p policy.Policy) {
 	for _, k := range d.capacityKeys {
 		if k.plan != "" {
-			if _, ok := p.Plans[k.plan]; !ok {
+			if _, ok := p.Plans[k.plan]; !ok && len(p.Plans) > 0 { // none: "plans is required"
 				pd.Add(k.n, k.path, "unknown plan %q: want one of %s", k.plan, strings.Join(slices.Sorted(maps.Keys(p.Plans)), ", "))
 			}
 			continue
 		}
-		if _, ok := p.Classes[k.n.Value]; !ok {
+		if _, ok := p.Classes[k.n.Value]; !ok && len(p.Classes) > 0 { // none: "classes is required"
 			pd.Add(k.n, k.path, "unknown class %q: want one of %s", k.n.Value, strings.Join(slices.Sorted(maps.Keys(p.Classes)), ", "))
 		}
 	}

@@ -257,7 +257,7 @@ func (d *decoder) checkWeights(pd *policyfile.Decoder, p policy.Policy) {
 	d.checkCapacity(pd, p)
 	d.checkKeyPlans(pd, p)
 	for _, plan := range slices.Sorted(maps.Keys(d.weightKeys)) {
-		if _, ok := p.Plans[plan]; !ok {
+		if _, ok := p.Plans[plan]; !ok && len(p.Plans) > 0 { // none: "plans is required"
 			pd.Add(d.weightKeys[plan], "queues.weights."+plan, "unknown plan %q: want one of %s", plan, strings.Join(slices.Sorted(maps.Keys(p.Plans)), ", "))
 		}
 	}

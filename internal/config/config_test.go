@@ -157,6 +157,41 @@ func TestValidationErrors(t *testing.T) {
 	}
 }
 
+// TestOneProblemPerMistake: a mistake is reported once, with what to
+// write, and not again by the checks that follow from it: a missing
+// section is required (the names that would be in it are not also
+// unknown), a value that does not parse is not also out of range.
+func TestOneProblemPerMistake(t *testing.T) {
+	without := func(from, to int) []byte { // base without lines from..to
+		lines := append(append([]string(nil), base[:from-1]...), base[to:]...)
+		return []byte(strings.Join(lines, "\n") + "\n")
+	}
+	for _, tc := range []struct {
+		name string
+		doc  []byte
+		want string // the one problem
+	}{
+		{"no classes", without(8, 10), "base.yaml: classes: classes is required: define at least one class"},
+		{"no plans", without(3, 7), "base.yaml: plans: plans is required: define at least one plan"},
+		{"share as a percentage", with(10, "  search: {share: 25%}"), `base.yaml:10: classes.search.share: "25%" is not a number: for 25% write 0.25`},
+		{"share not a number", with(10, "  search: {share: lots}"), `base.yaml:10: classes.search.share: "lots" is not a number`},
+		{"share zero", with(10, "  search: {share: 0}"), "base.yaml:10: classes.search.share: share 0 is outside (0, 1]"},
+		{"tolerance as a percentage", with(20, "upstream_capacity: {tolerance: 150%}"), `base.yaml:20: upstream_capacity.tolerance: "150%" is not a number: for 150% write 1.5`},
+		{"failure ratio not a number", with(20, "dependencies: {upstream: {failure_ratio: half}}"), `base.yaml:20: dependencies.upstream.failure_ratio: "half" is not a number`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse("base.yaml", tc.doc)
+			var ce *Error
+			if !errors.As(err, &ce) {
+				t.Fatalf("Parse = %v, want a *config.Error", err)
+			}
+			if len(ce.Problems) != 1 || !strings.HasPrefix(err.Error(), tc.want) {
+				t.Errorf("error:\n%v\nwant one problem starting:\n%s", err, tc.want)
+			}
+		})
+	}
+}
+
 func TestEveryProblemIsReported(t *testing.T) {
 	doc := with(5, "    - {limit: 0, period: 1m, burst: 30}")
 	doc = []byte(strings.Replace(string(doc), "  search: {share: 0.25}", "  search: {share: 7}", 1))

@@ -89,7 +89,7 @@ func TestRLSOnlyFile(t *testing.T) {
 	if err != nil || !c.NoPolicy || len(c.RLS.Domains) != 1 {
 		t.Fatalf("rls only: %v %+v", err, c)
 	}
-	if _, err := Parse("none.yaml", []byte("headers: x\n")); err == nil || !strings.Contains(err.Error(), "no plans") {
+	if _, err := Parse("none.yaml", []byte("headers: x\n")); err == nil || !strings.Contains(err.Error(), "plans is required") {
 		t.Fatalf("neither a policy nor rls: %v, want the policy's problems", err)
 	}
 	if c, err := Parse("both.yaml", []byte(strings.Join(base, "\n"))); err != nil || c.NoPolicy {

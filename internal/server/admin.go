@@ -87,7 +87,11 @@ func NewAdmin(c AdminConfig) (http.Handler, error) {
 			if allow := rec.header.Get("Allow"); allow != "" {
 				w.Header().Set("Allow", allow)
 			}
-			problem.Write(w, problem.Details{Status: rec.status, Detail: fmt.Sprintf("%s %s: %s", r.Method, r.URL.Path, http.StatusText(rec.status))})
+			detail := fmt.Sprintf("%s %s: %s", r.Method, r.URL.Path, http.StatusText(rec.status))
+			if rec.status == http.StatusNotFound && !under(r.URL.Path, "/admin") {
+				detail += "; " + notAdmin
+			}
+			problem.Write(w, problem.Details{Status: rec.status, Detail: detail})
 			return
 		}
 		mux.ServeHTTP(w, r)

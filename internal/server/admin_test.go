@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http/httptest"
 	"strings"
@@ -147,5 +148,54 @@ func TestAdminConcurrency(t *testing.T) {
 	}
 	if held != 2 {
 		t.Errorf("newco with concurrency 2: %d of 3 held at once", held)
+	}
+}
+
+// TestAdminTenantOverridden: GET /admin/tenants/{id} says where the
+// tenant's entry is (entry: file or runtime, absent without one) and, by
+// overridden, whether that entry changes a limit of its plan: an entry
+// that only names a plan does not.
+func TestAdminTenantOverridden(t *testing.T) {
+	l := testLimiter(t, memstore.New(memstore.Config{}), -1)
+	ah, err := NewAdmin(AdminConfig{Limiter: l, Token: adminToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := func(method, path, body string) *httptest.ResponseRecorder {
+		return call{method: method, path: path, body: body, headers: map[string]string{"Authorization": "Bearer " + adminToken}}.do(checkedAPI(ah))
+	}
+	for _, put := range []struct{ id, body string }{{"plainco", `{"plan":"team"}`}, {"bumpco", `{"plan":"team","burst":400}`}} {
+		if rec := admin("PUT", "/admin/tenants/"+put.id, put.body); rec.Code != 200 {
+			t.Fatalf("PUT %s: %d %s", put.id, rec.Code, rec.Body)
+		}
+	}
+	for _, tc := range []struct {
+		tenant, entry string // entry "": absent
+		overridden    bool
+	}{
+		{"acme", "file", false},   // acme: {plan: enterprise}
+		{"globex", "file", true},  // burst and a share
+		{"initech", "file", true}, // a rule's limit
+		{"newco", "", false},      // no entry: the default plan
+		{"plainco", "runtime", false},
+		{"bumpco", "runtime", true},
+	} {
+		rec := admin("GET", "/admin/tenants/"+tc.tenant, "")
+		var out struct {
+			Effective struct {
+				Entry      *string `json:"entry"`
+				Overridden bool    `json:"overridden"`
+			} `json:"effective"`
+		}
+		if err := json.Unmarshal(rec.Body.Bytes(), &out); rec.Code != 200 || err != nil {
+			t.Fatalf("%s: %d %s", tc.tenant, rec.Code, rec.Body)
+		}
+		entry := ""
+		if out.Effective.Entry != nil {
+			entry = *out.Effective.Entry
+		}
+		if entry != tc.entry || out.Effective.Overridden != tc.overridden {
+			t.Errorf("%s: entry %q overridden %v, want %q %v: %s", tc.tenant, entry, out.Effective.Overridden, tc.entry, tc.overridden, rec.Body)
+		}
 	}
 }

@@ -101,6 +101,9 @@ func effectiveView(tl limiter.TenantLimits) map[string]any {
 		layers[i] = ly
 	}
 	out := map[string]any{"tenant": tl.Tenant, "plan": tl.Plan, "overridden": tl.Overridden, "layers": layers}
+	if tl.Entry != policy.PlanFromDefault {
+		out["entry"] = tl.Entry.String() // "runtime" or "file"
+	}
 	if e := timeView(tl.Expires); e != nil {
 		out["expires_at"] = e
 	}

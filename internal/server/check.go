@@ -132,7 +132,7 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 	}
 	var hdrs [10]string // on the stack: at most five headers
 	resp := checkResponse{
-		Allowed: d.Allowed, Status: http.StatusOK, Reason: string(d.Reason), Policy: d.Policy,
+		Allowed: d.Allowed, Status: http.StatusOK, Reason: string(d.Reason), Policy: d.PolicyName(),
 		Headers: limitheader.Append(hdrs[:0], s.form, d),
 	}
 	var layers [4]layerJSON // on the stack for up to four layers

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fairgate/fairgate/httplimit"
+	"github.com/fairgate/fairgate/store"
 	"github.com/fairgate/fairgate/store/memstore"
 )
 
@@ -134,5 +135,45 @@ func TestNoRepeatedKeys(t *testing.T) {
 		if err := noRepeatedKeys([]byte(raw)); (err != nil) != bad {
 			t.Errorf("%s: %v", raw, err)
 		}
+	}
+}
+
+// TestCheckNamesWhatDecided: /v1/check's policy names what decided: the
+// tightest layer, or, when no layer was decided (the store out and the
+// class failing closed, a free route), the class or anonymous route whose
+// fail mode (or cost) decided, as fairgate_decisions_total counts it.
+func TestCheckNamesWhatDecided(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		down   bool
+		body   string
+		reason string
+		policy string
+	}{
+		{"store out, class fails closed", true, `{"tenant":"acme","class":"write"}`, "unavailable_closed", "write"},
+		{"store out, route of a class failing closed", true, `{"tenant":"acme","route":"POST /v1/users"}`, "unavailable_closed", "write"},
+		{"store out, anonymous route failing closed", true, `{"route":"POST /v1/login","ip":"192.0.2.7"}`, "unavailable_closed", "login"},
+		{"free route", false, `{"tenant":"acme","route":"GET /healthz"}`, "free", "read"},
+		{"allowed", false, `{"tenant":"acme","class":"write"}`, "allowed", "enterprise.write.1m"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var st store.Store = memstore.New(memstore.Config{})
+			if tc.down {
+				st = downStore{}
+			}
+			h, err := New(Config{Limiter: testLimiter(t, st, time.Second)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := httptest.NewRecorder()
+			checkedAPI(h).ServeHTTP(w, httptest.NewRequest("POST", "/v1/check", strings.NewReader(tc.body)))
+			var out struct{ Reason, Policy string }
+			if err := json.Unmarshal(w.Body.Bytes(), &out); err != nil {
+				t.Fatal(err)
+			}
+			if out.Reason != tc.reason || out.Policy != tc.policy {
+				t.Errorf("reason %q policy %q, want %q %q: %s", out.Reason, out.Policy, tc.reason, tc.policy, w.Body)
+			}
+		})
 	}
 }

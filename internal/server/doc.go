@@ -56,8 +56,9 @@
 //	DELETE /admin/keys/{id}           revoke it                                 adminkeys.go
 //
 // The other files: server.go registers the routes; identity.go verifies
-// credentials; metrics.go and trace.go observe both surfaces; wire.go
-// appends the decision API's answers; adminbody.go holds the admin API's
+// credentials; notfound.go answers the paths a listener does not serve,
+// naming the listener that does; metrics.go and trace.go observe both
+// surfaces; wire.go appends the decision API's answers; adminbody.go holds the admin API's
 // request bodies and adminview.go its answers. The HTTP room every front
 // uses is httpbody.go (every request body is read by readJSON, into a
 // struct whose json tags are the one list of its fields), httpanswer.go

@@ -16,7 +16,6 @@ import (
 
 	"github.com/fairgate/fairgate/breaker"
 	"github.com/fairgate/fairgate/fairq"
-	"github.com/fairgate/fairgate/httplimit/problem"
 	"github.com/fairgate/fairgate/internal/auth"
 	"github.com/fairgate/fairgate/internal/config"
 	"github.com/fairgate/fairgate/internal/gateway"
@@ -231,10 +230,11 @@ func New(c Config) (*Server, error) {
 	in.HandleFunc(gateway.AuthzPath, s.needsPolicy(s.handleAuthz))
 	in.HandleFunc(gateway.AuthzPath+"/", s.needsPolicy(s.handleAuthz)) // Envoy's ext_authz appends the original path
 	s.operatorRoutes(in, c)
-	notFound := func(w http.ResponseWriter, r *http.Request) {
-		problem.Write(w, problem.Details{Status: http.StatusNotFound, Detail: "no such endpoint: " + r.Method + " " + r.URL.Path})
+	var public *http.ServeMux // proxy mode: the paths served on the main listener instead
+	if c.Upstream != nil {
+		public = pub
 	}
-	in.HandleFunc("/", notFound)
+	in.HandleFunc("/", notFound(elsewhere(c.Dashboard != nil, public)))
 	if c.Upstream != nil {
 		if s.proxy, err = s.newProxy(c.Upstream, c.UpstreamTimeout); err != nil {
 			return nil, err

@@ -58,12 +58,7 @@ func (d *Decoder) classes(n *yaml.Node, path string, cs map[string]policy.Class)
 	d.Entries(n, path, func(name string, k, v *yaml.Node, path string) {
 		cl := policy.Class{Name: name, Share: 1}
 		d.Fields(v, path, Handlers{
-			"share": func(v *yaml.Node, path string) {
-				// Written out, 0 is a mistake (the zero of Go means 1).
-				if cl.Share = d.Float(v, path); cl.Share == 0 {
-					d.Add(v, path, "share 0 is outside (0, 1]: a class gets a fraction of the plan's limit; omit it for 1")
-				}
-			},
+			"share":      func(v *yaml.Node, path string) { cl.Share = d.share(v, path) },
 			"fail":       func(v *yaml.Node, path string) { cl.Fail = d.Fail(v, path) },
 			"shadow":     func(v *yaml.Node, path string) { cl.Shadow = d.Bool(v, path) },
 			"near_cache": func(v *yaml.Node, path string) { cl.NoNearCache = !d.Bool(v, path) },
@@ -338,4 +333,20 @@ func (d *Decoder) Period(n *yaml.Node, path string) (time.Duration, policy.Calen
 		return 0, policy.NoCalendar
 	}
 	return p, policy.NoCalendar
+}
+
+// share reads a class's share of the plan's limit, a fraction in (0, 1].
+// A bad value reads as the default 1, so that nothing else follows from it.
+func (d *Decoder) share(v *yaml.Node, path string) float64 {
+	n := len(d.problems)
+	s := d.Float(v, path)
+	switch {
+	case len(d.problems) > n:
+		return 1
+	case s == 0:
+		// Written out, 0 is a mistake (the zero of Go means 1).
+		d.Add(v, path, "share 0 is outside (0, 1]: a class gets a fraction of the plan's limit; omit it for 1")
+		return 1
+	}
+	return s
 }

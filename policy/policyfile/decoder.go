@@ -23,6 +23,14 @@ type Decoder struct {
 	// lines maps the path of every field and list item visited (in the
 	// file's spelling, such as plans.free[0].burst) to its line.
 	lines map[string]int
+	// flagged holds the fields with a problem, by path and line.
+	flagged map[placed]bool
+}
+
+// placed is a field at a line.
+type placed struct {
+	path string
+	line int
 }
 
 // Handlers decode the fields of a mapping, by name. Each gets the field's
@@ -32,8 +40,18 @@ type Handlers map[string]func(v *yaml.Node, path string)
 // File is the path of the file being decoded.
 func (d *Decoder) File() string { return d.file }
 
-// Add records a problem at n's line.
+// Add records a problem at n's line, unless the field at path already has
+// one there: a bad value is reported once, not again for each check that
+// follows from it (a number that does not parse, then its zero).
 func (d *Decoder) Add(n *yaml.Node, path, format string, args ...any) {
+	at := placed{path, n.Line}
+	if d.flagged[at] {
+		return
+	}
+	if d.flagged == nil {
+		d.flagged = map[placed]bool{}
+	}
+	d.flagged[at] = true
 	d.problems = append(d.problems, Problem{Line: n.Line, Path: path, Message: fmt.Sprintf(format, args...)})
 }
 
@@ -154,6 +172,12 @@ func (d *Decoder) Float(n *yaml.Node, path string) float64 {
 	if n.Kind == yaml.ScalarNode && (n.Tag == "!!int" || n.Tag == "!!float") {
 		if v, err := strconv.ParseFloat(n.Value, 64); err == nil {
 			return v
+		}
+	}
+	if pct, ok := strings.CutSuffix(strings.TrimSpace(n.Value), "%"); ok && n.Kind == yaml.ScalarNode {
+		if f, err := strconv.ParseFloat(strings.TrimSpace(pct), 64); err == nil {
+			d.Add(n, path, "%q is not a number: for %s write %v", n.Value, n.Value, f/100)
+			return 0
 		}
 	}
 	d.Add(n, path, "%q is not a number", n.Value)

@@ -8,7 +8,6 @@ import (
 	"os"
 	"regexp"
 	"sort"
-	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -134,7 +133,7 @@ func (d *Decoder) givesPolicy() bool {
 func Root(file string, data []byte, want string) (*yaml.Node, error) {
 	var root yaml.Node
 	if err := yaml.NewDecoder(bytes.NewReader(data)).Decode(&root); err != nil && err != io.EOF {
-		return nil, &Error{File: file, Problems: []Problem{yamlProblem(err)}}
+		return nil, &Error{File: file, Problems: []Problem{yamlProblem(err, data)}}
 	}
 	if len(root.Content) == 0 {
 		return nil, &Error{File: file, Problems: []Problem{{Path: "(file)", Message: "empty: " + want}}}
@@ -218,22 +217,4 @@ func (d *Decoder) place(pp string) (string, int) {
 		}
 	}
 	return cands[0], 0
-}
-
-// yamlProblem is the problem of a file that is not valid YAML.
-func yamlProblem(err error) Problem {
-	msg := err.Error()
-	var te *yaml.TypeError
-	if errors.As(err, &te) && len(te.Errors) > 0 {
-		msg = te.Errors[0]
-	}
-	line := 0
-	if i := strings.Index(msg, "line "); i >= 0 {
-		j := i + 5
-		for j < len(msg) && msg[j] >= '0' && msg[j] <= '9' {
-			j++
-		}
-		line, _ = strconv.Atoi(msg[i+5 : j])
-	}
-	return Problem{Line: line, Path: "(file)", Message: "not valid YAML: " + strings.TrimPrefix(msg, "yaml: ")}
 }
