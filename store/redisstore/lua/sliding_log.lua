@@ -5,6 +5,29 @@
 -- p1 = period (µs), p2 = limit.
 -- Expired members are ignored on every call and removed on every admitted
 -- take; rejected takes and peeks write nothing.
+--@helpers
+-- sl_append logs n units at time ts (a string of µs) and returns the
+-- sequence number of the first: members at one time are numbered on from
+-- the last one logged there.
+local function sl_append(key, ts, n)
+  local seq = 0
+  local last = redis.call('ZREVRANGEBYSCORE', key, ts, ts, 'LIMIT', 0, 1)
+  if #last > 0 then
+    seq = tonumber(string.sub(last[1], -8), 16) + 1
+  end
+  local j = 0
+  while j < n do
+    local args = {}
+    while #args < 1000 and j < n do
+      args[#args + 1] = ts
+      args[#args + 1] = ts .. ':' .. string.format('%08x', seq + j)
+      j = j + 1
+    end
+    redis.call('ZADD', key, unpack(args))
+  end
+  return seq
+end
+
 --@eval
 local live = redis.call('ZCOUNT', key, '(' .. string.format('%d', now - p1), '+inf')
 local newest = nil
@@ -25,22 +48,7 @@ else
 end
 --@write
 redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - p1))
-local ts = string.format('%d', s1)
-local seq = 0
-local last = redis.call('ZREVRANGEBYSCORE', key, ts, ts, 'LIMIT', 0, 1)
-if #last > 0 then
-  seq = tonumber(string.sub(last[1], -8), 16) + 1
-end
-local j = 0
-while j < cost do
-  local args = {}
-  while #args < 1000 and j < cost do
-    args[#args + 1] = ts
-    args[#args + 1] = ts .. ':' .. string.format('%08x', seq + j)
-    j = j + 1
-  end
-  redis.call('ZADD', key, unpack(args))
-end
+local seq = sl_append(key, string.format('%d', s1), cost)
 redis.call('PEXPIRE', key, math.max(1, idiv(reset + 999, 1000)))
 info1, info2 = s1, seq
 --@refund
@@ -59,22 +67,7 @@ if delta > 0 then
       if newest > ts then ts = newest end
     end
     redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - p1))
-    ts = string.format('%d', ts)
-    local seq = 0
-    local last = redis.call('ZREVRANGEBYSCORE', key, ts, ts, 'LIMIT', 0, 1)
-    if #last > 0 then
-      seq = tonumber(string.sub(last[1], -8), 16) + 1
-    end
-    local j = 0
-    while j < applied do
-      local args = {}
-      while #args < 1000 and j < applied do
-        args[#args + 1] = ts
-        args[#args + 1] = ts .. ':' .. string.format('%08x', seq + j)
-        j = j + 1
-      end
-      redis.call('ZADD', key, unpack(args))
-    end
+    sl_append(key, string.format('%d', ts), applied)
   end
 elseif delta < 0 and at > now - p1 then
   -- The live members logged nearest the take: the nearer of the oldest at
