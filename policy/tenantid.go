@@ -13,7 +13,7 @@ import (
 const MaxStatedTenantID = 256
 
 // TenantIDRule says what CheckTenantID accepts, for docs and errors.
-const TenantIDRule = "1 to 256 bytes of valid UTF-8, without white space at either end and without control characters (C0, DEL, C1), line or paragraph separators or invisible format characters (zero-width, bidi controls)"
+const TenantIDRule = "1 to 256 bytes of valid UTF-8, without white space at either end and without control characters (C0, DEL, C1), line or paragraph separators, invisible format characters (zero-width, bidi controls) or other characters that show as nothing (Unicode's default-ignorable code points: variation selectors, Hangul fillers, the combining grapheme joiner; and the braille blank)"
 
 // CheckTenantID says what is wrong with id as a tenant ID stated by a
 // credential or an entry, or nil: see TenantIDRule. It is the one rule
@@ -41,6 +41,8 @@ func CheckTenantID(id string) error {
 			return fmt.Errorf("%q holds a line or paragraph separator (%U) at byte %d: want none", id, r, i)
 		case unicode.Is(unicode.Cf, r):
 			return fmt.Errorf("%q holds an invisible format character (%U) at byte %d: want none, so that two tenants cannot look alike", id, r, i)
+		case unicode.In(r, unicode.Other_Default_Ignorable_Code_Point, unicode.Variation_Selector) || r == '\u2800':
+			return fmt.Errorf("%q holds a character that shows as nothing or as a blank (%U) at byte %d: want none, so that two tenants cannot look alike", id, r, i)
 		}
 	}
 	first, _ := utf8.DecodeRuneInString(id)

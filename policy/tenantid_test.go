@@ -36,6 +36,17 @@ func TestCheckTenantID(t *testing.T) {
 		{"acme\u202e", "format character (U+202E)"},
 		{"\ufeffacme", "format character (U+FEFF)"},
 		{"ac\xffme", "not valid UTF-8"},
+		// The second attacker review's: characters that show as nothing.
+		{"acme\u3164", "shows as nothing or as a blank (U+3164)"},
+		{"acme\u034f", "(U+034F)"},
+		{"acme\ufe0f", "(U+FE0F)"},
+		{"acme\U000e0100", "(U+E0100)"},
+		{"acme\u180b", "(U+180B)"},
+		{"acme\u17b4", "(U+17B4)"},
+		{"\u115facme", "(U+115F)"},
+		{"ac\u1160me", "(U+1160)"},
+		{"acme\uffa0", "(U+FFA0)"},
+		{"acme\u2800", "(U+2800)"},
 	} {
 		err := policy.CheckTenantID(tc.id)
 		switch {

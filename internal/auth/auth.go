@@ -225,6 +225,13 @@ func (a *Authenticator) setJWT(ctx context.Context, c Config, j *JWTConfig) erro
 		a.jwks, a.remote = j.JWKSURL, remote
 	}
 	a.keyfunc = func(t *jwt.Token) (any, error) {
+		if _, ok := t.Header["crit"]; ok {
+			// RFC 7515 §4.1.11: a token whose crit names extensions the
+			// verifier does not understand must be refused, and this one
+			// understands none (another verifier reading the token
+			// otherwise is how parser differentials start).
+			return nil, errCrit
+		}
 		if remote != nil {
 			if k, err := remote.Keyfunc(t); err == nil {
 				return k, nil
@@ -236,6 +243,9 @@ func (a *Authenticator) setJWT(ctx context.Context, c Config, j *JWTConfig) erro
 	}
 	return nil
 }
+
+// errCrit refuses a token with a crit header.
+var errCrit = errors.New("the token's header has crit: no extension is understood here (RFC 7515 §4.1.11)")
 
 // CheckLeeway says what is wrong with d as jwt.leeway, or nil: it must be
 // 0 to MaxLeeway.
@@ -410,6 +420,8 @@ func (a *Authenticator) verifyJWT(tok string) (Identity, error) {
 // jwtReason says why a token was refused without echoing it.
 func jwtReason(err error) string {
 	switch {
+	case errors.Is(err, errCrit):
+		return errCrit.Error()
 	case errors.Is(err, jwt.ErrTokenExpired):
 		return "token expired"
 	case errors.Is(err, jwt.ErrTokenInvalidAudience):

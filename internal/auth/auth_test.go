@@ -441,3 +441,35 @@ func TestJWTAlgorithmsRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestJWTCritRefused: a token whose header has crit is refused (RFC 7515
+// §4.1.11: this verifier understands no extension), signed well or not;
+// the same token without crit is accepted.
+func TestJWTCritRefused(t *testing.T) {
+	k := rsaKey(t)
+	a, err := New(context.Background(), Config{Now: func() time.Time { return now }, JWT: &JWTConfig{
+		Issuer: "https://id.example", Audience: "api", Keys: []any{&k.PublicKey},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, crit := range []any{nil, []string{"b64"}, []string{"exp2"}, []string{}} {
+		tok := jwt.NewWithClaims(jwt.SigningMethodRS256, claims(nil))
+		tok.Header["kid"] = "k1"
+		if crit != nil {
+			tok.Header["crit"] = crit
+			tok.Header["b64"] = false
+		}
+		s, err := tok.SignedString(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = a.Authenticate(bearer(s))
+		switch {
+		case crit == nil && err != nil:
+			t.Errorf("no crit: %v, want accepted", err)
+		case crit != nil && (err == nil || !strings.Contains(err.Error(), "crit")):
+			t.Errorf("crit %v: %v, want refused naming crit", crit, err)
+		}
+	}
+}

@@ -798,6 +798,12 @@ func TestRedactURL(t *testing.T) {
 		{"rediss://h:1?skip_verify&key_prefix=", "rediss://h:1?skip_verify&key_prefix="},
 		{"redis://h:1?token=a@b:c", "redis://h:1?token=xxxxx"},
 		{"h:1", "h:1"},
+		// The attacker review's: URLs that do not parse keep no password.
+		{"redis://u:s3c?retpw@localhost:6379", "redis://u:xxxxx@localhost:6379"},
+		{"redis:/u:s3cretpw@h:1", "redis:/u:xxxxx@h:1"},
+		{"redis://u:s3cretpw@localhost:notaport", "redis://u:xxxxx@localhost:notaport"},
+		{"redis-cluster://u:s3cretpw@a:1,b:2", "redis-cluster://u:xxxxx@a:1,b:2"},
+		{"redis://u:p/w?x@h:1", "redis://u:xxxxx@h:1"},
 	} {
 		if got := RedactURL(tc.url); got != tc.want {
 			t.Errorf("RedactURL(%q) = %q, want %q", tc.url, got, tc.want)
@@ -818,6 +824,13 @@ func TestURLErrorsHideQueryValues(t *testing.T) {
 		"redis://h:1?key_prefix={QSECRET}",
 		"redis://h:1?db=QSECRET",
 		"redis://h:1?dial_timeout=QSECRET",
+		// Passwords in URLs that do not parse (net/url quotes the URL).
+		"redis://u:QSECRET@localhost:notaport",
+		"redis://u:QSEC%zzRET@localhost:6379",
+		"redis://u:QSECRET@[::1:6379",
+		"redis://u:QSE?CRET@localhost:notaport",
+		"redis:/u:QSECRET@localhost:6379",
+		"redis-cluster://u:QSECRET@a:1,b:x",
 	} {
 		err := CheckURL(u)
 		if err == nil || strings.Contains(err.Error(), "QSECRET") {

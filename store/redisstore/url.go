@@ -258,47 +258,106 @@ func splitHostPort(hp string) (string, string, error) {
 	return hp[:i], hp[i+1:], nil
 }
 
-// scrub hides in msg (an error about raw, some from the client library)
-// the values of raw's query parameters, as RedactURL does in the URL: a
-// value quoted anywhere, and one of 4 bytes or more as it stands. The
+// scrub hides in msg (an error about raw, some from the client library
+// or from net/url, which quotes the whole URL) what RedactURL hides in the
+// URL: the password and the values of raw's query parameters, each
+// wherever it is quoted, and one of 4 bytes or more as it stands (raw and
+// unescaped). A URL quoted whole is replaced by its redacted form. The
 // paths of the *_file parameters stay: an error about a file names it.
 func scrub(msg, raw string) string {
+	msg = strings.ReplaceAll(msg, strconv.Quote(raw), strconv.Quote(RedactURL(raw)))
+	var secrets []string
+	if _, pass, ok := splitUserinfo(raw); ok {
+		secrets = append(secrets, pass)
+		if u, err := url.PathUnescape(pass); err == nil && u != pass {
+			secrets = append(secrets, u)
+		}
+	}
 	_, rest, _ := strings.Cut(raw, "://")
 	_, query, _ := strings.Cut(rest, "?")
 	q, _ := url.ParseQuery(query)
 	for k, vs := range q {
-		if strings.HasSuffix(k, "_file") {
+		if !strings.HasSuffix(k, "_file") {
+			secrets = append(secrets, vs...)
+		}
+	}
+	for _, v := range secrets {
+		if v == "" {
 			continue
 		}
-		for _, v := range vs {
-			if v == "" {
-				continue
-			}
-			msg = strings.ReplaceAll(msg, strconv.Quote(v), `"xxxxx"`)
-			if len(v) >= 4 {
-				msg = strings.ReplaceAll(msg, v, "xxxxx")
-			}
+		msg = strings.ReplaceAll(msg, strconv.Quote(v), `"xxxxx"`)
+		if len(v) >= 4 {
+			msg = strings.ReplaceAll(msg, v, "xxxxx")
 		}
 	}
 	return msg
 }
 
-// RedactURL returns a store URL for logs and messages: its password and
-// every query parameter's value hidden (the names kept), since any of them
-// may be a secret, a misspelt password=… above all.
-func RedactURL(raw string) string {
-	scheme, rest, ok := strings.Cut(raw, "://")
-	if !ok {
-		return raw
-	}
-	rest, query, hasQuery := strings.Cut(rest, "?")
-	if at := strings.LastIndexByte(rest, '@'); at >= 0 {
-		if user, _, hasPass := strings.Cut(rest[:at], ":"); hasPass {
-			rest = user + ":xxxxx@" + rest[at+1:]
+// splitUserinfo finds the user name and password of raw, read as
+// RedactURL reads it: by net/url when it parses raw, else up to the last
+// '@' (a password with a '?' or a '/' in it, a host list, a typo such as
+// redis:/…); ok is false without a password. at indexes the '@' in raw.
+func splitUserinfo(raw string) (user, pass string, ok bool) {
+	_, user, pass, _, ok = findUserinfo(raw)
+	return user, pass, ok
+}
+
+// findUserinfo is splitUserinfo with the index of the userinfo's start and of
+// its '@' in raw (-1 when there is none).
+func findUserinfo(raw string) (start int, user, pass string, at int, ok bool) {
+	start = strings.Index(raw, "://") + 3
+	if start < 3 {
+		i := strings.IndexByte(raw, ':')
+		if i < 0 {
+			return 0, "", "", -1, false
+		}
+		start = i + 1
+		for start < len(raw) && raw[start] == '/' {
+			start++
 		}
 	}
+	rest := raw[start:]
+	at = -1
+	if u, err := url.Parse(raw); err == nil && strings.Contains(raw, "://") {
+		if u.User == nil {
+			return start, "", "", -1, false
+		}
+		authority := rest
+		if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+			authority = rest[:i]
+		}
+		at = strings.LastIndexByte(authority, '@')
+	} else {
+		at = strings.LastIndexByte(rest, '@')
+	}
+	if at < 0 {
+		return start, "", "", -1, false
+	}
+	user, pass, ok = strings.Cut(rest[:at], ":")
+	return start, user, pass, start + at, ok
+}
+
+// RedactURL returns a store URL for logs and messages: its password and
+// every query parameter's value hidden (the names kept), since any of them
+// may be a secret, a misspelt password=… above all. A URL that does not
+// parse is read to its last '@', so that a password with a '?' in it, or
+// a URL with a typo, is hidden all the same.
+func RedactURL(raw string) string {
+	start, user, _, at, hasPass := findUserinfo(raw)
+	head, rest := raw[:start], raw[start:]
+	if at >= 0 {
+		switch {
+		case !hasPass:
+			// a user name alone: kept
+		case strings.ContainsAny(user, "?/#"):
+			rest = "xxxxx@" + raw[at+1:]
+		default:
+			rest = user + ":xxxxx@" + raw[at+1:]
+		}
+	}
+	rest, query, hasQuery := strings.Cut(rest, "?")
 	if !hasQuery {
-		return scheme + "://" + rest
+		return head + rest
 	}
 	params := strings.Split(query, "&")
 	for i, p := range params {
@@ -306,5 +365,5 @@ func RedactURL(raw string) string {
 			params[i] = name + "=xxxxx"
 		}
 	}
-	return scheme + "://" + rest + "?" + strings.Join(params, "&")
+	return head + rest + "?" + strings.Join(params, "&")
 }
