@@ -63,6 +63,20 @@ const DefaultReorderWindow = time.Minute
 // rate of the log and the window.
 const MaxHeld = 1 << 20
 
+// MaxHeldBytes bounds the bytes of the lines held per file for
+// reordering, as MaxHeld bounds their count: lines may be up to MaxLine
+// long, and a million long ones would otherwise be held.
+const MaxHeldBytes = 64 << 20
+
+// maxBatchBytes bounds the bytes of the lines of one batch on its way to
+// the decider (a batch goes early when it reaches it): with the channel's
+// 8 batches, what is in flight stays within about 300 MiB even of
+// MaxLine-long lines.
+const maxBatchBytes = 32 << 20
+
+// maxHeldBytes is MaxHeldBytes, lowered by a test.
+var maxHeldBytes = MaxHeldBytes
+
 // Line is one parsed request.
 type Line struct {
 	Time           time.Time
@@ -169,6 +183,7 @@ type item struct {
 	at   time.Time
 	src  int  // the index of its file
 	late bool // decided out of time order
+	size int  // the bytes of its line, for the bounds on what is held
 }
 
 // before orders items: by time, then file, then line.
@@ -297,6 +312,7 @@ func parse(ctx context.Context, inputs []Input, o Options, out chan<- []item) er
 			return false
 		}
 	}
+	batchB := 0
 	heads := &itemHeap{}
 	srcs := make([]*source, len(inputs))
 	for i, in := range inputs {
@@ -313,6 +329,7 @@ func parse(ctx context.Context, inputs []Input, o Options, out chan<- []item) er
 	for heads.Len() > 0 {
 		it := heads.items[0]
 		batch = append(batch, *it)
+		batchB += it.size
 		next, ok, err := srcs[it.src].next()
 		if err != nil {
 			return err
@@ -323,7 +340,8 @@ func parse(ctx context.Context, inputs []Input, o Options, out chan<- []item) er
 		} else {
 			heap.Pop(heads)
 		}
-		if len(batch) == batchSize {
+		if len(batch) == batchSize || batchB >= maxBatchBytes {
+			batchB = 0
 			if !send() {
 				return ctx.Err()
 			}
@@ -357,6 +375,7 @@ type source struct {
 	buf     []byte
 	n       int64     // lines read
 	held    itemHeap  // lines held, earliest first
+	heldB   int       // the bytes of held's lines
 	ready   []*item   // lines to give out before any held
 	latest  time.Time // the latest line read
 	lastOut time.Time // the line last given out from held
@@ -370,8 +389,9 @@ func (s *source) next() (it *item, ok bool, err error) {
 			it, s.ready = s.ready[0], s.ready[1:]
 			return it, true, nil
 		}
-		if s.held.Len() > 0 && (s.eof || s.held.Len() > MaxHeld || !s.held.items[0].at.After(s.latest.Add(-max(s.o.ReorderWindow, 0)))) {
+		if s.held.Len() > 0 && (s.eof || s.held.Len() > MaxHeld || s.heldB > maxHeldBytes || !s.held.items[0].at.After(s.latest.Add(-max(s.o.ReorderWindow, 0)))) {
 			it = heap.Pop(&s.held).(*item)
+			s.heldB -= it.size
 			s.lastOut = it.at
 			return it, true, nil
 		}
@@ -419,7 +439,7 @@ func (s *source) readOne() error {
 		bad(err.Error())
 		return nil
 	}
-	it := &item{line: l, file: s.in.Name, n: s.n, at: l.Time, src: s.idx}
+	it := &item{line: l, file: s.in.Name, n: s.n, at: l.Time, src: s.idx, size: int(size)}
 	if !s.latest.IsZero() && (s.latest.Sub(l.Time) > max(s.o.ReorderWindow, 0) || l.Time.Before(s.lastOut)) {
 		it.late = true
 		s.ready = append(s.ready, it)
@@ -429,6 +449,7 @@ func (s *source) readOne() error {
 		s.latest = l.Time
 	}
 	heap.Push(&s.held, it)
+	s.heldB += it.size
 	return nil
 }
 

@@ -468,10 +468,16 @@ func TestHostileNames(t *testing.T) {
 			names[r[1]] = true
 		}
 	}
+	if i := bytes.IndexFunc(c.Bytes(), func(r rune) bool { return r != '\n' && !unicode.IsPrint(r) }); i >= 0 {
+		t.Errorf("the CSV holds %q, not printable, at byte %d (a CSV goes to terminals too)", c.Bytes()[i:i+1], i)
+	}
 	for _, name := range hostile {
 		want := name
-		if strings.ContainsRune("=+-@\t\r", rune(name[0])) {
-			want = "'" + name
+		if strings.ContainsFunc(name, func(r rune) bool { return !unicode.IsPrint(r) }) || !utf8.ValidString(name) || name[0] == '"' {
+			want = strconv.Quote(name)
+		}
+		if strings.ContainsRune("=+-@\t\r", rune(want[0])) {
+			want = "'" + want
 		}
 		if !names[want] {
 			t.Errorf("no CSV cell %q for tenant %q (cells %v)", want, name, names)
@@ -591,5 +597,20 @@ func TestOrder(t *testing.T) {
 	}
 	if json.Unmarshal(j.Bytes(), &back); back.OutOfOrder != 1 || back.ReorderWindowMs != 60000 {
 		t.Errorf("the JSON: %+v, want out_of_order 1, reorder_window_ms 60000", back)
+	}
+}
+
+// TestHeldBytesBound: the lines held for reordering are bounded in bytes
+// too (the second attacker review held hundreds of MB with long lines):
+// past the bound the earliest is decided, so reversed lines beyond it
+// come out of order, counted, instead of being held.
+func TestHeldBytesBound(t *testing.T) {
+	desc := searches(60, 0, 500*time.Millisecond)
+	slices.Reverse(desc)
+	old := maxHeldBytes
+	maxHeldBytes = len(desc[0]) * 10 // about ten lines
+	defer func() { maxHeldBytes = old }()
+	if got := replayLogs(t, Options{}, desc); got.OutOfOrder == 0 || got.Requests != 60 {
+		t.Errorf("reversed lines past a 10-line byte bound: %d out of order, %d requests; want some out of order, 60 requests", got.OutOfOrder, got.Requests)
 	}
 }

@@ -29,11 +29,13 @@ func printable(s string) string {
 	return strconv.Quote(s)
 }
 
-// cell is s as a CSV cell: one starting with =, +, -, @, a tab or a
-// carriage return gets a leading ', so that a spreadsheet reads it as text,
-// never as a formula (OWASP's guidance on CSV injection): a tenant named
-// =HYPERLINK(…) is the client's choice.
+// cell is s as a CSV cell: escaped as the table escapes it (printable:
+// a CSV goes to a terminal as often as to a spreadsheet), and one starting
+// with =, +, -, @, a tab or a carriage return gets a leading ', so that a
+// spreadsheet reads it as text, never as a formula (OWASP's guidance on
+// CSV injection): a tenant named =HYPERLINK(…) is the client's choice.
 func cell(s string) string {
+	s = printable(s)
 	if s != "" && strings.ContainsRune("=+-@\t\r", rune(s[0])) {
 		return "'" + s
 	}
