@@ -81,6 +81,11 @@ type Decision struct {
 	// back with Slots.Release when the request ends. Nil when none are
 	// held.
 	Slots *Slots
+	// Settlement is what settling an admitted request of a measured-cost
+	// class needs: settle it with [Limiter.Settle] when its true cost is
+	// known. Nil when there is nothing to settle: not admitted, a fixed
+	// cost, or decided degraded (on the instance's fallback).
+	Settlement *Settlement
 }
 
 // PolicyName is the name the decision is counted and answered under: its
@@ -172,6 +177,9 @@ func (l *Limiter) retryEnforced(ctx context.Context, c *call, d *Decision, sr *s
 			return err
 		}
 		if r2.Allowed || attempt == 1 || !anyShadowRejectsAt(all, idx, r2.Decisions) {
+			if r2.Allowed {
+				c.charged, c.takenAt = idx, r2.Now
+			}
 			for j, i := range idx {
 				all[i].set(r2.Decisions[j])
 			}
@@ -298,6 +306,11 @@ type call struct {
 	// shadowSlot marks a decision a shadow concurrency layer would have
 	// refused: allowed, it is shadow_limited.
 	shadowSlot bool
+	// charged indexes the layers of res an admitted batch charged, when
+	// the shadow retry left some out; nil: every layer.
+	charged []int
+	// takenAt is the store's clock of the admitted batch.
+	takenAt time.Time
 }
 
 // decide is the pipeline: near cache (and hold), unit grant, one store call
@@ -349,6 +362,7 @@ func (l *Limiter) decideIn(ctx context.Context, c *call) (Decision, error) {
 		err = l.retryEnforced(ctx, c, &d, sr)
 	case err == nil:
 		d.Layers = layerDecisions(c.res.Layers, sr.Decisions)
+		c.takenAt = sr.Now
 	}
 	switch {
 	case errors.Is(err, store.ErrInvalidCheck):
@@ -357,6 +371,9 @@ func (l *Limiter) decideIn(ctx context.Context, c *call) (Decision, error) {
 		l.failed(ctx, c, &d, sr)
 	default:
 		verdict(&d)
+		if d.Allowed && c.res.Measured != nil {
+			d.Settlement = c.settlement()
+		}
 	}
 	l.learn(c, &d)
 	l.count(c, &d)

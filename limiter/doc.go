@@ -36,6 +36,13 @@
 // decided again without the rejecting shadow layers, so a shadow limit
 // never blocks nor stops enforced layers from being charged.
 //
+// A request of a class with a measured cost ([policy.MeasuredCost]) is
+// charged its estimate; its admitted decision carries a [Settlement] (the
+// layers it was charged on, the estimate, the store's time of the take
+// and a random ID), and [Limiter.Settle] charges or refunds the difference
+// to the true cost on the same keys, once per ID, through the guard's
+// bounded retries ([guard.Guard.Settle]).
+//
 // When the store fails (error or timeout), fail open decides with the
 // in-process Fallback store (each instance limits on its own) and reports
 // ReasonDegradedOpen; fail closed rejects with ReasonUnavailable and a

@@ -40,6 +40,7 @@ func CompileWith(p Policy, ov Overlay) (*Snapshot, error) {
 	s.compileClasses(&ps, p.Classes)
 	s.checkDefaults(&ps)
 	s.compileTenants(&ps, p.Tenants, ov.Tenants)
+	s.checkCaps(&ps)
 	s.compileRoutes(&ps, p.Routes)
 	s.compileAnonymous(&ps, p.Anonymous)
 	s.compilePreflight(&ps, p.Preflight)
@@ -99,6 +100,11 @@ func (s *Snapshot) compileClasses(ps *problems, classes map[string]Class) {
 		}
 		if c.SlowDown > MaxSlowDown {
 			ps.add(path+".slow_down", "slow_down %v is over %v: a held request keeps its connection busy that long", c.SlowDown, MaxSlowDown)
+		}
+		if c.Cost != nil {
+			mc := *c.Cost // the caller's is not shared
+			c.Cost = &mc
+			compileCost(ps, path+".cost", &c)
 		}
 		c.Name = name
 		s.classes[name] = &c
@@ -173,6 +179,8 @@ func (s *Snapshot) compileRoutes(ps *problems, routes []Route) {
 			unknown(ps, path+".class", "class", r.Class, s.policy.Classes)
 		}
 		switch {
+		case ok && c.Cost != nil && (r.Free || r.Cost != 0):
+			ps.add(path+".cost", "class %q has a measured cost: its estimate is the route's cost; remove cost", r.Class)
 		case r.Free && r.Cost != 0:
 			ps.add(path+".cost", "cost %d on a free route: give one or the other", r.Cost)
 		case r.Free:

@@ -127,6 +127,11 @@ type Class struct {
 	// with other tenants' for the instance's CPU. Zero means
 	// [DefaultSlowDown]; negative turns it off.
 	SlowDown time.Duration `json:"slow_down,omitempty"`
+	// Cost, when not nil, makes the class's cost measured: a request is
+	// charged an estimate at admission and settled at its true cost when
+	// its answer ends (see [MeasuredCost]). Its routes give no cost of
+	// their own. Nil means each route's fixed cost.
+	Cost *MeasuredCost `json:"cost,omitempty"`
 }
 
 // slowDown is how long a near-cache rejection of the class may be held.

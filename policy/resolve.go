@@ -33,7 +33,9 @@ type Request struct {
 	Method, Path string
 	// Class names the class directly instead of Method and Path.
 	Class string
-	// Cost, when HasCost, replaces the route's cost.
+	// Cost, when HasCost, replaces the route's cost. For a class with a
+	// measured cost it is the estimate ([Estimate.From]), clamped to
+	// 1..cap; without it the class's default estimate is charged.
 	Cost    int64
 	HasCost bool
 	// IP is the client's address, for anonymous routes.
@@ -104,6 +106,10 @@ type Resolution struct {
 	// SlowDown is how long a near-cache rejection may be held (see
 	// [Class.SlowDown]); 0: not at all.
 	SlowDown time.Duration
+	// Measured is the class's measured cost (see [Class.Cost]): Cost is
+	// then the estimate, to be settled at the true cost. Nil for a fixed
+	// cost.
+	Measured *MeasuredCost
 	// Layers are the limits to check.
 	Layers []Layer
 	// Slots are the concurrency limits to hold a slot of while the
@@ -188,8 +194,16 @@ func (s *Snapshot) Resolve(req Request, now time.Time) (Resolution, error) {
 	if req.HasCost {
 		cost = req.Cost
 	}
+	if m := c.Cost; m != nil && cost >= 0 {
+		// The estimate, given or the default, clamped: never free, never
+		// over the cap.
+		if !req.HasCost {
+			cost = m.Estimate.defaultValue()
+		}
+		cost = m.Estimate.Clamp(cost)
+	}
 	t := s.tenantFor(req.Tenant, req.Plan, now)
-	res := Resolution{Tenant: req.Tenant, Plan: t.plan, Class: c.Name, Cost: cost, Fail: c.Fail, NoNearCache: c.NoNearCache, Lease: c.Lease, SlowDown: c.slowDown()}
+	res := Resolution{Tenant: req.Tenant, Plan: t.plan, Class: c.Name, Cost: cost, Fail: c.Fail, NoNearCache: c.NoNearCache, Lease: c.Lease, SlowDown: c.slowDown(), Measured: c.Cost}
 	if cost < 0 {
 		return res, fmt.Errorf("%w: %d is negative", ErrBadCost, cost)
 	}

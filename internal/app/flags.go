@@ -57,6 +57,10 @@ type ServeConfig struct {
 	// require (all but /healthz, /readyz and the dashboard's page);
 	// /dashboard/data accepts it or the admin token.
 	InternalToken string
+	// SettleToken, if set, is the secret every instance signs and checks
+	// settlement handles with (/v1/check, /v1/settle). Empty means a
+	// random one per instance: a handle settles only where it was made.
+	SettleToken string
 	// ControlTimeout bounds each store call that is not a decision: admin
 	// reads and writes, job queue calls, /v1/me/limits. Zero means
 	// server.DefaultControlTimeout.
@@ -194,6 +198,8 @@ func ParseServe(args []string, help io.Writer) (ServeConfig, error) {
 	fs.StringVar(&c.AdminListen, "admin-listen", env("FAIRGATE_ADMIN_LISTEN", "127.0.0.1:8081"), "address of the admin API (FAIRGATE_ADMIN_LISTEN)")
 	tokenFile := ""
 	fs.StringVar(&tokenFile, "admin-token-file", "", "file holding the admin API's bearer token (or FAIRGATE_ADMIN_TOKEN); without a token the admin API does not start")
+	settleFile := ""
+	fs.StringVar(&settleFile, "settle-token-file", "", "file holding the secret the settlement handles of measured costs are signed with (or FAIRGATE_SETTLE_TOKEN): give every instance the same one so that /v1/settle takes a handle on any of them; without one each instance makes its own, and a handle settles only on the instance that answered it (docs/cost.md)")
 	workerFile := ""
 	fs.StringVar(&workerFile, "worker-token-file", "", "file holding the bearer token /v1/outbound/* require (or FAIRGATE_WORKER_TOKEN); without one they are open to whoever reaches --listen")
 	tlsFlags(fs, &c)
@@ -284,6 +290,9 @@ func ParseServe(args []string, help io.Writer) (ServeConfig, error) {
 		return c, err
 	}
 	if c.WorkerToken, err = token("worker", "FAIRGATE_WORKER_TOKEN", workerFile); err != nil {
+		return c, err
+	}
+	if c.SettleToken, err = token("settle", "FAIRGATE_SETTLE_TOKEN", settleFile); err != nil {
 		return c, err
 	}
 	return c, checkModes(&c, cmdline, os.LookupEnv)

@@ -343,7 +343,7 @@ func (d *daemon) buildServer(g *graph) error {
 		Limiter: d.lim, Headers: limitheader.Form(cfg.Headers), Auth: g.authn, ClientIP: g.ip,
 		UpstreamHeaders: cfg.UpstreamHeaders, ForwardAuth: cfg.ForwardAuth,
 		UpstreamTimeout: c.UpstreamTimeout, Logger: log, NoPolicy: cfg.NoPolicy, Metrics: promhttp.HandlerFor(d.reg, promhttp.HandlerOpts{EnableOpenMetrics: true}), Tracer: d.tr.Tracer(), TrustTraceContext: c.TrustTraceContext,
-		Quotas: d.quotas, WorkerToken: c.WorkerToken, InternalToken: c.InternalToken, ControlTimeout: c.ControlTimeout,
+		Quotas: d.quotas, WorkerToken: c.WorkerToken, InternalToken: c.InternalToken, SettleKey: []byte(c.SettleToken), ControlTimeout: c.ControlTimeout,
 		Jobs: d.jobs, JobKinds: cfg.Queues, Breakers: d.breakers, Registerer: d.reg,
 		Capacity: cfg.UpstreamCapacity, ReadyRequiresStore: c.ReadyRequiresStore,
 	}

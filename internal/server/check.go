@@ -46,6 +46,9 @@ type checkResponse struct {
 	RetryAfterMs int64        `json:"retry_after_ms"`
 	Headers      headerFields `json:"headers"`
 	Decisions    []layerJSON  `json:"decisions"`
+	// Settlement is the handle of an admitted request of a measured-cost
+	// class, for POST /v1/settle (settle.go); "" for any other.
+	Settlement string `json:"settlement,omitempty"`
 }
 
 // headerFields are a decision's headers as name, value pairs, encoded as
@@ -151,6 +154,9 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 			Policy: ld.Policy, Limit: ld.Limit.Capacity(), Remaining: ld.Remaining,
 			ResetAfterMs: algo.CeilMillis(ld.ResetAfter), RetryAfterMs: algo.CeilMillis(ld.RetryAfter), Allowed: ld.Allowed, Shadow: ld.Shadow,
 		})
+	}
+	if d.Settlement != nil {
+		resp.Settlement = sealHandle(s.settleKey, d.Settlement, d.Now.Add(SettleHandleLifetime))
 	}
 	out := outPool.Get().(*[]byte)
 	*out = resp.appendJSON(*out)

@@ -24,6 +24,7 @@
 //	GET    /openapi.json              the API's description                     health.go
 //	POST   /v1/take                   a limit on any key, given in the request  take.go
 //	POST   /v1/check                  a tenant's decision for a gateway         check.go
+//	POST   /v1/settle                 a measured cost's true cost, by handle    settle.go
 //	POST   /v1/concurrency/acquire    take a tenant's concurrency slots         concurrency.go
 //	POST   /v1/concurrency/release    give them back                            concurrency.go
 //	ANY    /v1/authz                  forward auth (Envoy's ext_authz adds the  authz.go

@@ -20,6 +20,8 @@ type serverMetrics struct {
 	proxy    *prometheus.HistogramVec
 	upstream *prometheus.HistogramVec
 	authz    *prometheus.CounterVec
+	// settleRefused counts /v1/settle handles refused, by reason.
+	settleRefused *prometheus.CounterVec
 
 	// The upstream capacity gate's.
 	capWait     *prometheus.HistogramVec
@@ -46,6 +48,10 @@ func newServerMetrics(reg prometheus.Registerer, gate *gateHolder) (*serverMetri
 			Name: "fairgate_forward_auth_decisions_total",
 			Help: "/v1/authz answers by outcome: allowed, limited, unauthorized, bad_request.",
 		}, []string{"outcome"}),
+		settleRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fairgate_settle_handles_refused_total",
+			Help: "POST /v1/settle handles refused, by reason: invalid (malformed, changed, or signed with another key) or expired (past its 100 s); nothing was settled.",
+		}, []string{"reason"}),
 		capWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "fairgate_upstream_capacity_wait_seconds",
 			Help:    "How long proxied requests waited for room in the upstream capacity gate (shed ones included), by route class.",
@@ -63,7 +69,7 @@ func newServerMetrics(reg prometheus.Registerer, gate *gateHolder) (*serverMetri
 	if reg == nil {
 		return m, nil
 	}
-	cs := []prometheus.Collector{m.proxy, m.upstream, m.authz, m.capWait, m.capInFlight, m.capShed}
+	cs := []prometheus.Collector{m.proxy, m.upstream, m.authz, m.settleRefused, m.capWait, m.capInFlight, m.capShed}
 	if gate != nil {
 		cs = append(cs, newCapacityCollector(gate))
 	}

@@ -99,6 +99,12 @@ type Config struct {
 	// one; package dash). Empty means whoever reaches the internal
 	// listener may call them.
 	InternalToken string
+	// SettleKey signs the settlement handles /v1/check answers for
+	// measured-cost requests (settle.go): give every instance the same
+	// one, at least MinSettleKey bytes, so that a handle settles on any
+	// of them. Empty means a random key of this instance's own: its
+	// handles settle only on it.
+	SettleKey []byte
 	// ControlTimeout bounds each store call that is not a decision: the
 	// job queue's and /v1/me/limits' reads. Zero means
 	// DefaultControlTimeout.
@@ -152,6 +158,7 @@ type Server struct {
 	proxy       http.Handler
 	worker      *[sha256.Size]byte // the worker token's hash; nil: none required
 	itoken      *[sha256.Size]byte // the internal token's hash; nil: none required
+	settleKey   []byte             // signs settlement handles (settle.go)
 	ctlWait     time.Duration      // ControlTimeout
 	draining    atomic.Bool
 	authzWarned atomic.Bool // /v1/authz without a gateway was logged
@@ -188,6 +195,9 @@ func New(c Config) (*Server, error) {
 	if s.itoken, err = tokenHash("internal", c.InternalToken); err != nil {
 		return nil, err
 	}
+	if s.settleKey, err = settleKey(c.SettleKey); err != nil {
+		return nil, err
+	}
 	if s.metrics, err = newServerMetrics(c.Registerer, &s.capacity); err != nil {
 		return nil, err
 	}
@@ -222,6 +232,7 @@ func New(c Config) (*Server, error) {
 	in.HandleFunc("/openapi.json", only("GET", serveOpenAPI))
 	in.HandleFunc("/v1/take", only("POST", s.forInternal(s.handleTake)))
 	in.HandleFunc("/v1/check", only("POST", s.forInternal(s.needsPolicy(s.handleCheck))))
+	in.HandleFunc("/v1/settle", only("POST", s.forInternal(s.needsPolicy(s.handleSettle))))
 	in.HandleFunc("/v1/concurrency/acquire", only("POST", s.forInternal(s.needsPolicy(s.handleSlotAcquire))))
 	in.HandleFunc("/v1/concurrency/release", only("POST", s.forInternal(s.needsPolicy(s.handleSlotRelease))))
 	// Forward auth: the gateway forwards the client's own credential in

@@ -36,7 +36,11 @@ func (c *checkResponse) appendJSON(b []byte) []byte {
 		}
 		b = c.Decisions[i].appendJSON(b)
 	}
-	return append(b, ']', '}')
+	b = append(b, ']')
+	if c.Settlement != "" {
+		b = jsonwire.AppendString(jsonwire.AppendMember(b, "settlement"), c.Settlement)
+	}
+	return append(b, '}')
 }
 
 // appendJSON appends l as encoding/json encodes it.

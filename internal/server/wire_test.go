@@ -52,6 +52,7 @@ func TestAppendedAnswers(t *testing.T) {
 		&takeResponse{Allowed: true, Limit: 10, Remaining: 9, ResetAfterMs: 100},
 		&takeResponse{Limit: 1, RetryAfterMs: 250, ResetAfterMs: -1, Degraded: true},
 		&checkResponse{Allowed: true, Status: 200, Reason: "allowed", Headers: headerFields{}, Decisions: []layerJSON{}},
+		&checkResponse{Allowed: true, Status: 200, Reason: "allowed", Headers: headerFields{}, Decisions: []layerJSON{}, Settlement: "fg1.e30.bWFj"},
 		&checkResponse{Status: 429, Reason: "limited", Policy: "free.search.hourly", RetryAfterMs: 3,
 			Headers:   headerFields{"RateLimit", `"free";r=0;t=3`, "X-" + odd, odd},
 			Decisions: []layerJSON{{Policy: odd, Limit: 5, Remaining: 0, ResetAfterMs: 9, RetryAfterMs: 3}, {Policy: "p", Allowed: true, Shadow: true}}},
@@ -71,7 +72,7 @@ func TestAppendedAnswers(t *testing.T) {
 			t.Errorf("%d: appended\n%s\nencoding/json\n%s", i, got, want)
 		}
 	}
-	if reflect.TypeOf(takeResponse{}).NumField() != 6 || reflect.TypeOf(checkResponse{}).NumField() != 7 || reflect.TypeOf(layerJSON{}).NumField() != 7 {
+	if reflect.TypeOf(takeResponse{}).NumField() != 6 || reflect.TypeOf(checkResponse{}).NumField() != 8 || reflect.TypeOf(layerJSON{}).NumField() != 7 {
 		t.Error("a response struct gained or lost a field: update its appendJSON and this test")
 	}
 }

@@ -64,9 +64,38 @@ func (d *Decoder) classes(n *yaml.Node, path string, cs map[string]policy.Class)
 			"near_cache": func(v *yaml.Node, path string) { cl.NoNearCache = !d.Bool(v, path) },
 			"lease":      func(v *yaml.Node, path string) { cl.Lease = d.Int(v, path) },
 			"slow_down":  func(v *yaml.Node, path string) { cl.SlowDown = d.slowDown(v, path) },
+			"cost":       func(v *yaml.Node, path string) { cl.Cost = d.measuredCost(v, path) },
 		})
 		cs[name] = cl
 	})
+}
+
+// measuredCost decodes a class's measured cost (see
+// policy.MeasuredCost); policy.Compile validates it.
+func (d *Decoder) measuredCost(n *yaml.Node, path string) *policy.MeasuredCost {
+	var m policy.MeasuredCost
+	d.Fields(n, path, Handlers{
+		"unit": func(v *yaml.Node, path string) { m.Unit = d.Str(v, path) },
+		"estimate": func(v *yaml.Node, path string) {
+			e := &m.Estimate
+			d.Fields(v, path, Handlers{
+				"header":  func(v *yaml.Node, path string) { e.Header = d.Str(v, path) },
+				"json":    func(v *yaml.Node, path string) { e.JSON = d.Str(v, path) },
+				"default": func(v *yaml.Node, path string) { e.Default = d.Count(v, path) },
+				"cap":     func(v *yaml.Node, path string) { e.Cap = d.Count(v, path) },
+			})
+		},
+		"measure": func(v *yaml.Node, path string) {
+			me := &m.Measure
+			d.Fields(v, path, Handlers{
+				"header":  func(v *yaml.Node, path string) { me.Header = d.Str(v, path) },
+				"trailer": func(v *yaml.Node, path string) { me.Trailer = d.Str(v, path) },
+				"json":    func(v *yaml.Node, path string) { me.JSON = d.Str(v, path) },
+				"sse":     func(v *yaml.Node, path string) { me.SSE = d.Str(v, path) },
+			})
+		},
+	})
+	return &m
 }
 
 // routes decodes the routes; a cost of 0 makes a route free.

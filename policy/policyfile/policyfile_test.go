@@ -182,3 +182,57 @@ func ExampleLoad() {
 	// enterprise.search.1m 1500 per 1m0s (burst 150, gcra)
 	// enterprise.tenant.1m 6000 per 1m0s (burst 600, gcra)
 }
+
+// TestMeasuredCostFile: a class's cost decodes into its measured cost,
+// and its problems (an unknown field, a count that is not one, a rule of
+// the policy) are reported at their lines under the file's paths.
+func TestMeasuredCostFile(t *testing.T) {
+	good := `default_plan: pro
+default_class: llm
+plans:
+  pro: {limit: 100000, period: 1m, burst: 10000}
+classes:
+  llm:
+    cost:
+      unit: tokens
+      estimate: {header: X-Max-Tokens, json: max_tokens, default: 500, cap: 4000}
+      measure: {header: X-Usage-Tokens, json: usage.total_tokens, sse: usage.total_tokens}
+`
+	p, err := policyfile.Parse("good.yaml", []byte(good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &policy.MeasuredCost{Unit: "tokens",
+		Estimate: policy.Estimate{Header: "X-Max-Tokens", JSON: "max_tokens", Default: 500, Cap: 4000},
+		Measure:  policy.Measure{Header: "X-Usage-Tokens", JSON: "usage.total_tokens", SSE: "usage.total_tokens"}}
+	if diff := cmp.Diff(want, p.Classes["llm"].Cost); diff != "" {
+		t.Errorf("cost (-want +got):\n%s", diff)
+	}
+	bad := `default_plan: pro
+default_class: llm
+plans:
+  pro: {limit: 100000, period: 1m, burst: 10000}
+classes:
+  llm:
+    cost:
+      unit: Tokens
+      estimate: {default: -1, cap: 20000, max: 3}
+      measure: {}
+`
+	_, err = policyfile.Parse("bad.yaml", []byte(bad))
+	var fe *policyfile.Error
+	if !errors.As(err, &fe) {
+		t.Fatalf("Parse = %v, want a *policyfile.Error", err)
+	}
+	wantProblems := []policyfile.Problem{
+		{Line: 8, Path: "classes.llm.cost.unit"},
+		{Line: 9, Path: "classes.llm.cost.estimate.default"},
+		{Line: 9, Path: "classes.llm.cost.estimate.max"},
+		{Line: 9, Path: "classes.llm.cost.estimate.cap"},
+		{Line: 10, Path: "classes.llm.cost.measure"},
+	}
+	less := func(a, b policyfile.Problem) bool { return a.Line < b.Line || a.Line == b.Line && a.Path < b.Path }
+	if diff := cmp.Diff(wantProblems, fe.Problems, cmpopts.IgnoreFields(policyfile.Problem{}, "Message"), cmpopts.SortSlices(less)); diff != "" {
+		t.Errorf("problems (-want +got):\n%s\n%v", diff, err)
+	}
+}

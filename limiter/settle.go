@@ -1,0 +1,159 @@
+package limiter
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fairgate/fairgate/algo"
+	"github.com/fairgate/fairgate/store"
+)
+
+// Settlement is what settling an admitted request of a measured-cost
+// class needs (see [policy.MeasuredCost]): the layers it was charged on,
+// what it was charged, when, and the id that makes settling it happen
+// once. Decide sets it on such a decision ([Decision].Settlement); an
+// HTTP gateway carries it in a signed handle.
+type Settlement struct {
+	// ID names the settlement in the store: random, made by fairgate for
+	// the decision (never chosen by a client), at most
+	// [store.MaxSettleID] bytes. Every Settle with this ID applies once.
+	ID string
+	// Cost is what the request was charged at admission: its estimate.
+	Cost int64
+	// TakenAt is the store's clock when it charged the request (its
+	// [store.Result].Now): the window algorithms refund only a take of
+	// the window in force.
+	TakenAt time.Time
+	// Layers are the layers the request was charged on, shadow ones
+	// included (a shadow limit counts what it would enforce).
+	Layers []SettleLayer
+}
+
+// SettleLayer is one layer a settlement moves: its key and the limit it
+// was taken under.
+type SettleLayer struct {
+	// Policy names the layer, as [policy.Layer].Policy.
+	Policy string
+	// Key is the store key.
+	Key string
+	// Limit is the limit the key was taken under.
+	Limit algo.Limit
+}
+
+// SettleOutcome is the answer to a settle.
+type SettleOutcome struct {
+	// Delta is the true cost minus the charged cost: the units asked to
+	// move on each layer (negative: refunded).
+	Delta int64
+	// Repeated reports that the settlement had been applied already (an
+	// earlier call with the same ID): nothing moved now.
+	Repeated bool
+	// Layers holds one answer per layer of the settlement, in its order.
+	Layers []SettledLayer
+}
+
+// SettledLayer is one layer's answer to a settle.
+type SettledLayer struct {
+	// Policy names the layer.
+	Policy string
+	store.Settled
+}
+
+// ErrSettleCost means a true cost given to settle is negative or over
+// [algo.MaxCount].
+var ErrSettleCost = errors.New("limiter: bad true cost")
+
+// Settle settles d, an admitted decision of a measured-cost class, at
+// trueCost: each layer d was charged on is charged trueCost − the
+// estimate more (refunded, when negative), through the guard's
+// [guard.Guard.Settle] (bounded retries with the same id, the
+// fairgate_settlement* metrics). For work that is not HTTP; the HTTP
+// fronts settle the same way.
+//
+// It applies once per decision: d carries its settlement's ID, so a
+// second call with the same decision (a retry after an error, a
+// duplicate) applies nothing and reports Repeated, within
+// [store.SettleIDLifetime] of the first. A charge puts a layer in debt
+// at most one burst ([algo.Limit.Settle]); a refund gives back at most
+// what makes it full.
+//
+// What to settle with when the true cost is not known:
+//   - the upstream failed (an error status, or no answer): settle at 0,
+//     refunding the estimate. The tenant got nothing, providers do not
+//     bill failed requests, and a refund never lifts a layer above full,
+//     so failing requests on purpose gains nothing but their own charge.
+//     An answer that carries its measured cost with the error is settled
+//     at that cost.
+//   - the client went away before the answer ended: settle at
+//     Settlement.Cost (the estimate; nothing moves, the id is recorded).
+//     The upstream did the work, but how much is not known; the estimate
+//     is what the tenant declared, bounded by the cap.
+//
+// A decision with nothing to settle (d.Settlement nil: not admitted, not
+// of a measured-cost class, or decided degraded on the instance's
+// fallback, whose approximate limits have nothing in the store to
+// settle) gives the zero outcome and no error. The error wraps
+// [ErrSettleCost] for a bad trueCost, else it is the store's (see
+// [store.Settler]): the settlement is then not applied.
+func (l *Limiter) Settle(ctx context.Context, d *Decision, trueCost int64) (SettleOutcome, error) {
+	if d.Settlement == nil {
+		return SettleOutcome{}, nil
+	}
+	return l.SettleTake(ctx, d.Settlement, trueCost)
+}
+
+// SettleTake is Settle for a settlement carried apart from its decision
+// (the HTTP API's handle).
+func (l *Limiter) SettleTake(ctx context.Context, s *Settlement, trueCost int64) (SettleOutcome, error) {
+	if trueCost < 0 || trueCost > algo.MaxCount {
+		return SettleOutcome{}, fmt.Errorf("%w: %d is outside 0..%d", ErrSettleCost, trueCost, algo.MaxCount)
+	}
+	out := SettleOutcome{Delta: trueCost - s.Cost}
+	adjs := make([]store.Adjustment, len(s.Layers))
+	for i, ly := range s.Layers {
+		adjs[i] = store.Adjustment{Key: ly.Key, Limit: ly.Limit, Delta: out.Delta, TakenAt: s.TakenAt}
+	}
+	var res store.SettleResult
+	if err := l.guard.Settle(ctx, s.ID, adjs, &res); err != nil {
+		return SettleOutcome{}, err
+	}
+	out.Layers = make([]SettledLayer, len(res.Settled))
+	out.Repeated = len(res.Settled) > 0
+	for i, x := range res.Settled {
+		out.Layers[i] = SettledLayer{Policy: s.Layers[i].Policy, Settled: x}
+		out.Repeated = out.Repeated && x.Repeated
+	}
+	return out, nil
+}
+
+// settlement is the settlement of c's admitted measured-cost request:
+// charged on c.charged (nil: every layer) at the store's c.takenAt.
+func (c *call) settlement() *Settlement {
+	s := &Settlement{ID: newSettleID(), Cost: c.res.Cost, TakenAt: c.takenAt}
+	add := func(i int) {
+		ly := &c.res.Layers[i]
+		s.Layers = append(s.Layers, SettleLayer{Policy: ly.Policy, Key: ly.Key, Limit: ly.Limit})
+	}
+	if c.charged == nil {
+		for i := range c.res.Layers {
+			add(i)
+		}
+	} else {
+		for _, i := range c.charged {
+			add(i)
+		}
+	}
+	return s
+}
+
+// newSettleID returns a random settlement ID: 128 bits, 22 bytes of
+// base64url.
+func newSettleID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
