@@ -42,6 +42,10 @@ func replayCommand(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
+	if *cfgPath == "" {
+		// Said on stderr, so that the CSV and JSON on stdout stay clean.
+		fmt.Fprintln(stderr, "fairgate replay: no --config given: replaying through the embedded example config (examples/fairgate.yaml); give --config proposed.yaml to try yours")
+	}
 	var inputs []replay.Input
 	var total int64
 	for _, name := range fs.Args() {

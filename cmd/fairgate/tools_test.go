@@ -97,6 +97,10 @@ func TestReplayCommand(t *testing.T) {
 	if strings.Contains(stderr.String(), "[#") {
 		t.Fatal("a progress bar was drawn on a stderr that is not a terminal")
 	}
+	// Without --config the report says, on stderr, which config it used.
+	if !strings.Contains(stderr.String(), "no --config given: replaying through the embedded example config") {
+		t.Errorf("replay without --config: stderr %q, want a note naming the config used", stderr.String())
+	}
 }
 
 // TestReplayFlagsAfterFiles: flags may follow the logs, as a new user

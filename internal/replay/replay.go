@@ -570,8 +570,21 @@ func parseTime(raw json.RawMessage) (time.Time, error) {
 	if err != nil || f < 0 || f > 1e11 {
 		return time.Time{}, fmt.Errorf("time %s: want RFC 3339 or Unix seconds", raw)
 	}
-	sec, frac := int64(f), f-float64(int64(f))
-	return time.Unix(sec, int64(frac*1e9)).UTC(), nil
+	// Read as the decimal it is written in, not through the float: in
+	// binary 1796292001.05 is 1796292001.049999952….
+	whole, frac, hasFrac := strings.Cut(string(raw), ".")
+	sec, err := strconv.ParseInt(whole, 10, 64)
+	if err != nil || strings.ContainsAny(string(raw), "eE") {
+		return time.Unix(int64(f), int64((f-float64(int64(f)))*1e9)).UTC(), nil // an exponent: as the float says
+	}
+	var ns int64
+	if hasFrac {
+		digits := (frac + "000000000")[:9]
+		if ns, err = strconv.ParseInt(digits, 10, 64); err != nil {
+			return time.Time{}, fmt.Errorf("time %s: want RFC 3339 or Unix seconds", raw)
+		}
+	}
+	return time.Unix(sec, ns).UTC(), nil
 }
 
 // clfTime is the common log format's time layout.

@@ -614,3 +614,29 @@ func TestHeldBytesBound(t *testing.T) {
 		t.Errorf("reversed lines past a 10-line byte bound: %d out of order, %d requests; want some out of order, 60 requests", got.OutOfOrder, got.Requests)
 	}
 }
+
+// TestUnixSecondsExact: Unix seconds with a fraction are read as the
+// decimal they are written in (1796292001.05 was 10:00:01.049999952 in the
+// JSON report, through the float).
+func TestUnixSecondsExact(t *testing.T) {
+	for _, tc := range []struct {
+		raw  string
+		want time.Time
+	}{
+		{"1796292001.05", time.Unix(1796292001, 50_000_000)},
+		{"1796292001", time.Unix(1796292001, 0)},
+		{"1796292001.123456789123", time.Unix(1796292001, 123_456_789)},
+		{"1796292001.5", time.Unix(1796292001, 500_000_000)},
+		{"1.796292001e9", time.Unix(1796292001, 0)},
+	} {
+		got, err := parseTime(json.RawMessage(tc.raw))
+		if err != nil || !got.Equal(tc.want) {
+			t.Errorf("parseTime(%s) = %v, %v; want %v", tc.raw, got.Format(time.RFC3339Nano), err, tc.want.UTC().Format(time.RFC3339Nano))
+		}
+	}
+	for _, bad := range []string{"-5", "1e12", "12.x", "abc"} {
+		if _, err := parseTime(json.RawMessage(bad)); err == nil {
+			t.Errorf("parseTime(%s): no error", bad)
+		}
+	}
+}

@@ -10,7 +10,7 @@ import (
 // Where fairgate's other listeners are, for the 404s of paths one
 // listener does not serve: the flag that sets each, never its address.
 const (
-	adminElsewhere = "the admin API is served on its own listener, --admin-listen, and starts only with an admin token: set FAIRGATE_ADMIN_TOKEN (or --admin-token-file) and send it as Authorization: Bearer"
+	adminElsewhere = "the admin API is not on this listener: it is on its own, --admin-listen (127.0.0.1:8081 unless set), which serves only when an admin token is set (FAIRGATE_ADMIN_TOKEN or --admin-token-file); send the token there as Authorization: Bearer"
 	dashboardOff   = "the dashboard is turned off by dashboard: off in the config; remove that line and restart to serve it"
 	mainElsewhere  = "this path is served on the main listener (--listen), not on the internal one"
 	notAdmin       = "the admin listener serves /admin/... only: the decision API, /metrics, /readyz and /dashboard are on the main listener (--listen), or with --upstream on the internal one (--internal-listen)"

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -69,7 +70,9 @@ func ParsePolicy(s string) (Policy, error) {
 		switch k {
 		case "limit", "burst":
 			var n int64
-			n, err = strconv.ParseInt(v, 10, 64)
+			if n, err = strconv.ParseInt(v, 10, 64); err != nil {
+				err = errors.New("not a whole number")
+			}
 			if k == "limit" {
 				p.Limit.Limit = n
 			} else {
@@ -80,7 +83,9 @@ func ParsePolicy(s string) (Policy, error) {
 		case "algorithm":
 			p.Limit.Algorithm, err = algo.ParseAlgorithm(v)
 		case "concurrency":
-			p.Concurrency, err = strconv.ParseInt(v, 10, 64)
+			if p.Concurrency, err = strconv.ParseInt(v, 10, 64); err != nil {
+				err = errors.New("not a whole number")
+			}
 			if err == nil && (p.Concurrency < 1 || p.Concurrency > MaxConcurrency) {
 				err = fmt.Errorf("want 1 to %d requests in flight", MaxConcurrency)
 			}

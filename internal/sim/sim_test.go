@@ -270,3 +270,23 @@ func TestSVGInFlight(t *testing.T) {
 		t.Fatalf("markers or title do not say what the run decided:\n%s", svg)
 	}
 }
+
+// TestParsePolicyErrors: each mistake is one line naming the field, in
+// words rather than the Go parser's ("strconv.ParseInt: …").
+func TestParsePolicyErrors(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"limit=x,period=1m", `limit="x": not a whole number`},
+		{"limit=60,period=1m,burst=1.5", `burst="1.5": not a whole number`},
+		{"concurrency=lots", `concurrency="lots": not a whole number`},
+		{"concurrency=0", "want 1 to"},
+		{"limit=60", "limit and period are required"},
+		{"limit=60,period=1m,colour=red", `unknown field "colour"`},
+		{"limit=60,limit=6,period=1m", "limit given twice"},
+		{"limit60", "is not name=value"},
+	} {
+		_, err := ParsePolicy(tc.in)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "strconv") || strings.Contains(err.Error(), "\n") {
+			t.Errorf("ParsePolicy(%q) = %v, want one line with %q", tc.in, err, tc.want)
+		}
+	}
+}

@@ -277,7 +277,7 @@ func scrub(msg, raw string) string {
 	_, query, _ := strings.Cut(rest, "?")
 	q, _ := url.ParseQuery(query)
 	for k, vs := range q {
-		if !strings.HasSuffix(k, "_file") {
+		if !shownParam(k) {
 			secrets = append(secrets, vs...)
 		}
 	}
@@ -338,8 +338,8 @@ func findUserinfo(raw string) (start int, user, pass string, at int, ok bool) {
 }
 
 // RedactURL returns a store URL for logs and messages: its password and
-// every query parameter's value hidden (the names kept), since any of them
-// may be a secret, a misspelt password=… above all. A URL that does not
+// the query parameters' values hidden (the names kept), but for the known
+// ones that hold no secret (shownParam). A URL that does not
 // parse is read to its last '@', so that a password with a '?' in it, or
 // a URL with a typo, is hidden all the same.
 func RedactURL(raw string) string {
@@ -361,9 +361,23 @@ func RedactURL(raw string) string {
 	}
 	params := strings.Split(query, "&")
 	for i, p := range params {
-		if name, v, hasValue := strings.Cut(p, "="); hasValue && v != "" {
+		if name, v, hasValue := strings.Cut(p, "="); hasValue && v != "" && !shownParam(name) {
 			params[i] = name + "=xxxxx"
 		}
 	}
 	return head + rest + "?" + strings.Join(params, "&")
+}
+
+// shownParam reports whether a query parameter's value is shown in
+// messages: a known one that holds no secret (a database number, a
+// timeout, a prefix, a file's path), so that an error about it can say
+// what was wrong with it. Every other value is hidden, an unknown
+// parameter's above all (a misspelt password=…).
+func shownParam(name string) bool {
+	switch name {
+	case "db", "dial_timeout", "write_timeout", "client_name", "protocol", "key_prefix",
+		"skip_verify", "skip_hostname_verify", "tls_server_name", "master_set":
+		return true
+	}
+	return strings.HasSuffix(name, "_file")
 }
