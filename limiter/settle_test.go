@@ -163,7 +163,7 @@ func TestSettleNothingOrBad(t *testing.T) {
 	if out, err := l.Settle(ctx, &fixed, 10); err != nil || fixed.Settlement != nil || out.Layers != nil {
 		t.Errorf("fixed-cost decision: %+v, %v; want nothing to settle", out, err)
 	}
-	d, _ := l.Decide(ctx, policy.Request{Tenant: "acme", Class: "llm"})
+	d, _ := l.Decide(ctx, policy.Request{Tenant: "acme", Class: "llm", Settles: true})
 	if d.Settlement == nil || d.Settlement.Cost != 500 {
 		t.Fatalf("default estimate: %+v", d.Settlement)
 	}

@@ -119,17 +119,20 @@ func TestResolveMeasured(t *testing.T) {
 	}
 	now := time.Unix(1_800_000_000, 0)
 	for _, tc := range []struct {
-		name    string
-		cost    int64
-		hasCost bool
-		want    int64
+		name             string
+		cost             int64
+		hasCost, settles bool
+		want             int64
 	}{
-		{"default", 0, false, 500},
-		{"given", 1500, true, 1500},
-		{"zero given: 1", 0, true, 1},
-		{"over the cap", 1 << 40, true, 4000},
+		{"default, settled", 0, false, true, 500},
+		// A caller that does not settle (the proxy today) is charged the
+		// cap, so that the budget holds without a settlement.
+		{"none given, not settled: the cap", 0, false, false, 4000},
+		{"given", 1500, true, true, 1500},
+		{"zero given: 1", 0, true, true, 1},
+		{"over the cap", 1 << 40, true, true, 4000},
 	} {
-		res, err := snap.Resolve(policy.Request{Tenant: "acme", Method: "POST", Path: "/v1/chat", Cost: tc.cost, HasCost: tc.hasCost}, now)
+		res, err := snap.Resolve(policy.Request{Tenant: "acme", Method: "POST", Path: "/v1/chat", Cost: tc.cost, HasCost: tc.hasCost, Settles: tc.settles}, now)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}

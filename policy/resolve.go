@@ -35,9 +35,18 @@ type Request struct {
 	Class string
 	// Cost, when HasCost, replaces the route's cost. For a class with a
 	// measured cost it is the estimate ([Estimate.From]), clamped to
-	// 1..cap; without it the class's default estimate is charged.
+	// 1..cap; without it the class's default estimate is charged when
+	// Settles, else its cap.
 	Cost    int64
 	HasCost bool
+	// Settles reports that the caller settles a measured-cost request when
+	// it ends (Limiter.Settle, or /v1/check's handle). A caller that does
+	// not (the proxy, the HTTP middleware, forward auth and gRPC, until
+	// they read the true cost) is charged the class's cap when it gives no
+	// cost: the most one request may cost, so that the budget holds
+	// without a settlement; a default estimate, or a client's own, would
+	// let a request cost more than it was charged.
+	Settles bool
 	// IP is the client's address, for anonymous routes.
 	IP netip.Addr
 	// Credential is what an anonymous request presents (a user name, an
@@ -197,8 +206,12 @@ func (s *Snapshot) Resolve(req Request, now time.Time) (Resolution, error) {
 	if m := c.Cost; m != nil && cost >= 0 {
 		// The estimate, given or the default, clamped: never free, never
 		// over the cap.
-		if !req.HasCost {
+		switch {
+		case req.HasCost:
+		case req.Settles:
 			cost = m.Estimate.defaultValue()
+		default:
+			cost = m.Estimate.Cap
 		}
 		cost = m.Estimate.Clamp(cost)
 	}

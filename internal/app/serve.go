@@ -352,7 +352,7 @@ func (d *daemon) buildServer(g *graph) error {
 		log.Warn("upstream_capacity shares a proxied upstream's concurrency: it does nothing without --upstream")
 	}
 	if measured := measuredClasses(cfg.Policy); c.Upstream != "" && len(measured) > 0 {
-		log.Warn("the proxy does not settle measured costs yet: its requests of these classes are charged their estimate, never their true cost (docs/cost.md: settle through /v1/check and /v1/settle, or Limiter.Settle)", slog.Any("classes", measured))
+		log.Warn("the proxy does not settle measured costs yet: its requests of these classes are charged their cap, the most one may cost, never their true cost (docs/cost.md: settle through /v1/check and /v1/settle, or Limiter.Settle)", slog.Any("classes", measured))
 	}
 	if cfg.HasRLS {
 		sc.RLSJSON = d.rlsBound.JSON(d.rlsSvc.ServeJSON)
@@ -554,7 +554,8 @@ func LoadConfig(path string, data []byte) (*config.Config, []byte, error) {
 	return c, data, err
 }
 
-// measuredClasses names the classes of p with a measured cost, sorted.
+// measuredClasses names the classes of p with a measured cost, sorted:
+// those a proxy charges their cap until it settles.
 func measuredClasses(p policy.Policy) []string {
 	var out []string
 	for name, c := range p.Classes {

@@ -61,7 +61,7 @@ func (h headerFields) MarshalJSON() ([]byte, error) { return h.appendJSON(nil), 
 
 // parseCheck validates a check request, naming the field at fault.
 func parseCheck(req *checkBody) (policy.Request, string) {
-	var lr policy.Request
+	lr := policy.Request{Settles: true} // the gateway settles through the handle
 	if req.Tenant.ok {
 		lr.Tenant = req.Tenant.v
 		if len(lr.Tenant) > policy.MaxTenantID {

@@ -117,11 +117,11 @@ func openHandle(key []byte, h string, now time.Time) (*limiter.Settlement, error
 		return nil, errHandleInvalid
 	}
 	i := strings.LastIndexByte(h, '.')
-	mac, err := base64.RawURLEncoding.DecodeString(h[i+1:])
+	mac, err := base64.RawURLEncoding.Strict().DecodeString(h[i+1:])
 	if err != nil || !hmac.Equal(mac, handleMAC(key, h[:i])) {
 		return nil, errHandleInvalid
 	}
-	body, err := base64.RawURLEncoding.DecodeString(h[len(handleVersion):i])
+	body, err := base64.RawURLEncoding.Strict().DecodeString(h[len(handleVersion):i])
 	if err != nil {
 		return nil, errHandleInvalid
 	}

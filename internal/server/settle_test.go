@@ -230,3 +230,26 @@ func mustPolicy(t *testing.T) policy.Policy {
 	}
 	return cfg.Policy
 }
+
+// TestHandleOneSpelling: a handle has one spelling. The mac's last
+// base64 character carries unused bits, which a lenient decoder ignores:
+// four spellings of it were accepted (the attacker review); now only the
+// handle as sealed opens.
+func TestHandleOneSpelling(t *testing.T) {
+	key := []byte("0123456789abcdef0123456789abcdef")
+	now := time.Unix(1_800_000_000, 0)
+	h := sealHandle(key, &limiter.Settlement{ID: "id-1", Cost: 5, TakenAt: now}, now.Add(time.Minute))
+	if _, err := openHandle(key, h, now); err != nil {
+		t.Fatalf("the handle as sealed: %v", err)
+	}
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+	last := h[len(h)-1]
+	for _, c := range []byte(alphabet) {
+		if c == last {
+			continue
+		}
+		if _, err := openHandle(key, h[:len(h)-1]+string(c), now); err == nil {
+			t.Errorf("the mac's last character %q for %q: opened, want refused", c, last)
+		}
+	}
+}

@@ -223,3 +223,42 @@ func TestCompiledLimitMemo(t *testing.T) {
 		t.Fatalf("after refused batches: %v %+v", err, res)
 	}
 }
+
+// TestSettleIDsNeverForgottenEarly: with the settlement ids table full, a
+// new settlement is refused (ErrSettleIDsFull, an outage the guard retries)
+// rather than an id forgotten before its 2 minutes, which let a settled
+// handle be settled again (the attacker review refunded one handle twice
+// after 110,000 other settlements); once ids expire there is room again.
+func TestSettleIDsNeverForgottenEarly(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	s := New(Config{MaxSettleIDs: idShards, Now: func() time.Time { return now }}) // one id a shard
+	ctx := context.Background()
+	lim := algo.PerMinute(100)
+	adj := func(key string) []store.Adjustment {
+		return []store.Adjustment{{Key: key, Limit: lim, Delta: -1, TakenAt: now}}
+	}
+	var res store.SettleResult
+	if err := s.Settle(ctx, "first", adj("k0"), &res); err != nil {
+		t.Fatal(err)
+	}
+	full := 0
+	for i := range 200 {
+		err := s.Settle(ctx, fmt.Sprint("other-", i), adj(fmt.Sprint("k", i)), &res)
+		switch {
+		case errors.Is(err, ErrSettleIDsFull) && errors.Is(err, store.ErrUnavailable):
+			full++
+		case err != nil:
+			t.Fatal(err)
+		}
+	}
+	if full == 0 {
+		t.Fatal("200 settlements into a 16-id table: none refused")
+	}
+	if err := s.Settle(ctx, "first", adj("k0"), &res); err != nil || !res.Settled[0].Repeated {
+		t.Fatalf("the first settlement again, within its lifetime: %v %+v, want repeated", err, res.Settled)
+	}
+	now = now.Add(store.SettleIDLifetime + time.Second)
+	if err := s.Settle(ctx, "later", adj("k1"), &res); err != nil {
+		t.Fatalf("after the ids expired: %v, want room", err)
+	}
+}

@@ -2,6 +2,7 @@ package memstore
 
 import (
 	"context"
+	"fmt"
 	"hash/maphash"
 	"strings"
 	"sync"
@@ -35,16 +36,22 @@ type idRecord struct {
 }
 
 // seen reports whether id is held at now and, when not, records it until
-// exp; it first forgets the ids expired at now and, at the bound limit, the
-// oldest one. The caller holds t.mu.
-func (t *idTable) seen(id string, now, exp int64, limit int) bool {
-	for t.head < len(t.queue) && (t.queue[t.head].exp <= now || len(t.set) >= limit) {
+// exp, having forgotten the ids expired at now. full reports an id not
+// held that the table has no room for (limit ids held, none expired): it
+// is not recorded, and the settlement must not be applied. An id is never
+// forgotten before it expires, since a retry of its settlement would then
+// apply it twice. The caller holds t.mu.
+func (t *idTable) seen(id string, now, exp int64, limit int) (held, full bool) {
+	for t.head < len(t.queue) && t.queue[t.head].exp <= now {
 		delete(t.set, t.queue[t.head].id)
 		t.queue[t.head] = idRecord{}
 		t.head++
 	}
 	if _, ok := t.set[id]; ok {
-		return true
+		return true, false
+	}
+	if len(t.set) >= limit {
+		return false, true
 	}
 	if t.head > len(t.queue)/2 {
 		t.queue = append(t.queue[:0], t.queue[t.head:]...)
@@ -56,17 +63,22 @@ func (t *idTable) seen(id string, now, exp int64, limit int) bool {
 	id = strings.Clone(id) // not the caller's buffer
 	t.set[id] = struct{}{}
 	t.queue = append(t.queue, idRecord{id, exp})
-	return false
+	return false, false
 }
+
+// ErrSettleIDsFull is a settlement refused because the store holds
+// Config.MaxSettleIDs settlement ids, none expired yet: it wraps
+// store.ErrUnavailable, so the guard retries it and then reports it, and a
+// later retry (the same id) applies it once.
+var ErrSettleIDsFull = fmt.Errorf("%w: memstore: the settlement ids of the last 2 minutes fill Config.MaxSettleIDs; retry, or raise it", store.ErrUnavailable)
 
 // Settle applies a settlement's adjustments as one atomic step, exactly
 // once per id within store.SettleIDLifetime. See [store.Settler].
 //
 // The id is recorded under the same locks as the keys' states: a call
 // that finds it applies nothing. The ids held are bounded by
-// Config.MaxSettleIDs; past it, the oldest is forgotten early (a retry of
-// that settlement would apply it again; the memory store never fails a
-// call, so the guard never retries one).
+// Config.MaxSettleIDs (at that bound, a new settlement is refused with [ErrSettleIDsFull]
+// rather than an id forgotten early, which would let a retry apply twice).
 func (s *Store) Settle(ctx context.Context, id string, adjs []store.Adjustment, res *store.SettleResult) error {
 	return s.settle(ctx, false, 0, id, adjs, res)
 }
@@ -97,7 +109,12 @@ func (s *Store) settle(ctx context.Context, fixed bool, us int64, id string, adj
 	us = s.lock(locks, fixed, us)
 	t := &s.ids[maphash.String(s.seed, id)%idShards]
 	t.mu.Lock()
-	repeated := t.seen(id, us, us+int64(store.SettleIDLifetime/time.Microsecond), s.maxIDs)
+	repeated, full := t.seen(id, us, us+int64(store.SettleIDLifetime/time.Microsecond), s.maxIDs)
+	if full {
+		t.mu.Unlock()
+		s.unlock(locks, us)
+		return ErrSettleIDsFull
+	}
 	res.Settled = res.Settled[:0]
 	for i := range adjs {
 		a := &adjs[i]
