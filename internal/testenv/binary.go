@@ -16,13 +16,27 @@ var (
 	buildErr  error
 )
 
-// FairgateBinary builds cmd/fairgate once per test binary, as `make image`
-// builds it (static, -trimpath, its commit stamped), and returns its path.
-// Every package's tests build it with the same flags, so that they share
-// the build cache. Under -short it skips t ([External]).
+// BinaryEnv names the environment variable that gives the fairgate binary
+// the tests run, built already: `make test` builds it once before the
+// suite, so that the packages that run it (cmd/fairgate, internal/dropin,
+// examples/clients) do not each build it at the same time, which on an
+// empty build cache cost minutes of the suite's ten.
+const BinaryEnv = "FAIRGATE_TEST_BINARY"
+
+// FairgateBinary returns the path of a fairgate binary built as `make
+// image` builds it (static, -trimpath, its commit stamped): the one
+// BinaryEnv names, else one it builds once per test binary, with the
+// flags every package uses, so that they share the build cache. Under
+// -short it skips t ([External]).
 func FairgateBinary(t testing.TB) string {
 	t.Helper()
 	External(t, "a fairgate binary it builds")
+	if p := os.Getenv(BinaryEnv); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("%s=%s: %v (make test builds it; unset it to build one here)", BinaryEnv, p, err)
+		}
+		return p
+	}
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "fairgate-bin-")
 		if err != nil {
