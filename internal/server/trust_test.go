@@ -2,7 +2,6 @@ package server
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -12,7 +11,6 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -329,7 +327,7 @@ func TestPausedRedisBoundsEveryWait(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuf
+	var logs testenv.SyncBuffer
 	lg := slog.New(slog.NewJSONHandler(&logs, nil))
 	l, err := limiter.New(limiter.Config{Store: rs, Policy: cfg.Policy, Control: redisctl.New(rs.Client(), "pause:"), Timeout: 100 * time.Millisecond, Fallback: memstore.New(memstore.Config{}), Logger: lg})
 	if err != nil {
@@ -399,15 +397,6 @@ func TestPausedRedisBoundsEveryWait(t *testing.T) {
 	}
 }
 
-// syncBuf is a bytes.Buffer safe for a logger and the test.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
-func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
-
 // TestRoutesAreClassifiedAsTheUpstreamSeesThem: spellings of a path that
 // the upstream reads alike (a trailing slash, ";" parameters, another
 // case, dot segments, doubled slashes, a lower-case method) fall in the
@@ -473,7 +462,7 @@ func TestUpstreamLearnsTheVerifiedIdentity(t *testing.T) {
 // enforces for a JWT's plan claim, and an unknown plan claim is logged
 // once.
 func TestMyLimitsHonoursThePlanClaim(t *testing.T) {
-	var logs syncBuf
+	var logs testenv.SyncBuffer
 	s, err := New(Config{Limiter: testLimiter(t, memstore.New(memstore.Config{}), time.Second), Auth: testAuth(t), Upstream: upstreamEcho(t), Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -489,6 +478,33 @@ func TestMyLimitsHonoursThePlanClaim(t *testing.T) {
 	}
 	if n := strings.Count(logs.String(), `"plan":"platinum"`); n != 1 {
 		t.Errorf("the unknown plan claim was logged %d times, want once:\n%s", n, logs.String())
+	}
+}
+
+// TestUnknownPlanClaimsBounded: a flood of made-up plan claims (an
+// identity provider's tokens carry whatever it mints) is logged at most
+// 1,000 times, one name each, and the names remembered stay as few, so
+// that claims cannot grow the server's memory or its log without bound.
+func TestUnknownPlanClaimsBounded(t *testing.T) {
+	var logs testenv.SyncBuffer
+	s, err := New(Config{Limiter: testLimiter(t, memstore.New(memstore.Config{}), time.Second), Auth: testAuth(t), Upstream: upstreamEcho(t), Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 1200 {
+		tok := token(t, jwtKey, func(c jwt.MapClaims) { c["tenant"] = "flood"; c["plan"] = fmt.Sprint("made-up-", i) })
+		rec := call{method: "GET", path: "/v1/me/limits", headers: map[string]string{"Authorization": "bearer " + tok}}.do(s)
+		if m := decodeMap(t, rec); rec.Code != 200 || m["plan"] != "free" {
+			t.Fatalf("made-up plan %d: %d %v, want the default plan", i, rec.Code, m)
+		}
+	}
+	if n := strings.Count(logs.String(), "names an unknown plan"); n != 1000 {
+		t.Errorf("%d unknown plan claims logged of 1,200, want 1,000", n)
+	}
+	names := 0
+	s.id.Load().unknownLog.Range(func(any, any) bool { names++; return true })
+	if names > 1000 {
+		t.Errorf("%d plan names remembered, want at most 1,000", names)
 	}
 }
 

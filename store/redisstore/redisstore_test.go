@@ -305,13 +305,7 @@ func redisTime(t *testing.T, s *Store) int64 {
 func TestDifferential(t *testing.T) {
 	t.Parallel()
 	s := open(t, standaloneURL(t))
-	seed := rand.Uint64()
-	r := rand.New(rand.NewPCG(seed, 9))
-	defer func() {
-		if t.Failed() {
-			t.Logf("seed %d", seed)
-		}
-	}()
+	r := seeded(t, 9)
 	type keyed struct {
 		key   string
 		limit algo.Limit
@@ -382,13 +376,7 @@ func TestDifferential(t *testing.T) {
 func TestDifferentialSettle(t *testing.T) {
 	t.Parallel()
 	s := open(t, standaloneURL(t))
-	seed := rand.Uint64()
-	r := rand.New(rand.NewPCG(seed, 36))
-	defer func() {
-		if t.Failed() {
-			t.Logf("seed %d", seed)
-		}
-	}()
+	r := seeded(t, 36)
 	type keyed struct {
 		key   string
 		limit algo.Limit
@@ -849,4 +837,16 @@ func TestURLErrorsShowKnownValues(t *testing.T) {
 			t.Errorf("CheckURL(%q) = %v, want an error with %q", tc.url, err, tc.want)
 		}
 	}
+}
+
+// seeded returns a random source for t, logging its seed if t fails so
+// that the run can be repeated.
+func seeded(t *testing.T, stream uint64) *rand.Rand {
+	seed := rand.Uint64()
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("seed %d", seed)
+		}
+	})
+	return rand.New(rand.NewPCG(seed, stream))
 }

@@ -21,18 +21,25 @@ local function sw_retry(w, period, limit, g, pg, cur, prev, cost, now)
   if cur > 0 then need = math.max(0, pg - idiv((limit - cost) * pg, cur)) end
   return w + period + need * g - now
 end
---@eval
-local w = idiv(now, p1) * p1
-local v = redis.call('HMGET', key, 'w', 'c', 'p')
-local ws, cur, prev = tonumber(v[1]) or 0, tonumber(v[2]) or 0, tonumber(v[3]) or 0
-if ws == w then
-elseif ws == w - p1 then
-  cur, prev = 0, cur
-else
-  cur, prev = 0, 0
+-- sw_read reads key at now: the current window's start, its count and
+-- the previous window's (a window gone by moves to previous, or to
+-- nothing), and the granule g and granules per window pg of period p1.
+local function sw_read(key, now, p1)
+  local w = idiv(now, p1) * p1
+  local v = redis.call('HMGET', key, 'w', 'c', 'p')
+  local ws, cur, prev = tonumber(v[1]) or 0, tonumber(v[2]) or 0, tonumber(v[3]) or 0
+  if ws == w then
+  elseif ws == w - p1 then
+    cur, prev = 0, cur
+  else
+    cur, prev = 0, 0
+  end
+  local g = idiv(p1, 2097152) + 1
+  return w, cur, prev, g, idiv(p1, g)
 end
-local g = idiv(p1, 2097152) + 1
-local pg = idiv(p1, g)
+
+--@eval
+local w, cur, prev, g, pg = sw_read(key, now, p1)
 local weighted = idiv(prev * (pg - idiv(now - w, g)) + pg - 1, pg)
 if cost == 0 then
   ok, rem = true, math.max(0, p2 - cur - weighted)
@@ -56,17 +63,7 @@ elseif ws == info1 + p1 then
   redis.call('HSET', key, 'p', string.format('%d', math.max(0, (tonumber(v[3]) or 0) - cost)))
 end
 --@settle
-local w = idiv(now, p1) * p1
-local v = redis.call('HMGET', key, 'w', 'c', 'p')
-local ws, cur, prev = tonumber(v[1]) or 0, tonumber(v[2]) or 0, tonumber(v[3]) or 0
-if ws == w then
-elseif ws == w - p1 then
-  cur, prev = 0, cur
-else
-  cur, prev = 0, 0
-end
-local g = idiv(p1, 2097152) + 1
-local pg = idiv(p1, g)
+local w, cur, prev, g, pg = sw_read(key, now, p1)
 local eg = idiv(now - w, g)
 local tw = idiv(at, p1) * p1
 if delta > 0 then
