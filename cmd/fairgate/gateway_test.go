@@ -915,7 +915,7 @@ func TestRLSExamplesParse(t *testing.T) {
 // examples/rls as it is, the files TestRLSExamplesParse checks.
 func TestRLSDocsShowTheTestedFiles(t *testing.T) {
 	doc := string(mustRead(t, "../../docs/rls.md"))
-	for _, name := range []string{"envoy.yaml", "istio.yaml", "envoy-gateway.yaml", "ratelimit-config.yaml", "fairgate.env"} {
+	for _, name := range []string{"envoy.yaml", "istio.yaml", "envoy-gateway.yaml", "ratelimit-config.yaml", "fairgate.env", "envoy-tokens.yaml", "ratelimit-tokens.yaml", "fairgate-tokens.yaml"} {
 		if !strings.Contains(doc, string(mustRead(t, filepath.Join("../../examples/rls", name)))) {
 			t.Errorf("docs/rls.md does not show examples/rls/%s as it is", name)
 		}
