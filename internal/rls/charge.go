@@ -35,7 +35,8 @@ func charges(d *Domain) bool {
 // sends when a stream ends (apply_on_stream_done), whose answer it
 // ignores: refusing it would lose it. The settlement's id is made here,
 // one per call, so that the guard's retries of a store call that timed
-// out apply it once; the charge goes on when the call's context ends
+// out apply it once (on Redis; the memory store applies it without a
+// record, guard.Guard.SettleOnce, so charges never fill its id table); the charge goes on when the call's context ends
 // (Envoy gave up waiting). A descriptor is over its limit when its
 // counter is in debt after the charge, as envoyproxy/ratelimit answers
 // a hit past the limit. closed is as for count: a store that does not
@@ -47,7 +48,7 @@ func (s *Service) charge(ctx context.Context, cfg *compiled, dom *Domain, b *bat
 		adjs[k] = store.Adjustment{Key: c.Key, Limit: c.Limit, Delta: min(c.Cost, algo.MaxCount)}
 	}
 	var res store.SettleResult
-	if err := s.guard.Settle(ctx, newChargeID(), adjs, &res); err != nil {
+	if err := s.guard.SettleOnce(ctx, newChargeID(), adjs, &res); err != nil {
 		if errors.Is(err, store.ErrInvalidCheck) {
 			return false, status.Error(codes.InvalidArgument, err.Error())
 		}

@@ -158,8 +158,7 @@ func TestSettleRefusesBadHandles(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The payload with another tenant's key in it, signed with the wrong key.
-	st2 := *st
-	st2.Layers = append([]limiter.SettleLayer(nil), st.Layers...)
+	st2 := limiter.Settlement{ID: st.ID, Cost: st.Cost, TakenAt: st.TakenAt, Layers: append([]limiter.SettleLayer(nil), st.Layers...)}
 	st2.Layers[0].Key = strings.Replace(st2.Layers[0].Key, "acme", "globex", 1)
 	forged := sealHandle([]byte("an-attacker-guessed-this-key-wrong"), &st2, time.Now().Add(time.Minute))
 	// One byte of the payload changed, the MAC kept.
