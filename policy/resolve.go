@@ -3,6 +3,7 @@ package policy
 import (
 	"errors"
 	"fmt"
+	"net/http"
 	"net/netip"
 	"time"
 
@@ -35,17 +36,24 @@ type Request struct {
 	Class string
 	// Cost, when HasCost, replaces the route's cost. For a class with a
 	// measured cost it is the estimate ([Estimate.From]), clamped to
-	// 1..cap; without it the class's default estimate is charged when
-	// Settles, else its cap.
+	// 1..cap; without it, when Settles, the estimate the class's
+	// estimate header gives in Header, else its default; when not, its
+	// cap.
 	Cost    int64
 	HasCost bool
+	// Header is the request's headers, read only for a measured-cost
+	// class's estimate header when the caller settles and gives no Cost
+	// (forward auth, which sees the headers and never the body). Nil
+	// means none.
+	Header http.Header
 	// Settles reports that the caller settles a measured-cost request when
-	// it ends (Limiter.Settle, or /v1/check's handle). A caller that does
-	// not (the proxy, the HTTP middleware, forward auth and gRPC, until
-	// they read the true cost) is charged the class's cap when it gives no
-	// cost: the most one request may cost, so that the budget holds
-	// without a settlement; a default estimate, or a client's own, would
-	// let a request cost more than it was charged.
+	// it ends (Limiter.Settle, or the handle of /v1/check or /v1/authz).
+	// A caller that does not (the proxy, the HTTP middleware, forward auth
+	// unless told that the upstream settles, and gRPC) is charged the
+	// class's cap when it gives no cost: the most one request may cost,
+	// so that the budget holds without a settlement; a default estimate,
+	// or a client's own, would let a request cost more than it was
+	// charged.
 	Settles bool
 	// IP is the client's address, for anonymous routes.
 	IP netip.Addr
@@ -209,7 +217,7 @@ func (s *Snapshot) Resolve(req Request, now time.Time) (Resolution, error) {
 		switch {
 		case req.HasCost:
 		case req.Settles:
-			cost = m.Estimate.defaultValue()
+			cost = m.Estimate.From(req.Header, nil)
 		default:
 			cost = m.Estimate.Cap
 		}

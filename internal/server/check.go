@@ -155,9 +155,7 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 			ResetAfterMs: algo.CeilMillis(ld.ResetAfter), RetryAfterMs: algo.CeilMillis(ld.RetryAfter), Allowed: ld.Allowed, Shadow: ld.Shadow,
 		})
 	}
-	if d.Settlement != nil {
-		resp.Settlement = sealHandle(s.settleKey, d.Settlement, d.Now.Add(SettleHandleLifetime))
-	}
+	resp.Settlement = s.handleOf(&d)
 	out := outPool.Get().(*[]byte)
 	*out = resp.appendJSON(*out)
 	writeAppended(w, http.StatusOK, out)
