@@ -99,6 +99,14 @@ type Layer struct {
 	Limit algo.Limit
 	// Shadow reports that the layer is not enforced.
 	Shadow bool
+	// Unit is what Limit counts, for headers and views (see
+	// [MeasuredCost].Unit): a class's layer counts in its class's unit;
+	// the tenant's layers, which every class is charged on, in the unit
+	// of the policy's measured-cost classes (a plan of 200,000 tokens a
+	// minute that a chat class charges 1 a request counts tokens),
+	// several joined by "+" ("rows+tokens"). "" means requests: no
+	// class charged on the layer has a measured cost.
+	Unit string
 }
 
 // Resolution is what a request resolves to: the layers to check as one
@@ -241,6 +249,7 @@ func (s *Snapshot) Resolve(req Request, now time.Time) (Resolution, error) {
 				Class:  c.Name,
 				Limit:  t.classLimit(r, c),
 				Shadow: r.Shadow || c.Shadow,
+				Unit:   c.unit(),
 			})
 		}
 	}
@@ -254,6 +263,7 @@ func (s *Snapshot) Resolve(req Request, now time.Time) (Resolution, error) {
 			Key:    key("t:", tag, "all", "", r.Name, window),
 			Limit:  l,
 			Shadow: r.Shadow, // a shadow class shadows only the layer it adds
+			Unit:   s.tenantUnit,
 		})
 	}
 	return res, checkCosts(res)

@@ -133,7 +133,7 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 		problem.BadRequest(w, checkError(err, lr))
 		return
 	}
-	var hdrs [10]string // on the stack: at most five headers
+	var hdrs [14]string // on the stack: at most seven headers
 	resp := checkResponse{
 		Allowed: d.Allowed, Status: http.StatusOK, Reason: string(d.Reason), Policy: d.PolicyName(),
 		Headers: limitheader.Append(hdrs[:0], s.form, d),
