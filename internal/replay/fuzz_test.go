@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 
@@ -54,11 +55,11 @@ func FuzzParseCost(f *testing.F) {
 			t.Fatalf("cost %d and the reason %q from %q", l.Cost, l.CostErr, line)
 		case l.HasEstimate && (l.Estimate < 0 || l.Estimate > algo.MaxCount), !l.HasEstimate && l.Estimate != 0:
 			t.Fatalf("estimate %d (%v) from %q", l.Estimate, l.HasEstimate, line)
-		case len(l.CostErr) > 200+len(costField):
+		case len(l.CostErr) > 200+len(strconv.Quote(costField)):
 			t.Fatalf("a reason of %d bytes: %q", len(l.CostErr), l.CostErr)
 		}
 		plain, err := ParseLine([]byte(line), Options{})
-		if err != nil || plain.Time != l.Time || plain.Tenant != l.Tenant || plain.Path != l.Path || plain.Method != l.Method || plain.IP != l.IP {
+		if err != nil || !plain.Time.Equal(l.Time) || plain.Tenant != l.Tenant || plain.Path != l.Path || plain.Method != l.Method || plain.IP != l.IP {
 			t.Fatalf("%q read as %+v with cost fields, %+v (%v) without", line, l, plain, err)
 		}
 	})

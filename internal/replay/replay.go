@@ -935,7 +935,7 @@ func commonField(after, field string) (any, string) {
 		}
 		return after[strings.LastIndexByte(after, ' ')+1:], ""
 	}
-	return nil, fmt.Sprintf("want bytes or last for the common format, not %q", field)
+	return nil, "want bytes or last for the common format"
 }
 
 // TopTenants returns the tenants sorted by limited requests, most first
