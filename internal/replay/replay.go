@@ -364,7 +364,7 @@ func Run(ctx context.Context, lim *limiter.Limiter, clock *Clock, inputs []Input
 	return rep, ctx.Err()
 }
 
-// settle settles d, the admitted decision of it's measured-cost request
+// settle settles d, the admitted decision of it, a measured-cost request
 // (of tenant stat ts), at its line's cost, or counts why not.
 func (r *Report) settle(ctx context.Context, lim *limiter.Limiter, d *limiter.Decision, it *item, ts *Stat, ids *settleWindow, maxBad int) {
 	l := &it.line

@@ -253,12 +253,12 @@ func Table(w io.Writer, runs []Run, end time.Duration) error {
 		if i > 0 {
 			fmt.Fprintln(tw)
 		}
+		fmt.Fprintln(tw, r.headline())
 		if r.Costs {
 			costTable(tw, r, bucket)
 			continue
 		}
 		conc := r.Policy.Concurrency > 0
-		fmt.Fprintf(tw, "policy %s (%s): %d admitted, %d rejected\n", r.Policy.Text, r.Policy.Describe(), r.Admitted, r.Rejected)
 		if conc {
 			fmt.Fprintln(tw, "  from\tto\trequests\tadmitted\trejected\tno slot\tremaining after\tin flight after")
 		} else {
@@ -316,10 +316,15 @@ func (r *Run) Totals() Totals {
 	return t
 }
 
-// headline is a run with costs' first line.
+// headline is a run's first line: the policy and its decisions, and for
+// a run with costs their sums.
 func (r *Run) headline() string {
+	s := fmt.Sprintf("policy %s (%s): %d admitted, %d rejected", r.Policy.Text, r.Policy.Describe(), r.Admitted, r.Rejected)
+	if !r.Costs {
+		return s
+	}
 	t := r.Totals()
-	s := fmt.Sprintf("policy %s (%s): %d admitted, %d rejected; %s: %d charged at admission", r.Policy.Text, r.Policy.Describe(), r.Admitted, r.Rejected, r.unit(), t.Charged)
+	s += fmt.Sprintf("; %s: %d charged at admission", r.unit(), t.Charged)
 	if len(r.Settlements) > 0 {
 		s += fmt.Sprintf(", %+d settled", t.Settled)
 	}
@@ -336,7 +341,6 @@ func (r *Run) headline() string {
 // costTable is Table for a run with costs.
 func costTable(tw io.Writer, r *Run, bucket time.Duration) {
 	conc := r.Policy.Concurrency > 0
-	fmt.Fprintln(tw, r.headline())
 	slot := ""
 	if conc {
 		slot = "no slot\t"
@@ -395,11 +399,7 @@ func Steps(w io.Writer, runs []Run) error {
 		if i > 0 {
 			fmt.Fprintln(tw)
 		}
-		if r.Costs {
-			fmt.Fprintln(tw, r.headline())
-		} else {
-			fmt.Fprintf(tw, "policy %s (%s): %d admitted, %d rejected\n", r.Policy.Text, r.Policy.Describe(), r.Admitted, r.Rejected)
-		}
+		fmt.Fprintln(tw, r.headline())
 		fmt.Fprintf(tw, "  at\trequest\tevent\testimate\ttrue cost\tcharged\tsettled\tnot applied\tremaining %s\tretry after\n", r.unit())
 		for e := range r.events() {
 			if q := e.Req; q != nil {

@@ -423,6 +423,16 @@ func TestMeasuredCost(t *testing.T) {
 	}
 }
 
+// words is text's lines, each with its words one space apart: a table
+// without its alignment.
+func words(text string) []string {
+	var out []string
+	for _, l := range strings.Split(strings.TrimSpace(text), "\n") {
+		out = append(out, strings.Join(strings.Fields(l), " "))
+	}
+	return out
+}
+
 // TestMeasuredSteps: the listing of docs/cost.md's worked example says
 // each step in the policy's unit, the settlements signed and the debt
 // below zero.
@@ -433,10 +443,7 @@ func TestMeasuredSteps(t *testing.T) {
 	if err := Steps(&buf, []Run{Simulate(p, arr, time.Minute, time.Second)}); err != nil {
 		t.Fatal(err)
 	}
-	var got []string
-	for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
-		got = append(got, strings.Join(strings.Fields(l), " "))
-	}
+	got := words(buf.String())
 	want := []string{
 		"policy limit=200000,period=1m,burst=20000,unit=tokens (200000 per 1m0s (burst 20000, gcra)): 3 admitted, 1 rejected; tokens: 15000 charged at admission, +25000 settled (9500 not applied: a debt is at most one burst), lowest remaining -20000 (a debt)",
 		"at request event estimate true cost charged settled not applied remaining tokens retry after",
@@ -464,10 +471,7 @@ func TestCostTable(t *testing.T) {
 	if err := Table(&buf, []Run{r}, 20*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	var got []string
-	for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
-		got = append(got, strings.Join(strings.Fields(l), " "))
-	}
+	got := words(buf.String())
 	want := []string{
 		"policy limit=200000,period=1m,burst=20000,unit=tokens (200000 per 1m0s (burst 20000, gcra)): 10 admitted, 11 rejected; tokens: 9500 charged at admission, +18000 settled, lowest remaining -2000 (a debt)",
 		"from to requests admitted rejected charged settled not applied remaining tokens after lowest",
