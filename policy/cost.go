@@ -105,6 +105,9 @@ var (
 	jsonPathRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}(\.[A-Za-z0-9_-]{1,64}){0,7}$`)
 )
 
+// ValidUnit reports whether u is a measured cost's unit by [UnitRule].
+func ValidUnit(u string) bool { return unitRE.MatchString(u) }
+
 // JSONPathRule says what a cost's JSON path may be, for error messages.
 const JSONPathRule = "member names of letters, digits, '_' and '-' joined by '.', at most 8, such as usage.total_tokens"
 
