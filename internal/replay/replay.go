@@ -20,7 +20,6 @@ import (
 	"github.com/fairgate/fairgate/algo"
 	"github.com/fairgate/fairgate/limiter"
 	"github.com/fairgate/fairgate/policy"
-	"github.com/fairgate/fairgate/store"
 	"github.com/fairgate/fairgate/store/memstore"
 )
 
@@ -94,19 +93,6 @@ const maxBatchBytes = 32 << 20
 
 // maxHeldBytes is MaxHeldBytes, lowered by a test.
 var maxHeldBytes = MaxHeldBytes
-
-// MaxSettleIDs bounds the settlement ids the replay's memory store holds
-// (memstore.Config.MaxSettleIDs): one for each request settled within
-// store.SettleIDLifetime (2 minutes) of log time, about 85 bytes each.
-const MaxSettleIDs = 1 << 20
-
-// settleBudget is how many settlements Run makes within
-// store.SettleIDLifetime of log time: past it a request is not settled
-// (counted in Report.Unsettled) rather than refused by the store, which
-// would be retried with real waits and counted as an outage. It leaves
-// an eighth of MaxSettleIDs spare, since the store bounds each of its 16
-// id tables to a 16th; a test lowers it.
-var settleBudget = MaxSettleIDs / 8 * 7
 
 // Line is one parsed request.
 type Line struct {
@@ -222,7 +208,7 @@ func (c *Clock) Set(t time.Time) { c.us.Store(t.UnixMicro()) }
 // clock: what Run decides with.
 func NewLimiter(policy policy.Policy, clock *Clock) (*limiter.Limiter, error) {
 	return limiter.New(limiter.Config{
-		Store:   memstore.New(memstore.Config{Now: clock.Now, MaxKeys: 10_000_000, MaxSettleIDs: MaxSettleIDs}),
+		Store:   memstore.New(memstore.Config{Now: clock.Now, MaxKeys: 10_000_000}),
 		Policy:  policy,
 		Timeout: -1,
 		Now:     clock.Now,
@@ -275,7 +261,6 @@ func Run(ctx context.Context, lim *limiter.Limiter, clock *Clock, inputs []Input
 		o.ReorderWindow = DefaultReorderWindow
 	}
 	rep := Report{Tenants: map[string]*Stat{}, Policies: map[string]*Stat{}, Files: len(inputs), ReorderWindowMs: max(o.ReorderWindow, 0).Milliseconds(), CostField: o.CostField}
-	var ids settleWindow
 	batches := make(chan []item, 8)
 	errc := make(chan error, 1)
 	ctx, cancel := context.WithCancel(ctx)
@@ -335,7 +320,7 @@ func Run(ctx context.Context, lim *limiter.Limiter, clock *Clock, inputs []Input
 				rep.policy(ly.Policy).Requests++
 			}
 			if d.Settlement != nil && req.Settles {
-				rep.settle(ctx, lim, &d, &it, ts, &ids, o.MaxBad)
+				rep.settle(ctx, lim, &d, &it, ts, o.MaxBad)
 			}
 			if d.Allowed {
 				// An admitted request went to the store with every layer:
@@ -366,12 +351,9 @@ func Run(ctx context.Context, lim *limiter.Limiter, clock *Clock, inputs []Input
 
 // settle settles d, the admitted decision of it, a measured-cost request
 // (of tenant stat ts), at its line's cost, or counts why not.
-func (r *Report) settle(ctx context.Context, lim *limiter.Limiter, d *limiter.Decision, it *item, ts *Stat, ids *settleWindow, maxBad int) {
+func (r *Report) settle(ctx context.Context, lim *limiter.Limiter, d *limiter.Decision, it *item, ts *Stat, maxBad int) {
 	l := &it.line
 	reason := l.CostErr
-	if reason == "" && !ids.room(l.Time.UnixMicro()) {
-		reason = fmt.Sprintf("more than %d requests settled within %v of log time: the replay's store holds no more settlement ids", settleBudget, store.SettleIDLifetime)
-	}
 	var out limiter.SettleOutcome
 	if reason == "" {
 		var err error
@@ -386,7 +368,6 @@ func (r *Report) settle(ctx context.Context, lim *limiter.Limiter, d *limiter.De
 		}
 		return
 	}
-	ids.add()
 	r.Settled++
 	if u := d.Resolution.Measured.Unit; !slices.Contains(r.Units, u) {
 		r.Units = append(r.Units, u)
@@ -404,35 +385,6 @@ func (r *Report) settle(ctx context.Context, lim *limiter.Limiter, d *limiter.De
 			r.Unapplied += out.Delta - ly.Applied
 		}
 	}
-}
-
-// settleWindow counts the settlements of the last store.SettleIDLifetime
-// of log time, as the store holds their ids, to keep within
-// settleBudget. It is cautious: each id is held from the latest time
-// seen, and the store's clock is at least the line's, so the store never
-// holds more than it counts.
-type settleWindow struct {
-	exp    []int64 // from head on: the ids' ends, in µs, ascending
-	head   int
-	latest int64 // the latest line time seen, µs
-}
-
-// room reports whether one more settlement at now (µs) is within
-// settleBudget, forgetting the ids the store has forgotten by now.
-func (w *settleWindow) room(now int64) bool {
-	w.latest = max(w.latest, now)
-	for w.head < len(w.exp) && w.exp[w.head] <= now {
-		w.head++
-	}
-	if w.head > len(w.exp)/2 {
-		w.exp, w.head = append(w.exp[:0], w.exp[w.head:]...), 0
-	}
-	return len(w.exp)-w.head < settleBudget
-}
-
-// add counts a settlement made after room.
-func (w *settleWindow) add() {
-	w.exp = append(w.exp, w.latest+int64(store.SettleIDLifetime/time.Microsecond))
 }
 
 // policy returns the policy's stat, adding it.
