@@ -40,9 +40,9 @@ type Request struct {
 	Cost    int64
 	HasCost bool
 	// Settles reports that the caller settles a measured-cost request when
-	// it ends (Limiter.Settle, or /v1/check's handle). A caller that does
-	// not (the proxy, the HTTP middleware, forward auth and gRPC, until
-	// they read the true cost) is charged the class's cap when it gives no
+	// it ends (Limiter.Settle, /v1/check's handle, the HTTP middleware
+	// and so the proxy). A caller that does not (forward auth, the gRPC
+	// interceptors) is charged the class's cap when it gives no
 	// cost: the most one request may cost, so that the budget holds
 	// without a settlement; a default estimate, or a client's own, would
 	// let a request cost more than it was charged.

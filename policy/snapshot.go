@@ -26,6 +26,8 @@ type Snapshot struct {
 	patterns    map[string]string // the mux's patterns to the policy's
 	loc         *time.Location
 	policy      Policy
+	// measured reports that some class has a measured cost.
+	measured bool
 }
 
 type cplan struct {
