@@ -11,6 +11,14 @@
 // builds them too, from a fairgate.yaml or one limit, on an in-process
 // store.
 //
+// A request of a class with a measured cost (tokens, rows: see
+// docs/cost.md) is charged the estimate its header or JSON body gives,
+// its answer is metered as it is written (package costmeter: header,
+// trailer, JSON body, server-sent events; a stream still streams), and
+// it is settled at its true cost when the handler returns, by the rules
+// of [SettleRule]; a handler that knows the cost itself says so with
+// [SetCost].
+//
 // The tenant comes from a function the caller passes, which must derive it
 // from a verified credential; the middleware never reads it from a header.
 // Store failures are decided by each policy's fail mode in the limiter;

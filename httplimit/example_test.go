@@ -72,3 +72,42 @@ func ExampleMiddleware() {
 	// 200 "free.search.1m";r=0;t=4 plan free
 	// 429 "free.search.1m";r=0;t=4 retry after 2s
 }
+
+// A measured cost the answer does not carry: the handler knows the true
+// cost itself (the rows an export scanned) and says so with SetCost. The
+// request is charged its estimate when admitted (here the class's
+// default, 100) and settled at the handler's cost when it returns. A
+// cost in the answer (a header, a trailer, a JSON body, the last
+// server-sent event) needs no code: the class's measure reads it.
+func ExampleSetCost() {
+	now := time.Unix(1e9, 0)
+	lim, err := limiter.New(limiter.Config{
+		Store: memstore.New(memstore.Config{Now: func() time.Time { return now }}),
+		Now:   func() time.Time { return now },
+		Policy: policy.Policy{
+			DefaultPlan: "free", DefaultClass: "export",
+			Plans: map[string]policy.Plan{"free": {Rules: []policy.Rule{{Limit: algo.Limit{Limit: 10_000, Period: time.Hour, Burst: 10_000}}}}},
+			Classes: map[string]policy.Class{"export": {Cost: &policy.MeasuredCost{Unit: "rows",
+				Estimate: policy.Estimate{Default: 100, Cap: 5000},
+				Measure:  policy.Measure{Header: "X-Rows"}}}},
+		},
+	})
+	if err != nil {
+		panic(err)
+	}
+	mw, err := httplimit.Middleware(httplimit.Config{Limiter: lim, Identify: tenantOf,
+		Settled: func(r *http.Request, s httplimit.Settled) {
+			fmt.Printf("charged %d, settled at %d (%s): %d rows left\n", s.Estimate, s.Cost, s.Rule, s.Outcome.Layers[0].Remaining)
+		}})
+	if err != nil {
+		panic(err)
+	}
+	h := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rows := int64(2345) // what the export scanned
+		httplimit.SetCost(r.Context(), rows)
+		fmt.Fprintln(w, "exported")
+	}))
+	get(h, "key-acme")
+	// Output:
+	// charged 100, settled at 2345 (handler): 7655 rows left
+}

@@ -9,8 +9,10 @@ import (
 	"net/netip"
 	"net/url"
 	"strings"
+	"sync/atomic"
 
 	"github.com/fairgate/fairgate/algo"
+	"github.com/fairgate/fairgate/httplimit/costmeter"
 	"github.com/fairgate/fairgate/httplimit/problem"
 	"github.com/fairgate/fairgate/limiter"
 	"github.com/fairgate/fairgate/limitheader"
@@ -108,6 +110,10 @@ type Config struct {
 	// Observe, if not nil, is called with each request's decision, allowed
 	// or not, before the response is written: for metrics by class, say.
 	Observe func(r *http.Request, d limiter.Decision)
+	// Settled, if not nil, is called with how each admitted request of a
+	// measured-cost class was settled, once it has: for metrics by rule
+	// (an upstream that does not say its cost shows as RuleUnmeasured).
+	Settled func(r *http.Request, s Settled)
 }
 
 type decidedKey struct{}
@@ -116,6 +122,8 @@ type decidedKey struct{}
 type decided struct {
 	id policy.Identity
 	d  limiter.Decision
+	// cost is the cost SetCost gave plus 1; 0 while it gave none.
+	cost atomic.Int64
 }
 
 // IdentityFrom returns the verified identity the middleware decided a
@@ -225,6 +233,16 @@ func RequestPath(r *http.Request) (string, error) {
 // Middleware returns net/http middleware that decides every request with
 // c.Limiter before passing it on: allowed requests get the rate-limit
 // headers and go to next; rejected ones get 429 or 503 and never reach it.
+//
+// A request of a class with a measured cost (policy.MeasuredCost) is
+// charged its estimate, read from its header or the JSON of its body's
+// first [MaxEstimateBody] bytes (given back to next whole), and settled
+// at its true cost when next returns: the cost [SetCost] gave, else the
+// one the answer holds where the class's measure says (read as the
+// answer is written, package costmeter: a stream still streams), else by
+// the rules of [SettleRule] (docs/cost.md). The settlement goes through
+// [limiter.Limiter.Settle], bounded in time, after the answer's bytes
+// have been flushed to the client.
 func Middleware(c Config) (func(http.Handler) http.Handler, error) {
 	if c.Limiter == nil || c.Identify == nil && c.IdentifyIn == nil {
 		return nil, errors.New("httplimit: Config.Limiter and Config.Identify (or IdentifyIn) are required")
@@ -271,7 +289,9 @@ func Middleware(c Config) (func(http.Handler) http.Handler, error) {
 					return
 				}
 			}
-			req := policy.Request{Tenant: id.Tenant, Plan: id.Plan, IP: clientIP(r), Hold: c.SlowDown, Preflight: preflight}
+			// The middleware settles measured costs: a request of such a
+			// class is charged its estimate.
+			req := policy.Request{Tenant: id.Tenant, Plan: id.Plan, IP: clientIP(r), Hold: c.SlowDown, Preflight: preflight, Settles: true}
 			if req.Method, req.Path, err = route(r); err != nil {
 				problem.BadRequest(w, err.Error())
 				return
@@ -279,12 +299,13 @@ func Middleware(c Config) (func(http.Handler) http.Handler, error) {
 			if c.Credential != nil && id.Tenant == "" {
 				req.Credential = c.Credential(r)
 			}
-			var d limiter.Decision
-			if snap != nil {
-				d, err = c.Limiter.DecideIn(r.Context(), snap, req)
-			} else {
-				d, err = c.Limiter.Decide(r.Context(), req)
+			if snap == nil {
+				snap = c.Limiter.Snapshot()
 			}
+			if m := snap.Measured(req); m != nil {
+				req.Cost, req.HasCost = estimate(r, m), true
+			}
+			d, err := c.Limiter.DecideIn(r.Context(), snap, req)
 			if err == nil && c.Observe != nil {
 				c.Observe(r, d)
 			}
@@ -311,7 +332,25 @@ func Middleware(c Config) (func(http.Handler) http.Handler, error) {
 					d.Slots.Release(r.Context())
 				}()
 			}
-			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), decidedKey{}, &decided{id, d})))
+			v := &decided{id: id, d: d}
+			dr := r.WithContext(context.WithValue(r.Context(), decidedKey{}, v))
+			if d.Settlement == nil {
+				next.ServeHTTP(w, dr)
+				return
+			}
+			// A measured cost: the answer is metered as it is written, and
+			// the request settled once next has returned, or panicked (the
+			// panic goes on after it).
+			mw := costmeter.NewWriter(w, d.Resolution.Measured.Measure)
+			returned := false
+			defer func() {
+				if !returned {
+					c.settle(dr, mw, v, true)
+				}
+			}()
+			next.ServeHTTP(mw, dr)
+			returned = true
+			c.settle(dr, mw, v, false)
 		})
 	}, nil
 }

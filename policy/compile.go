@@ -106,6 +106,7 @@ func (s *Snapshot) compileClasses(ps *problems, classes map[string]Class) {
 			mc := *c.Cost // the caller's is not shared
 			c.Cost = &mc
 			compileCost(ps, path+".cost", &c)
+			s.measured = true
 		}
 		c.Name = name
 		s.classes[name] = &c

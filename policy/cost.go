@@ -191,6 +191,34 @@ func JSONCount(v any, path string) (int64, bool) {
 	return int64(math.Ceil(f)), true
 }
 
+// Measured returns the measured cost of the class req resolves to, as
+// [Snapshot.Resolve] picks it (req.Class, else the route matched, else the
+// default class), or nil when that class has a fixed cost, req is
+// anonymous (an anonymous route's cost is fixed) or a CORS preflight. A
+// front that settles reads the request's estimate by it before deciding
+// ([Estimate.From]). Without a measured class in the snapshot it returns
+// nil at once.
+func (s *Snapshot) Measured(req Request) *MeasuredCost {
+	if !s.measured || req.Tenant == "" || req.Preflight {
+		return nil
+	}
+	var c *Class
+	switch {
+	case req.Class != "":
+		c = s.classes[req.Class]
+	default:
+		if r := s.routes[s.match(req.Method, req.Path)]; r != nil {
+			c = s.classes[r.Class]
+		} else {
+			c = s.classes[s.policy.DefaultClass]
+		}
+	}
+	if c == nil {
+		return nil
+	}
+	return c.Cost
+}
+
 // compileCost validates class c's measured cost at path.
 func compileCost(ps *problems, path string, c *Class) {
 	m := c.Cost

@@ -127,7 +127,7 @@ func TestResolveMeasured(t *testing.T) {
 		want             int64
 	}{
 		{"default, settled", 0, false, true, "", 500},
-		// A caller that does not settle (the proxy today) is charged the
+		// A caller that does not settle (the gRPC interceptors) is charged the
 		// cap, so that the budget holds without a settlement.
 		{"none given, not settled: the cap", 0, false, false, "", 4000},
 		{"given", 1500, true, true, "", 1500},
@@ -158,6 +158,47 @@ func TestResolveMeasured(t *testing.T) {
 	res, err := snap.Resolve(policy.Request{Tenant: "acme", Method: "GET", Path: "/x"}, now)
 	if err != nil || res.Measured != nil || res.Cost != 1 {
 		t.Errorf("fixed class: measured %v, cost %d, %v", res.Measured, res.Cost, err)
+	}
+}
+
+// TestSnapshotMeasured: Measured names the measured cost of the class a
+// request resolves to (by class, route or the default class), the one
+// Resolve puts on its resolution, and nil for fixed-cost classes,
+// anonymous requests and preflights, and in a snapshot without a
+// measured class.
+func TestSnapshotMeasured(t *testing.T) {
+	p := measuredPolicy(tokens())
+	p.Anonymous = []policy.AnonRoute{{Name: "public", Pattern: "POST /v1/chat/public", Rules: []policy.AnonRule{{Rule: policy.Rule{Limit: algo.PerMinute(10)}, By: policy.ByIP}}}}
+	snap, err := policy.Compile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fixed, err := policy.Compile(measuredPolicy(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1_800_000_000, 0)
+	for _, tc := range []struct {
+		name string
+		snap *policy.Snapshot
+		req  policy.Request
+		want bool
+	}{
+		{"route", snap, policy.Request{Tenant: "acme", Method: "POST", Path: "/v1/chat"}, true},
+		{"class", snap, policy.Request{Tenant: "acme", Class: "llm"}, true},
+		{"fixed class", snap, policy.Request{Tenant: "acme", Method: "GET", Path: "/v1/chat"}, false},
+		{"unknown class", snap, policy.Request{Tenant: "acme", Class: "nope"}, false},
+		{"anonymous", snap, policy.Request{Method: "POST", Path: "/v1/chat/public"}, false},
+		{"preflight", snap, policy.Request{Tenant: "acme", Method: "POST", Path: "/v1/chat", Preflight: true}, false},
+		{"no measured class", fixed, policy.Request{Tenant: "acme", Method: "POST", Path: "/v1/chat"}, false},
+	} {
+		m := tc.snap.Measured(tc.req)
+		if (m != nil) != tc.want {
+			t.Errorf("%s: Measured = %v, want measured %v", tc.name, m, tc.want)
+		}
+		if res, err := tc.snap.Resolve(tc.req, now); err == nil && res.Measured != m {
+			t.Errorf("%s: Measured = %p, Resolve's %p", tc.name, m, res.Measured)
+		}
 	}
 }
 

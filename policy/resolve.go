@@ -47,13 +47,13 @@ type Request struct {
 	// means none.
 	Header http.Header
 	// Settles reports that the caller settles a measured-cost request when
-	// it ends (Limiter.Settle, or the handle of /v1/check or /v1/authz).
-	// A caller that does not (the proxy, the HTTP middleware, forward auth
-	// unless told that the upstream settles, and gRPC) is charged the
-	// class's cap when it gives no cost: the most one request may cost,
-	// so that the budget holds without a settlement; a default estimate,
-	// or a client's own, would let a request cost more than it was
-	// charged.
+	// it ends (Limiter.Settle, the handle of /v1/check or /v1/authz, the
+	// HTTP middleware and so the proxy). A caller that does not (forward
+	// auth unless told that the upstream settles, the gRPC interceptors)
+	// is charged the class's cap when it gives no cost: the most one
+	// request may cost, so that the budget holds without a settlement; a
+	// default estimate, or a client's own, would let a request cost more
+	// than it was charged.
 	Settles bool
 	// IP is the client's address, for anonymous routes.
 	IP netip.Addr

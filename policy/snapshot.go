@@ -28,6 +28,8 @@ type Snapshot struct {
 	policy      Policy
 	// tenantUnit is the unit of the tenant's layers (see [Layer].Unit).
 	tenantUnit string
+	// measured reports that some class has a measured cost.
+	measured bool
 }
 
 type cplan struct {

@@ -4,12 +4,10 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/fairgate/fairgate/policy"
 	"github.com/fairgate/fairgate/store/memstore"
 	"github.com/fairgate/fairgate/store/redisstore"
 )
@@ -91,16 +89,5 @@ func TestEnvoyEnvironmentFlags(t *testing.T) {
 	c, err = ParseServe([]string{"--store", "memory://", "--grpc-listen", "127.0.0.1:9"}, io.Discard)
 	if err != nil || c.Store != "memory://" || c.GRPCListen != "127.0.0.1:9" {
 		t.Errorf("flags do not win: %+v %v", c, err)
-	}
-}
-
-// TestMeasuredClasses names the classes a proxy would charge their
-// estimate only (serve warns of them until the proxy settles).
-func TestMeasuredClasses(t *testing.T) {
-	p := policy.Policy{Classes: map[string]policy.Class{
-		"read": {}, "completions": {Cost: &policy.MeasuredCost{Unit: "tokens"}}, "embeddings": {Cost: &policy.MeasuredCost{Unit: "tokens"}},
-	}}
-	if got := measuredClasses(p); !slices.Equal(got, []string{"completions", "embeddings"}) {
-		t.Errorf("measuredClasses = %v", got)
 	}
 }

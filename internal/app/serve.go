@@ -12,7 +12,6 @@ import (
 	"net/url"
 	"os"
 	"runtime/debug"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -351,9 +350,6 @@ func (d *daemon) buildServer(g *graph) error {
 	if cfg.UpstreamCapacity != nil && c.Upstream == "" {
 		log.Warn("upstream_capacity shares a proxied upstream's concurrency: it does nothing without --upstream")
 	}
-	if measured := measuredClasses(cfg.Policy); c.Upstream != "" && len(measured) > 0 {
-		log.Warn("the proxy does not settle measured costs yet: its requests of these classes are charged their cap, the most one may cost, never their true cost (docs/cost.md: settle through /v1/check and /v1/settle, or Limiter.Settle)", slog.Any("classes", measured))
-	}
 	if cfg.HasRLS {
 		sc.RLSJSON = d.rlsBound.JSON(d.rlsSvc.ServeJSON)
 	}
@@ -552,17 +548,4 @@ func LoadConfig(path string, data []byte) (*config.Config, []byte, error) {
 	}
 	c, err := config.Parse(path, data)
 	return c, data, err
-}
-
-// measuredClasses names the classes of p with a measured cost, sorted:
-// those a proxy charges their cap until it settles.
-func measuredClasses(p policy.Policy) []string {
-	var out []string
-	for name, c := range p.Classes {
-		if c.Cost != nil {
-			out = append(out, name)
-		}
-	}
-	slices.Sort(out)
-	return out
 }

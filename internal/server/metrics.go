@@ -22,6 +22,9 @@ type serverMetrics struct {
 	authz    *prometheus.CounterVec
 	// settleRefused counts /v1/settle handles refused, by reason.
 	settleRefused *prometheus.CounterVec
+	// settled counts proxied measured-cost requests settled, by class
+	// and rule.
+	settled *prometheus.CounterVec
 
 	// The upstream capacity gate's.
 	capWait     *prometheus.HistogramVec
@@ -52,6 +55,10 @@ func newServerMetrics(reg prometheus.Registerer, gate *gateHolder) (*serverMetri
 			Name: "fairgate_settle_handles_refused_total",
 			Help: "POST /v1/settle handles refused, by reason: invalid (malformed, changed, or signed with another key) or expired (past its 100 s); nothing was settled.",
 		}, []string{"reason"}),
+		settled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fairgate_proxy_settlements_total",
+			Help: "Proxied requests of measured-cost classes settled, by route class and by the rule that gave the true cost: measured (the answer said it), error (5xx or no answer: refunded), refused (4xx: refunded), client_gone, cut (the answer broke off) and unmeasured (a complete answer that did not say its cost: the estimate stands).",
+		}, []string{"class", "rule"}),
 		capWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "fairgate_upstream_capacity_wait_seconds",
 			Help:    "How long proxied requests waited for room in the upstream capacity gate (shed ones included), by route class.",
@@ -69,7 +76,7 @@ func newServerMetrics(reg prometheus.Registerer, gate *gateHolder) (*serverMetri
 	if reg == nil {
 		return m, nil
 	}
-	cs := []prometheus.Collector{m.proxy, m.upstream, m.authz, m.settleRefused, m.capWait, m.capInFlight, m.capShed}
+	cs := []prometheus.Collector{m.proxy, m.upstream, m.authz, m.settleRefused, m.settled, m.capWait, m.capInFlight, m.capShed}
 	if gate != nil {
 		cs = append(cs, newCapacityCollector(gate))
 	}
@@ -177,6 +184,12 @@ func observeClass(r *http.Request, d limiter.Decision) {
 	if p, ok := r.Context().Value(classSinkKey{}).(*string); ok && d.Resolution.Class != "" {
 		*p = d.Resolution.Class
 	}
+}
+
+// observeSettled is the middleware's Settled hook: it counts each
+// proxied measured-cost request by class and rule.
+func (m *serverMetrics) observeSettled(r *http.Request, s httplimit.Settled) {
+	m.settled.WithLabelValues(classOf(r), string(s.Rule)).Inc()
 }
 
 // upstreamTimed is a RoundTripper that observes the upstream's part.

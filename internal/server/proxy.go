@@ -27,7 +27,10 @@ const UpstreamDependency = "upstream"
 // middleware: the tenant from the verified credential, the client address
 // from the peer or trusted proxies, the route classified and decided, then
 // the request forwarded (httputil.ReverseProxy: streaming, hop-by-hop
-// headers removed, X-Forwarded-For appended) or answered 429/503/401.
+// headers removed, X-Forwarded-For appended) or answered 429/503/401. A
+// request of a measured-cost class is charged its estimate and settled
+// at the cost its answer says as the answer ends, the answer metered as
+// it streams (the middleware's; docs/cost.md).
 func (s *Server) newProxy(upstream *url.URL, timeout time.Duration) (http.Handler, error) {
 	if upstream.Scheme != "http" && upstream.Scheme != "https" || upstream.Host == "" {
 		return nil, errors.New("server: upstream must be an http:// or https:// URL with a host")
@@ -91,6 +94,7 @@ func (s *Server) newProxy(upstream *url.URL, timeout time.Duration) (http.Handle
 		Logger:     s.log,
 		SlowDown:   true, // the connection is the client's own: pace a client that does not wait
 		Observe:    observeClass,
+		Settled:    s.metrics.observeSettled, // measured costs are settled as the answer ends
 	})
 	if err != nil {
 		return nil, err
