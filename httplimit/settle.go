@@ -40,17 +40,23 @@ const (
 	// unknown model, the upstream's own 429) without its cost: settled at
 	// 0, as providers bill no refused request.
 	RuleRefused SettleRule = "refused"
-	// RuleClientGone: the client went away before the answer ended (its
-	// request's context ended, or sending failed): settled at the
-	// estimate, nothing moves.
+	// RuleClientGone: the client went away before the answer said its
+	// cost (its request's context ended, or sending failed): settled at
+	// the class's cap. The estimate is the client's own number, and the
+	// answer's end (a stream's usage event) is what it would skip by
+	// hanging up: charged its estimate, a client could declare 1, read
+	// all but the last event and leave.
 	RuleClientGone SettleRule = "client_gone"
 	// RuleCut: the handler stopped mid-answer (it panicked, or
 	// httputil.ReverseProxy aborted a body the upstream broke off), the
 	// client still there: settled at the estimate.
 	RuleCut SettleRule = "cut"
-	// RuleUnmeasured: a complete answer below 400 without its cost: the
-	// estimate stands. Counted, as the upstream or handler did not say
-	// what the class's measure looks for.
+	// RuleUnmeasured: a complete answer below 400 without its cost:
+	// settled at the class's cap, as a front that does not settle charges
+	// (an upstream that leaves its usage out at the client's asking, as
+	// OpenAI's streams do without stream_options.include_usage, must not
+	// let the client pay its own estimate). Counted, as the upstream or
+	// handler did not say what the class's measure looks for.
 	RuleUnmeasured SettleRule = "unmeasured"
 )
 
@@ -85,11 +91,13 @@ type answer struct {
 	gone, aborted bool
 }
 
-// settleCost returns what a request charged estimate is settled at, and
-// the rule that says so: the handler's cost, else the measured one, else
-// 0 for an error or a refused request, else the estimate (the client
-// went away, the answer was cut, or it did not hold its cost).
-func settleCost(a answer, estimate int64) (int64, SettleRule) {
+// settleCost returns what a request charged estimate, of a class whose
+// estimates are at most cap, is settled at, and the rule that says so:
+// the handler's cost, else the measured one, else 0 for an error or a
+// refused request, else the cap when the cost is not known (the client
+// went away, or the answer did not hold it), else the estimate (the
+// upstream broke the answer off).
+func settleCost(a answer, estimate, cap int64) (int64, SettleRule) {
 	switch {
 	case a.hasHandler:
 		return a.handler, RuleHandler
@@ -100,13 +108,13 @@ func settleCost(a answer, estimate int64) (int64, SettleRule) {
 	case a.status >= 400:
 		return 0, RuleRefused
 	case a.gone:
-		return estimate, RuleClientGone
+		return cap, RuleClientGone
 	case a.aborted && a.status == 0:
 		return 0, RuleError
 	case a.aborted:
 		return estimate, RuleCut
 	}
-	return estimate, RuleUnmeasured
+	return cap, RuleUnmeasured
 }
 
 // SetCost sets the true cost of the request whose context is ctx, as a
@@ -212,7 +220,7 @@ func (c *Config) settle(r *http.Request, w *costmeter.Writer, v *decided, aborte
 		_ = w.FlushError()
 	}
 	s := Settled{Estimate: v.d.Settlement.Cost, Status: a.status}
-	s.Cost, s.Rule = settleCost(a, s.Estimate)
+	s.Cost, s.Rule = settleCost(a, s.Estimate, max(s.Estimate, v.d.Resolution.Measured.Estimate.Cap))
 	s.Outcome, s.Err = c.Limiter.Settle(r.Context(), &v.d, s.Cost)
 	if c.Settled != nil {
 		c.Settled(r, s)

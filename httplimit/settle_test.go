@@ -19,7 +19,7 @@ import (
 
 // TestSettleCost: the rules in their order, as docs/cost.md states them.
 func TestSettleCost(t *testing.T) {
-	const est = 700
+	const est, cap = 700, 4000
 	for _, tc := range []struct {
 		name string
 		a    answer
@@ -35,15 +35,15 @@ func TestSettleCost(t *testing.T) {
 		{"error status, client gone", answer{status: 503, gone: true}, 0, RuleError},
 		{"refused", answer{status: 400}, 0, RuleRefused},
 		{"the upstream's 429", answer{status: 429}, 0, RuleRefused},
-		{"client gone before the answer", answer{gone: true}, est, RuleClientGone},
-		{"client gone mid-answer", answer{status: 200, gone: true, aborted: true}, est, RuleClientGone},
+		{"client gone before the answer", answer{gone: true}, cap, RuleClientGone},
+		{"client gone mid-answer", answer{status: 200, gone: true, aborted: true}, cap, RuleClientGone},
 		{"handler failed before answering", answer{aborted: true}, 0, RuleError},
 		{"answer cut by the upstream", answer{status: 200, aborted: true}, est, RuleCut},
-		{"complete, no cost", answer{status: 200}, est, RuleUnmeasured},
-		{"redirect, no cost", answer{status: 302}, est, RuleUnmeasured},
-		{"nothing written (an empty 200)", answer{}, est, RuleUnmeasured},
+		{"complete, no cost", answer{status: 200}, cap, RuleUnmeasured},
+		{"redirect, no cost", answer{status: 302}, cap, RuleUnmeasured},
+		{"nothing written (an empty 200)", answer{}, cap, RuleUnmeasured},
 	} {
-		got, rule := settleCost(tc.a, est)
+		got, rule := settleCost(tc.a, est, cap)
 		if got != tc.want || rule != tc.rule {
 			t.Errorf("%s: settleCost = %d, %s; want %d, %s", tc.name, got, rule, tc.want, tc.rule)
 		}
@@ -128,7 +128,7 @@ func TestMiddlewareSettles(t *testing.T) {
 		}, wantEst: 900, want: 0, rule: RuleRefused},
 		{name: "no cost in the answer", body: `{"max_tokens": 900}`, handler: func(w http.ResponseWriter, r *http.Request) {
 			io.WriteString(w, `{"choices": []}`)
-		}, wantEst: 900, want: 900, rule: RuleUnmeasured},
+		}, wantEst: 900, want: 4000, rule: RuleUnmeasured}, // the cap: the cost is not known
 		{name: "the handler's cost", body: `{"max_tokens": 900}`, handler: func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("X-Usage-Tokens", "1")
 			if !SetCost(r.Context(), 321) {
@@ -138,7 +138,7 @@ func TestMiddlewareSettles(t *testing.T) {
 		}, wantEst: 900, want: 321, rule: RuleHandler},
 		{name: "client gone", body: `{"max_tokens": 900}`, ctx: ctx, handler: func(w http.ResponseWriter, r *http.Request) {
 			goAway() // as net/http does when the connection closes
-		}, wantEst: 900, want: 900, rule: RuleClientGone},
+		}, wantEst: 900, want: 4000, rule: RuleClientGone}, // the cap, not the client's own estimate
 		{name: "panic before answering", body: `{"max_tokens": 900}`, handler: func(w http.ResponseWriter, r *http.Request) {
 			panic(http.ErrAbortHandler)
 		}, wantEst: 900, want: 0, rule: RuleError},
@@ -146,8 +146,8 @@ func TestMiddlewareSettles(t *testing.T) {
 			io.WriteString(w, "data: ")
 			panic(http.ErrAbortHandler)
 		}, wantEst: 900, want: 900, rule: RuleCut},
-		{name: "body over the bound: the default", body: bigBody, handler: func(w http.ResponseWriter, r *http.Request) {}, wantEst: 500, want: 500, rule: RuleUnmeasured},
-		{name: "body not JSON: the default", body: `max_tokens=900`, handler: func(w http.ResponseWriter, r *http.Request) {}, wantEst: 500, want: 500, rule: RuleUnmeasured},
+		{name: "body over the bound: the default", body: bigBody, handler: func(w http.ResponseWriter, r *http.Request) {}, wantEst: 500, want: 4000, rule: RuleUnmeasured},
+		{name: "body not JSON: the default", body: `max_tokens=900`, handler: func(w http.ResponseWriter, r *http.Request) {}, wantEst: 500, want: 4000, rule: RuleUnmeasured},
 		{name: "estimate over the cap", body: `{"max_tokens": 90000}`, handler: func(w http.ResponseWriter, r *http.Request) {}, wantEst: 4000, want: 4000, rule: RuleUnmeasured},
 	} {
 		tenant := fmt.Sprintf("t%d", i)

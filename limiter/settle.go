@@ -103,10 +103,13 @@ var ErrSettleCost = errors.New("limiter: bad true cost")
 //     so failing requests on purpose gains nothing but their own charge.
 //     An answer that carries its measured cost with the error is settled
 //     at that cost.
-//   - the client went away before the answer ended: settle at
-//     Settlement.Cost (the estimate; nothing moves, the id is recorded).
-//     The upstream did the work, but how much is not known; the estimate
-//     is what the tenant declared, bounded by the cap.
+//   - the client went away before the answer said its cost, or the
+//     answer never said it: settle at the class's cap
+//     (Decision.Resolution.Measured.Estimate.Cap). The upstream did the
+//     work, but how much is not known, and the estimate is the client's
+//     own number: settled at it, a client could declare 1 and hang up
+//     before a stream's usage event (the HTTP middleware's rules,
+//     docs/cost.md).
 //
 // A decision with nothing to settle (d.Settlement nil: not admitted, not
 // of a measured-cost class, or decided degraded on the instance's

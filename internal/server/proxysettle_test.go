@@ -197,7 +197,7 @@ func TestProxySettles(t *testing.T) {
 		{kind: "trailer-late", body: `{"max_tokens": 900}`, want: 2346, rule: httplimit.RuleMeasured},
 		{kind: "json", body: `{"model": "m", "max_tokens": 2000, "messages": [{"role": "user", "content": "hi"}]}`, want: 345, rule: httplimit.RuleMeasured},
 		{kind: "bad", body: `{"max_tokens": 900}`, want: 0, rule: httplimit.RuleError},
-		{kind: "huge-json", body: `{"max_tokens": 900}`, want: 900, rule: httplimit.RuleUnmeasured, answer: hugeJSON},
+		{kind: "huge-json", body: `{"max_tokens": 900}`, want: 4000, rule: httplimit.RuleUnmeasured, answer: hugeJSON}, // not measured: the cap
 		{kind: "huge-event", body: `{"max_tokens": 900}`, want: 77, rule: httplimit.RuleMeasured, answer: hugeEvent + "data: {\"usage\": {\"total_tokens\": 77}}\n\n"},
 		{kind: "json", body: `{"max_tokens": 900, "pad": "` + strings.Repeat("p", httplimit.MaxEstimateBody) + `"}`, want: 345, rule: httplimit.RuleMeasured},
 	} {
@@ -258,10 +258,12 @@ func TestProxySettlesStream(t *testing.T) {
 	}
 }
 
-// TestProxySettlesCut: an answer cut short is charged the estimate (the
-// upstream worked, how much is not known): by the client going away
-// mid-stream, or by the upstream breaking it off, which reaches the client
-// cut too.
+// TestProxySettlesCut: an answer cut short by the client going away
+// mid-stream is charged the class's cap, not the client's own estimate
+// (a client that declared 1 and left before the usage event would else
+// pay 1); one the upstream broke off, which reaches the client cut too,
+// is charged the estimate (the upstream worked, how much is not known,
+// and the client did nothing to skip the count).
 func TestProxySettlesCut(t *testing.T) {
 	ts, s, up := settlingProxy(t)
 	for _, tc := range []struct {
@@ -269,9 +271,10 @@ func TestProxySettlesCut(t *testing.T) {
 		estimate int64
 		leave    bool // the client goes away after the first event
 		rule     httplimit.SettleRule
+		want     int64
 	}{
-		{kind: "cut", estimate: 1500, leave: true, rule: httplimit.RuleClientGone},
-		{kind: "broken", estimate: 1700, rule: httplimit.RuleCut},
+		{kind: "cut", estimate: 1500, leave: true, rule: httplimit.RuleClientGone, want: 4000},
+		{kind: "broken", estimate: 1700, rule: httplimit.RuleCut, want: 1700},
 	} {
 		tok := tenantToken(t, "cut-"+tc.kind)
 		req, _ := http.NewRequest("POST", ts.URL+"/v1/chat/"+tc.kind, strings.NewReader(fmt.Sprintf(`{"max_tokens": %d}`, tc.estimate)))
@@ -292,8 +295,8 @@ func TestProxySettlesCut(t *testing.T) {
 		}
 		resp.Body.Close() // mid-stream, when leaving: the connection closes
 		testwait.Eventually(t, 10*time.Second, tc.kind+" settled", func() bool { return settledCount(s, tc.rule) == 1 })
-		if c := charged(t, ts.URL, tok); c != tc.estimate {
-			t.Errorf("%s: charged %d, want the estimate %d", tc.kind, c, tc.estimate)
+		if c := charged(t, ts.URL, tok); c != tc.want {
+			t.Errorf("%s: charged %d, want %d (estimate %d)", tc.kind, c, tc.want, tc.estimate)
 		}
 	}
 }
