@@ -1,6 +1,7 @@
 package limiter
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -23,6 +24,10 @@ type LayerState struct {
 	// Remaining and ResetAfter are the layer's state now.
 	Remaining  int64
 	ResetAfter time.Duration
+	// Unit is what Limit, Burst and Remaining count: "requests"
+	// ([policy.RequestsUnit]), or a measured cost's unit such as "tokens"
+	// (see [policy.Layer].Unit).
+	Unit string
 }
 
 // TenantLimits is what a tenant is limited by now.
@@ -98,6 +103,7 @@ func (l *Limiter) EffectiveIn(ctx context.Context, s *policy.Snapshot, id, plan 
 				Policy: ly.Policy, Key: ly.Key, Class: ly.Class,
 				Limit: ly.Limit.Limit, Burst: ly.Limit.Capacity(), Period: ly.Limit.Period,
 				Shadow: ly.Shadow, Remaining: d.Remaining, ResetAfter: d.ResetAfter,
+				Unit: cmp.Or(ly.Unit, policy.RequestsUnit),
 			})
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/fairgate/fairgate/algo"
@@ -31,7 +32,17 @@ type Settlement struct {
 	// Layers are the layers the request was charged on, shadow ones
 	// included (a shadow limit counts what it would enforce).
 	Layers []SettleLayer
+
+	// state is [Limiter.Settle]'s: settleOpen, settling or settled.
+	state atomic.Int32
 }
+
+// States of a Settlement settled in process ([Limiter.Settle]).
+const (
+	settleOpen int32 = iota // not settled, or the last try failed
+	settling                // a Settle is applying it
+	settled                 // applied
+)
 
 // SettleLayer is one layer a settlement moves: its key and the limit it
 // was taken under.
@@ -70,14 +81,18 @@ var ErrSettleCost = errors.New("limiter: bad true cost")
 // Settle settles d, an admitted decision of a measured-cost class, at
 // trueCost: each layer d was charged on is charged trueCost − the
 // estimate more (refunded, when negative), through the guard's
-// [guard.Guard.Settle] (bounded retries with the same id, the
+// [guard.Guard.SettleOnce] (bounded retries with the same id, the
 // fairgate_settlement* metrics). For work that is not HTTP; the HTTP
 // fronts settle the same way.
 //
-// It applies once per decision: d carries its settlement's ID, so a
-// second call with the same decision (a retry after an error, a
-// duplicate) applies nothing and reports Repeated, within
-// [store.SettleIDLifetime] of the first. A charge puts a layer in debt
+// It applies once per decision: d carries its settlement, so a second
+// call with the same decision (a duplicate, or one while the first is
+// applying) applies nothing and reports Repeated, with no layer's
+// remaining read; a call after one that failed (an error: nothing was
+// applied) tries again, its store calls under the settlement's ID so that
+// a call that timed out after it ran applies once. On the memory store
+// the ID is not recorded ([guard.Guard.SettleOnce]): these settlements
+// never fill its bounded id table. A charge puts a layer in debt
 // at most one burst ([algo.Limit.Settle]); a refund gives back at most
 // what makes it full.
 //
@@ -100,25 +115,59 @@ var ErrSettleCost = errors.New("limiter: bad true cost")
 // [ErrSettleCost] for a bad trueCost, else it is the store's (see
 // [store.Settler]): the settlement is then not applied.
 func (l *Limiter) Settle(ctx context.Context, d *Decision, trueCost int64) (SettleOutcome, error) {
-	if d.Settlement == nil {
+	s := d.Settlement
+	if s == nil {
 		return SettleOutcome{}, nil
 	}
-	return l.SettleTake(ctx, d.Settlement, trueCost)
+	if trueCost < 0 || trueCost > algo.MaxCount {
+		return SettleOutcome{}, fmt.Errorf("%w: %d is outside 0..%d", ErrSettleCost, trueCost, algo.MaxCount)
+	}
+	// The decision is held here, so this process alone can settle it:
+	// once, by its state, and on an in-process store without an id
+	// record (guard.SettleOnce), which no number of in-process
+	// settlements can then fill.
+	if !s.state.CompareAndSwap(settleOpen, settling) {
+		out := SettleOutcome{Delta: trueCost - s.Cost, Repeated: true, Layers: make([]SettledLayer, len(s.Layers))}
+		for i, ly := range s.Layers {
+			out.Layers[i] = SettledLayer{Policy: ly.Policy, Settled: store.Settled{Repeated: true}}
+		}
+		return out, nil
+	}
+	out, err := l.settle(ctx, s, trueCost, false)
+	if err != nil {
+		s.state.Store(settleOpen) // not applied: a retry may apply it
+		return out, err
+	}
+	s.state.Store(settled)
+	return out, nil
 }
 
-// SettleTake is Settle for a settlement carried apart from its decision
-// (the HTTP API's handle).
+// SettleTake is Settle for a settlement carried apart from its decision,
+// which a client may present again (the HTTP API's handle): the store
+// records its ID for [store.SettleIDLifetime], and a settlement presented
+// again within it applies nothing and reports Repeated, with the layers'
+// remaining as they stand.
 func (l *Limiter) SettleTake(ctx context.Context, s *Settlement, trueCost int64) (SettleOutcome, error) {
 	if trueCost < 0 || trueCost > algo.MaxCount {
 		return SettleOutcome{}, fmt.Errorf("%w: %d is outside 0..%d", ErrSettleCost, trueCost, algo.MaxCount)
 	}
+	return l.settle(ctx, s, trueCost, true)
+}
+
+// settle applies s at trueCost through the guard: with the id recorded
+// (Guard.Settle) when a client may replay it, else Guard.SettleOnce.
+func (l *Limiter) settle(ctx context.Context, s *Settlement, trueCost int64, replayable bool) (SettleOutcome, error) {
 	out := SettleOutcome{Delta: trueCost - s.Cost}
 	adjs := make([]store.Adjustment, len(s.Layers))
 	for i, ly := range s.Layers {
 		adjs[i] = store.Adjustment{Key: ly.Key, Limit: ly.Limit, Delta: out.Delta, TakenAt: s.TakenAt}
 	}
 	var res store.SettleResult
-	if err := l.guard.Settle(ctx, s.ID, adjs, &res); err != nil {
+	settle := l.guard.SettleOnce
+	if replayable {
+		settle = l.guard.Settle
+	}
+	if err := settle(ctx, s.ID, adjs, &res); err != nil {
 		return SettleOutcome{}, err
 	}
 	out.Layers = make([]SettledLayer, len(res.Settled))

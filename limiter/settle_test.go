@@ -226,3 +226,36 @@ func TestSettleOnceAcrossInstances(t *testing.T) {
 		t.Errorf("class remaining %d, want 2000", got)
 	}
 }
+
+// TestInProcessSettlementsNeverFillTheIDTable: settlements of decisions
+// held in process (the proxy's, the middleware's, the Go API's) apply on
+// the memory store without an id record, so that a tenant settling
+// thousands of requests cannot fill the store's bounded id table and have
+// every other tenant's settlements refused as an outage; each still
+// applies once per decision.
+func TestInProcessSettlementsNeverFillTheIDTable(t *testing.T) {
+	ctx := context.Background()
+	l := settleLimiter(t, memstore.New(memstore.Config{MaxSettleIDs: 16}), tokenPolicy(algo.GCRA))
+	for i := range 200 {
+		d, err := l.Decide(ctx, policy.Request{Tenant: "noisy", Class: "llm", Cost: 1, HasCost: true})
+		if err != nil || !d.Allowed {
+			t.Fatalf("request %d: %+v, %v", i, d, err)
+		}
+		if _, err := l.Settle(ctx, &d, 2); err != nil {
+			t.Fatalf("settlement %d of a 16-id store: %v", i, err)
+		}
+		if again, err := l.Settle(ctx, &d, 9); err != nil || !again.Repeated {
+			t.Fatalf("settlement %d again: %+v, %v; want repeated", i, again, err)
+		}
+	}
+	if got := remaining(t, l, "noisy")["pro.llm.month"]; got != 5000-400 {
+		t.Errorf("class remaining %d, want %d (200 requests of true cost 2)", got, 5000-400)
+	}
+	d, err := l.Decide(ctx, policy.Request{Tenant: "quiet", Class: "llm", Cost: 10, HasCost: true, Settles: true})
+	if err != nil || d.Settlement == nil {
+		t.Fatal(d, err)
+	}
+	if _, err := l.SettleTake(ctx, d.Settlement, 5); err != nil { // a handle's: recorded, and the table has room
+		t.Fatalf("another tenant's handle settlement after the flood: %v", err)
+	}
+}

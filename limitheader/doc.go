@@ -3,8 +3,9 @@
 // early IETF drafts' RateLimit-Limit, -Remaining and -Reset ([Draft], the
 // default), the current draft's structured RateLimit and RateLimit-Policy
 // ([Structured]), and X-RateLimit-* ([X]), each with its concurrency
-// headers; and Retry-After ([RetryAfter]: whole seconds, rounded up, at
-// least 1).
+// headers and, for a layer that counts a measured cost's unit rather
+// than requests, that unit ([UnitHeader], [UnitParam], [XUnitHeader]);
+// and Retry-After ([RetryAfter]: whole seconds, rounded up, at least 1).
 //
 // It writes names and values only: package httplimit puts them on
 // net/http responses, package grpclimit on gRPC trailers, and the daemon

@@ -34,6 +34,26 @@ const (
 	X Form = "x"
 )
 
+// A layer that a class with a measured cost is charged on counts its
+// limit and remaining in that cost's unit ("tokens"; see
+// policy.Layer.Unit), not in requests: each form names it beside the
+// tightest layer's numbers, and names nothing for a layer that counts
+// requests, the drafts' default unit.
+const (
+	// UnitParam is the Structured form's RateLimit-Policy parameter
+	// naming the unit: "<policy>";q=20000;w=6;fairgate-unit="tokens". The
+	// draft's own "qu" takes only the units its IANA registry lists
+	// (requests, content-bytes, concurrent-requests), and lets a policy
+	// carry other parameters, prefixed with the implementation's name,
+	// which a client that does not know them ignores.
+	UnitParam = "fairgate-unit"
+	// UnitHeader is the Draft form's header naming the unit
+	// (RateLimit-Unit: tokens), named as its RateLimit-Limit is.
+	UnitHeader = "RateLimit-Unit"
+	// XUnitHeader is the X form's (X-RateLimit-Unit: tokens).
+	XUnitHeader = "X-RateLimit-Unit"
+)
+
 // ParseForm returns the form named s; "" is Draft.
 func ParseForm(s string) (Form, error) {
 	switch f := Form(s); f {
@@ -46,7 +66,8 @@ func ParseForm(s string) (Form, error) {
 }
 
 // Names lists the rate-limit headers form f writes for a decision with
-// layers (Retry-After and the concurrency headers aside), canonical.
+// layers (Retry-After, the concurrency headers and the unit header
+// aside), canonical.
 func (f Form) Names() []string {
 	switch f {
 	case Structured:
@@ -114,6 +135,8 @@ func canonical(name string) string {
 		return canonicalRemaining
 	case "RateLimit-Reset":
 		return canonicalReset
+	case UnitHeader:
+		return canonicalUnit
 	case "RateLimit-Concurrency-Limit":
 		return canonicalConcLimit
 	case "RateLimit-Concurrency-Remaining":
@@ -130,15 +153,18 @@ var (
 	canonicalLimit     = http.CanonicalHeaderKey("RateLimit-Limit")
 	canonicalRemaining = http.CanonicalHeaderKey("RateLimit-Remaining")
 	canonicalReset     = http.CanonicalHeaderKey("RateLimit-Reset")
+	canonicalUnit      = http.CanonicalHeaderKey(UnitHeader)
 
 	canonicalConcLimit     = http.CanonicalHeaderKey("RateLimit-Concurrency-Limit")
 	canonicalConcRemaining = http.CanonicalHeaderKey("RateLimit-Concurrency-Remaining")
 	canonicalConc          = http.CanonicalHeaderKey("RateLimit-Concurrency")
 )
 
-// headers are a decision's headers as name, value pairs, at most six.
+// headers are a decision's headers as name, value pairs, at most seven:
+// Retry-After, two of concurrency, three of the tightest layer and its
+// unit.
 type headers struct {
-	p [6][2]string
+	p [7][2]string
 	n int
 }
 
@@ -165,12 +191,16 @@ func (hs *headers) emit(f Form, d limiter.Decision) {
 		return
 	}
 	ld := d.Layers[d.Tightest]
+	unit := ld.Unit
 	switch f {
 	case Structured:
 		q, w := quota(ld)
 		pol := httpsfv.NewItem(ld.Policy)
 		pol.Params.Add("q", q)
 		pol.Params.Add("w", max(1, algo.CeilSeconds(w)))
+		if unit != "" {
+			pol.Params.Add(UnitParam, unit)
+		}
 		if v, err := httpsfv.Marshal(httpsfv.List{pol}); err == nil {
 			set("RateLimit-Policy", v)
 		}
@@ -184,10 +214,16 @@ func (hs *headers) emit(f Form, d limiter.Decision) {
 		set("X-RateLimit-Limit", nonNeg(ld.Limit.Capacity()))
 		set("X-RateLimit-Remaining", nonNeg(ld.Remaining))
 		set("X-RateLimit-Reset", nonNeg(now.Add(max(ld.ResetAfter, 0)).Add(time.Second-1).Unix()))
+		if unit != "" {
+			set(XUnitHeader, unit)
+		}
 	default:
 		set("RateLimit-Limit", nonNeg(ld.Limit.Capacity()))
 		set("RateLimit-Remaining", nonNeg(ld.Remaining))
 		set("RateLimit-Reset", nonNeg(algo.CeilSeconds(ld.ResetAfter)))
+		if unit != "" {
+			set(UnitHeader, unit)
+		}
 	}
 }
 

@@ -38,6 +38,7 @@ func CompileWith(p Policy, ov Overlay) (*Snapshot, error) {
 	p.Plans = s.compilePlans(&ps, p.Plans, ov.Plans)
 	s.policy = p
 	s.compileClasses(&ps, p.Classes)
+	s.tenantUnit = tenantUnit(s.classes)
 	s.checkDefaults(&ps)
 	s.compileTenants(&ps, p.Tenants, ov.Tenants)
 	s.checkCaps(&ps)

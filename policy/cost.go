@@ -5,6 +5,7 @@ import (
 	"math"
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -64,6 +65,35 @@ type Measure struct {
 	SSE string `json:"sse,omitempty"`
 }
 
+// RequestsUnit is the unit of a layer that no class with a measured cost
+// is charged on: requests, each charged its route's cost. Views show it
+// for [Layer].Unit "".
+const RequestsUnit = "requests"
+
+// unit returns the unit c's own layers count in: its measured cost's, ""
+// (requests) without one.
+func (c *Class) unit() string {
+	if c.Cost == nil {
+		return ""
+	}
+	return c.Cost.Unit
+}
+
+// tenantUnit returns the unit of the tenant's layers, which every class
+// is charged on: the one unit of the classes with a measured cost, as a
+// fixed cost counts in it too; several sorted and joined by "+", as the
+// layer counts their sum; "" (requests) when no class has one.
+func tenantUnit(classes map[string]*Class) string {
+	var units []string
+	for _, c := range classes {
+		if u := c.unit(); u != "" && !slices.Contains(units, u) {
+			units = append(units, u)
+		}
+	}
+	slices.Sort(units)
+	return strings.Join(units, "+")
+}
+
 // UnitRule says what a measured cost's unit may be, for error messages.
 const UnitRule = "lower-case letters, digits and '_', starting with a letter, at most 16, such as tokens"
 
@@ -74,6 +104,9 @@ var (
 	// jsonPathRE is a dotted path of object member names.
 	jsonPathRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}(\.[A-Za-z0-9_-]{1,64}){0,7}$`)
 )
+
+// ValidUnit reports whether u is a measured cost's unit by [UnitRule].
+func ValidUnit(u string) bool { return unitRE.MatchString(u) }
 
 // JSONPathRule says what a cost's JSON path may be, for error messages.
 const JSONPathRule = "member names of letters, digits, '_' and '-' joined by '.', at most 8, such as usage.total_tokens"

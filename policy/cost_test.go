@@ -109,7 +109,8 @@ func TestJSONCount(t *testing.T) {
 }
 
 // TestResolveMeasured: a request of a measured class is charged its
-// estimate clamped to 1..cap, the default without one, and its
+// estimate clamped to 1..cap (given, else its estimate header when the
+// caller settles), the default without one, and its
 // resolution carries the measured cost; a negative cost is refused as for
 // any class.
 func TestResolveMeasured(t *testing.T) {
@@ -122,17 +123,28 @@ func TestResolveMeasured(t *testing.T) {
 		name             string
 		cost             int64
 		hasCost, settles bool
+		header           string // X-Max-Tokens, the estimate header
 		want             int64
 	}{
-		{"default, settled", 0, false, true, 500},
+		{"default, settled", 0, false, true, "", 500},
 		// A caller that does not settle (the proxy today) is charged the
 		// cap, so that the budget holds without a settlement.
-		{"none given, not settled: the cap", 0, false, false, 4000},
-		{"given", 1500, true, true, 1500},
-		{"zero given: 1", 0, true, true, 1},
-		{"over the cap", 1 << 40, true, true, 4000},
+		{"none given, not settled: the cap", 0, false, false, "", 4000},
+		{"given", 1500, true, true, "", 1500},
+		{"zero given: 1", 0, true, true, "", 1},
+		{"over the cap", 1 << 40, true, true, "", 4000},
+		// Forward auth gives the headers: the estimate header, settled.
+		{"header, settled", 0, false, true, "1200", 1200},
+		{"header over the cap", 0, false, true, "90000", 4000},
+		{"header not a count: the default", 0, false, true, "lots", 500},
+		{"header, not settled: the cap", 0, false, false, "1200", 4000},
+		{"header beside a cost: the cost", 700, true, true, "1200", 700},
 	} {
-		res, err := snap.Resolve(policy.Request{Tenant: "acme", Method: "POST", Path: "/v1/chat", Cost: tc.cost, HasCost: tc.hasCost, Settles: tc.settles}, now)
+		var h http.Header
+		if tc.header != "" {
+			h = http.Header{"X-Max-Tokens": {tc.header}}
+		}
+		res, err := snap.Resolve(policy.Request{Tenant: "acme", Method: "POST", Path: "/v1/chat", Cost: tc.cost, HasCost: tc.hasCost, Settles: tc.settles, Header: h}, now)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}

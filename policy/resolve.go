@@ -3,6 +3,7 @@ package policy
 import (
 	"errors"
 	"fmt"
+	"net/http"
 	"net/netip"
 	"time"
 
@@ -35,17 +36,24 @@ type Request struct {
 	Class string
 	// Cost, when HasCost, replaces the route's cost. For a class with a
 	// measured cost it is the estimate ([Estimate.From]), clamped to
-	// 1..cap; without it the class's default estimate is charged when
-	// Settles, else its cap.
+	// 1..cap; without it, when Settles, the estimate the class's
+	// estimate header gives in Header, else its default; when not, its
+	// cap.
 	Cost    int64
 	HasCost bool
+	// Header is the request's headers, read only for a measured-cost
+	// class's estimate header when the caller settles and gives no Cost
+	// (forward auth, which sees the headers and never the body). Nil
+	// means none.
+	Header http.Header
 	// Settles reports that the caller settles a measured-cost request when
-	// it ends (Limiter.Settle, or /v1/check's handle). A caller that does
-	// not (the proxy, the HTTP middleware, forward auth and gRPC, until
-	// they read the true cost) is charged the class's cap when it gives no
-	// cost: the most one request may cost, so that the budget holds
-	// without a settlement; a default estimate, or a client's own, would
-	// let a request cost more than it was charged.
+	// it ends (Limiter.Settle, or the handle of /v1/check or /v1/authz).
+	// A caller that does not (the proxy, the HTTP middleware, forward auth
+	// unless told that the upstream settles, and gRPC) is charged the
+	// class's cap when it gives no cost: the most one request may cost,
+	// so that the budget holds without a settlement; a default estimate,
+	// or a client's own, would let a request cost more than it was
+	// charged.
 	Settles bool
 	// IP is the client's address, for anonymous routes.
 	IP netip.Addr
@@ -91,6 +99,14 @@ type Layer struct {
 	Limit algo.Limit
 	// Shadow reports that the layer is not enforced.
 	Shadow bool
+	// Unit is what Limit counts, for headers and views (see
+	// [MeasuredCost].Unit): a class's layer counts in its class's unit;
+	// the tenant's layers, which every class is charged on, in the unit
+	// of the policy's measured-cost classes (a plan of 200,000 tokens a
+	// minute that a chat class charges 1 a request counts tokens),
+	// several joined by "+" ("rows+tokens"). "" means requests: no
+	// class charged on the layer has a measured cost.
+	Unit string
 }
 
 // Resolution is what a request resolves to: the layers to check as one
@@ -209,7 +225,7 @@ func (s *Snapshot) Resolve(req Request, now time.Time) (Resolution, error) {
 		switch {
 		case req.HasCost:
 		case req.Settles:
-			cost = m.Estimate.defaultValue()
+			cost = m.Estimate.From(req.Header, nil)
 		default:
 			cost = m.Estimate.Cap
 		}
@@ -233,6 +249,7 @@ func (s *Snapshot) Resolve(req Request, now time.Time) (Resolution, error) {
 				Class:  c.Name,
 				Limit:  t.classLimit(r, c),
 				Shadow: r.Shadow || c.Shadow,
+				Unit:   c.unit(),
 			})
 		}
 	}
@@ -246,6 +263,7 @@ func (s *Snapshot) Resolve(req Request, now time.Time) (Resolution, error) {
 			Key:    key("t:", tag, "all", "", r.Name, window),
 			Limit:  l,
 			Shadow: r.Shadow, // a shadow class shadows only the layer it adds
+			Unit:   s.tenantUnit,
 		})
 	}
 	return res, checkCosts(res)

@@ -26,6 +26,8 @@ type Snapshot struct {
 	patterns    map[string]string // the mux's patterns to the policy's
 	loc         *time.Location
 	policy      Policy
+	// tenantUnit is the unit of the tenant's layers (see [Layer].Unit).
+	tenantUnit string
 }
 
 type cplan struct {

@@ -34,6 +34,25 @@ type Settler interface {
 	Settle(ctx context.Context, id string, adjs []Adjustment, res *SettleResult) error
 }
 
+// UnrecordedSettler is a [Settler] that can also apply a settlement
+// without recording its id: an in-process store, whose call never fails
+// after it applied, so that a caller that makes each settlement at most
+// once itself (it holds the settlement, and repeats only a call that
+// failed) needs no record of it. The memory store is one; Redis is not (a
+// call that timed out may have run, and only the id record makes its
+// retry safe).
+//
+// It keeps the id table, bounded as it must be, for the settlements that
+// need it: those a client can replay (the HTTP API's handles). The
+// in-process fronts (the proxy, the middleware, the Go API, Envoy's
+// stream-done charges) settle unrecorded, so no number of their
+// settlements can fill the table and refuse another tenant's.
+type UnrecordedSettler interface {
+	// SettleUnrecorded applies adjs as Settle does, as one atomic step,
+	// without an id: each call applies.
+	SettleUnrecorded(ctx context.Context, adjs []Adjustment, res *SettleResult) error
+}
+
 // Adjustment is one key's part of a settlement: the take on Key under
 // Limit is to be charged Delta units more (or, negative, fewer).
 type Adjustment struct {
@@ -102,9 +121,16 @@ const (
 // wraps [ErrInvalidCheck] and, where it applies, [algo.ErrInvalidLimit] or
 // [ErrDuplicateCheck].
 func ValidateSettle(id string, adjs []Adjustment) error {
-	switch {
-	case id == "" || len(id) > MaxSettleID:
+	if id == "" || len(id) > MaxSettleID {
 		return fmt.Errorf("%w: settlement id of %d bytes: want 1 to %d", ErrInvalidCheck, len(id), MaxSettleID)
+	}
+	return ValidateAdjustments(adjs)
+}
+
+// ValidateAdjustments is [ValidateSettle] without the id: what
+// [UnrecordedSettler.SettleUnrecorded] checks.
+func ValidateAdjustments(adjs []Adjustment) error {
+	switch {
 	case len(adjs) == 0 || len(adjs) > MaxBatch:
 		return fmt.Errorf("%w: %d adjustments in one settlement: want 1 to %d", ErrInvalidCheck, len(adjs), MaxBatch)
 	}

@@ -15,8 +15,9 @@ import (
 // TestServeDashboardTenantIDs: the limited tenants' IDs on the dashboard
 // are behind a credential, as the help of --internal-token-file says.
 // With only the internal token set, /dashboard/data refuses a request
-// without it and shows the tenants to one with it; with no token at all,
-// it answers without a tenant ID.
+// without it and shows the tenants to one with it, and /dashboard/tenant
+// a tenant's budget, each layer in its unit; with no token at all, it
+// answers without a tenant ID, and no budget.
 func TestServeDashboardTenantIDs(t *testing.T) {
 	const tenant = "acme-private-customer"
 	for _, tok := range []string{"internal-token-for-the-test-01", ""} {
@@ -69,6 +70,21 @@ func TestServeDashboardTenantIDs(t *testing.T) {
 				}
 				return errors.New(body)
 			})
+			// A tenant's budget: each layer in its unit, with a token only.
+			budget := "/dashboard/tenant?id=" + tenant
+			if tok == "" {
+				if code, body := call("GET", budget, "", ""); code != http.StatusForbidden || strings.Contains(body, tenant) {
+					t.Fatalf("a budget without any token: %d %s, want 403", code, body)
+				}
+				return
+			}
+			if code, body := call("GET", budget, "", ""); code != http.StatusUnauthorized {
+				t.Fatalf("a budget without the internal token: %d %s, want 401", code, body)
+			}
+			code, body := call("GET", budget, "", tok)
+			if code != http.StatusOK || !strings.Contains(body, `"tenant":"`+tenant+`"`) || !strings.Contains(body, `"unit":"requests"`) || !strings.Contains(body, `"remaining":`) {
+				t.Fatalf("a budget with the internal token: %d %s, want the tenant's layers in requests", code, body)
+			}
 		})
 	}
 }

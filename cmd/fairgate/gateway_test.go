@@ -45,6 +45,8 @@ import (
 	"github.com/fairgate/fairgate/internal/envoyenv"
 	"github.com/fairgate/fairgate/internal/rls"
 	"github.com/fairgate/fairgate/internal/testenv"
+	"github.com/fairgate/fairgate/internal/testpolicy"
+	"github.com/fairgate/fairgate/internal/testwait"
 	"github.com/fairgate/fairgate/limiter"
 	"github.com/fairgate/fairgate/store/memstore"
 )
@@ -341,12 +343,12 @@ func rawGet(t *testing.T, base, target, key string) int {
 	return resp.StatusCode
 }
 
-// startNginx runs the real nginx with examples/gateways/nginx.conf in front
-// of fairgate and api, and returns its address.
-func startNginx(t *testing.T, fairgate, api string) string {
+// startNginx runs the real nginx with examples/gateways/<file> in front of
+// fairgate and api, and returns its address.
+func startNginx(t *testing.T, file, fairgate, api string) string {
 	t.Helper()
 	gw := freeAddr(t)
-	conf := gatewayFile(t, "nginx.conf", "127.0.0.1:8000", gw, fairgate, api)
+	conf := gatewayFile(t, file, "127.0.0.1:8000", gw, fairgate, api)
 	dir := filepath.Dir(conf)
 	startProcess(t, gw, "nginx", []string{"-p", dir, "-c", conf, "-g", "daemon off; pid " + dir + "/nginx.pid; error_log stderr;"})
 	return gw
@@ -357,7 +359,7 @@ func TestNginxAuthRequest(t *testing.T) {
 	api := newUpstreamAPI(t)
 	sv := startServe(t, "--listen", "127.0.0.1:0", "--config", gatewayConfig(t, "forward_auth: {gateway: nginx, tenant_header: X-Tenant}\n"))
 	defer sv.stop()
-	gw := startNginx(t, sv.addr, api.Listener.Addr().String())
+	gw := startNginx(t, "nginx.conf", sv.addr, api.Listener.Addr().String())
 	testThroughGateway(t, "http://"+gw, api, true)
 	testGatewaySpoofing(t, "http://"+gw, api)
 }
@@ -369,7 +371,7 @@ func TestNginxFailClosed(t *testing.T) {
 	api := newUpstreamAPI(t)
 	sv := startServe(t, "--listen", "127.0.0.1:0", "--store", "redis://"+freeAddr(t), "--config", gatewayConfig(t, "forward_auth: {gateway: nginx}\n"))
 	defer sv.stop()
-	gw := startNginx(t, sv.addr, api.Listener.Addr().String())
+	gw := startNginx(t, "nginx.conf", sv.addr, api.Listener.Addr().String())
 	r := gwDo(t, fromIP("127.0.0.2"), "POST", "http://"+gw+"/v1/users", "key-newco")
 	if r.code != 503 || r.header.Get("Retry-After") != "5" || r.problem["status"] != float64(503) {
 		t.Fatalf("fail-closed route with the store out: %d %v %v, want 503 with Retry-After 5", r.code, r.header, r.problem)
@@ -379,17 +381,216 @@ func TestNginxFailClosed(t *testing.T) {
 	}
 }
 
+// startCaddy runs the real Caddy with examples/gateways/Caddyfile in front
+// of fairgate and api, and returns its address.
+func startCaddy(t *testing.T, fairgate, api string) string {
+	t.Helper()
+	gw := freeAddr(t)
+	conf := gatewayFile(t, "Caddyfile", "127.0.0.1:8001", gw, fairgate, api)
+	dir := filepath.Dir(conf)
+	startProcess(t, gw, "caddy", []string{"run", "--config", conf, "--adapter", "caddyfile"}, "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir, "HOME="+dir)
+	return gw
+}
+
 // TestCaddyForwardAuth drives the real Caddy with examples/gateways/Caddyfile.
 func TestCaddyForwardAuth(t *testing.T) {
 	api := newUpstreamAPI(t)
 	sv := startServe(t, "--listen", "127.0.0.1:0", "--config", gatewayConfig(t, "forward_auth: {gateway: caddy, tenant_header: X-Tenant}\n"))
 	defer sv.stop()
-	gw := freeAddr(t)
-	conf := gatewayFile(t, "Caddyfile", "127.0.0.1:8001", gw, sv.addr, api.Listener.Addr().String())
-	dir := filepath.Dir(conf)
-	startProcess(t, gw, "caddy", []string{"run", "--config", conf, "--adapter", "caddyfile"}, "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir, "HOME="+dir)
+	gw := startCaddy(t, sv.addr, api.Listener.Addr().String())
 	testThroughGateway(t, "http://"+gw, api, false)
 	testGatewaySpoofing(t, "http://"+gw, api)
+}
+
+// settleConfig is fairgate's config for the settlement tests behind gw:
+// testpolicy.Tokens at 100,000 tokens a year (no refill while a test
+// runs: class llm, POST /v1/chat, has a burst of 50,000), tenant newco
+// (key-newco), and a gateway whose upstream settles
+// (forward_auth.settles), so that the estimate is charged.
+func settleConfig(t *testing.T, gw string) string {
+	t.Helper()
+	sum := sha256.Sum256([]byte("key-newco"))
+	cfg := testpolicy.Tokens(100_000, "8760h") + fmt.Sprintf(`trusted_proxies: [127.0.0.1]
+forward_auth: {gateway: %s, settles: true}
+auth:
+  api_keys:
+    - {sha256: %x, tenant: newco}
+`, gw, sum)
+	path := filepath.Join(t.TempDir(), "fairgate.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// settlingAPI is an API behind a gateway: it answers each request with
+// its true cost in X-Usage-Tokens (the X-True-Cost the test sends,
+// standing for the tokens a model used; "fail" makes it answer 502 with
+// a cost of 0) and, when it settles, posts the settlement handle the
+// gateway gave it to fairgate's /v1/settle with that cost.
+type settlingAPI struct {
+	*httptest.Server
+	settles bool
+	mu      sync.Mutex
+	handles []string // the X-Fairgate-Settlement values each request reached it with
+	settled []string // what each settle answered: status and body
+}
+
+// newSettlingAPI starts the API; fairgate is where it settles, "" for an
+// API that does not (the gateway settles).
+func newSettlingAPI(t *testing.T, fairgate string) *settlingAPI {
+	a := &settlingAPI{settles: fairgate != ""}
+	a.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		handle := r.Header.Get("X-Fairgate-Settlement")
+		cost, status := cmp.Or(r.Header.Get("X-True-Cost"), "0"), http.StatusOK
+		if cost == "fail" {
+			cost, status = "0", http.StatusBadGateway // an error answer: settled at 0
+		}
+		a.mu.Lock()
+		a.handles = append(a.handles, strings.Join(r.Header.Values("X-Fairgate-Settlement"), "|"))
+		a.mu.Unlock()
+		if handle != "" && a.settles {
+			resp, err := http.Post("http://"+fairgate+"/v1/settle", "application/json", strings.NewReader(fmt.Sprintf(`{"handle": %q, "cost": %s}`, handle, cost)))
+			answer := fmt.Sprint(err)
+			if err == nil {
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				answer = fmt.Sprintf("%d %s", resp.StatusCode, body)
+			}
+			a.mu.Lock()
+			a.settled = append(a.settled, answer)
+			a.mu.Unlock()
+		}
+		w.Header().Set("X-Usage-Tokens", cost)
+		w.WriteHeader(status)
+	}))
+	t.Cleanup(a.Close)
+	return a
+}
+
+// testSettleThroughGateway is what a gateway in front of a measured-cost
+// API must do: each admitted completion is settled at its true cost, by
+// the API with a handle of its own that the gateway gave it, never the
+// one the client sent (a garbage one, or a real handle of its own earlier
+// request, which would leave a request unsettled), or by the gateway
+// itself (api.settles false: then the API is given none); and the
+// tenant is charged exactly the sum of the true costs on every layer.
+func testSettleThroughGateway(t *testing.T, base, fairgate string, api *settlingAPI) {
+	c := fromIP("127.0.0.2")
+	requests := []struct{ estimate, cost string }{
+		{"1000", "2500"}, // more than estimated: charged the rest
+		{"4000", "120"},  // less: refunded
+		{"", "500"},      // no estimate: the default 500
+		{"300", "fail"},  // the API failed: settled at 0, the estimate refunded
+		{"99999", "3999"},
+		{"1", "7000"}, // a client that lowballs its estimate pays its true cost
+	}
+	const trueTotal = 2500 + 120 + 500 + 0 + 3999 + 7000
+	forged := "fg1.eyJpIjoiIn0.AAAA"
+	for i, rq := range requests {
+		hdr := []string{"X-True-Cost", rq.cost, "X-Fairgate-Settlement", forged}
+		if rq.estimate != "" {
+			hdr = append(hdr, "X-Max-Tokens", rq.estimate)
+		}
+		r := gwDo(t, c, "POST", base+"/v1/chat", "key-newco", hdr...)
+		if want := map[bool]int{true: 502, false: 200}[rq.cost == "fail"]; r.code != want {
+			t.Fatalf("completion %d: %d, want %d", i, r.code, want)
+		}
+		api.mu.Lock()
+		got := api.handles[len(api.handles)-1]
+		api.mu.Unlock()
+		if strings.Contains(got, forged) || strings.Contains(got, "|") || (got == "") == api.settles {
+			t.Fatalf("completion %d reached the API with X-Fairgate-Settlement %q (the client sent %q; the API settles: %v)", i, got, forged, api.settles)
+		}
+		if got != "" {
+			forged = got // the next request tries to pass this real handle as its own
+		}
+	}
+	// A request of a class without a measured cost carries no handle, and
+	// not the client's either.
+	if r := gwDo(t, c, "GET", base+"/v1/users/1", "key-newco", "X-Fairgate-Settlement", forged); r.code != 200 {
+		t.Fatalf("GET /v1/users/1: %d", r.code)
+	}
+	api.mu.Lock()
+	if got := api.handles[len(api.handles)-1]; got != "" {
+		t.Errorf("GET /v1/users/1 reached the API with X-Fairgate-Settlement %q, want none (the client sent %q)", got, forged)
+	}
+	seen := map[string]bool{}
+	for _, h := range api.handles[:len(requests)] {
+		if h != "" && seen[h] {
+			t.Errorf("two requests reached the API with one handle %q", h)
+		}
+		seen[h] = true
+	}
+	for i, s := range api.settled {
+		if !strings.HasPrefix(s, "200 ") || !strings.Contains(s, `"repeated":false`) {
+			t.Errorf("settle %d: %s", i, s)
+		}
+	}
+	api.mu.Unlock()
+	// The tenant's layers, read from the store: every true cost charged
+	// once, and the GET's 1. A gateway settles after the answer is sent:
+	// wait for it.
+	testwait.EventuallyNil(t, 10*time.Second, "the tenant charged its true costs", func() error {
+		req, _ := http.NewRequest("GET", "http://"+fairgate+"/v1/me/limits", nil)
+		req.Header.Set("X-API-Key", "key-newco")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		var me struct {
+			Layers []struct {
+				Policy           string
+				Burst, Remaining int64
+			}
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&me); err != nil || len(me.Layers) != 2 {
+			return fmt.Errorf("/v1/me/limits: %v %+v", err, me)
+		}
+		for _, l := range me.Layers {
+			want := l.Burst - trueTotal // pro.llm.365d
+			if l.Burst == 100000 {
+				want-- // pro.tenant.365d: the GET too
+			}
+			if l.Remaining != want {
+				return fmt.Errorf("%s: remaining %d of %d, want %d: the tenant's charge is not its true cost %d", l.Policy, l.Remaining, l.Burst, want, trueTotal)
+			}
+		}
+		return nil
+	})
+}
+
+// TestNginxSettles drives the real nginx with examples/gateways/nginx.conf
+// in front of an API that settles each completion at its true cost.
+func TestNginxSettles(t *testing.T) {
+	sv := startServe(t, "--listen", "127.0.0.1:0", "--config", settleConfig(t, "nginx"))
+	defer sv.stop()
+	api := newSettlingAPI(t, sv.addr)
+	gw := startNginx(t, "nginx.conf", sv.addr, api.Listener.Addr().String())
+	testSettleThroughGateway(t, "http://"+gw, sv.addr, api)
+}
+
+// TestNginxSettlesItself drives the real nginx with
+// examples/gateways/nginx-settles.conf, which settles each completion
+// itself (post_action) at the cost the API's answer gives in
+// X-Usage-Tokens.
+func TestNginxSettlesItself(t *testing.T) {
+	sv := startServe(t, "--listen", "127.0.0.1:0", "--config", settleConfig(t, "nginx"))
+	defer sv.stop()
+	api := newSettlingAPI(t, "")
+	gw := startNginx(t, "nginx-settles.conf", sv.addr, api.Listener.Addr().String())
+	testSettleThroughGateway(t, "http://"+gw, sv.addr, api)
+}
+
+// TestCaddySettles: TestNginxSettles with the real Caddy and
+// examples/gateways/Caddyfile.
+func TestCaddySettles(t *testing.T) {
+	sv := startServe(t, "--listen", "127.0.0.1:0", "--config", settleConfig(t, "caddy"))
+	defer sv.stop()
+	api := newSettlingAPI(t, sv.addr)
+	gw := startCaddy(t, sv.addr, api.Listener.Addr().String())
+	testSettleThroughGateway(t, "http://"+gw, sv.addr, api)
 }
 
 // TestGatewayExamplesParse checks the examples that cannot run here: the
@@ -409,7 +610,7 @@ func TestGatewayExamplesParse(t *testing.T) {
 		t.Fatalf("ingress-nginx.yaml: %v (kind %q)", err, ing.Kind)
 	}
 	an := func(k string) string { return ing.Metadata.Annotations["nginx.ingress.kubernetes.io/"+k] }
-	if !strings.HasSuffix(an("auth-url"), "/v1/authz") || !strings.Contains(an("auth-response-headers"), "X-Fairgate-Tenant") {
+	if !strings.HasSuffix(an("auth-url"), "/v1/authz") || !strings.Contains(an("auth-response-headers"), "X-Fairgate-Tenant") || !strings.Contains(an("auth-response-headers"), "X-Fairgate-Settlement") {
 		t.Fatalf("ingress annotations: %v", ing.Metadata.Annotations)
 	}
 	dir := t.TempDir()
@@ -456,7 +657,7 @@ http {
 		t.Fatalf("traefik.yaml: %v", err)
 	}
 	fa := tr.HTTP.Middlewares["fairgate"].ForwardAuth
-	if !strings.HasSuffix(fa.Address, "/v1/authz") || !slices.Contains(fa.AuthResponseHeaders, "X-Fairgate-Tenant") {
+	if !strings.HasSuffix(fa.Address, "/v1/authz") || !slices.Contains(fa.AuthResponseHeaders, "X-Fairgate-Tenant") || !slices.Contains(fa.AuthResponseHeaders, "X-Fairgate-Settlement") {
 		t.Fatalf("traefik forwardAuth: %+v", fa)
 	}
 	// Traefik passes every client header to fairgate unless
@@ -518,7 +719,7 @@ func testEnvoyExample(t *testing.T) {
 // gateway config as it is in examples/gateways, the files the tests run.
 func TestGatewayDocsShowTheTestedFiles(t *testing.T) {
 	doc := string(mustRead(t, "../../docs/gateways.md"))
-	for _, name := range []string{"nginx.conf", "Caddyfile", "ingress-nginx.yaml", "traefik.yaml", "envoy.yaml"} {
+	for _, name := range []string{"nginx.conf", "nginx-settles.conf", "Caddyfile", "ingress-nginx.yaml", "traefik.yaml", "envoy.yaml"} {
 		if !strings.Contains(doc, string(mustRead(t, filepath.Join("../../examples/gateways", name)))) {
 			t.Errorf("docs/gateways.md does not show examples/gateways/%s as it is", name)
 		}
@@ -915,7 +1116,7 @@ func TestRLSExamplesParse(t *testing.T) {
 // examples/rls as it is, the files TestRLSExamplesParse checks.
 func TestRLSDocsShowTheTestedFiles(t *testing.T) {
 	doc := string(mustRead(t, "../../docs/rls.md"))
-	for _, name := range []string{"envoy.yaml", "istio.yaml", "envoy-gateway.yaml", "ratelimit-config.yaml", "fairgate.env"} {
+	for _, name := range []string{"envoy.yaml", "istio.yaml", "envoy-gateway.yaml", "ratelimit-config.yaml", "fairgate.env", "envoy-tokens.yaml", "ratelimit-tokens.yaml", "fairgate-tokens.yaml"} {
 		if !strings.Contains(doc, string(mustRead(t, filepath.Join("../../examples/rls", name)))) {
 			t.Errorf("docs/rls.md does not show examples/rls/%s as it is", name)
 		}

@@ -54,10 +54,12 @@ check-config prints every problem of a config file, with its line, and exits
 1 if there is any.
 
 simulate runs limits on a virtual clock against described traffic and prints
-what each admitted; with --out it draws the remaining capacity as an SVG.
+what each admitted; with --out it draws the remaining capacity as an SVG. A
+measured cost ('estimate 1000 cost 500..4000') shows its debt over time.
 
 replay runs recorded traffic through a proposed config on a virtual clock and
-reports, per tenant and per policy, how many requests would have been limited.
+reports, per tenant and per policy, how many requests would have been limited;
+--cost-field settles measured costs at the cost each line gives.
 
 version prints the version, the commit it was built from and the Go version.
 `

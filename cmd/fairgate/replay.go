@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -23,6 +24,8 @@ func replayCommand(args []string, stdout, stderr io.Writer) int {
 	tenantField := fs.String("tenant-field", "", "where the tenant is: a JSON key (default tenant), or user, ident or host in the common format (default user)")
 	top := fs.Int("top", 50, "tenants listed in the table (0: all)")
 	window := fs.Duration("reorder-window", replay.DefaultReorderWindow, "how far behind the latest line of its file a line may be and still be decided in time order (nginx writes a line when its request ends); lines further behind are decided where they stand and counted (0: file order)")
+	costField := fs.String("cost-field", "", "where each line gives its request's true cost, for classes with a measured cost: a JSON key or dotted path (usage.total_tokens), or bytes or last in the common format; such a request is charged its estimate and settled at that cost (without: charged its class's cap, as a front that does not settle)")
+	estimateField := fs.String("estimate-field", "", "where each line gives its request's estimate, as --cost-field names its cost (default: the class's default estimate)")
 	if code, ok := parseFlags(fs, "replay", args, stdout, stderr); !ok {
 		return code
 	}
@@ -36,6 +39,9 @@ func replayCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	if *window < 0 {
 		return usageError(stderr, "replay", fmt.Errorf("reorder window %v: want 0 or more, such as 60s", *window))
+	}
+	if err := checkCostFields(*costField, *estimateField, *logFormat); err != nil {
+		return usageError(stderr, "replay", err)
 	}
 	cfg, _, err := app.LoadConfig(*cfgPath, nil)
 	if err != nil {
@@ -66,7 +72,7 @@ func replayCommand(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "fairgate replay:", err)
 		return 1
 	}
-	o := replay.Options{Format: replay.Format(*logFormat), TenantField: *tenantField, ReorderWindow: *window}
+	o := replay.Options{Format: replay.Format(*logFormat), TenantField: *tenantField, ReorderWindow: *window, CostField: *costField, EstimateField: *estimateField}
 	if *window == 0 {
 		o.ReorderWindow = -1 // none: Options' zero is the default
 	}
@@ -96,6 +102,31 @@ func replayCommand(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// checkCostFields checks --cost-field and --estimate-field: a dotted path
+// of names, or for common logs bytes or last; an estimate only with a
+// cost, and not from the same field.
+func checkCostFields(cost, estimate, logFormat string) error {
+	switch {
+	case estimate != "" && cost == "":
+		return errors.New("--estimate-field needs --cost-field: an estimate is settled at the true cost")
+	case estimate != "" && estimate == cost:
+		return fmt.Errorf("--estimate-field and --cost-field both name %q: the estimate and the true cost are two fields", cost)
+	}
+	for i, f := range []string{cost, estimate} {
+		flag := []string{"cost-field", "estimate-field"}[i]
+		if f == "" {
+			continue
+		}
+		if slices.Contains(strings.Split(f, "."), "") {
+			return fmt.Errorf("--%s %q: want a key or a dotted path such as usage.total_tokens", flag, f)
+		}
+		if logFormat == string(replay.FormatCommon) && f != "bytes" && f != "last" {
+			return fmt.Errorf("--%s %q: want bytes (the response size) or last (the line's last field) for the common format", flag, f)
+		}
+	}
+	return nil
 }
 
 // isTerminal reports whether w is a terminal (a character device).

@@ -161,3 +161,80 @@ func TestReplayReorderWindow(t *testing.T) {
 		t.Errorf("--reorder-window -1s: exit %d, %s", code, stderr.String())
 	}
 }
+
+// TestSimulateMeasured: a measured cost through the command: --steps
+// lists docs/cost.md's worked example in the policy's unit, the table
+// shows the debt, and the chart draws it and the settlements.
+func TestSimulateMeasured(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "tokens.svg")
+	var stdout, stderr bytes.Buffer
+	traffic := "burst 1 at 0s estimate 6000 cost 9500; burst 1 at 0s estimate 1000 cost 0; burst 1 at 0s estimate 8000 cost 40000; burst 1 at 0s estimate 1000 cost 1000"
+	if code := run(t.Context(), []string{"simulate", "--steps", "--policy", "limit=200000,period=1m,burst=20000,unit=tokens", "--traffic", traffic, "--out", out}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	for _, want := range []string{"remaining tokens", "+22500", "-20000", "6.3s", "lowest remaining -20000 (a debt)"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("the steps lack %q:\n%s", want, stdout.String())
+		}
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := xml.Unmarshal(b, new(struct{})); err != nil || !bytes.Contains(b, []byte(`class="debt"`)) || bytes.Count(b, []byte(`class="settled"`)) != 3 {
+		t.Fatalf("the chart draws no debt or not the 3 settlements (%v)", err)
+	}
+	stdout.Reset()
+	if code := run(t.Context(), []string{"simulate", "--seed", "7", "--policy", "limit=200000,period=1m,burst=20000,unit=tokens", "--traffic", "steady 10/s from 0s to 10s estimate 1000 cost 500..4000"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	first := stdout.String()
+	stdout.Reset()
+	run(t.Context(), []string{"simulate", "--seed", "7", "--policy", "limit=200000,period=1m,burst=20000,unit=tokens", "--traffic", "steady 10/s from 0s to 10s estimate 1000 cost 500..4000"}, &stdout, &stderr)
+	if stdout.String() != first || !strings.Contains(first, "remaining tokens after") {
+		t.Fatalf("one seed, two tables:\n%s\n%s", first, stdout.String())
+	}
+}
+
+// TestReplayCostField: --cost-field through the command, with a config
+// of a measured class: the CSV carries each tenant's cost and deepest
+// debt and the totals; a line without a cost is counted, not fatal.
+func TestReplayCostField(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "tokens.yaml")
+	os.WriteFile(cfg, []byte(`default_plan: pro
+default_class: chat
+plans:
+  pro: {limit: 200000, period: 1m, burst: 20000}
+classes:
+  chat: {share: 1}
+  completions:
+    cost:
+      unit: tokens
+      estimate: {json: max_tokens, default: 1000, cap: 8000}
+      measure: {json: usage.total_tokens}
+routes:
+  - {route: "POST /v1/completions", class: completions}
+`), 0o600)
+	var log strings.Builder
+	for _, l := range []string{`"max_tokens":6000,"usage":{"total_tokens":9500}`, `"usage":{"total_tokens":"0"}`, `"max_tokens":8000,"usage":{"total_tokens":40000}`, `"max_tokens":1000,"usage":{"total_tokens":1000}`, `"usage":{"total_tokens":"lots"}`} {
+		fmt.Fprintf(&log, `{"time":"2026-12-03T10:00:00Z","tenant":"acme","method":"POST","path":"/v1/completions",%s}`+"\n", l)
+	}
+	path := filepath.Join(dir, "access.log")
+	os.WriteFile(path, []byte(log.String()), 0o600)
+	var stdout, stderr bytes.Buffer
+	if code := run(t.Context(), []string{"replay", "--config", cfg, "--format", "csv", "--cost-field", "usage.total_tokens", "--estimate-field", "max_tokens", path}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	want := `kind,name,requests,limited,shadow_limited,first_limited,last_limited,cost,max_debt
+tenant,acme,5,2,0,2026-12-03T10:00:00Z,2026-12-03T10:00:00Z,49500,20000
+policy,pro.tenant.1m,5,2,0,2026-12-03T10:00:00Z,2026-12-03T10:00:00Z,49500,20000
+out_of_order,60s,0,,,,,,
+settled,usage.total_tokens,3,,,,,,
+unsettled,usage.total_tokens,0,,,,,,
+unapplied,usage.total_tokens,9500,,,,,,
+`
+	if stdout.String() != want {
+		t.Errorf("CSV:\n%s\nwant:\n%s", stdout.String(), want)
+	}
+}

@@ -28,18 +28,25 @@ Validates FILE (default: the embedded examples/fairgate.yaml) and prints every
 problem with its line; exits 1 if there is any. It reads the files the config
 names (keys, secrets) but does not fetch auth.jwt.jwks_url: serve fetches it at
 start, waits up to 5s, and refuses to start without it.`,
-	"simulate": `usage: fairgate simulate --policy P [--policy P…] (--traffic T | --traffic-file FILE) [--out chart.svg] [--until D] [--hold D]
+	"simulate": `usage: fairgate simulate --policy P [--policy P…] (--traffic T | --traffic-file FILE) [--out chart.svg] [--until D] [--hold D] [--seed N] [--steps]
 
 Runs limits on a virtual clock against described traffic and prints what each
 admitted; with --out it draws the remaining capacity as an SVG, with a legend
-naming each line.`,
-	"replay": `usage: fairgate replay [--config proposed.yaml] [--format table|csv|json] [--log-format json|common|auto] [--tenant-field F] [--top N] [--reorder-window 60s] ACCESS_LOG…
+naming each line. A clause 'estimate E cost N' is a measured cost (an LLM
+completion's tokens): admission charges E, and the request is settled at N
+when it ends; the table and the chart show the units charged and settled
+and the debt (remaining below zero), in the policy's unit=; --steps lists
+every admission and settlement (docs/cost.md).`,
+	"replay": `usage: fairgate replay [--config proposed.yaml] [--format table|csv|json] [--log-format json|common|auto] [--tenant-field F] [--top N] [--reorder-window 60s] [--cost-field F [--estimate-field F]] ACCESS_LOG…
 
 Runs recorded traffic through a proposed config on a virtual clock and
 reports, per tenant and per policy, how many requests would have been limited
 (docs/replay.md explains each count). Several logs (one per server) are
 merged by time; the lines of each are put in time order within the reorder
-window. Flags may come before or after the logs.`,
+window. With --cost-field a request of a class with a measured cost is
+charged its estimate and settled at the cost its line gives, and the report
+adds each tenant's cost and deepest debt. Flags may come before or after the
+logs.`,
 	"version": `usage: fairgate version
 
 Prints the version, the commit it was built from and the Go version.`,

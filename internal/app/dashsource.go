@@ -1,6 +1,12 @@
 package app
 
-import "github.com/fairgate/fairgate/internal/dash"
+import (
+	"context"
+	"errors"
+
+	"github.com/fairgate/fairgate/internal/dash"
+	"github.com/fairgate/fairgate/limiter"
+)
 
 // dashSource is the dashboard's Source: the numbers the daemon's metrics
 // export, read as values from the same counters (the main limiter's
@@ -34,4 +40,17 @@ func (s dashSource) Read() dash.Reading {
 	return r
 }
 
-var _ dash.Source = dashSource{}
+// Effective is tenant's effective limits for the dashboard's budget
+// look-up, as GET /admin/tenants/{id} shows them: its entry's plan, else
+// the default plan.
+func (s dashSource) Effective(ctx context.Context, tenant string) (limiter.TenantLimits, error) {
+	if s.d.lim == nil {
+		return limiter.TenantLimits{}, errors.New("app: no limiter")
+	}
+	return s.d.lim.Effective(ctx, tenant, "")
+}
+
+var (
+	_ dash.Source  = dashSource{}
+	_ dash.Budgets = dashSource{}
+)

@@ -168,6 +168,15 @@ type ForwardAuth struct {
 	// original method and request target, set by the gateway on every
 	// auth request, replacing the client's copies.
 	MethodHeader, URIHeader string
+	// Settles says that every admitted request of a measured-cost class
+	// is settled through the handle /v1/authz answers in
+	// X-Fairgate-Settlement (the API, or the gateway, posts it to
+	// /v1/settle with the true cost): such a request is then charged its
+	// estimate (the class's estimate header, else its default). False,
+	// the default, charges the cap, so that the budget holds if nothing
+	// settles; the handle is answered all the same, and settling it
+	// refunds the rest.
+	Settles bool
 }
 
 // Resolve returns the gateway fa names, or nil for none, or an error

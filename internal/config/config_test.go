@@ -105,6 +105,7 @@ func TestValidationErrors(t *testing.T) {
 		{"forward auth tenant header is a credential", 20, "forward_auth: {gateway: nginx, tenant_header: X-API-Key}", "forward_auth: tenant_header X-Api-Key: X-Api-Key carries the client's own credential"},
 		{"forward auth custom without headers", 20, "forward_auth: {gateway: custom, uri_header: X-Uri}", "forward_auth: a custom gateway needs method_header and uri_header"},
 		{"forward auth headers of a known gateway", 20, "forward_auth: {gateway: traefik, uri_header: X-Uri}", "forward_auth: method_header and uri_header describe a custom gateway"},
+		{"forward auth settles", 20, "forward_auth: {gateway: nginx, settles: sometimes}", "forward_auth.settles: \"sometimes\": want on or off"},
 		{"preflight limit zero", 20, "preflight: {limits: [{limit: 0, period: 1m}]}", "preflight.limits[0].limit: limit 0 is outside"},
 		{"preflight by", 20, "preflight: {limits: [{limit: 5, period: 1m, by: credential}]}", "preflight.limits[0].by: unknown field \"by\""},
 		{"preflight without limits", 20, "preflight: {fail: closed}", "preflight.limits: at least one limit is required"},

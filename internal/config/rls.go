@@ -62,6 +62,7 @@ type rlsDomainSettings struct {
 	fail      *policy.FailMode
 	algorithm *algo.Algorithm
 	atomic    *bool
+	charge    *bool
 	key       *yaml.Node
 }
 
@@ -70,6 +71,7 @@ func (o *rlsDomainSettings) apply(dom *rlsconfig.Domain) {
 	dom.Fail = deref(o.fail, dom.Fail)
 	dom.Algorithm = deref(o.algorithm, dom.Algorithm)
 	dom.Atomic = deref(o.atomic, dom.Atomic)
+	dom.Charge = deref(o.charge, dom.Charge)
 }
 
 // rlsState is what the rls section gathers before its domains are put
@@ -78,6 +80,8 @@ type rlsState struct {
 	fail      policy.FailMode
 	algorithm algo.Algorithm
 	atomic    bool
+	charge    bool
+	chargeAt  *yaml.Node // the section's hits_addend, for its error
 	own       map[string]*rlsDomainSettings
 	domains   []rlsconfig.Domain
 	where     []*yaml.Node // the node each domain came from, for duplicate errors
@@ -99,7 +103,8 @@ func (d *decoder) rlsSection(n *yaml.Node, path string, c *Config) {
 	h["xds"] = func(v *yaml.Node, path string) { d.rlsXDS(v, path, &c.RLSXDS) }
 	h["statsd"] = func(v *yaml.Node, path string) { d.rlsStatsd(v, path, &c.Statsd) }
 	d.Fields(n, path, h)
-	c.rlsDefault = rlsconfig.Domain{Fail: st.fail, Algorithm: st.algorithm, Atomic: st.atomic}
+	c.rlsDefault = rlsconfig.Domain{Fail: st.fail, Algorithm: st.algorithm, Atomic: st.atomic, Charge: st.charge}
+	d.rlsCharges(path, st)
 	for i := range c.RLSSources {
 		c.RLSSources[i].IgnoreDot = st.ignoreDot
 		ds, err := c.RLSSources[i].domains(c.read)
@@ -154,6 +159,9 @@ func (d *decoder) rlsDecisions(st *rlsState, c *Config) policyfile.Handlers {
 		},
 		"algorithm": func(v *yaml.Node, path string) { st.algorithm = d.rlsAlgorithm(v, path) },
 		"atomic":    func(v *yaml.Node, path string) { st.atomic = d.Bool(v, path) },
+		"hits_addend": func(v *yaml.Node, path string) {
+			st.charge, st.chargeAt = d.rlsHitsAddend(v, path), v
+		},
 		"domains": func(v *yaml.Node, path string) {
 			d.Entries(v, path, func(name string, k, v *yaml.Node, path string) {
 				o := &rlsDomainSettings{key: k}
@@ -162,9 +170,48 @@ func (d *decoder) rlsDecisions(st *rlsState, c *Config) policyfile.Handlers {
 					"fail":      func(v *yaml.Node, path string) { f := d.Fail(v, path); o.fail = &f },
 					"algorithm": func(v *yaml.Node, path string) { a := d.rlsAlgorithm(v, path); o.algorithm = &a },
 					"atomic":    func(v *yaml.Node, path string) { b := d.Bool(v, path); o.atomic = &b },
+					"hits_addend": func(v *yaml.Node, path string) {
+						b := d.rlsHitsAddend(v, path)
+						o.charge = &b
+					},
 				})
 			})
 		},
+	}
+}
+
+// rlsHitsAddend decodes hits_addend: charge (true) or take (false, the
+// default).
+func (d *decoder) rlsHitsAddend(v *yaml.Node, path string) bool {
+	switch s := d.Str(v, path); s {
+	case "charge":
+		return true
+	case "take":
+	default:
+		d.Add(v, path, "hits_addend %q: want take (the default: a descriptor's hits_addend is taken when it fits, refused and not counted when not) or charge (charged in full, into debt: the charge Envoy sends when a stream ends)", s)
+	}
+	return false
+}
+
+// rlsCharges checks that hits_addend: charge goes with the algorithm and
+// atomic it is decided with: the section's own, and each domain's as its
+// own settings make it.
+func (d *decoder) rlsCharges(path string, st *rlsState) {
+	if st.charge {
+		if p := rlsconfig.ChargeProblem(st.algorithm, st.atomic); p != "" {
+			d.Add(st.chargeAt, path+".hits_addend", "%s", p)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(st.own)) {
+		o := st.own[name]
+		dom := rlsconfig.Domain{Algorithm: st.algorithm, Atomic: st.atomic, Charge: st.charge}
+		o.apply(&dom)
+		if !dom.Charge || o.charge == nil && o.algorithm == nil && o.atomic == nil {
+			continue // not charged, or the section's, checked above
+		}
+		if p := rlsconfig.ChargeProblem(dom.Algorithm, dom.Atomic); p != "" {
+			d.Add(o.key, path+".domains."+name, "%s", p)
+		}
 	}
 }
 
@@ -304,7 +351,7 @@ func (d *decoder) rlsDomains(path string, st *rlsState, c *Config) {
 			continue
 		}
 		seen[dom.Name] = len(c.RLS.Domains)
-		dom.Fail, dom.Algorithm, dom.Atomic = st.fail, st.algorithm, st.atomic
+		dom.Fail, dom.Algorithm, dom.Atomic, dom.Charge = st.fail, st.algorithm, st.atomic, st.charge
 		if o := st.own[dom.Name]; o != nil {
 			o.apply(&dom)
 		}
@@ -516,7 +563,7 @@ func (d *decoder) metadata(v *yaml.Node, path string) *structpb.Struct {
 // section's domains name it.
 func (c *Config) RLSDomainDefaults(ds []rlsconfig.Domain) {
 	for i := range ds {
-		ds[i].Fail, ds[i].Algorithm, ds[i].Atomic = c.rlsDefault.Fail, c.rlsDefault.Algorithm, c.rlsDefault.Atomic
+		ds[i].Fail, ds[i].Algorithm, ds[i].Atomic, ds[i].Charge = c.rlsDefault.Fail, c.rlsDefault.Algorithm, c.rlsDefault.Atomic, c.rlsDefault.Charge
 		if o := c.rlsOwn[ds[i].Name]; o != nil {
 			o.apply(&ds[i])
 		}

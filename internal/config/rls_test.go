@@ -67,6 +67,12 @@ func TestRLSSection(t *testing.T) {
 		{"rls:\n  files: [a.yaml]\n  domains: {a: {algorithm: sliding_log}}\n  config:\n    - domain: c\n      descriptors: [{key: x, rate_limit: {unit: hour, requests_per_unit: 20000}}]\n", ""},
 		{"rls:\n  files: [a.yaml]\n  domains: {a: {algorithm: sliding_log}}\n  config:\n    - domain: c\n      descriptors: [{key: x, rate_limit: {unit: second, requests_per_unit: 2000000}}]\n", "2000000 per second"},
 		{"rls:\n  config:\n    - domain: c\n      descriptors: [{key: x, rate_limit: {unit: second, requests_per_unit: 4000000000}}]\n", "4000000000 per second"},
+		{"rls:\n  hits_addend: bill\n", `hits_addend "bill": want take`},
+		{"rls:\n  hits_addend: charge\n  algorithm: sliding_window\n", "rls.hits_addend: hits_addend: charge needs algorithm gcra or token_bucket"},
+		{"rls:\n  hits_addend: charge\n  algorithm: gcra\n  atomic: true\n", "rls.hits_addend: hits_addend: charge does not go with atomic"},
+		{"rls:\n  files: [a.yaml]\n  hits_addend: charge\n  algorithm: gcra\n  domains: {a: {atomic: true}}\n", "rls.domains.a: hits_addend: charge does not go with atomic"},
+		{"rls:\n  files: [a.yaml]\n  algorithm: sliding_log\n  domains: {a: {hits_addend: charge}}\n", "rls.domains.a: hits_addend: charge needs algorithm gcra or token_bucket"},
+		{"rls:\n  files: [a.yaml]\n  hits_addend: charge\n  domains: {a: {algorithm: token_bucket}}\n", ""},
 	} {
 		_, err := Parse(filepath.Join(dir, "f.yaml"), []byte(strings.Join(base, "\n")+"\n"+tc.yaml))
 		if tc.want == "" {
@@ -110,8 +116,8 @@ func TestRLSSettings(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, b, set := c.RLS.Domains[0], c.RLS.Domains[1], c.RLS.Settings
-	if a.Algorithm.String() != "fixed_window" || a.Atomic || b.Algorithm.String() != "gcra" || !b.Atomic {
-		t.Errorf("domains: a %v atomic %v, b %v atomic %v", a.Algorithm, a.Atomic, b.Algorithm, b.Atomic)
+	if a.Algorithm.String() != "fixed_window" || a.Atomic || a.Charge || b.Algorithm.String() != "gcra" || !b.Atomic || b.Charge {
+		t.Errorf("domains: a %v atomic %v charge %v, b %v atomic %v charge %v", a.Algorithm, a.Atomic, a.Charge, b.Algorithm, b.Atomic, b.Charge)
 	}
 	d := a.Descriptors[0]
 	if !d.ShareThreshold || !d.QuotaMode || !d.ValueToMetric || d.Metadata.GetFields()["team"].GetStructValue().GetFields()["name"].GetStringValue() != "core" {
@@ -133,6 +139,16 @@ func TestRLSXDSDefaults(t *testing.T) {
 	c.RLSDomainDefaults(ds)
 	if ds[0].Algorithm.String() != "gcra" || !ds[0].Atomic || ds[0].Fail != policy.FailClosed || ds[1].Algorithm.String() != "fixed_window" || ds[1].Atomic || ds[1].Fail != policy.FailClosed {
 		t.Fatalf("%+v", ds)
+	}
+	// hits_addend: charge reaches xDS domains, the section's and a
+	// domain's own.
+	c, err = Parse("x.yaml", []byte("rls:\n  xds: {address: \"127.0.0.1:18000\"}\n  algorithm: gcra\n  hits_addend: charge\n  domains: {x: {hits_addend: take}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.RLSDomainDefaults(ds)
+	if ds[0].Charge || !ds[1].Charge || ds[1].Algorithm.String() != "gcra" {
+		t.Fatalf("hits_addend: %+v", ds)
 	}
 	if c.RLSXDS.NodeID != "default" {
 		t.Errorf("node id %q, want default", c.RLSXDS.NodeID)

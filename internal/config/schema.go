@@ -89,6 +89,7 @@ func (d *decoder) sections(c *Config) policyfile.Sections {
 				"gateway":       func(v *yaml.Node, path string) { c.ForwardAuth.Gateway = d.Str(v, path) },
 				"method_header": func(v *yaml.Node, path string) { c.ForwardAuth.MethodHeader = d.header(v, path) },
 				"uri_header":    func(v *yaml.Node, path string) { c.ForwardAuth.URIHeader = d.header(v, path) },
+				"settles":       func(v *yaml.Node, path string) { c.ForwardAuth.Settles = d.Bool(v, path) },
 			})
 			fa := c.ForwardAuth
 			if _, err := gateway.Resolve(fa.Gateway, fa.MethodHeader, fa.URIHeader, fa.TenantHeader); err != nil {

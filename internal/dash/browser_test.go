@@ -19,6 +19,7 @@ import (
 	"github.com/fairgate/fairgate/internal/app"
 	"github.com/fairgate/fairgate/internal/dash"
 	"github.com/fairgate/fairgate/internal/testenv"
+	"github.com/fairgate/fairgate/limiter"
 )
 
 // Tests stop `fairgate serve` at once; the drain test asks for its own.
@@ -262,5 +263,67 @@ func TestDashboardUpstreamCard(t *testing.T) {
 	}
 	if p := problems(); len(p) > 0 {
 		t.Fatalf("the page logged errors: %v", p)
+	}
+}
+
+// budgetSource has one budget for every tenant: 200,000 tokens a minute,
+// 14,000 of its burst left, full in 1.8 s; and acme limited.
+type budgetSource struct{}
+
+func (budgetSource) Read() dash.Reading { return dash.Reading{} }
+
+func (budgetSource) Effective(_ context.Context, tenant string) (limiter.TenantLimits, error) {
+	return limiter.TenantLimits{Tenant: tenant, Plan: "pro", Layers: []limiter.LayerState{
+		{Policy: "pro.tenant.1m", Limit: 200_000, Burst: 20_000, Period: time.Minute, Remaining: 14_000, ResetAfter: 1800 * time.Millisecond, Unit: "tokens"},
+		{Policy: "pro.read.1m", Class: "read", Limit: 600, Burst: 60, Period: time.Minute, Remaining: 60, Unit: "requests"},
+	}}, nil
+}
+
+// TestDashboardTenantBudget: with a token, a limited tenant picked from
+// the list shows its budget, each layer's limit and remaining in its unit
+// (tokens beside requests) and when it is full again. It saves a
+// screenshot.
+func TestDashboardTenantBudget(t *testing.T) {
+	const token = "admin-token-for-the-dashboard-1"
+	d := dash.New(budgetSource{}, token)
+	d.Limited("acme")
+	d.Sample(time.Now())
+	ts := httptest.NewServer(d)
+	defer ts.Close()
+	ctx, problems := browser(t)
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(ts.URL+"/dashboard"),
+		chromedp.WaitVisible(chromedp.ID("login")),
+		chromedp.SendKeys(chromedp.ID("token"), token),
+		chromedp.Click(chromedp.CSS("#loginform button")),
+		chromedp.WaitVisible(chromedp.CSS("#top td.pick")),
+		chromedp.Click(chromedp.CSS("#top td.pick")),
+	); err != nil {
+		t.Fatal(err)
+	}
+	var got string
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		var err error
+		got, err = chromedp.Run(ctx, chromedp.Text(chromedp.ID("budgetcard")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(got, "acme on plan pro") && strings.Contains(got, "200,000 tokens / 1 min (burst 20,000)") &&
+			strings.Contains(got, "14,000 tokens") && strings.Contains(got, "2 s") && strings.Contains(got, "60 requests") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the budget card shows %q, want acme's layers in tokens and requests", got)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)); err == nil {
+		os.WriteFile(filepath.Join(os.TempDir(), "fairgate-dashboard-budget.png"), png, 0o644)
+	}
+	// The failed fetch (401) before the login is expected; nothing else.
+	for _, p := range problems() {
+		if !strings.Contains(p, "401") {
+			t.Fatalf("the page logged errors: %v", problems())
+		}
 	}
 }

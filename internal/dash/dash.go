@@ -273,7 +273,10 @@ func quantiles(h limiter.Histogram, prev []float64) (p50, p99 float64, now []flo
 	return q(0.5), q(0.99), now
 }
 
-// ServeHTTP serves GET /dashboard (the page) and GET /dashboard/data.
+// ServeHTTP serves GET /dashboard (the page), GET /dashboard/data and,
+// when the Source implements [Budgets], GET /dashboard/tenant?id=<tenant>
+// (a tenant's budgets: the limits, remaining and reset of each of its
+// layers, in its unit).
 func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET")
@@ -288,9 +291,7 @@ func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Write(indexHTML)
 	case "/dashboard/data":
 		if d.AuthRequired() && !d.authorized(r) {
-			w.Header().Set("Connection", "close") // no use for it without a token
-			w.Header().Set("WWW-Authenticate", `Bearer realm="fairgate-dashboard"`)
-			problem.Write(w, problem.Details{Status: http.StatusUnauthorized, Detail: "the dashboard's data needs Authorization: Bearer <admin token or internal token>"})
+			d.unauthorized(w)
 			return
 		}
 		d.mu.Lock()
@@ -308,18 +309,32 @@ func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if data.TopLimited == nil {
 			data.TopLimited = []Entry{}
 		}
-		body, err := json.Marshal(data)
-		if err != nil {
-			// Never a blank 200: say what went wrong.
-			problem.Write(w, problem.Details{Status: http.StatusInternalServerError, Detail: "the dashboard's data cannot be encoded: " + err.Error()})
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Cache-Control", "no-store")
-		w.Write(append(body, '\n'))
+		writeJSON(w, "the dashboard's data", data)
+	case "/dashboard/tenant":
+		d.serveBudget(w, r)
 	default:
 		problem.Write(w, problem.Details{Status: http.StatusNotFound, Detail: "no such dashboard page: " + r.URL.Path})
 	}
+}
+
+// writeJSON answers v, what names, as JSON never cached; never a blank
+// 200: an encoding error is a problem saying what went wrong.
+func writeJSON(w http.ResponseWriter, what string, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		problem.Write(w, problem.Details{Status: http.StatusInternalServerError, Detail: what + " cannot be encoded: " + err.Error()})
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Write(append(body, '\n'))
+}
+
+// unauthorized answers a request for data without a token it accepts.
+func (d *Dashboard) unauthorized(w http.ResponseWriter) {
+	w.Header().Set("Connection", "close") // no use for it without a token
+	w.Header().Set("WWW-Authenticate", `Bearer realm="fairgate-dashboard"`)
+	problem.Write(w, problem.Details{Status: http.StatusUnauthorized, Detail: "the dashboard's data needs Authorization: Bearer <admin token or internal token>"})
 }
 
 // authorized reports whether r carries one of the tokens.

@@ -1,7 +1,9 @@
 package dash
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -11,7 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/fairgate/fairgate/internal/limitview"
 	"github.com/fairgate/fairgate/limiter"
+	"github.com/fairgate/fairgate/policy"
 )
 
 func TestTopKIsBoundedAndHoldsHeavyHitters(t *testing.T) {
@@ -190,6 +196,84 @@ func TestDataHidesTenantsWithoutToken(t *testing.T) {
 		}
 		if tok != "" && (!shown || got.TenantsHidden) {
 			t.Errorf("with the token: %s, want the limited tenant", w.Body)
+		}
+	}
+}
+
+// budgetSource is a Source with one tenant's budgets: acme's, read from
+// tl, or err.
+type budgetSource struct {
+	source
+	tl  limiter.TenantLimits
+	err error
+}
+
+func (s *budgetSource) Effective(_ context.Context, tenant string) (limiter.TenantLimits, error) {
+	if s.err != nil {
+		return limiter.TenantLimits{}, s.err
+	}
+	if len(tenant) > policy.MaxTenantID {
+		return limiter.TenantLimits{}, fmt.Errorf("%w: too long", policy.ErrBadTenant)
+	}
+	tl := s.tl
+	tl.Tenant = tenant
+	return tl, nil
+}
+
+// tokenBudget is a plan of 200,000 tokens a minute with 14,000 of its
+// 20,000 burst left, full again in 1.8 s.
+var tokenBudget = limiter.TenantLimits{Plan: "pro", Layers: []limiter.LayerState{{
+	Policy: "pro.tenant.1m", Limit: 200_000, Burst: 20_000, Period: time.Minute,
+	Remaining: 14_000, ResetAfter: 1800 * time.Millisecond, Unit: "tokens",
+}}}
+
+// TestBudget: GET /dashboard/tenant shows a tenant's layers, each in its
+// unit with remaining and reset, only to a caller with a token; and says
+// what is wrong otherwise.
+func TestBudget(t *testing.T) {
+	const tok = "a-dashboard-token-0123456789"
+	get := func(d *Dashboard, path, token string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("GET", path, nil)
+		if token != "" {
+			r.Header.Set("Authorization", "Bearer "+token)
+		}
+		w := httptest.NewRecorder()
+		d.ServeHTTP(w, r)
+		return w
+	}
+	d := New(&budgetSource{tl: tokenBudget}, tok)
+	w := get(d, "/dashboard/tenant?id=acme", tok)
+	var b Budget
+	if err := json.Unmarshal(w.Body.Bytes(), &b); w.Code != 200 || err != nil {
+		t.Fatalf("GET /dashboard/tenant: %d %s (%v)", w.Code, w.Body, err)
+	}
+	want := Budget{Tenant: "acme", Plan: "pro", Layers: []limitview.Layer{{Policy: "pro.tenant.1m", Unit: "tokens",
+		Limit: 200_000, Burst: 20_000, PeriodMs: 60_000, Remaining: 14_000, ResetAfterMs: 1800}}}
+	if diff := cmp.Diff(want, b); diff != "" {
+		t.Errorf("budget (-want +got):\n%s", diff)
+	}
+	if cc := w.Header().Get("Cache-Control"); cc != "no-store" {
+		t.Errorf("Cache-Control %q, want no-store", cc)
+	}
+	for _, tc := range []struct {
+		name   string
+		d      *Dashboard
+		path   string
+		token  string
+		status int
+		detail string
+	}{
+		{"no token sent", d, "/dashboard/tenant?id=acme", "", 401, "needs Authorization"},
+		{"the wrong token", d, "/dashboard/tenant?id=acme", "not-the-token-at-all-0123", 401, "needs Authorization"},
+		{"no token set", New(&budgetSource{tl: tokenBudget}), "/dashboard/tenant?id=acme", "", 403, "shown only with a token"},
+		{"no id", d, "/dashboard/tenant", tok, 400, "id: required"},
+		{"a bad id", d, "/dashboard/tenant?id=" + strings.Repeat("x", policy.MaxTenantID+1), tok, 400, "id: policy: tenant ID too long"},
+		{"no budgets", New(&source{}, tok), "/dashboard/tenant?id=acme", tok, 404, "no tenant budgets"},
+		{"the store out", New(&budgetSource{err: errors.New("store: unavailable")}, tok), "/dashboard/tenant?id=acme", tok, 503, "cannot be read right now: store: unavailable"},
+	} {
+		w := get(tc.d, tc.path, tc.token)
+		if w.Code != tc.status || !strings.Contains(w.Body.String(), tc.detail) || w.Header().Get("Content-Type") != "application/problem+json" {
+			t.Errorf("%s: %d %s %s; want %d, a problem saying %q", tc.name, w.Code, w.Header().Get("Content-Type"), w.Body, tc.status, tc.detail)
 		}
 	}
 }

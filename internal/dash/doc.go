@@ -8,5 +8,8 @@
 // fail-open and fail-closed decisions, breaker states, queue depths, the
 // upstream capacity gate), never metrics looked up by name; and from a
 // fixed-size heavy-hitters sketch of the limited tenants (never a map
-// keyed by tenant).
+// keyed by tenant). With a token, one tenant's budgets are looked up on
+// demand (GET /dashboard/tenant, [Budgets]): each layer's limit,
+// remaining and reset in its unit (requests, or a measured cost's such
+// as tokens).
 package dash

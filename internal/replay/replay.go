@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fairgate/fairgate/algo"
 	"github.com/fairgate/fairgate/limiter"
 	"github.com/fairgate/fairgate/policy"
 	"github.com/fairgate/fairgate/store/memstore"
@@ -52,6 +54,21 @@ type Options struct {
 	// DefaultReorderWindow; a negative value means none (file order, every
 	// line earlier than one before it counted).
 	ReorderWindow time.Duration
+	// CostField names where each line gives its request's true cost: for
+	// JSON lines a key or a dotted path (usage.total_tokens), a number or
+	// a string of digits; for the common format "bytes" (the response
+	// size) or "last" (the line's last field, where a log format appends a
+	// variable). With it, a request of a class with a measured cost is
+	// charged its estimate and settled at that cost, as a front that
+	// settles does; a line that gives none is counted in
+	// Report.Unsettled, its estimate standing. Empty means none: such a
+	// request is charged its class's cap, as a front that does not settle.
+	CostField string
+	// EstimateField names where each line gives its request's estimate,
+	// as CostField names its cost, for a class with a measured cost
+	// (clamped to 1..cap, as the service clamps it); a line without one
+	// is charged the class's default estimate. Only with CostField.
+	EstimateField string
 }
 
 // DefaultReorderWindow is Options.ReorderWindow's default.
@@ -83,6 +100,16 @@ type Line struct {
 	Tenant, Method string
 	Path           string
 	IP             netip.Addr
+	// Cost is the true cost Options.CostField gave, when CostErr is "".
+	Cost int64
+	// CostErr says why the line gives no true cost (the field is missing,
+	// or not a count from 0 to algo.MaxCount); "" when it gives one, or
+	// without a CostField.
+	CostErr string
+	// Estimate is the estimate Options.EstimateField gave, when
+	// HasEstimate.
+	Estimate    int64
+	HasEstimate bool
 }
 
 // Bad is one malformed line: its file, its line number (from 1) and what
@@ -109,6 +136,13 @@ type Stat struct {
 	ShadowLimited int64     `json:"shadow_limited"`
 	FirstLimited  time.Time `json:"first_limited,omitzero"`
 	LastLimited   time.Time `json:"last_limited,omitzero"`
+	// Cost is the true cost of the requests settled (Options.CostField):
+	// a tenant's, or those charged on the policy's layer, in its class's
+	// unit.
+	Cost int64 `json:"cost,omitempty"`
+	// MaxDebt is the deepest debt a settlement left, in units owed: on
+	// the policy's layer, or on any of the tenant's. Zero: none.
+	MaxDebt int64 `json:"max_debt,omitempty"`
 }
 
 func (s *Stat) limitedAt(t time.Time) {
@@ -141,6 +175,24 @@ type Report struct {
 	// those it limited and those it would have limited in shadow mode.
 	Policies map[string]*Stat `json:"policies"`
 	Bad      []Bad            `json:"bad,omitempty"`
+	// CostField is Options.CostField: where the lines' true costs are
+	// read from. Empty: none, and the fields below are zero.
+	CostField string `json:"cost_field,omitempty"`
+	// Units are the units of the measured classes of the requests settled
+	// (cost.unit), sorted.
+	Units []string `json:"units,omitempty"`
+	// Settled are the requests of a class with a measured cost admitted
+	// and settled at their line's cost.
+	Settled int64 `json:"settled,omitempty"`
+	// Unsettled are those admitted and not settled, their estimate
+	// standing: their line gives no cost (see Line.CostErr), or more than
+	// the store's bound were settled within 2 minutes of log time.
+	// UnsettledLines are the first of them (Options.MaxBad).
+	Unsettled      int64 `json:"unsettled,omitempty"`
+	UnsettledLines []Bad `json:"unsettled_lines,omitempty"`
+	// Unapplied are the units settlements could not charge, a debt being
+	// at most one burst, summed over the layers.
+	Unapplied int64 `json:"unapplied,omitempty"`
 }
 
 // Clock is the virtual clock: the time of the line being decided.
@@ -208,7 +260,7 @@ func Run(ctx context.Context, lim *limiter.Limiter, clock *Clock, inputs []Input
 	if o.ReorderWindow == 0 {
 		o.ReorderWindow = DefaultReorderWindow
 	}
-	rep := Report{Tenants: map[string]*Stat{}, Policies: map[string]*Stat{}, Files: len(inputs), ReorderWindowMs: max(o.ReorderWindow, 0).Milliseconds()}
+	rep := Report{Tenants: map[string]*Stat{}, Policies: map[string]*Stat{}, Files: len(inputs), ReorderWindowMs: max(o.ReorderWindow, 0).Milliseconds(), CostField: o.CostField}
 	batches := make(chan []item, 8)
 	errc := make(chan error, 1)
 	ctx, cancel := context.WithCancel(ctx)
@@ -232,7 +284,15 @@ func Run(ctx context.Context, lim *limiter.Limiter, clock *Clock, inputs []Input
 			}
 			l := &it.line
 			clock.Set(l.Time)
-			d, err := lim.Decide(ctx, policy.Request{Tenant: l.Tenant, Method: l.Method, Path: l.Path, IP: l.IP})
+			req := policy.Request{Tenant: l.Tenant, Method: l.Method, Path: l.Path, IP: l.IP, Settles: o.CostField != ""}
+			if req.Settles && l.HasEstimate {
+				// The line's estimate is for a measured class alone: a
+				// cost given for another would replace its route's.
+				if res, err := lim.Snapshot().Resolve(req, l.Time); err == nil && res.Measured != nil {
+					req.Cost, req.HasCost = l.Estimate, true
+				}
+			}
+			d, err := lim.Decide(ctx, req)
 			if err != nil {
 				rep.Malformed++
 				if len(rep.Bad) < o.MaxBad {
@@ -259,6 +319,9 @@ func Run(ctx context.Context, lim *limiter.Limiter, clock *Clock, inputs []Input
 			for _, ly := range d.Resolution.Layers {
 				rep.policy(ly.Policy).Requests++
 			}
+			if d.Settlement != nil && req.Settles {
+				rep.settle(ctx, lim, &d, &it, ts, o.MaxBad)
+			}
 			if d.Allowed {
 				// An admitted request went to the store with every layer:
 				// each shadow layer's answer is known.
@@ -284,6 +347,44 @@ func Run(ctx context.Context, lim *limiter.Limiter, clock *Clock, inputs []Input
 		return rep, err
 	}
 	return rep, ctx.Err()
+}
+
+// settle settles d, the admitted decision of it, a measured-cost request
+// (of tenant stat ts), at its line's cost, or counts why not.
+func (r *Report) settle(ctx context.Context, lim *limiter.Limiter, d *limiter.Decision, it *item, ts *Stat, maxBad int) {
+	l := &it.line
+	reason := l.CostErr
+	var out limiter.SettleOutcome
+	if reason == "" {
+		var err error
+		if out, err = lim.Settle(ctx, d, l.Cost); err != nil {
+			reason = err.Error()
+		}
+	}
+	if reason != "" {
+		r.Unsettled++
+		if len(r.UnsettledLines) < maxBad {
+			r.UnsettledLines = append(r.UnsettledLines, Bad{File: it.file, Line: it.n, Reason: reason})
+		}
+		return
+	}
+	r.Settled++
+	if u := d.Resolution.Measured.Unit; !slices.Contains(r.Units, u) {
+		r.Units = append(r.Units, u)
+		slices.Sort(r.Units)
+	}
+	ts.Cost += l.Cost
+	for _, ly := range out.Layers {
+		ps := r.policy(ly.Policy)
+		ps.Cost += l.Cost
+		if ly.Remaining < 0 {
+			ps.MaxDebt = max(ps.MaxDebt, -ly.Remaining)
+			ts.MaxDebt = max(ts.MaxDebt, -ly.Remaining)
+		}
+		if out.Delta > 0 {
+			r.Unapplied += out.Delta - ly.Applied
+		}
+	}
 }
 
 // policy returns the policy's stat, adding it.
@@ -514,17 +615,18 @@ func ParseLine(b []byte, o Options) (Line, error) {
 	}
 	switch f {
 	case FormatJSON:
-		return parseJSON(b, o.TenantField)
+		return parseJSON(b, o)
 	case FormatCommon:
-		return parseCommon(b, o.TenantField)
+		return parseCommon(b, o)
 	}
 	return Line{}, fmt.Errorf("unknown log format %q: want json, common or auto", f)
 }
 
-func parseJSON(b []byte, tenantField string) (Line, error) {
+func parseJSON(b []byte, o Options) (Line, error) {
 	var l Line
 	var j jsonLine
-	if tenantField != "" && tenantField != "tenant" {
+	line := b
+	if tenantField := o.TenantField; tenantField != "" && tenantField != "tenant" {
 		var m map[string]any
 		if err := json.Unmarshal(b, &m); err != nil {
 			return l, fmt.Errorf("not a JSON object: %v", err)
@@ -549,7 +651,112 @@ func parseJSON(b []byte, tenantField string) (Line, error) {
 			return l, fmt.Errorf("ip %q: %v", j.IP, err)
 		}
 	}
+	if o.CostField != "" || o.EstimateField != "" {
+		d := json.NewDecoder(bytes.NewReader(line))
+		d.UseNumber()
+		var m map[string]any
+		if err := d.Decode(&m); err != nil {
+			return l, fmt.Errorf("not a JSON object: %v", err)
+		}
+		l.costs(o, func(field string) (any, string) { return jsonField(m, field), "" })
+	}
 	return l, nil
+}
+
+// jsonField is the value at path (member names joined by '.') in m; nil
+// when there is none.
+func jsonField(m map[string]any, path string) any {
+	var v any = m
+	for name := range strings.SplitSeq(path, ".") {
+		o, ok := v.(map[string]any)
+		if !ok {
+			return nil
+		}
+		v = o[name]
+	}
+	return v
+}
+
+// costs sets l's cost and estimate from the fields o names, as get reads
+// them: a value, or a reason the field cannot be read in this format.
+func (l *Line) costs(o Options, get func(field string) (v any, bad string)) {
+	if o.CostField != "" {
+		v, bad := get(o.CostField)
+		if bad == "" {
+			l.Cost, bad = Count(v)
+		}
+		if bad != "" {
+			l.CostErr = fmt.Sprintf("cost field %q: %s", o.CostField, bad)
+		}
+	}
+	if o.EstimateField != "" {
+		// As the service reads an estimate: one that is not a count is
+		// none, and the class's default applies.
+		if v, bad := get(o.EstimateField); bad == "" {
+			n, bad := Count(v)
+			l.Estimate, l.HasEstimate = n, bad == ""
+		}
+	}
+}
+
+// Count reads a count from a log field's value: a JSON number (a
+// fraction rounded up) or a string of decimal digits (what nginx writes
+// for a variable), from 0 to [algo.MaxCount]. For anything else it gives
+// the reason: "missing" (absent, null, "" or "-"), "… is not a count",
+// "… is negative", "… is over 1000000000".
+func Count(v any) (int64, string) {
+	var num string
+	switch x := v.(type) {
+	case nil:
+		return 0, "missing"
+	case json.Number:
+		num = string(x)
+	case float64:
+		num = strconv.FormatFloat(x, 'g', -1, 64)
+	case string:
+		num = strings.TrimSpace(x)
+		if num == "" || num == "-" {
+			return 0, "missing"
+		}
+		if digits := strings.TrimPrefix(num, "-"); digits == "" || strings.Trim(digits, "0123456789") != "" {
+			return 0, quoteShort(num) + " is not a count"
+		}
+	default:
+		return 0, "a JSON " + jsonKind(v) + " is not a count"
+	}
+	f, err := strconv.ParseFloat(num, 64)
+	switch {
+	case err != nil && !errors.Is(err, strconv.ErrRange) || math.IsNaN(f):
+		return 0, quoteShort(num) + " is not a count"
+	case f < 0:
+		return 0, quoteShort(num) + " is negative"
+	case f > algo.MaxCount:
+		return 0, fmt.Sprintf("%s is over %d", quoteShort(num), algo.MaxCount)
+	}
+	// Within MaxCount, the float is exact for a whole number.
+	return int64(math.Ceil(f)), ""
+}
+
+// quoteShort is s quoted, cut to 40 bytes: a reason names a log's value
+// without copying a long one.
+func quoteShort(s string) string {
+	if len(s) > 40 {
+		s = s[:40] + "…"
+	}
+	return strconv.Quote(s)
+}
+
+// jsonKind names a decoded JSON value's kind.
+func jsonKind(v any) string {
+	switch v.(type) {
+	case bool:
+		return "boolean"
+	case map[string]any:
+		return "object"
+	case []any:
+		return "array"
+	}
+	return "value"
 }
 
 // parseTime reads an RFC 3339 string or a number of Unix seconds.
@@ -592,7 +799,8 @@ const clfTime = "02/Jan/2006:15:04:05 -0700"
 
 // parseCommon reads `host ident user [time] "METHOD path proto" status
 // bytes` and whatever the combined format adds after.
-func parseCommon(b []byte, tenantField string) (Line, error) {
+func parseCommon(b []byte, o Options) (Line, error) {
+	tenantField := o.TenantField
 	var l Line
 	s := string(b)
 	fields := make([]string, 0, 3)
@@ -645,7 +853,41 @@ func parseCommon(b []byte, tenantField string) (Line, error) {
 		l.Tenant = tenant
 	}
 	l.IP, _ = netip.ParseAddr(fields[0])
+	if o.CostField != "" || o.EstimateField != "" {
+		after := s[q+2:]
+		l.costs(o, func(field string) (any, string) { return commonField(after, field) })
+	}
 	return l, nil
+}
+
+// commonField is the value of field in what follows a common-format
+// line's request (`status bytes …`): "bytes", the response size ("-",
+// which Apache writes for none, is 0), or "last", the line's last field,
+// a quoted one unquoted; nil when the line has no such field.
+func commonField(after, field string) (any, string) {
+	after = strings.TrimSpace(after)
+	switch field {
+	case "bytes":
+		f := strings.Fields(after)
+		if len(f) < 2 {
+			return nil, ""
+		}
+		if f[1] == "-" {
+			return "0", ""
+		}
+		return f[1], ""
+	case "last":
+		if after == "" {
+			return nil, ""
+		}
+		if strings.HasSuffix(after, `"`) && len(after) > 1 {
+			if i := strings.LastIndexByte(after[:len(after)-1], '"'); i >= 0 {
+				return after[i+1 : len(after)-1], ""
+			}
+		}
+		return after[strings.LastIndexByte(after, ' ')+1:], ""
+	}
+	return nil, "want bytes or last for the common format"
 }
 
 // TopTenants returns the tenants sorted by limited requests, most first

@@ -68,10 +68,21 @@ func (r *Report) WriteTable(w io.Writer, top int) error {
 		}
 		fmt.Fprintf(tw, "%d %s out of order by more than %s, decided where they stood: the counts depend on them (--reorder-window widens the window)\n", r.OutOfOrder, lines, window(r.ReorderWindowMs))
 	}
-	if r.Files > 1 || r.OutOfOrder > 0 {
+	if r.CostField != "" {
+		fmt.Fprintf(tw, "cost field %s: %d requests of measured classes settled at their logged cost%s, %d not settled (their estimate stands), %d units beyond the debt bound not applied\n",
+			printable(r.CostField), r.Settled, r.unitsNote(), r.Unsettled, r.Unapplied)
+	}
+	if r.Files > 1 || r.OutOfOrder > 0 || r.CostField != "" {
 		fmt.Fprintln(tw)
 	}
-	fmt.Fprintln(tw, "tenant\trequests\tlimited\tshare\tshadow limited\tfirst limited\tlast limited")
+	// With costs, each row has its settled cost and deepest debt after
+	// the shadow counts.
+	costHead, costRow := "", func(*Stat) string { return "" }
+	if r.CostField != "" {
+		costHead = "\tcost\tmax debt"
+		costRow = func(s *Stat) string { return fmt.Sprintf("\t%d\t%d", s.Cost, s.MaxDebt) }
+	}
+	fmt.Fprintf(tw, "tenant\trequests\tlimited\tshare\tshadow limited%s\tfirst limited\tlast limited\n", costHead)
 	tenants := r.TopTenants(0)
 	shown := tenants
 	if top > 0 && len(tenants) > top {
@@ -79,23 +90,40 @@ func (r *Report) WriteTable(w io.Writer, top int) error {
 	}
 	for _, t := range shown {
 		s := r.Tenants[t]
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.2f%%\t%d\t%s\t%s\n", printable(t), s.Requests, s.Limited, pct(s.Limited, s.Requests), s.ShadowLimited, stamp(s.FirstLimited), stamp(s.LastLimited))
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.2f%%\t%d%s\t%s\t%s\n", printable(t), s.Requests, s.Limited, pct(s.Limited, s.Requests), s.ShadowLimited, costRow(s), stamp(s.FirstLimited), stamp(s.LastLimited))
 	}
 	if more := len(tenants) - len(shown); more > 0 {
 		fmt.Fprintf(tw, "(%d more tenants, fewer limited: --top 0 lists them all)\n", more)
 	}
-	fmt.Fprintln(tw, "\npolicy\trequests\tlimited\tshare\tshadow limited\tfirst limited\tlast limited")
+	fmt.Fprintf(tw, "\npolicy\trequests\tlimited\tshare\tshadow limited%s\tfirst limited\tlast limited\n", costHead)
 	for _, p := range slices.Sorted(maps.Keys(r.Policies)) {
 		s := r.Policies[p]
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.2f%%\t%d\t%s\t%s\n", printable(p), s.Requests, s.Limited, pct(s.Limited, s.Requests), s.ShadowLimited, stamp(s.FirstLimited), stamp(s.LastLimited))
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.2f%%\t%d%s\t%s\t%s\n", printable(p), s.Requests, s.Limited, pct(s.Limited, s.Requests), s.ShadowLimited, costRow(s), stamp(s.FirstLimited), stamp(s.LastLimited))
 	}
-	if len(r.Bad) > 0 {
-		fmt.Fprintln(tw, "\nmalformed lines (first ones):")
-		for _, b := range r.Bad {
-			fmt.Fprintf(tw, "%s:%d: %s\n", printable(b.File), b.Line, printable(b.Reason))
+	for _, list := range []struct {
+		title string
+		lines []Bad
+	}{{"malformed lines", r.Bad}, {"requests not settled", r.UnsettledLines}} {
+		if len(list.lines) > 0 {
+			fmt.Fprintf(tw, "\n%s (first ones):\n", list.title)
+			for _, b := range list.lines {
+				fmt.Fprintf(tw, "%s:%d: %s\n", printable(b.File), b.Line, printable(b.Reason))
+			}
 		}
 	}
 	return tw.Flush()
+}
+
+// unitsNote names the units of the costs settled: " in tokens", or
+// " in rows, tokens (each class its own)"; "" for none.
+func (r *Report) unitsNote() string {
+	switch len(r.Units) {
+	case 0:
+		return ""
+	case 1:
+		return " in " + r.Units[0]
+	}
+	return " in " + strings.Join(r.Units, ", ") + " (each class its own)"
 }
 
 // window writes a reorder window of ms milliseconds: "60s", "1.5s".
@@ -116,14 +144,28 @@ func pct(a, b int64) float64 {
 // WriteCSV writes one row per tenant and per policy:
 // kind,name,requests,limited,shadow_limited,first_limited,last_limited,
 // then a last row out_of_order,WINDOW,N: the lines out of order by more
-// than the reorder window (such as 60s). A
+// than the reorder window (such as 60s). With a cost field each row ends
+// with cost,max_debt, and rows settled,FIELD,N, unsettled,FIELD,N and
+// unapplied,FIELD,N follow (Report.Settled, Unsettled and Unapplied). A
 // name starting with =, +, -, @, a tab or a carriage return is written
 // with a leading ' (see cell).
 func (r *Report) WriteCSV(w io.Writer) error {
 	cw := csv.NewWriter(w)
-	cw.Write([]string{"kind", "name", "requests", "limited", "shadow_limited", "first_limited", "last_limited"})
+	costs := r.CostField != ""
+	head := []string{"kind", "name", "requests", "limited", "shadow_limited", "first_limited", "last_limited"}
+	if costs {
+		head = append(head, "cost", "max_debt")
+	}
+	cw.Write(head)
+	n := strconv.FormatInt
+	// line writes a row, as wide as the header.
+	line := func(f ...string) { cw.Write(append(f, make([]string, len(head)-len(f))...)) }
 	row := func(kind, name string, s *Stat) {
-		cw.Write([]string{kind, cell(name), strconv.FormatInt(s.Requests, 10), strconv.FormatInt(s.Limited, 10), strconv.FormatInt(s.ShadowLimited, 10), stamp(s.FirstLimited), stamp(s.LastLimited)})
+		f := []string{kind, cell(name), n(s.Requests, 10), n(s.Limited, 10), n(s.ShadowLimited, 10), stamp(s.FirstLimited), stamp(s.LastLimited)}
+		if costs {
+			f = append(f, n(s.Cost, 10), n(s.MaxDebt, 10))
+		}
+		line(f...)
 	}
 	for _, t := range r.TopTenants(0) {
 		row("tenant", t, r.Tenants[t])
@@ -131,7 +173,12 @@ func (r *Report) WriteCSV(w io.Writer) error {
 	for _, p := range slices.Sorted(maps.Keys(r.Policies)) {
 		row("policy", p, r.Policies[p])
 	}
-	cw.Write([]string{"out_of_order", window(r.ReorderWindowMs), strconv.FormatInt(r.OutOfOrder, 10), "", "", "", ""})
+	line("out_of_order", window(r.ReorderWindowMs), n(r.OutOfOrder, 10))
+	if costs {
+		line("settled", cell(r.CostField), n(r.Settled, 10))
+		line("unsettled", cell(r.CostField), n(r.Unsettled, 10))
+		line("unapplied", cell(r.CostField), n(r.Unapplied, 10))
+	}
 	cw.Flush()
 	return cw.Error()
 }

@@ -248,8 +248,14 @@ func (s *Service) takeOrClose(ctx context.Context, g *guard.Guard, cfg *compiled
 	if outcome != guard.Unavailable {
 		return false, nil
 	}
+	return true, closeAll(cfg, rules, resp)
+}
+
+// closeAll answers a fail-closed domain whose store did not answer: resp
+// says OVER_LIMIT, or the error is UNAVAILABLE, as configured.
+func closeAll(cfg *compiled, rules []rule, resp *rlspb.RateLimitResponse) error {
 	if cfg.cfg.FailClosed == ClosedUnavailable {
-		return true, status.Error(codes.Unavailable, "fairgate: the rate limit store does not answer and this domain fails closed")
+		return status.Error(codes.Unavailable, "fairgate: the rate limit store does not answer and this domain fails closed")
 	}
 	for i := range rules {
 		if rules[i].lim != nil {
@@ -259,7 +265,7 @@ func (s *Service) takeOrClose(ctx context.Context, g *guard.Guard, cfg *compiled
 	}
 	resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
 	resp.ResponseHeadersToAdd = retryAfter(guard.UnavailableRetryAfter)
-	return true, nil
+	return nil
 }
 
 // current is a rule's limit as a status reports it.

@@ -41,9 +41,13 @@ func (b *batch) add(key string, lim algo.Limit, cost int64, i int) {
 // all-or-nothing batch (none is charged when one is over its limit);
 // without it, those that passed are charged even when another is over.
 // Shadow rules are decided apart, so that one over its limit never holds
-// back an enforced one. closed is as for count.
+// back an enforced one. In a domain that charges (see charges), the hits
+// Envoy was told to add are charged apart, in full (see charge), and a
+// check (hits_addend 0) is over its limit while its counter is in debt.
+// closed is as for count.
 func (s *Service) decide(ctx context.Context, cfg *compiled, dom *Domain, rules []rule, a *answer, resp *rlspb.RateLimitResponse) (closed bool, err error) {
-	var enforced, shadow batch
+	var enforced, shadow, charged batch
+	charging := charges(dom)
 	for i := range rules {
 		r := &rules[i]
 		if r.lim == nil {
@@ -52,6 +56,11 @@ func (s *Service) decide(ctx context.Context, cfg *compiled, dom *Domain, rules 
 		resp.Statuses[i].CurrentLimit = current(r.lim)
 		period := Period(r.lim.Unit)
 		lim := algo.Limit{Limit: int64(r.lim.RequestsPerUnit), Period: period, Algorithm: dom.Algorithm}
+		invalid := period == 0 || r.lim.RequestsPerUnit == 0 || lim.Validate() != nil
+		if charging && r.told && r.cost > 0 && !invalid {
+			charged.add(r.key, lim, r.cost, i)
+			continue
+		}
 		b := &enforced
 		if r.shadow {
 			b = &shadow
@@ -62,14 +71,12 @@ func (s *Service) decide(ctx context.Context, cfg *compiled, dom *Domain, rules 
 				sum += b.checks[k].Cost
 			}
 		}
-		if period == 0 || r.lim.RequestsPerUnit == 0 || lim.Validate() != nil || sum > lim.Limit {
-			// No period, a limit of 0 (a blocked value), or more hits than
-			// the limit allows at once: over the limit without a store call,
-			// and with no time to wait, since waiting never helps.
-			a.outs[i].over, a.outs[i].before, a.outs[i].after = true, sum-r.cost, sum
-			if !r.shadow {
-				resp.Statuses[i].Code, a.never = rlspb.RateLimitResponse_OVER_LIMIT, true
-			}
+		if invalid || sum > lim.Limit {
+			// No period, a limit of 0 (a blocked value) or one no store
+			// takes, or more hits than the limit allows at once: over the
+			// limit without a store call, and with no time to wait, since
+			// waiting never helps.
+			overAtOnce(r, a, resp, i, sum-r.cost)
 			continue
 		}
 		b.add(r.key, lim, r.cost, i)
@@ -84,18 +91,32 @@ func (s *Service) decide(ctx context.Context, cfg *compiled, dom *Domain, rules 
 			// Not all-or-nothing: charge the descriptors that passed.
 			s.chargePassed(ctx, dom, &enforced, &res)
 		}
-		s.fill(rules, &enforced, &res, a, resp)
+		s.fill(rules, &enforced, &res, charging, a, resp)
 	}
 	if len(shadow.checks) > 0 {
 		var res store.Result
 		if _, err := s.guard.Take(ctx, shadow.checks, policy.FailOpen, &res); err == nil && len(res.Decisions) == len(shadow.checks) {
-			s.fill(rules, &shadow, &res, a, resp)
+			s.fill(rules, &shadow, &res, charging, a, resp)
+		}
+	}
+	if len(charged.checks) > 0 {
+		if closed, err := s.charge(ctx, cfg, dom, &charged, rules, a, resp); closed || err != nil {
+			return closed, err
 		}
 	}
 	if a.now.IsZero() {
 		a.now = s.now()
 	}
 	return false, nil
+}
+
+// overAtOnce answers rule i over its limit without a store call, before
+// hits counted already in its batch: waiting never helps.
+func overAtOnce(r *rule, a *answer, resp *rlspb.RateLimitResponse, i int, before int64) {
+	a.outs[i].over, a.outs[i].before, a.outs[i].after = true, before, before+r.cost
+	if !r.shadow {
+		resp.Statuses[i].Code, a.never = rlspb.RateLimitResponse_OVER_LIMIT, true
+	}
 }
 
 // chargePassed charges, after a rejected batch, the checks that would have
@@ -124,10 +145,16 @@ func (s *Service) chargePassed(ctx context.Context, dom *Domain, b *batch, res *
 // A status's duration_until_reset is until the limit is
 // full again (as RateLimit-Reset over HTTP), over the limit or not; the
 // exact wait goes to Retry-After. A shadow rule over its limit is
-// answered OK.
-func (s *Service) fill(rules []rule, b *batch, res *store.Result, a *answer, resp *rlspb.RateLimitResponse) {
+// answered OK. With checkDebt (a domain that charges), a check (cost 0)
+// whose counter is in debt is over its limit until the debt is paid.
+func (s *Service) fill(rules []rule, b *batch, res *store.Result, checkDebt bool, a *answer, resp *rlspb.RateLimitResponse) {
 	for k, is := range b.rules {
 		d := res.Decisions[k]
+		if checkDebt && d.Allowed && b.checks[k].Cost == 0 {
+			if w := owed(b.checks[k].Limit, d.ResetAfter); w > 0 {
+				d.Allowed, d.RetryAfter = false, w
+			}
+		}
 		for _, i := range is {
 			st, o, r := resp.Statuses[i], &a.outs[i], &rules[i]
 			st.LimitRemaining = uint32(min(max(d.Remaining, 0), math.MaxUint32))

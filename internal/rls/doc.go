@@ -20,7 +20,13 @@
 //     share one Redis Cluster slot and one script call;
 //   - a store outage follows the domain's fail mode: open (answer OK from
 //     the in-process fallback limiter) or closed (UNAVAILABLE, or
-//     OVER_LIMIT, as configured).
+//     OVER_LIMIT, as configured);
+//   - in a domain with Charge (hits_addend: charge), the hits Envoy is
+//     told to add are charged in full, into a debt of at most one burst,
+//     as one settlement per call (store.Settler, an id made for the call),
+//     and a descriptor's hits_addend of 0 is over its limit while its
+//     counter is in debt: the token budget Envoy charges when a stream
+//     ends (apply_on_stream_done), whose answer it ignores.
 //
 // Whoever calls, a [Bound] holds the memory of calls in flight: gRPC
 // reads a call's whole message (up to MaxMessage) before any handler

@@ -14,3 +14,9 @@ var (
 	StatName   = statName
 	StatsdName = statsdName
 )
+
+// StoreKey is the store key of a configured rule's counter for a
+// descriptor of these entries, for tests.
+func StoreKey(domain, tenantKey string, entries ...Entry) string {
+	return storeKey(domain, entries, tenantKey, "")
+}

@@ -179,6 +179,10 @@ type rule struct {
 	key       string // the store key
 	stat      string // the statistics' name: domain.key_value…
 	cost      int64  // hits; 0 only checks
+	// told: the hits are a hits_addend Envoy was told to add (the
+	// descriptor's own, or the request's when not 0), not the default
+	// one hit: in a domain that charges, a charge (see charges).
+	told bool
 }
 
 // answer is a request's decided descriptors, as the two ways of deciding
@@ -288,11 +292,11 @@ func (s *Service) rules(cfg *compiled, req *rlspb.RateLimitRequest) ([]rule, err
 			entries = append(entries, Entry{e.GetKey(), e.GetValue()})
 		}
 		r := &rules[i]
-		r.cost = int64(max(req.GetHitsAddend(), 1))
+		r.cost, r.told = int64(max(req.GetHitsAddend(), 1)), req.GetHitsAddend() > 0
 		if h := d.GetHitsAddend(); h != nil {
 			// A descriptor's own hits_addend may be 0: a check that counts
 			// nothing, as in the token-quota pattern.
-			r.cost = int64(min(h.GetValue(), math.MaxUint32))
+			r.cost, r.told = int64(min(h.GetValue(), math.MaxUint32)), true
 		}
 		if root == nil {
 			continue // an unknown domain: no limit applies, not even a request's own

@@ -1,6 +1,7 @@
 package rlsconfig
 
 import (
+	"fmt"
 	"strings"
 	"time"
 
@@ -94,6 +95,32 @@ type Domain struct {
 	// Atomic a request's descriptors are one all-or-nothing batch.
 	Algorithm algo.Algorithm
 	Atomic    bool
+	// Charge: the hits Envoy is told to add (a descriptor's own
+	// hits_addend, or the request's when it is not 0) are charged in
+	// full, past the limit into a debt of at most one burst, as a charge
+	// sent when a stream ends must be (its answer is ignored); a
+	// hits_addend of 0 admits while the counter is not in debt. The
+	// default one hit of a descriptor without either stays a take. It
+	// applies to GCRA and the token bucket without Atomic (see
+	// [ChargeProblem]); a domain counted as envoyproxy/ratelimit counts
+	// charges every hit already.
+	Charge bool
+}
+
+// ChargeProblem says why a domain decided by algorithm a, atomic or not,
+// cannot take Charge, or "" when it can: GCRA and the token bucket carry
+// a debt and tell it apart from a counter at its limit, and a charge is
+// applied whatever the other descriptors answer, which an all-or-nothing
+// batch cannot be. A fixed window without Atomic counts every hit as
+// envoyproxy/ratelimit does, so Charge changes nothing there.
+func ChargeProblem(a algo.Algorithm, atomic bool) string {
+	switch {
+	case atomic:
+		return "hits_addend: charge does not go with atomic: a charge is applied whatever the request's other descriptors answer, so the batch would not be all-or-nothing"
+	case a == algo.GCRA || a == algo.TokenBucket || a == algo.FixedWindow:
+		return ""
+	}
+	return fmt.Sprintf("hits_addend: charge needs algorithm gcra or token_bucket (or the default fixed_window, which counts every hit as envoyproxy/ratelimit does), not %v: a window's count past its limit reads as one at its limit, so a check could not tell a debt", a)
 }
 
 // FailClosedCode is what a fail-closed domain answers while the store is

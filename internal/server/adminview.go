@@ -5,7 +5,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/fairgate/fairgate/algo"
+	"github.com/fairgate/fairgate/internal/limitview"
 	"github.com/fairgate/fairgate/limiter"
 	"github.com/fairgate/fairgate/policy"
 )
@@ -88,19 +88,7 @@ func overrideView(t policy.Tenant) map[string]any {
 }
 
 func effectiveView(tl limiter.TenantLimits) map[string]any {
-	layers := make([]map[string]any, len(tl.Layers))
-	for i, l := range tl.Layers {
-		ly := map[string]any{"policy": l.Policy, "limit": l.Limit, "burst": l.Burst, "period_ms": ms(l.Period),
-			"remaining": l.Remaining, "reset_after_ms": algo.CeilMillis(l.ResetAfter)}
-		if l.Class != "" {
-			ly["class"] = l.Class
-		}
-		if l.Shadow {
-			ly["shadow"] = true
-		}
-		layers[i] = ly
-	}
-	out := map[string]any{"tenant": tl.Tenant, "plan": tl.Plan, "overridden": tl.Overridden, "layers": layers}
+	out := map[string]any{"tenant": tl.Tenant, "plan": tl.Plan, "overridden": tl.Overridden, "layers": limitview.Layers(tl.Layers)}
 	if tl.Entry != policy.PlanFromDefault {
 		out["entry"] = tl.Entry.String() // "runtime" or "file"
 	}
@@ -135,6 +123,9 @@ func classView(c policy.Class) map[string]any {
 	}
 	if c.Lease > 0 {
 		out["lease"] = c.Lease
+	}
+	if c.Cost != nil {
+		out["cost"] = c.Cost // unit, estimate and measure, as the config spells them
 	}
 	switch {
 	case c.SlowDown < 0:

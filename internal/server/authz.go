@@ -24,6 +24,12 @@ const StatusHeader = "X-Fairgate-Status"
 // upstream, which releases them when the request ends.
 const LeaseHeader = "X-Fairgate-Lease"
 
+// SettlementHeader carries, on an allowed forward-auth answer, the
+// settlement handle of a request of a measured-cost class (settle.go),
+// for the gateway to pass to the upstream, which posts it to /v1/settle
+// with the true cost; it is empty on any other allowed answer.
+const SettlementHeader = "X-Fairgate-Settlement"
+
 // handleAuthz is the forward-auth endpoint. A gateway sends it the
 // headers of each client request (any method, no body needed) and passes
 // the request on when it answers 2xx. It believes the gateway named in
@@ -38,9 +44,14 @@ const LeaseHeader = "X-Fairgate-Lease"
 //     or from the configured tenant header of a trusted proxy; the client
 //     address as the proxy finds it.
 //
-// It answers 200 with the RateLimit headers and the verified tenant and
-// plan headers; 401 for a missing or bad credential; a rejection as
-// DenyStatus says. It never holds a request.
+// A request of a measured-cost class is charged its cap, or, where the
+// config says the upstream settles (forward_auth.settles), its estimate:
+// the class's estimate header among the original request's headers (the
+// gateway forwards no body), else its default.
+//
+// It answers 200 with the RateLimit headers, the verified tenant and
+// plan headers and SettlementHeader; 401 for a missing or bad credential;
+// a rejection as DenyStatus says. It never holds a request.
 func (s *Server) handleAuthz(w http.ResponseWriter, r *http.Request) {
 	id := s.id.Load()
 	if id.gw == nil {
@@ -86,7 +97,8 @@ func (s *Server) handleAuthz(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	req := policy.Request{Tenant: who.Tenant, Plan: who.Plan, Method: method, Path: path, IP: s.clientIP(r), Preflight: preflight}
+	req := policy.Request{Tenant: who.Tenant, Plan: who.Plan, Method: method, Path: path, IP: s.clientIP(r), Preflight: preflight,
+		Settles: id.fa.Settles, Header: r.Header}
 	d, err := s.lim.DecideIn(r.Context(), snap, req)
 	switch {
 	case errors.Is(err, policy.ErrNoTenant):
@@ -113,11 +125,13 @@ func (s *Server) handleAuthz(w http.ResponseWriter, r *http.Request) {
 	}
 	// Every header a gateway may copy to the API's request is in the
 	// answer, empty where fairgate has nothing to say (an anonymous or a
-	// free request): the gateway then copies what fairgate said, never a
-	// client's copy, and Caddy 2.6 never its placeholder's own text.
+	// free request, a class without a measured cost): the gateway then
+	// copies what fairgate said, never a client's copy, and Caddy 2.6
+	// never its placeholder's own text.
 	h := w.Header()
 	h[id.tenantHdr] = []string{who.Tenant}
 	h[id.planHdr] = []string{d.Resolution.Plan}
+	h[SettlementHeader] = []string{s.handleOf(&d)}
 	for _, name := range s.form.Names() {
 		if h[name] == nil {
 			h[name] = []string{""}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/fairgate/fairgate/internal/auth"
 	"github.com/fairgate/fairgate/internal/config"
+	"github.com/fairgate/fairgate/limiter"
 	"github.com/fairgate/fairgate/store/memstore"
 	"github.com/fairgate/fairgate/store/storetest"
 )
@@ -339,5 +340,98 @@ func TestAuthzPreflight(t *testing.T) {
 	}
 	if w := ask("198.51.100.8"); w.Code != 200 {
 		t.Fatalf("a preflight from another address: %d, want 200", w.Code)
+	}
+}
+
+// authzTokenServer is a decision service with tokenConfig, the test API
+// keys, nginx as the gateway, and settles as forward_auth.settles.
+func authzTokenServer(t *testing.T, settles bool) *Server {
+	t.Helper()
+	l, err := limiter.New(limiter.Config{Store: memstore.New(memstore.Config{}), Policy: mustPolicy(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Config{Limiter: l, Auth: testAuth(t), SettleKey: settleTestKey,
+		ForwardAuth: config.ForwardAuth{Gateway: "nginx", DenyStatus: 429, Settles: settles}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestAuthzSettlementHandle: an admitted request of a measured-cost class
+// gets a settlement handle in X-Fairgate-Settlement, charged its estimate
+// (the class's estimate header, else its default) where the config says
+// the upstream settles, else its cap; the handle settles through
+// /v1/settle. Any other allowed answer carries the header empty, and a
+// rejection none: never a copy of the client's own.
+func TestAuthzSettlementHandle(t *testing.T) {
+	const forged = "fg1.the-clients-own.handle"
+	chat := func(kv ...string) map[string]string {
+		h := map[string]string{"X-API-Key": "key-newco", "X-Original-URI": "/v1/chat", "X-Original-Method": "POST", SettlementHeader: forged}
+		for i := 0; i+1 < len(kv); i += 2 {
+			h[kv[i]] = kv[i+1]
+		}
+		return h
+	}
+	for _, tc := range []struct {
+		name    string
+		settles bool
+		hdr     map[string]string
+		charged int64
+	}{
+		{"settled, the estimate header", true, chat("X-Max-Tokens", "1200"), 1200},
+		{"settled, no estimate: the default", true, chat(), 500},
+		{"settled, an estimate over the cap: the cap", true, chat("X-Max-Tokens", "90000"), 4000},
+		{"settled, an estimate that is no count: the default", true, chat("X-Max-Tokens", "-3"), 500},
+		{"not settled: the cap, whatever the estimate", false, chat("X-Max-Tokens", "1200"), 4000},
+	} {
+		s := authzTokenServer(t, tc.settles)
+		w := authz(s, "GET", tc.hdr)
+		h := w.Header().Get(SettlementHeader)
+		if w.Code != 200 || h == "" || h == forged || len(w.Header().Values(SettlementHeader)) != 1 {
+			t.Fatalf("%s: %d, %s %q", tc.name, w.Code, SettlementHeader, w.Header().Values(SettlementHeader))
+		}
+		st, err := openHandle(settleTestKey, h, time.Now())
+		if err != nil {
+			t.Fatalf("%s: the handle does not open: %v", tc.name, err)
+		}
+		var layers []string
+		for _, l := range st.Layers {
+			layers = append(layers, l.Policy)
+		}
+		if st.Cost != tc.charged || !slices.Equal(layers, []string{"pro.llm.30d", "pro.tenant.30d"}) {
+			t.Errorf("%s: the handle charged %d on %v; want %d on pro.llm.30d and pro.tenant.30d", tc.name, st.Cost, layers, tc.charged)
+		}
+		// It settles: the true cost 3000 moves 3000 − the charge.
+		r := httptest.NewRequest("POST", "/v1/settle", strings.NewReader(`{"handle": "`+h+`", "cost": 3000}`))
+		r.Header.Set("Content-Type", "application/json")
+		sw := httptest.NewRecorder()
+		s.ServeHTTP(sw, r)
+		var out struct{ Delta int64 }
+		json.Unmarshal(sw.Body.Bytes(), &out)
+		if sw.Code != 200 || out.Delta != 3000-tc.charged {
+			t.Errorf("%s: settle: %d %s; want delta %d", tc.name, sw.Code, sw.Body, 3000-tc.charged)
+		}
+	}
+
+	// Not a measured class, or free: the header is there, empty, so that
+	// a gateway copying it copies fairgate's nothing over the client's.
+	s := authzTokenServer(t, true)
+	for _, target := range []string{"/v1/users/7", "/healthz"} {
+		w := authz(s, "GET", map[string]string{"X-API-Key": "key-newco", "X-Original-URI": target, "X-Original-Method": "GET", SettlementHeader: forged})
+		if vs, ok := w.Header()[SettlementHeader]; w.Code != 200 || !ok || !slices.Equal(vs, []string{""}) {
+			t.Errorf("GET %s: %d, %s %q; want 200 with it empty", target, w.Code, SettlementHeader, vs)
+		}
+	}
+	// Rejected: no handle. Not settled, each request is charged the cap
+	// 4000 of the class's 5000.
+	s = authzTokenServer(t, false)
+	if w := authz(s, "GET", chat()); w.Code != 200 {
+		t.Fatalf("first: %d", w.Code)
+	}
+	w := authz(s, "GET", chat())
+	if vs := w.Header().Values(SettlementHeader); w.Code != 429 || len(vs) != 0 {
+		t.Errorf("rejected: %d, %s %q; want 429 without it", w.Code, SettlementHeader, vs)
 	}
 }

@@ -133,7 +133,7 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 		problem.BadRequest(w, checkError(err, lr))
 		return
 	}
-	var hdrs [10]string // on the stack: at most five headers
+	var hdrs [14]string // on the stack: at most seven headers
 	resp := checkResponse{
 		Allowed: d.Allowed, Status: http.StatusOK, Reason: string(d.Reason), Policy: d.PolicyName(),
 		Headers: limitheader.Append(hdrs[:0], s.form, d),
@@ -155,9 +155,7 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 			ResetAfterMs: algo.CeilMillis(ld.ResetAfter), RetryAfterMs: algo.CeilMillis(ld.RetryAfter), Allowed: ld.Allowed, Shadow: ld.Shadow,
 		})
 	}
-	if d.Settlement != nil {
-		resp.Settlement = sealHandle(s.settleKey, d.Settlement, d.Now.Add(SettleHandleLifetime))
-	}
+	resp.Settlement = s.handleOf(&d)
 	out := outPool.Get().(*[]byte)
 	*out = resp.appendJSON(*out)
 	writeAppended(w, http.StatusOK, out)

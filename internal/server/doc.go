@@ -39,6 +39,7 @@
 //	GET    /healthcheck               envoyproxy/ratelimit's                    server.go
 //	GET    /dashboard                 the dashboard's page (Config.Dashboard)   package dash
 //	GET    /dashboard/data            its data                                  package dash
+//	GET    /dashboard/tenant          a tenant's budget, in its units           package dash
 //
 // Admin (NewAdmin; Authorization: Bearer <admin token> on each):
 //

@@ -2,15 +2,16 @@ package server
 
 import (
 	"net/http"
-	"time"
 
-	"github.com/fairgate/fairgate/algo"
 	"github.com/fairgate/fairgate/httplimit"
 	"github.com/fairgate/fairgate/httplimit/problem"
+	"github.com/fairgate/fairgate/internal/limitview"
 )
 
 // handleMyLimits serves GET /v1/me/limits: the verified caller's own
-// limits, concurrency layers and, with a job queue, its part of each queue.
+// limits (each in its unit: requests, or a measured cost's such as
+// tokens), concurrency layers and, with a job queue, its part of each
+// queue.
 func (s *Server) handleMyLimits(w http.ResponseWriter, r *http.Request) {
 	id, snap, err := s.pinned(r)
 	if err != nil {
@@ -28,28 +29,15 @@ func (s *Server) handleMyLimits(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, problem.Details{Status: http.StatusServiceUnavailable, Detail: "limits cannot be read right now: " + err.Error()})
 		return
 	}
-	type layer struct {
-		Policy       string `json:"policy"`
-		Class        string `json:"class,omitempty"`
-		Limit        int64  `json:"limit"`
-		Burst        int64  `json:"burst"`
-		PeriodMs     int64  `json:"period_ms"`
-		Remaining    int64  `json:"remaining"`
-		ResetAfterMs int64  `json:"reset_after_ms"`
-		Shadow       bool   `json:"shadow,omitempty"`
-	}
 	out := struct {
 		Tenant      string             `json:"tenant"`
 		Plan        string             `json:"plan"`
-		Layers      []layer            `json:"layers"`
+		Layers      []limitview.Layer  `json:"layers"`
 		Concurrency []concurrencyLayer `json:"concurrency,omitempty"`
 		Queues      map[string]any     `json:"queues,omitempty"`
-	}{Tenant: tl.Tenant, Plan: tl.Plan, Layers: []layer{}, Concurrency: concurrencyView(tl.Concurrency)}
+	}{Tenant: tl.Tenant, Plan: tl.Plan, Layers: limitview.Layers(tl.Layers), Concurrency: concurrencyView(tl.Concurrency)}
 	if s.jobs != nil {
 		out.Queues = s.queueStates(r, tl.Tenant)
-	}
-	for _, l := range tl.Layers {
-		out.Layers = append(out.Layers, layer{l.Policy, l.Class, l.Limit, l.Burst, int64(l.Period / time.Millisecond), l.Remaining, algo.CeilMillis(l.ResetAfter), l.Shadow})
 	}
 	writeJSON(w, http.StatusOK, out)
 }

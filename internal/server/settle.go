@@ -18,9 +18,9 @@ import (
 	"github.com/fairgate/fairgate/store"
 )
 
-// A settlement handle is what /v1/check answers for an admitted request
-// of a measured-cost class, and what POST /v1/settle takes back with the
-// true cost:
+// A settlement handle is what /v1/check (in its body) and /v1/authz (in
+// SettlementHeader) answer for an admitted request of a measured-cost
+// class, and what POST /v1/settle takes back with the true cost:
 //
 //	fg1.<payload>.<mac>
 //
@@ -85,6 +85,16 @@ func settleKey(key []byte) ([]byte, error) {
 	return key, nil
 }
 
+// handleOf returns the settlement handle of d, expiring
+// SettleHandleLifetime after its decision; "" when d has nothing to
+// settle (not admitted, not of a measured-cost class, or degraded).
+func (s *Server) handleOf(d *limiter.Decision) string {
+	if d.Settlement == nil {
+		return ""
+	}
+	return sealHandle(s.settleKey, d.Settlement, d.Now.Add(SettleHandleLifetime))
+}
+
 // sealHandle returns the handle of s, expiring at expires.
 func sealHandle(key []byte, s *limiter.Settlement, expires time.Time) string {
 	p := handlePayload{ID: s.ID, Cost: s.Cost, TakenUs: s.TakenAt.UnixMicro(), Expires: expires.UnixMicro()}
@@ -106,7 +116,7 @@ func handleMAC(key []byte, msg string) []byte {
 
 // Why a handle is refused.
 var (
-	errHandleInvalid = errors.New("not a settlement handle of this deployment (malformed, changed, or signed with another settle key): settle with the handle /v1/check answered, unchanged, on an instance sharing its FAIRGATE_SETTLE_TOKEN")
+	errHandleInvalid = errors.New("not a settlement handle of this deployment (malformed, changed, or signed with another settle key): settle with the handle /v1/check or /v1/authz answered, unchanged, on an instance sharing its FAIRGATE_SETTLE_TOKEN")
 	errHandleExpired = errors.New("the handle has expired: a handle settles within 100 s of its decision; the estimate it charged stands")
 )
 
@@ -166,7 +176,7 @@ type settleResponse struct {
 }
 
 // handleSettle serves POST /v1/settle: the true cost of a request
-// /v1/check admitted with a settlement handle.
+// /v1/check or /v1/authz admitted with a settlement handle.
 func (s *Server) handleSettle(w http.ResponseWriter, r *http.Request) {
 	var req settleBody
 	if !readJSON(w, r, &req, nil) {
@@ -174,7 +184,7 @@ func (s *Server) handleSettle(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case !req.Handle.ok || req.Handle.v == "":
-		problem.BadRequest(w, "handle: required: the settlement handle /v1/check answered")
+		problem.BadRequest(w, "handle: required: the settlement handle /v1/check or /v1/authz answered")
 		return
 	case !req.Cost.ok:
 		problem.BadRequest(w, "cost: required: the request's true cost, in the class's unit")

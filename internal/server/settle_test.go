@@ -14,6 +14,7 @@ import (
 
 	"github.com/fairgate/fairgate/internal/config"
 	"github.com/fairgate/fairgate/internal/redistest"
+	"github.com/fairgate/fairgate/internal/testpolicy"
 	"github.com/fairgate/fairgate/limiter"
 	"github.com/fairgate/fairgate/policy"
 	"github.com/fairgate/fairgate/store"
@@ -23,20 +24,8 @@ import (
 
 // tokenConfig is a policy with plan pro at 10,000 tokens per 30 days (no
 // refill while a test runs) and class llm, half of it, measured in
-// tokens.
-const tokenConfig = `default_plan: pro
-default_class: read
-plans:
-  pro: {limit: 10000, period: 720h}
-classes:
-  read: {}
-  llm:
-    share: 0.5
-    cost:
-      unit: tokens
-      estimate: {json: max_tokens, default: 500, cap: 4000}
-      measure: {json: usage.total_tokens}
-`
+// tokens (testpolicy.Tokens).
+var tokenConfig = testpolicy.Tokens(10_000, "720h")
 
 var settleTestKey = []byte("a-settle-key-shared-by-every-instance")
 
@@ -158,8 +147,7 @@ func TestSettleRefusesBadHandles(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The payload with another tenant's key in it, signed with the wrong key.
-	st2 := *st
-	st2.Layers = append([]limiter.SettleLayer(nil), st.Layers...)
+	st2 := limiter.Settlement{ID: st.ID, Cost: st.Cost, TakenAt: st.TakenAt, Layers: append([]limiter.SettleLayer(nil), st.Layers...)}
 	st2.Layers[0].Key = strings.Replace(st2.Layers[0].Key, "acme", "globex", 1)
 	forged := sealHandle([]byte("an-attacker-guessed-this-key-wrong"), &st2, time.Now().Add(time.Minute))
 	// One byte of the payload changed, the MAC kept.

@@ -47,6 +47,36 @@ func countTicks(top int64) []int64 {
 	return ticks
 }
 
+// signedTicks are the ticks of a count axis from lo (0 or below: a debt)
+// to top: countTicks(top) when lo is 0, else multiples of a 1-2-5 step
+// over the whole range (-20000, -10000, 0, 10000, 20000), with lo and top
+// themselves when they are not multiples, by countTicks' rule of
+// crowding.
+func signedTicks(lo, top int64) []int64 {
+	if lo >= 0 {
+		return countTicks(top)
+	}
+	step := int64(math.Max(1, niceStep(float64(top-lo))))
+	first := lo / step * step // the first multiple at or above lo
+	var ticks []int64
+	for v := first; v <= top; v += step {
+		ticks = append(ticks, v)
+	}
+	if first != lo {
+		if 2*(first-lo) < step && len(ticks) > 1 && first != 0 {
+			ticks = ticks[1:]
+		}
+		ticks = append([]int64{lo}, ticks...)
+	}
+	if last := ticks[len(ticks)-1]; last != top {
+		if 2*(top-last) < step && len(ticks) > 1 && last != 0 {
+			ticks = ticks[:len(ticks)-1]
+		}
+		ticks = append(ticks, top)
+	}
+	return ticks
+}
+
 // timeSteps are the time axis's steps: 1-2-5 up to 20 s, then steps a
 // clock reads at a glance.
 var timeSteps = func() []time.Duration {

@@ -68,7 +68,7 @@ func TestCountTicks(t *testing.T) {
 func TestLegend(t *testing.T) {
 	rate, _ := ParsePolicy(exPolicy)
 	conc, _ := ParsePolicy("limit=100,period=1m,concurrency=2")
-	reqs, _ := ParseTraffic("burst 5 at 1s hold 2s; burst 70 at 10s hold 100ms")
+	reqs, _ := ParseTraffic("burst 5 at 1s hold 2s; burst 70 at 10s hold 100ms", 1)
 	end := time.Minute
 	runs := []Run{Simulate(rate, reqs, end, time.Second), Simulate(conc, reqs, end, time.Second)}
 	var buf bytes.Buffer
@@ -126,6 +126,27 @@ func TestLegend(t *testing.T) {
 		}
 		if !strings.Contains(fmt.Sprint(p), "remaining capacity") {
 			t.Errorf("panel %d: no legend label", i)
+		}
+	}
+}
+
+// TestSignedTicks: an axis that goes below zero for a debt is labelled at
+// multiples of one step on both sides of zero, and at its ends.
+func TestSignedTicks(t *testing.T) {
+	for _, c := range []struct {
+		lo, top int64
+		want    []int64
+	}{
+		{0, 60, []int64{0, 10, 20, 30, 40, 50, 60}}, // countTicks
+		{-20000, 20000, []int64{-20000, -10000, 0, 10000, 20000}},
+		{-8807, 20000, []int64{-8807, -5000, 0, 5000, 10000, 15000, 20000}},
+		{-2000, 20000, []int64{-2000, 0, 5000, 10000, 15000, 20000}},
+		{-1, 3, []int64{-1, 0, 1, 2, 3}},
+		{-100, 100, []int64{-100, -50, 0, 50, 100}},
+		{-30, 100, []int64{-30, 0, 50, 100}}, // a step of 50 for the range of 130
+	} {
+		if got := signedTicks(c.lo, c.top); !slices.Equal(got, c.want) {
+			t.Errorf("signedTicks(%d, %d) = %v, want %v", c.lo, c.top, got, c.want)
 		}
 	}
 }

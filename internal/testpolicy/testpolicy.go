@@ -3,6 +3,7 @@
 package testpolicy
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/fairgate/fairgate/algo"
@@ -52,4 +53,29 @@ func Policy() policy.Policy {
 			"globex": {Plan: "team", Burst: 400, Shares: map[string]float64{"search": 0.5}},
 		},
 	}
+}
+
+// Tokens is a policy file (YAML) with plan pro at limit tokens per
+// period (a duration such as 720h) and class llm, half of it, with a
+// measured cost in tokens: estimated from X-Max-Tokens or max_tokens
+// (default 500, cap 4000), measured from X-Usage-Tokens or
+// usage.total_tokens, and routed at POST /v1/chat. Other requests are
+// class read; GET /healthz is free.
+func Tokens(limit int64, period string) string {
+	return fmt.Sprintf(`default_plan: pro
+default_class: read
+plans:
+  pro: {limit: %d, period: %s}
+classes:
+  read: {}
+  llm:
+    share: 0.5
+    cost:
+      unit: tokens
+      estimate: {header: X-Max-Tokens, json: max_tokens, default: 500, cap: 4000}
+      measure: {header: X-Usage-Tokens, json: usage.total_tokens}
+routes:
+  - {route: "GET /healthz", class: read, cost: 0}
+  - {route: "POST /v1/chat", class: llm}
+`, limit, period)
 }

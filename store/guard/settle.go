@@ -40,6 +40,25 @@ const (
 // those failed since the last line. The error is the last call's: the
 // caller reports it, the settlement is not to be applied by other means.
 func (g *Guard) Settle(ctx context.Context, id string, adjs []store.Adjustment, res *store.SettleResult) error {
+	return g.settle(ctx, true, id, adjs, res)
+}
+
+// SettleOnce is Settle for a settlement that no client can replay and
+// that its caller makes once (it holds the settlement, as the proxy, the
+// middleware, the Go API and Envoy's stream-done charges do; an HTTP
+// handle is not such a settlement): on an in-process store
+// ([store.UnrecordedSettler]) it is applied without recording id, so that
+// these settlements never fill the store's bounded id table, whose room
+// the replayable ones need; on any other store it is Settle, the id
+// making the retries of a call that timed out apply once.
+func (g *Guard) SettleOnce(ctx context.Context, id string, adjs []store.Adjustment, res *store.SettleResult) error {
+	_, ok := g.store.(store.UnrecordedSettler)
+	return g.settle(ctx, !ok, id, adjs, res)
+}
+
+// settle is Settle; recorded false applies through
+// store.UnrecordedSettler.
+func (g *Guard) settle(ctx context.Context, recorded bool, id string, adjs []store.Adjustment, res *store.SettleResult) error {
 	if err := store.ValidateSettle(id, adjs); err != nil {
 		g.settleFailed(id, err)
 		return err
@@ -54,7 +73,7 @@ func (g *Guard) Settle(ctx context.Context, id string, adjs []store.Adjustment, 
 			time.Sleep(wait)
 			wait *= 2
 		}
-		err = g.settleOnce(ctx, checks, id, adjs, res)
+		err = g.settleCall(ctx, checks, recorded, id, adjs, res)
 		if err == nil || !retryable(err) {
 			break
 		}
@@ -76,12 +95,17 @@ func (g *Guard) Settle(ctx context.Context, id string, adjs []store.Adjustment, 
 	return nil
 }
 
-// settleOnce is one store call of a settlement.
-func (g *Guard) settleOnce(ctx context.Context, checks []store.Check, id string, adjs []store.Adjustment, res *store.SettleResult) error {
+// settleCall is one store call of a settlement.
+func (g *Guard) settleCall(ctx context.Context, checks []store.Check, recorded bool, id string, adjs []store.Adjustment, res *store.SettleResult) error {
 	sctx, cancel := g.storeContext(ctx)
 	defer cancel()
 	start := time.Now()
-	err := g.breaker(checks, func() error { return g.store.Settle(sctx, id, adjs, res) })
+	err := g.breaker(checks, func() error {
+		if !recorded {
+			return g.store.(store.UnrecordedSettler).SettleUnrecorded(sctx, adjs, res)
+		}
+		return g.store.Settle(sctx, id, adjs, res)
+	})
 	if !refused(err) {
 		g.observeStore(sctx, time.Since(start).Seconds())
 	}

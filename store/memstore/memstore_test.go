@@ -262,3 +262,41 @@ func TestSettleIDsNeverForgottenEarly(t *testing.T) {
 		t.Fatalf("after the ids expired: %v, want room", err)
 	}
 }
+
+// TestSettleUnrecordedLeavesTheIDTable: a settlement its caller makes once
+// (SettleUnrecorded) applies on each call and takes no room in the id
+// table, so that in-process settlements, however many, never refuse a
+// handle's; the table still refuses past its bound.
+func TestSettleUnrecordedLeavesTheIDTable(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	s := New(Config{MaxSettleIDs: idShards, Now: func() time.Time { return now }}) // one id a shard
+	ctx := context.Background()
+	lim := algo.Limit{Limit: 1000, Period: time.Hour}
+	var res store.SettleResult
+	for i := range 500 {
+		if err := s.SettleUnrecorded(ctx, []store.Adjustment{{Key: "k", Limit: lim, Delta: 1}}, &res); err != nil {
+			t.Fatalf("unrecorded settlement %d: %v", i, err)
+		}
+		if res.Settled[0].Repeated || res.Settled[0].Applied != 1 {
+			t.Fatalf("unrecorded settlement %d: %+v, want 1 applied", i, res.Settled[0])
+		}
+	}
+	if got := res.Settled[0].Remaining; got != 500 {
+		t.Errorf("remaining %d after 500 unrecorded charges of 1, want 500", got)
+	}
+	refused := 0
+	for i := range 200 { // the table has its whole room for recorded ones
+		err := s.Settle(ctx, fmt.Sprint("handle-", i), []store.Adjustment{{Key: fmt.Sprint("h", i), Limit: lim, Delta: 1}}, &res)
+		if errors.Is(err, ErrSettleIDsFull) {
+			refused++
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if held := 200 - refused; held < idShards/2 || refused == 0 {
+		t.Errorf("recorded settlements into a %d-id table: %d held, %d refused", idShards, held, refused)
+	}
+	if err := s.SettleUnrecorded(ctx, nil, &res); !errors.Is(err, store.ErrInvalidCheck) {
+		t.Errorf("no adjustments: %v, want ErrInvalidCheck", err)
+	}
+}

@@ -80,18 +80,34 @@ var ErrSettleIDsFull = fmt.Errorf("%w: memstore: the settlement ids of the last 
 // Config.MaxSettleIDs (at that bound, a new settlement is refused with [ErrSettleIDsFull]
 // rather than an id forgotten early, which would let a retry apply twice).
 func (s *Store) Settle(ctx context.Context, id string, adjs []store.Adjustment, res *store.SettleResult) error {
+	if err := store.ValidateSettle(id, adjs); err != nil {
+		return err
+	}
 	return s.settle(ctx, false, 0, id, adjs, res)
+}
+
+// SettleUnrecorded applies a settlement's adjustments as one atomic step
+// without recording an id, for a caller that applies each settlement at
+// most once itself: it never fills the id table. See
+// [store.UnrecordedSettler].
+func (s *Store) SettleUnrecorded(ctx context.Context, adjs []store.Adjustment, res *store.SettleResult) error {
+	if err := store.ValidateAdjustments(adjs); err != nil {
+		return err
+	}
+	return s.settle(ctx, false, 0, "", adjs, res)
 }
 
 // SettleAt is Settle at the given time instead of the store's clock.
 func (s *Store) SettleAt(ctx context.Context, now time.Time, id string, adjs []store.Adjustment, res *store.SettleResult) error {
-	return s.settle(ctx, true, now.UnixMicro(), id, adjs, res)
-}
-
-func (s *Store) settle(ctx context.Context, fixed bool, us int64, id string, adjs []store.Adjustment, res *store.SettleResult) error {
 	if err := store.ValidateSettle(id, adjs); err != nil {
 		return err
 	}
+	return s.settle(ctx, true, now.UnixMicro(), id, adjs, res)
+}
+
+// settle applies adjs, validated, under the id table's record of id; an
+// id "" is not recorded (SettleUnrecorded).
+func (s *Store) settle(ctx context.Context, fixed bool, us int64, id string, adjs []store.Adjustment, res *store.SettleResult) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -107,13 +123,18 @@ func (s *Store) settle(ctx context.Context, fixed bool, us int64, id string, adj
 		us = s.nowUs()
 	}
 	us = s.lock(locks, fixed, us)
-	t := &s.ids[maphash.String(s.seed, id)%idShards]
-	t.mu.Lock()
-	repeated, full := t.seen(id, us, us+int64(store.SettleIDLifetime/time.Microsecond), s.maxIDs)
-	if full {
-		t.mu.Unlock()
-		s.unlock(locks, us)
-		return ErrSettleIDsFull
+	var t *idTable
+	var repeated bool
+	if id != "" {
+		t = &s.ids[maphash.String(s.seed, id)%idShards]
+		t.mu.Lock()
+		var full bool
+		repeated, full = t.seen(id, us, us+int64(store.SettleIDLifetime/time.Microsecond), s.maxIDs)
+		if full {
+			t.mu.Unlock()
+			s.unlock(locks, us)
+			return ErrSettleIDsFull
+		}
 	}
 	res.Settled = res.Settled[:0]
 	for i := range adjs {
@@ -145,10 +166,15 @@ func (s *Store) settle(ctx context.Context, fixed bool, us int64, id string, adj
 			sh.touch(ei, us)
 		}
 	}
-	t.mu.Unlock()
+	if t != nil {
+		t.mu.Unlock()
+	}
 	s.unlock(locks, us)
 	res.Now = time.UnixMicro(us)
 	return nil
 }
 
-var _ store.Settler = (*Store)(nil)
+var (
+	_ store.Settler           = (*Store)(nil)
+	_ store.UnrecordedSettler = (*Store)(nil)
+)
