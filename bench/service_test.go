@@ -31,9 +31,18 @@ plans:
 classes:
   read: {share: 1.0, fail: open}
   search: {share: 0.5, fail: open}
+  completions:
+    share: 0.5
+    fail: open
+    cost:
+      unit: tokens
+      estimate: {header: X-Max-Tokens, default: 100, cap: 1000}
+      measure: {header: X-Usage-Tokens}
 routes:
   - {route: "GET /v1/users/{id}", class: read}
   - {route: "GET /v1/search", class: search}
+  - {route: "POST /v1/completions", class: completions}
+  - {route: "POST /v1/echo", class: read}
 auth:
   api_keys:
     - {sha256: b0962662e937d44c699c8305d90cbf190b3150c59b13863d1380b5cc3c711bb7, tenant: acme}
@@ -48,6 +57,11 @@ type target struct {
 	body  string // a fmt format with one %d (the rotating key); "" for GET
 	hdr   string // one extra header, "Name: value"
 	pace  int    // ms each connection waits between requests; 0: none
+	// settle, when set, makes every admitted answer's settlement handle
+	// the next request: a POST /v1/settle of it at this true cost, on the
+	// same connection pool. One settled decision is then two requests,
+	// and figures are per decision (per /v1/check).
+	settle int
 }
 
 // wrkRound is one wrk run against a target.
@@ -112,6 +126,20 @@ request = function()
 		lua += fmt.Sprintf("  return wrk.format(\"GET\", nil, {%s})\n", strings.TrimPrefix(luaHdr(t.hdr), ", "))
 	}
 	lua += "end\n"
+	if t.settle > 0 {
+		// Handles wait in a queue; a request is a settlement when one waits.
+		lua = strings.Replace(lua, "  n = n + 1\n", fmt.Sprintf(`  local h = table.remove(q)
+  if h then
+    return wrk.format("POST", "/v1/settle", {["Content-Type"] = "application/json"}, '{"handle":"' .. h .. '","cost":%d}')
+  end
+  n = n + 1
+`, t.settle), 1)
+		lua = "local q = {}\n" + lua + `response = function(status, headers, body)
+  local h = string.match(body, '"settlement":"([^"]+)"')
+  if h then table.insert(q, h) end
+end
+`
+	}
 	if t.pace > 0 {
 		lua += fmt.Sprintf("delay = function() return %d end\n", t.pace)
 	}
@@ -146,6 +174,9 @@ request = function()
 	}
 	if r.reqs == 0 {
 		b.Fatalf("wrk %s: no requests:\n%s", t.name, out)
+	}
+	if t.settle > 0 { // a check and its settlement are one decision
+		r.reqs /= 2
 	}
 	r.rps = float64(r.reqs) / d.Seconds()
 	r.cpuUs = float64(cpu.Microseconds()) / float64(r.reqs)
@@ -204,6 +235,9 @@ func BenchmarkService(b *testing.B) {
 	rpid := redisPID(rs)
 	const takeBody = `{"key":"k%d","limit":1000000000,"period_ms":3600000}`
 	const checkBody = `{"tenant":"t%d","route":"GET /v1/search"}`
+	// A measured-cost route: charged its estimate (X-Max-Tokens, else
+	// 100), settled at 150 when the target settles.
+	const measuredBody = `{"tenant":"t%d","route":"POST /v1/completions"}`
 	serve := func(store string, extra ...string) (string, int) {
 		a := freeAddr(b)
 		cmd := start(b, a, fg, append([]string{"serve", "--config", cfg, "--store", store, "--listen", a}, extra...)...)
@@ -218,14 +252,18 @@ func BenchmarkService(b *testing.B) {
 	ts = append(ts, target{name: "floor", pid: pid, url: "http://" + a + "/take", body: takeBody})
 	a, pid = serve("memory://")
 	ts = append(ts, target{name: "take-memory", pid: pid, url: "http://" + a + "/v1/take", body: takeBody},
-		target{name: "check-memory", pid: pid, url: "http://" + a + "/v1/check", body: checkBody})
+		target{name: "check-memory", pid: pid, url: "http://" + a + "/v1/check", body: checkBody},
+		target{name: "measured-memory", pid: pid, url: "http://" + a + "/v1/check", body: measuredBody},
+		target{name: "settled-memory", pid: pid, url: "http://" + a + "/v1/check", body: measuredBody, settle: 150})
 	a, pid = floorAt("-mode", "floor+redis", "-redis", rs.Addr)
 	ts = append(ts, target{name: "floor+redis", pid: pid, redis: rpid, url: "http://" + a + "/take", body: takeBody})
 	a, pid = floorAt("-mode", "redis_rate", "-redis", rs.Addr)
 	ts = append(ts, target{name: "redis_rate", pid: pid, redis: rpid, url: "http://" + a + "/take", body: takeBody})
 	a, pid = serve("redis://" + rs.Addr)
 	ts = append(ts, target{name: "take-redis", pid: pid, redis: rpid, url: "http://" + a + "/v1/take", body: takeBody},
-		target{name: "check-redis", pid: pid, redis: rpid, url: "http://" + a + "/v1/check", body: checkBody})
+		target{name: "check-redis", pid: pid, redis: rpid, url: "http://" + a + "/v1/check", body: checkBody},
+		target{name: "measured-redis", pid: pid, redis: rpid, url: "http://" + a + "/v1/check", body: measuredBody},
+		target{name: "settled-redis", pid: pid, redis: rpid, url: "http://" + a + "/v1/check", body: measuredBody, settle: 150})
 	if alt := os.Getenv("FAIRGATE_BENCH_ALT"); alt != "" { // an A/B: another build's Redis paths, on the same Redis
 		ab := freeAddr(b)
 		pid := start(b, ab, alt, "serve", "--config", cfg, "--store", "redis://"+rs.Addr, "--listen", ab).Process.Pid
@@ -237,9 +275,13 @@ func BenchmarkService(b *testing.B) {
 	ts = append(ts, target{name: "bare-proxy", pid: pid, url: "http://" + a + "/v1/users/1"})
 	a, pid = serve("memory://", "--upstream", "http://"+up, "--internal-listen", freeAddr(b))
 	ts = append(ts, target{name: "proxy", pid: pid, url: "http://" + a + "/v1/users/1", hdr: "X-API-Key: bench-key"})
+	// The same proxy on a POST of a plain class and of a measured-cost
+	// one, whose answer carries X-Usage-Tokens: 150 and is settled to it.
+	ts = append(ts, target{name: "proxy-post", pid: pid, url: "http://" + a + "/v1/echo", hdr: "X-API-Key: bench-key", body: `{"prompt":"p%d"}`},
+		target{name: "proxy-settled", pid: pid, url: "http://" + a + "/v1/completions", hdr: "X-API-Key: bench-key", body: `{"prompt":"p%d"}`})
 	// The same three at a moderate rate (16 connections, each waiting 9 ms
 	// between requests: about 1,700 a second): the latency a proxy adds.
-	for _, p := range []target{{name: "direct", pid: upPID, url: "http://" + up + "/v1/users/1"}, ts[len(ts)-2], ts[len(ts)-1]} {
+	for _, p := range []target{{name: "direct", pid: upPID, url: "http://" + up + "/v1/users/1"}, ts[len(ts)-4], ts[len(ts)-3]} {
 		p.name, p.pace = p.name+"@1.7k", 9
 		ts = append(ts, p)
 	}
@@ -291,6 +333,7 @@ func runService(b *testing.B, dir string, ts []target) {
 	}
 	// The ratios issue 23 sets targets for, per round (server + Redis CPU).
 	for _, c := range [][2]string{{"take-memory", "floor"}, {"check-memory", "floor"}, {"take-redis", "redis_rate"}, {"floor+redis", "redis_rate"}, {"check-redis", "envoy-json"}, {"proxy", "bare-proxy"},
+		{"settled-memory", "measured-memory"}, {"settled-redis", "measured-redis"}, {"proxy-settled", "proxy-post"},
 		{"take-redis", "take-redis-alt"}, {"check-redis", "check-redis-alt"}} {
 		if len(res[c[0]]) == 0 || len(res[c[1]]) == 0 {
 			continue

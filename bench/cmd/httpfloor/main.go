@@ -11,7 +11,8 @@
 //     nothing: what any service making a Redis call per decision pays;
 //   - -mode proxy: a bare httputil.ReverseProxy to -upstream, with the
 //     transport settings fairgate's proxy uses;
-//   - -mode upstream: a tiny API answering 200 with a short JSON body, for
+//   - -mode upstream: a tiny API answering 200 with a short JSON body
+//     (and, on /v1/completions, X-Usage-Tokens: 150), for
 //     the proxies to forward to.
 package main
 
@@ -93,6 +94,9 @@ func main() {
 	case "upstream":
 		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
+			if r.URL.Path == "/v1/completions" { // a measured cost: the answer says it
+				w.Header().Set("X-Usage-Tokens", "150")
+			}
 			w.Write([]byte(`{"id":1,"name":"widget"}`))
 		})
 	default:
