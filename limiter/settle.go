@@ -61,7 +61,9 @@ type SettleOutcome struct {
 	// move on each layer (negative: refunded).
 	Delta int64
 	// Repeated reports that the settlement had been applied already (an
-	// earlier call with the same ID): nothing moved now.
+	// earlier call with the same ID, or this call's own first store
+	// call, which timed out after it ran: the retry found it applied):
+	// nothing moved now.
 	Repeated bool
 	// Layers holds one answer per layer of the settlement, in its order.
 	Layers []SettledLayer
