@@ -6,7 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/fairgate/fairgate/algo"
@@ -33,16 +33,11 @@ type Settlement struct {
 	// included (a shadow limit counts what it would enforce).
 	Layers []SettleLayer
 
-	// state is [Limiter.Settle]'s: settleOpen, settling or settled.
-	state atomic.Int32
+	// mu serializes [Limiter.Settle]'s calls with this settlement;
+	// applied is set when one of them applied it.
+	mu      sync.Mutex
+	applied bool
 }
-
-// States of a Settlement settled in process ([Limiter.Settle]).
-const (
-	settleOpen int32 = iota // not settled, or the last try failed
-	settling                // a Settle is applying it
-	settled                 // applied
-)
 
 // SettleLayer is one layer a settlement moves: its key and the limit it
 // was taken under.
@@ -87,12 +82,12 @@ var ErrSettleCost = errors.New("limiter: bad true cost")
 // fairgate_settlement* metrics). For work that is not HTTP; the HTTP
 // fronts settle the same way.
 //
-// It applies once per decision: d carries its settlement, so a second
-// call with the same decision (a duplicate, or one while the first is
-// applying) applies nothing and reports Repeated, with no layer's
-// remaining read; a call after one that failed (an error: nothing was
-// applied) tries again, its store calls under the settlement's ID so that
-// a call that timed out after it ran applies once. On the memory store
+// It applies once per decision: d carries its settlement, and calls with
+// it wait for each other, so a call after one that applied it applies
+// nothing and reports Repeated, with the layers' remaining as they stand;
+// a call after one that failed (an error) tries again, its store calls
+// under the settlement's ID, so that a call that timed out after it ran
+// applies once (and answers Repeated: its retry found it applied). On the memory store
 // the ID is not recorded ([guard.Guard.SettleOnce]): these settlements
 // never fill its bounded id table. A charge puts a layer in debt
 // at most one burst ([algo.Limit.Settle]); a refund gives back at most
@@ -128,22 +123,29 @@ func (l *Limiter) Settle(ctx context.Context, d *Decision, trueCost int64) (Sett
 		return SettleOutcome{}, fmt.Errorf("%w: %d is outside 0..%d", ErrSettleCost, trueCost, algo.MaxCount)
 	}
 	// The decision is held here, so this process alone can settle it:
-	// once, by its state, and on an in-process store without an id
-	// record (guard.SettleOnce), which no number of in-process
-	// settlements can then fill.
-	if !s.state.CompareAndSwap(settleOpen, settling) {
-		out := SettleOutcome{Delta: trueCost - s.Cost, Repeated: true, Layers: make([]SettledLayer, len(s.Layers))}
-		for i, ly := range s.Layers {
-			out.Layers[i] = SettledLayer{Policy: ly.Policy, Settled: store.Settled{Repeated: true}}
+	// once, by its own record (calls with it wait for each other), and
+	// on an in-process store without an id record (guard.SettleOnce),
+	// which no number of in-process settlements can then fill. A call
+	// after one that applied it moves nothing (a settlement of the
+	// estimate: zero on every layer) and reads the layers as they stand.
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.applied {
+		out, err := l.settle(ctx, s, s.Cost, false)
+		if err != nil {
+			return SettleOutcome{}, err
+		}
+		out.Delta, out.Repeated = trueCost-s.Cost, true
+		for i := range out.Layers {
+			out.Layers[i].Applied, out.Layers[i].Repeated = 0, true
 		}
 		return out, nil
 	}
 	out, err := l.settle(ctx, s, trueCost, false)
 	if err != nil {
-		s.state.Store(settleOpen) // not applied: a retry may apply it
-		return out, err
+		return out, err // not applied: a retry may apply it
 	}
-	s.state.Store(settled)
+	s.applied = true
 	return out, nil
 }
 
