@@ -37,14 +37,14 @@ type Policies struct {
 // (nil: an in-process one). It fails if pol does not compile, with the
 // [policy.Problems]. changed, if not nil, is called after each swap.
 func newPolicies(pol policy.Policy, control ControlStore, now func() time.Time, log *slog.Logger, changed func()) (*Policies, error) {
-	snap, err := policy.Compile(pol)
+	snap, base, err := compileBase(pol)
 	if err != nil {
 		return nil, err
 	}
 	if control == nil {
 		control = newMemoryControl()
 	}
-	p := &Policies{control: control, now: now, log: log, changed: changed, base: snap.Policy()} // defaults applied
+	p := &Policies{control: control, now: now, log: log, changed: changed, base: base}
 	p.snap.Store(snap)
 	return p, nil
 }
@@ -56,15 +56,31 @@ func (p *Policies) Snapshot() *policy.Snapshot { return p.snap.Load() }
 // policy that does not compile changes nothing and returns the
 // [policy.Problems].
 func (p *Policies) SetPolicy(pol policy.Policy) error {
-	snap, err := policy.Compile(pol)
+	_, base, err := compileBase(pol)
 	if err != nil {
 		return err
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.base = snap.Policy() // defaults applied
+	p.base = base
 	p.rebuild()
 	return nil
+}
+
+// compileBase compiles pol and returns it with its defaults applied (the
+// base every rebuild compiles with the overlay), which must compile
+// again: a policy whose defaults do not (a bug) is refused here, where it
+// is loaded, rather than found by the next overlay change.
+func compileBase(pol policy.Policy) (*policy.Snapshot, policy.Policy, error) {
+	snap, err := policy.Compile(pol)
+	if err != nil {
+		return nil, policy.Policy{}, err
+	}
+	base := snap.Policy()
+	if _, err := policy.Compile(base); err != nil {
+		return nil, policy.Policy{}, fmt.Errorf("limiter: the policy with its defaults does not compile again: %w", err)
+	}
+	return snap, base, nil
 }
 
 // rebuild compiles base with overlay and swaps it in. Overlay entries that
@@ -90,7 +106,11 @@ func (p *Policies) rebuild() {
 			}
 		}
 		if snap, err = policy.CompileWith(p.base, kept); err != nil {
-			snap, _ = policy.Compile(p.base)
+			snap, err = policy.Compile(p.base)
+		}
+		if err != nil { // never a nil policy: the one in force stays
+			p.log.Error("the policy does not compile with any run-time override; keeping the one in force", slog.String("error", err.Error()))
+			return
 		}
 	}
 	p.snap.Store(snap)

@@ -259,3 +259,31 @@ func TestInProcessSettlementsNeverFillTheIDTable(t *testing.T) {
 		t.Fatalf("another tenant's handle settlement after the flood: %v", err)
 	}
 }
+
+// TestReloadKeepsAMeasuredClass: a policy with a measured-cost class and
+// its route reloads (SetPolicy, a SIGHUP's path) and takes run-time
+// overrides (PutOverride, the admin API's), and decisions go on. Its
+// defaults (Snapshot.Policy) gave the measured route a cost of 1, which
+// the rebuild with the overlay refused, and the rebuild then stored a nil
+// policy: every decision panicked until a restart.
+func TestReloadKeepsAMeasuredClass(t *testing.T) {
+	ctx := context.Background()
+	p := tokenPolicy(algo.GCRA)
+	p.Routes = []policy.Route{{Pattern: "POST /v1/completions", Class: "llm"}}
+	l := settleLimiter(t, memstore.New(memstore.Config{}), p)
+	if err := l.Policies.SetPolicy(p); err != nil {
+		t.Fatalf("reload: %v", err)
+	}
+	if err := l.Policies.PutOverride(ctx, "acme", policy.Tenant{Plan: "pro"}); err != nil {
+		t.Fatalf("override: %v", err)
+	}
+	for _, route := range [][2]string{{"POST", "/v1/completions"}, {"GET", "/v1/other"}} {
+		d, err := l.Decide(ctx, policy.Request{Tenant: "acme", Method: route[0], Path: route[1], Settles: true})
+		if err != nil || !d.Allowed {
+			t.Fatalf("%s after the reload and the override: %+v, %v", route, d, err)
+		}
+	}
+	if got := l.Policies.Snapshot().Policy().Routes[0].Cost; got != 0 {
+		t.Errorf("the measured route's cost with defaults = %d, want 0 (its estimate is its cost)", got)
+	}
+}

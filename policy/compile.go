@@ -183,6 +183,9 @@ func (s *Snapshot) compileRoutes(ps *problems, routes []Route) {
 		switch {
 		case ok && c.Cost != nil && (r.Free || r.Cost != 0):
 			ps.add(path+".cost", "class %q has a measured cost: its estimate is the route's cost; remove cost", r.Class)
+		case ok && c.Cost != nil:
+			// The estimate is the cost: 0 stays, so that the policy
+			// with its defaults (Snapshot.Policy) compiles again.
 		case r.Free && r.Cost != 0:
 			ps.add(path+".cost", "cost %d on a free route: give one or the other", r.Cost)
 		case r.Free:
