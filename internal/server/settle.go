@@ -126,6 +126,13 @@ func openHandle(key []byte, h string, now time.Time) (*limiter.Settlement, error
 	if len(h) > maxHandle || !strings.HasPrefix(h, handleVersion) {
 		return nil, errHandleInvalid
 	}
+	// One spelling: base64's decoders skip CR and LF, even strict, so a
+	// handle with them in its mac would pass as itself.
+	for i := range len(h) {
+		if c := h[i]; !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return nil, errHandleInvalid
+		}
+	}
 	i := strings.LastIndexByte(h, '.')
 	mac, err := base64.RawURLEncoding.Strict().DecodeString(h[i+1:])
 	if err != nil || !hmac.Equal(mac, handleMAC(key, h[:i])) {

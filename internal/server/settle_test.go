@@ -240,4 +240,11 @@ func TestHandleOneSpelling(t *testing.T) {
 			t.Errorf("the mac's last character %q for %q: opened, want refused", c, last)
 		}
 	}
+	// Line breaks, which base64's decoders skip even when strict.
+	mac := strings.LastIndexByte(h, '.') + 1
+	for _, other := range []string{h + "\n", h + "\r\n", h[:mac+4] + "\r\n" + h[mac+4:], h[:mac+4] + "\n" + h[mac+4:], h + " "} {
+		if _, err := openHandle(key, other, now); err == nil {
+			t.Errorf("%q: opened, want refused (one spelling)", other)
+		}
+	}
 }
