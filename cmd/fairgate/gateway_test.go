@@ -405,17 +405,17 @@ func TestCaddyForwardAuth(t *testing.T) {
 // settleConfig is fairgate's config for the settlement tests behind gw:
 // testpolicy.Tokens at 100,000 tokens a year (no refill while a test
 // runs: class llm, POST /v1/chat, has a burst of 50,000), tenant newco
-// (key-newco), and a gateway whose upstream settles
-// (forward_auth.settles), so that the estimate is charged.
-func settleConfig(t *testing.T, gw string) string {
+// (key-newco), and a gateway that says whether its upstream settles
+// (forward_auth.settles: if so the estimate is charged, else the cap).
+func settleConfig(t *testing.T, gw string, settles bool) string {
 	t.Helper()
 	sum := sha256.Sum256([]byte("key-newco"))
 	cfg := testpolicy.Tokens(100_000, "8760h") + fmt.Sprintf(`trusted_proxies: [127.0.0.1]
-forward_auth: {gateway: %s, settles: true}
+forward_auth: {gateway: %s, settles: %v}
 auth:
   api_keys:
     - {sha256: %x, tenant: newco}
-`, gw, sum)
+`, gw, settles, sum)
 	path := filepath.Join(t.TempDir(), "fairgate.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
@@ -564,7 +564,7 @@ func testSettleThroughGateway(t *testing.T, base, fairgate string, api *settling
 // TestNginxSettles drives the real nginx with examples/gateways/nginx.conf
 // in front of an API that settles each completion at its true cost.
 func TestNginxSettles(t *testing.T) {
-	sv := startServe(t, "--listen", "127.0.0.1:0", "--config", settleConfig(t, "nginx"))
+	sv := startServe(t, "--listen", "127.0.0.1:0", "--config", settleConfig(t, "nginx", true))
 	defer sv.stop()
 	api := newSettlingAPI(t, sv.addr)
 	gw := startNginx(t, "nginx.conf", sv.addr, api.Listener.Addr().String())
@@ -576,7 +576,7 @@ func TestNginxSettles(t *testing.T) {
 // itself (post_action) at the cost the API's answer gives in
 // X-Usage-Tokens.
 func TestNginxSettlesItself(t *testing.T) {
-	sv := startServe(t, "--listen", "127.0.0.1:0", "--config", settleConfig(t, "nginx"))
+	sv := startServe(t, "--listen", "127.0.0.1:0", "--config", settleConfig(t, "nginx", false)) // as the example says: the cap, settled down
 	defer sv.stop()
 	api := newSettlingAPI(t, "")
 	gw := startNginx(t, "nginx-settles.conf", sv.addr, api.Listener.Addr().String())
@@ -586,7 +586,7 @@ func TestNginxSettlesItself(t *testing.T) {
 // TestCaddySettles: TestNginxSettles with the real Caddy and
 // examples/gateways/Caddyfile.
 func TestCaddySettles(t *testing.T) {
-	sv := startServe(t, "--listen", "127.0.0.1:0", "--config", settleConfig(t, "caddy"))
+	sv := startServe(t, "--listen", "127.0.0.1:0", "--config", settleConfig(t, "caddy", true))
 	defer sv.stop()
 	api := newSettlingAPI(t, sv.addr)
 	gw := startCaddy(t, sv.addr, api.Listener.Addr().String())
