@@ -49,7 +49,9 @@ const (
 	RuleClientGone SettleRule = "client_gone"
 	// RuleCut: the handler stopped mid-answer (it panicked, or
 	// httputil.ReverseProxy aborted a body the upstream broke off), the
-	// client still there: settled at the estimate.
+	// client still there: settled at the class's cap, as the cost is not
+	// known. Not the estimate: a client can cut an answer itself, by
+	// reading slowly until the upstream's write timeout breaks it off.
 	RuleCut SettleRule = "cut"
 	// RuleUnmeasured: a complete answer below 400 without its cost:
 	// settled at the class's cap, as a front that does not settle charges
@@ -91,13 +93,12 @@ type answer struct {
 	gone, aborted bool
 }
 
-// settleCost returns what a request charged estimate, of a class whose
-// estimates are at most cap, is settled at, and the rule that says so:
+// settleCost returns what a request of a class whose estimates are at
+// most cap is settled at, and the rule that says so:
 // the handler's cost, else the measured one, else 0 for an error or a
-// refused request, else the cap when the cost is not known (the client
-// went away, or the answer did not hold it), else the estimate (the
-// upstream broke the answer off).
-func settleCost(a answer, estimate, cap int64) (int64, SettleRule) {
+// refused request, else the cap: the cost is not known (the client went
+// away, the answer was cut, or it did not hold its cost).
+func settleCost(a answer, cap int64) (int64, SettleRule) {
 	switch {
 	case a.hasHandler:
 		return a.handler, RuleHandler
@@ -112,7 +113,7 @@ func settleCost(a answer, estimate, cap int64) (int64, SettleRule) {
 	case a.aborted && a.status == 0:
 		return 0, RuleError
 	case a.aborted:
-		return estimate, RuleCut
+		return cap, RuleCut
 	}
 	return cap, RuleUnmeasured
 }
@@ -220,7 +221,7 @@ func (c *Config) settle(r *http.Request, w *costmeter.Writer, v *decided, aborte
 		_ = w.FlushError()
 	}
 	s := Settled{Estimate: v.d.Settlement.Cost, Status: a.status}
-	s.Cost, s.Rule = settleCost(a, s.Estimate, max(s.Estimate, v.d.Resolution.Measured.Estimate.Cap))
+	s.Cost, s.Rule = settleCost(a, max(s.Estimate, v.d.Resolution.Measured.Estimate.Cap))
 	s.Outcome, s.Err = c.Limiter.Settle(r.Context(), &v.d, s.Cost)
 	if c.Settled != nil {
 		c.Settled(r, s)
