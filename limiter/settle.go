@@ -3,6 +3,7 @@ package limiter
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -189,7 +190,7 @@ func (l *Limiter) settle(ctx context.Context, s *Settlement, trueCost int64, rep
 // settlement is the settlement of c's admitted measured-cost request:
 // charged on c.charged (nil: every layer) at the store's c.takenAt.
 func (c *call) settlement() *Settlement {
-	s := &Settlement{ID: newSettleID(), Cost: c.res.Cost, TakenAt: c.takenAt}
+	s := &Settlement{ID: newSettleID(c.res.Tenant), Cost: c.res.Cost, TakenAt: c.takenAt}
 	add := func(i int) {
 		ly := &c.res.Layers[i]
 		s.Layers = append(s.Layers, SettleLayer{Policy: ly.Policy, Key: ly.Key, Limit: ly.Limit})
@@ -206,10 +207,15 @@ func (c *call) settlement() *Settlement {
 	return s
 }
 
-// newSettleID returns a random settlement ID: 128 bits, 22 bytes of
-// base64url.
-func newSettleID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
-	return base64.RawURLEncoding.EncodeToString(b[:])
+// newSettleID returns a random settlement ID of tenant's: its scope, 8
+// bytes of base64url naming the tenant (48 bits of its SHA-256), then
+// '.' and 128 random bits in 22 bytes of base64url. The scope keeps one
+// tenant's ids together in the memory store's id table, which bounds
+// them there to half a table ([memstore.Config].MaxSettleIDs).
+func newSettleID(tenant string) string {
+	var b [6 + 16]byte
+	sum := sha256.Sum256([]byte(tenant))
+	copy(b[:6], sum[:6])
+	_, _ = rand.Read(b[6:]) // never fails (crypto/rand)
+	return base64.RawURLEncoding.EncodeToString(b[:6]) + "." + base64.RawURLEncoding.EncodeToString(b[6:])
 }

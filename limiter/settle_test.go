@@ -98,7 +98,7 @@ func TestSettleChargesTheTrueCost(t *testing.T) {
 						t.Fatalf("request %d: %+v, %v; want admitted with a settlement", i, d, err)
 					}
 					s := d.Settlement
-					if s.Cost != r.estimate || len(s.Layers) != 2 || len(s.ID) != 22 || s.TakenAt.IsZero() {
+					if s.Cost != r.estimate || len(s.Layers) != 2 || len(s.ID) != 31 || s.TakenAt.IsZero() {
 						t.Fatalf("request %d: settlement %+v", i, s)
 					}
 					out, err := l.Settle(ctx, &d, r.trueCost)

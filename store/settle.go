@@ -111,7 +111,7 @@ const (
 	// window within which a retry with the same id applies nothing
 	// twice. A retry later than this applies again. Each id costs, for
 	// that long, one Redis key per slot the settlement touches (about 130
-	// bytes of Redis memory with a 22-byte id), or an entry of the memory
+	// bytes of Redis memory with a 31-byte id), or an entry of the memory
 	// store's bounded id table (about 85 bytes); see bench/RESULTS.md. At
 	// 1,000 settlements a second that is about 16 MB of Redis.
 	SettleIDLifetime = 2 * time.Minute

@@ -97,7 +97,7 @@ func owed(l algo.Limit, resetAfter time.Duration) time.Duration {
 }
 
 // newChargeID returns a random settlement id for one charge: 128 bits,
-// 22 bytes of base64url, as the limiter's settlements have.
+// 22 bytes of base64url (no scope: the memory store does not record it).
 func newChargeID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // never fails (crypto/rand)

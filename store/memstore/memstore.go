@@ -29,9 +29,12 @@ type Config struct {
 	// pressure expired keys are evicted first regardless. Zero means 1 minute.
 	IdleAfter time.Duration
 	// MaxSettleIDs bounds the settlement ids held (see [Store.Settle]),
-	// each for store.SettleIDLifetime, about 85 bytes apiece with a
-	// 22-byte id (so about 8.5 MB at the default). Zero means
-	// DefaultMaxSettleIDs.
+	// each for store.SettleIDLifetime, about 85 bytes apiece (so about 90
+	// MB at the default, held only while that many settlements of
+	// replayable handles come within 2 minutes). The ids are held in 16
+	// tables, and one scope's (one tenant's, see [Store.Settle]) in one
+	// table, at most half of it: a tenant can fill only its own half.
+	// Zero means DefaultMaxSettleIDs.
 	MaxSettleIDs int
 	// Now is the clock. Zero means the system clock, read as the monotonic
 	// time since New (one clock read per call; immune to wall-clock steps).

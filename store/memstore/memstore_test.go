@@ -300,3 +300,43 @@ func TestSettleUnrecordedLeavesTheIDTable(t *testing.T) {
 		t.Errorf("no adjustments: %v, want ErrInvalidCheck", err)
 	}
 }
+
+// TestSettleIDsScopeHoldsHalfATable: one scope's ids (one tenant's, the
+// limiter's "<tag>.<random>") share a table and hold at most half of it:
+// a tenant settling handles faster than the table's bound has its own
+// settlements refused, and another tenant's, in its table or any other,
+// still find room (the attacker review filled the whole table from one
+// tenant with refunded check and settle pairs, and every tenant's
+// settlements were refused for 2 minutes).
+func TestSettleIDsScopeHoldsHalfATable(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	s := New(Config{MaxSettleIDs: 64 * idShards, Now: func() time.Time { return now }}) // 64 ids a table
+	ctx := context.Background()
+	lim := algo.Limit{Limit: 1000, Period: time.Hour}
+	var res store.SettleResult
+	settle := func(id string) error {
+		return s.Settle(ctx, id, []store.Adjustment{{Key: "k-" + id, Limit: lim, Delta: 1}}, &res)
+	}
+	held := 0
+	for i := range 200 {
+		err := settle(fmt.Sprint("noisy.", i))
+		switch {
+		case err == nil:
+			held++
+		case !errors.Is(err, ErrSettleIDsFull):
+			t.Fatal(err)
+		}
+	}
+	if held != 32 {
+		t.Errorf("one scope held %d ids of a 64-id table, want 32 (half)", held)
+	}
+	for i := range 200 { // other tenants, in every table, the noisy one's included
+		if err := settle(fmt.Sprintf("quiet%d.%d", i, i)); err != nil {
+			t.Fatalf("another tenant's settlement %d after the flood: %v", i, err)
+		}
+	}
+	now = now.Add(store.SettleIDLifetime + time.Second)
+	if err := settle("noisy.later"); err != nil {
+		t.Fatalf("the noisy scope once its ids expired: %v", err)
+	}
+}

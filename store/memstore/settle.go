@@ -13,8 +13,8 @@ import (
 )
 
 // DefaultMaxSettleIDs is the bound on settlement ids held of a store
-// whose Config.MaxSettleIDs is zero.
-const DefaultMaxSettleIDs = 100_000
+// whose Config.MaxSettleIDs is zero: at most about 90 MB of ids.
+const DefaultMaxSettleIDs = 1 << 20
 
 // idShards is how many independently locked tables of settlement ids a
 // store keeps.
@@ -28,6 +28,23 @@ type idTable struct {
 	set   map[string]struct{}
 	queue []idRecord // from head on: the ids held, oldest first
 	head  int
+	// scopes counts the ids held by scope (see [idScope]), each at most
+	// half the table's bound.
+	scopes map[string]int
+}
+
+// idScope is the scope of a settlement id: what comes before its first
+// '.', "" for none. The limiter's ids are "<tenant's tag>.<random>", so
+// that one tenant's ids share a table and hold at most half of it: a
+// tenant settling faster than its half allows has its own settlements
+// refused, never another's (the tenants of the other tables are
+// untouched, those of its own keep the other half).
+func idScope(id string) string {
+	scope, _, ok := strings.Cut(id, ".")
+	if !ok {
+		return ""
+	}
+	return scope
 }
 
 type idRecord struct {
@@ -43,14 +60,21 @@ type idRecord struct {
 // apply it twice. The caller holds t.mu.
 func (t *idTable) seen(id string, now, exp int64, limit int) (held, full bool) {
 	for t.head < len(t.queue) && t.queue[t.head].exp <= now {
-		delete(t.set, t.queue[t.head].id)
+		old := t.queue[t.head].id
+		delete(t.set, old)
+		if sc := idScope(old); sc != "" {
+			if t.scopes[sc]--; t.scopes[sc] == 0 {
+				delete(t.scopes, sc)
+			}
+		}
 		t.queue[t.head] = idRecord{}
 		t.head++
 	}
 	if _, ok := t.set[id]; ok {
 		return true, false
 	}
-	if len(t.set) >= limit {
+	sc := idScope(id)
+	if len(t.set) >= limit || sc != "" && t.scopes[sc] >= max(1, limit/2) {
 		return false, true
 	}
 	if t.head > len(t.queue)/2 {
@@ -62,6 +86,12 @@ func (t *idTable) seen(id string, now, exp int64, limit int) (held, full bool) {
 	}
 	id = strings.Clone(id) // not the caller's buffer
 	t.set[id] = struct{}{}
+	if sc != "" {
+		if t.scopes == nil {
+			t.scopes = map[string]int{}
+		}
+		t.scopes[sc]++
+	}
 	t.queue = append(t.queue, idRecord{id, exp})
 	return false, false
 }
@@ -70,7 +100,7 @@ func (t *idTable) seen(id string, now, exp int64, limit int) (held, full bool) {
 // Config.MaxSettleIDs settlement ids, none expired yet: it wraps
 // store.ErrUnavailable, so the guard retries it and then reports it, and a
 // later retry (the same id) applies it once.
-var ErrSettleIDsFull = fmt.Errorf("%w: memstore: the settlement ids of the last 2 minutes fill Config.MaxSettleIDs; retry, or raise it", store.ErrUnavailable)
+var ErrSettleIDsFull = fmt.Errorf("%w: memstore: the settlement ids of the last 2 minutes fill Config.MaxSettleIDs (or this tenant's half of its table); retry, or raise it", store.ErrUnavailable)
 
 // Settle applies a settlement's adjustments as one atomic step, exactly
 // once per id within store.SettleIDLifetime. See [store.Settler].
@@ -126,7 +156,11 @@ func (s *Store) settle(ctx context.Context, fixed bool, us int64, id string, adj
 	var t *idTable
 	var repeated bool
 	if id != "" {
-		t = &s.ids[maphash.String(s.seed, id)%idShards]
+		shard := id // a scope's ids share a table (idScope)
+		if sc := idScope(id); sc != "" {
+			shard = sc
+		}
+		t = &s.ids[maphash.String(s.seed, shard)%idShards]
 		t.mu.Lock()
 		var full bool
 		repeated, full = t.seen(id, us, us+int64(store.SettleIDLifetime/time.Microsecond), s.maxIDs)
