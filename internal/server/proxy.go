@@ -187,7 +187,9 @@ func (s *Server) rewrite(pr *httputil.ProxyRequest, upstream *url.URL) {
 	// client-sent copies of the identity headers are removed, and so are
 	// their look-alikes (X_Fairgate_Tenant, X.Fairgate.Tenant), which CGI,
 	// WSGI, Rack and PHP servers read as the same HTTP_X_FAIRGATE_TENANT.
-	dropLookalikes(pr.Out.Header, id.tenantHdr, id.planHdr)
+	// So is a settlement handle: the proxy settles itself, and an
+	// upstream written for a gateway must not take a client's.
+	dropLookalikes(pr.Out.Header, id.tenantHdr, id.planHdr, SettlementHeader)
 	if who, ok := httplimit.IdentityFrom(pr.In.Context()); ok {
 		d, _ := httplimit.DecisionFrom(pr.In.Context())
 		pr.Out.Header.Set(id.tenantHdr, who.Tenant)

@@ -331,3 +331,36 @@ func TestProxySettlesRandomStreams(t *testing.T) {
 		t.Errorf("seed %d: charged %d, want the sum of the usages %d", seed, c, sum)
 	}
 }
+
+// TestProxyDropsClientHandles: a settlement handle a client sends (or a
+// look-alike of its header) never reaches the upstream through the proxy,
+// which settles itself: an upstream written for a gateway, which settles
+// the handle it is given, must not be handed the client's.
+func TestProxyDropsClientHandles(t *testing.T) {
+	cfg, err := config.Parse("tokens.yaml", []byte(proxyTokenConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan http.Header, 1)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Header.Clone()
+		w.Header().Set("X-Usage-Tokens", "10")
+	}))
+	defer up.Close()
+	ts, _, _ := proxyWith(t, up, cfg, Config{Registerer: prometheus.NewRegistry()})
+	req, _ := http.NewRequest("POST", ts.URL+"/v1/chat/x", strings.NewReader(`{"max_tokens": 10}`))
+	req.Header.Set("Authorization", "Bearer "+tenantToken(t, "acme"))
+	req.Header.Set("X-Fairgate-Settlement", "fg1.client.chosen")
+	req.Header["X_Fairgate_Settlement"] = []string{"fg1.client.chosen"}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	h := <-got
+	for k, v := range h {
+		if strings.Contains(strings.Join(v, ","), "client.chosen") {
+			t.Errorf("the upstream got the client's handle in %s: %q", k, v)
+		}
+	}
+}
