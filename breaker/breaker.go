@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -248,7 +249,7 @@ func (d *dep) report(ctx context.Context, p Party, hasParty bool, e *party, pdon
 	}
 	now := time.Now()
 	switch {
-	case uncounted(ctx) || isCallers(ferr):
+	case uncounted(ctx) || isCallers(ferr) || exhausted(ferr):
 		party(errExcluded)
 		d.sh.done(tk, nothing, "", now)
 	case ferr == nil:
@@ -319,6 +320,21 @@ func (d *dep) partyBreaker(e *party) func(error) {
 func isCallers(err error) bool {
 	var ce *CallerError
 	return errors.Is(err, context.Canceled) || errors.As(err, &ce)
+}
+
+// exhausted reports a failure of this process's own resources (file
+// descriptors, memory, buffers, local ports) before anything reached the
+// dependency: not the dependency's failure, and one a single tenant can
+// cause (the attacker review held enough streams open to exhaust the
+// descriptors, and its EMFILE dial errors opened the shared breaker for
+// every tenant), so it counts for nothing.
+func exhausted(err error) bool {
+	for _, e := range []syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM, syscall.EADDRNOTAVAIL} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // unreachable reports a failure to reach the dependency at all: no

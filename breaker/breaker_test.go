@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -401,8 +402,9 @@ func TestHalfOpenNeedsSeveralParties(t *testing.T) {
 }
 
 // TestUnreachableAndUncounted: a dial error is the dependency's failure
-// whoever's call it was; a call marked Uncounted (a CORS preflight) is
-// counted for nothing.
+// whoever's call it was, unless this process ran out of its own
+// resources (EMFILE: a tenant holding streams open can cause it); a call
+// marked Uncounted (a CORS preflight) is counted for nothing.
 func TestUnreachableAndUncounted(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s, _ := New(map[string]Settings{"upstream": {ConsecutiveFailures: 3}}, nil)
@@ -414,6 +416,17 @@ func TestUnreachableAndUncounted(t *testing.T) {
 		}
 		if err := s.Do(as("192.0.2.1", true), "upstream", ok); err != nil {
 			t.Fatalf("the uncounted caller's own breaker: %v", err)
+		}
+		// This process out of descriptors (or memory, or ports): not the
+		// dependency's failure, whoever's call hit it.
+		for _, errno := range []syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.EADDRNOTAVAIL} {
+			local := &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("socket", errno)}
+			for range 5 {
+				s.Do(as("acme", false), "upstream", func(context.Context) error { return local })
+			}
+		}
+		if got := s.States()["upstream"]; got != "closed" {
+			t.Fatalf("after this process's own descriptors ran out: %s, want closed", got)
 		}
 		dial := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
 		for range 3 {
