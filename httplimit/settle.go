@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"sync/atomic"
 
 	"github.com/fairgate/fairgate/algo"
 	"github.com/fairgate/fairgate/httplimit/costmeter"
@@ -19,6 +20,17 @@ import (
 // than this, or not a JSON object, gives no estimate (the request header,
 // else the class's default, applies).
 const MaxEstimateBody = 1 << 20
+
+// MaxEstimateBytes bounds the bytes of request bodies being read for
+// estimates at once, over every request of the process: 64 MiB. A request
+// that would go past it is not read for its estimate (its header, else
+// the default, is charged; the settlement charges its true cost all the
+// same), so that clients stalling bodies of 1 MiB each cannot hold the
+// process's memory (the attacker review held 2.1 GB with 2,000).
+const MaxEstimateBytes = 64 << 20
+
+// estimateBytes is the bytes reserved by the reads in progress.
+var estimateBytes atomic.Int64
 
 // SettleRule names the rule that gave the cost a measured-cost request
 // was settled at (see docs/cost.md, "Settling").
@@ -139,12 +151,22 @@ func SetCost(ctx context.Context, n int64) bool {
 // estimate returns the estimate of r, a request of a class with measured
 // cost m: from its header, else from the JSON of the first
 // MaxEstimateBody bytes of its body, which r.Body then gives back before
-// the rest ([policy.Estimate.From]).
+// the rest ([policy.Estimate.From]); not from the body when the reads in
+// progress hold MaxEstimateBytes.
 func estimate(r *http.Request, m *policy.MeasuredCost) int64 {
 	e := &m.Estimate
 	var body any
 	if e.JSON != "" && r.Body != nil && r.Body != http.NoBody && r.ContentLength <= MaxEstimateBody {
+		need := int64(MaxEstimateBody + 1)
+		if r.ContentLength >= 0 {
+			need = r.ContentLength + 1
+		}
+		if estimateBytes.Add(need) > MaxEstimateBytes {
+			estimateBytes.Add(-need)
+			return e.From(r.Header, nil)
+		}
 		prefix, err := readPrefix(r.Body, r.ContentLength)
+		estimateBytes.Add(-need)
 		if err == nil && len(prefix) <= MaxEstimateBody {
 			body = costmeter.DecodePath(prefix, e.JSON)
 			// The body is read whole: the replay ends it without reading

@@ -284,3 +284,28 @@ var errBroken = fmt.Errorf("the upload broke off")
 type failing struct{}
 
 func (failing) Read([]byte) (int, error) { return 0, errBroken }
+
+// TestEstimateReadsBounded: while the estimate reads in progress hold
+// MaxEstimateBytes, a request's body is not read for its estimate (the
+// default is charged, the body reaches the handler untouched): clients
+// stalling 1 MiB bodies cannot hold the process's memory.
+func TestEstimateReadsBounded(t *testing.T) {
+	m := &policy.MeasuredCost{Unit: "tokens", Estimate: policy.Estimate{JSON: "max_tokens", Default: 500, Cap: 4000}}
+	body := `{"max_tokens": 900}`
+	req := func() *http.Request { return httptest.NewRequest("POST", "/v1/chat", strings.NewReader(body)) }
+	if got := estimate(req(), m); got != 900 {
+		t.Fatalf("estimate %d, want 900 from the body", got)
+	}
+	estimateBytes.Add(MaxEstimateBytes - 10) // reads in progress fill the bound
+	defer estimateBytes.Add(-(MaxEstimateBytes - 10))
+	r := req()
+	if got := estimate(r, m); got != 500 {
+		t.Errorf("estimate %d with the reads' bound full, want the default 500", got)
+	}
+	if b, _ := io.ReadAll(r.Body); string(b) != body {
+		t.Errorf("the handler read %q, want the body whole", b)
+	}
+	if n := estimateBytes.Load(); n != MaxEstimateBytes-10 {
+		t.Errorf("reserved %d after the calls, want %d (each released)", n, MaxEstimateBytes-10)
+	}
+}
