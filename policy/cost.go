@@ -129,21 +129,24 @@ func (e *Estimate) Clamp(n int64) int64 { return min(max(n, 1), e.Cap) }
 // request's JSON body decoded into any (nil when there is none, or it is
 // not JSON): the count in the Header (a decimal integer, surrounding
 // spaces allowed), else the number at the JSON path (an integer, or a
-// fraction rounded up), else Default; clamped by [Estimate.Clamp]. A
-// value that is negative, not a count, or too large to be one reads as
-// none, so a client cannot make its request cheaper than Default by
-// spelling its estimate badly; one over Cap is Cap.
+// fraction rounded up), else Default; never below Default; clamped by
+// [Estimate.Clamp]. A client's count raises its charge above Default and
+// never lowers it: a client declaring 1 would else be admitted a burst's
+// worth of requests at once, each then settled over its estimate up to
+// the debt bound, far past its budget (the attacker review drew 94 times
+// its plan so). A value that is negative, not a count, or too large to
+// be one reads as none; one over Cap is Cap.
 func (e *Estimate) From(h http.Header, body any) int64 {
 	if e.Header != "" {
 		if v := strings.TrimSpace(h.Get(e.Header)); v != "" {
 			if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 {
-				return e.Clamp(n)
+				return e.Clamp(max(n, e.defaultValue()))
 			}
 		}
 	}
 	if e.JSON != "" {
 		if n, ok := JSONCount(body, e.JSON); ok {
-			return e.Clamp(n)
+			return e.Clamp(max(n, e.defaultValue()))
 		}
 	}
 	return e.Clamp(e.defaultValue())

@@ -288,8 +288,10 @@ func Run(ctx context.Context, lim *limiter.Limiter, clock *Clock, inputs []Input
 			if req.Settles && l.HasEstimate {
 				// The line's estimate is for a measured class alone: a
 				// cost given for another would replace its route's.
+				// It is a client's, so it is floored at the class's
+				// default as the service floors it (policy.Estimate.From).
 				if res, err := lim.Snapshot().Resolve(req, l.Time); err == nil && res.Measured != nil {
-					req.Cost, req.HasCost = l.Estimate, true
+					req.Cost, req.HasCost = max(l.Estimate, res.Measured.Estimate.From(nil, nil)), true
 				}
 			}
 			d, err := lim.Decide(ctx, req)
