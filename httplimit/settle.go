@@ -45,12 +45,13 @@ const (
 	// any status.
 	RuleMeasured SettleRule = "measured"
 	// RuleError: the answer is an error (status 500 or over) without its
-	// cost, or the handler failed before answering: settled at 0, the
-	// estimate refunded.
+	// cost, or the handler failed before answering: settled at 1, the rest
+	// of the estimate refunded (a request is never free: at 0, failing
+	// requests on purpose would cost nothing, however many).
 	RuleError SettleRule = "error"
 	// RuleRefused: the answer is a client error (4xx: a bad request, an
 	// unknown model, the upstream's own 429) without its cost: settled at
-	// 0, as providers bill no refused request.
+	// 1, as an error.
 	RuleRefused SettleRule = "refused"
 	// RuleClientGone: the client went away before the answer said its
 	// cost (its request's context ended, or sending failed): settled at
@@ -107,8 +108,8 @@ type answer struct {
 
 // settleCost returns what a request of a class whose estimates are at
 // most cap is settled at, and the rule that says so:
-// the handler's cost, else the measured one, else 0 for an error or a
-// refused request, else the cap: the cost is not known (the client went
+// the handler's cost, else the measured one, else 1 for an error or a
+// refused request (never free), else the cap: the cost is not known (the client went
 // away, the answer was cut, or it did not hold its cost).
 func settleCost(a answer, cap int64) (int64, SettleRule) {
 	switch {
@@ -117,13 +118,13 @@ func settleCost(a answer, cap int64) (int64, SettleRule) {
 	case a.hasMeasured:
 		return a.measured, RuleMeasured
 	case a.status >= 500:
-		return 0, RuleError
+		return 1, RuleError
 	case a.status >= 400:
-		return 0, RuleRefused
+		return 1, RuleRefused
 	case a.gone:
 		return cap, RuleClientGone
 	case a.aborted && a.status == 0:
-		return 0, RuleError
+		return 1, RuleError
 	case a.aborted:
 		return cap, RuleCut
 	}

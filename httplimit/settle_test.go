@@ -31,13 +31,13 @@ func TestSettleCost(t *testing.T) {
 		{"measured", answer{hasMeasured: true, measured: 9, status: 200}, 9, RuleMeasured},
 		{"measured on an error", answer{hasMeasured: true, measured: 9, status: 500}, 9, RuleMeasured},
 		{"measured, client gone", answer{hasMeasured: true, measured: 9, status: 200, gone: true}, 9, RuleMeasured},
-		{"error status", answer{status: 502}, 0, RuleError},
-		{"error status, client gone", answer{status: 503, gone: true}, 0, RuleError},
-		{"refused", answer{status: 400}, 0, RuleRefused},
-		{"the upstream's 429", answer{status: 429}, 0, RuleRefused},
+		{"error status", answer{status: 502}, 1, RuleError},
+		{"error status, client gone", answer{status: 503, gone: true}, 1, RuleError},
+		{"refused", answer{status: 400}, 1, RuleRefused},
+		{"the upstream's 429", answer{status: 429}, 1, RuleRefused},
 		{"client gone before the answer", answer{gone: true}, cap, RuleClientGone},
 		{"client gone mid-answer", answer{status: 200, gone: true, aborted: true}, cap, RuleClientGone},
-		{"handler failed before answering", answer{aborted: true}, 0, RuleError},
+		{"handler failed before answering", answer{aborted: true}, 1, RuleError},
 		{"answer cut (by the upstream, or a client reading slowly)", answer{status: 200, aborted: true}, cap, RuleCut},
 		{"complete, no cost", answer{status: 200}, cap, RuleUnmeasured},
 		{"redirect, no cost", answer{status: 302}, cap, RuleUnmeasured},
@@ -122,10 +122,10 @@ func TestMiddlewareSettles(t *testing.T) {
 		}, wantEst: 500, want: 6100, rule: RuleMeasured},
 		{name: "bad gateway", body: `{"max_tokens": 900}`, handler: func(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(http.StatusBadGateway)
-		}, wantEst: 900, want: 0, rule: RuleError},
+		}, wantEst: 900, want: 1, rule: RuleError},
 		{name: "bad request", body: `{"max_tokens": 900}`, handler: func(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "no such model", http.StatusBadRequest)
-		}, wantEst: 900, want: 0, rule: RuleRefused},
+		}, wantEst: 900, want: 1, rule: RuleRefused},
 		{name: "no cost in the answer", body: `{"max_tokens": 900}`, handler: func(w http.ResponseWriter, r *http.Request) {
 			io.WriteString(w, `{"choices": []}`)
 		}, wantEst: 900, want: 4000, rule: RuleUnmeasured}, // the cap: the cost is not known
@@ -141,7 +141,7 @@ func TestMiddlewareSettles(t *testing.T) {
 		}, wantEst: 900, want: 4000, rule: RuleClientGone}, // the cap, not the client's own estimate
 		{name: "panic before answering", body: `{"max_tokens": 900}`, handler: func(w http.ResponseWriter, r *http.Request) {
 			panic(http.ErrAbortHandler)
-		}, wantEst: 900, want: 0, rule: RuleError},
+		}, wantEst: 900, want: 1, rule: RuleError},
 		{name: "panic mid-answer", body: `{"max_tokens": 900}`, handler: func(w http.ResponseWriter, r *http.Request) {
 			io.WriteString(w, "data: ")
 			panic(http.ErrAbortHandler)

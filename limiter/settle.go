@@ -95,7 +95,8 @@ var ErrSettleCost = errors.New("limiter: bad true cost")
 // what makes it full.
 //
 // What to settle with when the true cost is not known:
-//   - the upstream failed (an error status, or no answer): settle at 0,
+//   - the upstream failed (an error status, or no answer): settle at 0
+//     (the HTTP middleware settles at 1: a request is never free there),
 //     refunding the estimate. The tenant got nothing, providers do not
 //     bill failed requests, and a refund never lifts a layer above full,
 //     so failing requests on purpose gains nothing but their own charge.

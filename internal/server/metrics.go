@@ -57,7 +57,7 @@ func newServerMetrics(reg prometheus.Registerer, gate *gateHolder) (*serverMetri
 		}, []string{"reason"}),
 		settled: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fairgate_proxy_settlements_total",
-			Help: "Proxied requests of measured-cost classes settled, by route class and by the rule that gave the true cost: measured (the answer said it), error (5xx or no answer: refunded), refused (4xx: refunded), cut (the answer broke off: the cap), client_gone (the client left before the cost was said: the cap) and unmeasured (a complete answer that did not say its cost: the cap).",
+			Help: "Proxied requests of measured-cost classes settled, by route class and by the rule that gave the true cost: measured (the answer said it), error (5xx or no answer: settled at 1), refused (4xx: settled at 1), cut (the answer broke off: the cap), client_gone (the client left before the cost was said: the cap) and unmeasured (a complete answer that did not say its cost: the cap).",
 		}, []string{"class", "rule"}),
 		capWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "fairgate_upstream_capacity_wait_seconds",

@@ -196,7 +196,7 @@ func TestProxySettles(t *testing.T) {
 		{kind: "trailer", header: http.Header{"X-Max-Tokens": {"3000"}}, want: 2345, rule: httplimit.RuleMeasured},
 		{kind: "trailer-late", body: `{"max_tokens": 900}`, want: 2346, rule: httplimit.RuleMeasured},
 		{kind: "json", body: `{"model": "m", "max_tokens": 2000, "messages": [{"role": "user", "content": "hi"}]}`, want: 345, rule: httplimit.RuleMeasured},
-		{kind: "bad", body: `{"max_tokens": 900}`, want: 0, rule: httplimit.RuleError},
+		{kind: "bad", body: `{"max_tokens": 900}`, want: 1, rule: httplimit.RuleError},
 		{kind: "huge-json", body: `{"max_tokens": 900}`, want: 4000, rule: httplimit.RuleUnmeasured, answer: hugeJSON}, // not measured: the cap
 		{kind: "huge-event", body: `{"max_tokens": 900}`, want: 77, rule: httplimit.RuleMeasured, answer: hugeEvent + "data: {\"usage\": {\"total_tokens\": 77}}\n\n"},
 		{kind: "json", body: `{"max_tokens": 900, "pad": "` + strings.Repeat("p", httplimit.MaxEstimateBody) + `"}`, want: 345, rule: httplimit.RuleMeasured},
