@@ -83,6 +83,15 @@ func (s *Server) newProxy(upstream *url.URL, timeout time.Duration) (http.Handle
 				return
 			}
 			s.log.Warn("upstream failed", slog.String("path", r.URL.Path), slog.String("error", err.Error()))
+			if timedOut(err) {
+				// The upstream had the request and may have done its work
+				// (a generation longer than the timeout): a measured cost
+				// not known is the cap, never the error's 1, or a tenant
+				// could make its long generations free.
+				if d, ok := httplimit.DecisionFrom(r.Context()); ok && d.Resolution.Measured != nil {
+					httplimit.SetCost(r.Context(), max(d.Resolution.Cost, d.Resolution.Measured.Estimate.Cap))
+				}
+			}
 			problem.Write(w, problem.Details{Status: http.StatusBadGateway, Detail: "the upstream API did not answer"})
 		},
 	}
@@ -195,6 +204,14 @@ func (s *Server) rewrite(pr *httputil.ProxyRequest, upstream *url.URL) {
 		pr.Out.Header.Set(id.tenantHdr, who.Tenant)
 		pr.Out.Header.Set(id.planHdr, d.Resolution.Plan)
 	}
+}
+
+// timedOut reports an upstream call that timed out waiting for the
+// answer (the --upstream-timeout), as against one refused or broken
+// before the upstream had the request.
+func timedOut(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
 }
 
 // dropLookalikes removes from h the headers named names, and any that

@@ -364,3 +364,38 @@ func TestProxyDropsClientHandles(t *testing.T) {
 		}
 	}
 }
+
+// TestProxyTimeoutChargesTheCap: an upstream slower than the upstream
+// timeout had the request and may have done its work: the 502 is settled
+// at the class's cap, not the error's 1, or a tenant could make its long
+// generations free (the attacker review: a 3 s answer behind a 2 s
+// timeout, 8,000 tokens served, charged nothing).
+func TestProxyTimeoutChargesTheCap(t *testing.T) {
+	cfg, err := config.Parse("tokens.yaml", []byte(proxyTokenConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-release // generating, past the timeout
+		w.Header().Set("X-Usage-Tokens", "8000")
+	}))
+	defer up.Close()
+	defer close(release)
+	ts, s, _ := proxyWith(t, up, cfg, Config{Registerer: prometheus.NewRegistry(), UpstreamTimeout: 100 * time.Millisecond})
+	tok := tenantToken(t, "slow")
+	req, _ := http.NewRequest("POST", ts.URL+"/v1/chat/x", strings.NewReader(`{"max_tokens": 1000}`))
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadGateway {
+		t.Fatalf("status %d, want 502 (the upstream timed out)", resp.StatusCode)
+	}
+	testwait.Eventually(t, 10*time.Second, "the timeout settled", func() bool { return settledCount(s, httplimit.RuleHandler) == 1 })
+	if c := charged(t, ts.URL, tok); c != 4000 {
+		t.Errorf("charged %d, want the cap 4000", c)
+	}
+}
