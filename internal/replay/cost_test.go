@@ -14,7 +14,6 @@ import (
 
 	"github.com/fairgate/fairgate/internal/config"
 	"github.com/fairgate/fairgate/policy"
-	"github.com/fairgate/fairgate/store/memstore"
 )
 
 // tokenPolicy is docs/cost.md's config: plan pro at 200,000 tokens a
@@ -276,26 +275,6 @@ func TestParseLineCost(t *testing.T) {
 		if l.Cost != c.cost || !strings.Contains(l.CostErr, c.bad) || (c.bad == "") != (l.CostErr == "") || est != c.estimate {
 			t.Errorf("%s %+v: cost %d %q estimate %d; want %d %q %d", c.line, c.o, l.Cost, l.CostErr, est, c.cost, c.bad, c.estimate)
 		}
-	}
-}
-
-// TestManySettlementsWithinTwoMinutes: a log with more settlements within
-// 2 minutes of log time than the memory store's bound on settlement ids
-// (memstore.DefaultMaxSettleIDs) settles every one: replay settles in
-// process (Limiter.Settle), which keeps no id record, so nothing is
-// refused as an outage and retried with real waits.
-func TestManySettlementsWithinTwoMinutes(t *testing.T) {
-	if testing.Short() {
-		t.Skip("replays 110,000 lines")
-	}
-	const n = memstore.DefaultMaxSettleIDs + 10_000
-	var log strings.Builder
-	for i := range n {
-		fmt.Fprintln(&log, completion(fmt.Sprint("t", i%1000), time.Duration(i)*time.Millisecond, nil, 100))
-	}
-	rep := replayLog(t, tokenPolicyOf(t), log.String(), Options{CostField: "usage.total_tokens"})
-	if rep.Settled != n || rep.Unsettled != 0 {
-		t.Fatalf("settled %d, unsettled %d (%+v), want all %d settled", rep.Settled, rep.Unsettled, rep.UnsettledLines[:min(3, len(rep.UnsettledLines))], n)
 	}
 }
 
