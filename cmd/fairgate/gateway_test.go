@@ -475,7 +475,7 @@ func newSettlingAPI(t *testing.T, fairgate string) *settlingAPI {
 // request, which would leave a request unsettled), or by the gateway
 // itself (api.settles false: then the API is given none); and the
 // tenant is charged exactly the sum of the true costs on every layer.
-func testSettleThroughGateway(t *testing.T, base, fairgate string, api *settlingAPI) {
+func testSettleThroughGateway(t *testing.T, base, fairgate string, api *settlingAPI, passesUnit bool) {
 	c := fromIP("127.0.0.2")
 	requests := []struct{ estimate, cost string }{
 		{"1000", "2500"}, // more than estimated: charged the rest
@@ -495,6 +495,9 @@ func testSettleThroughGateway(t *testing.T, base, fairgate string, api *settling
 		r := gwDo(t, c, "POST", base+"/v1/chat", "key-newco", hdr...)
 		if want := map[bool]int{true: 502, false: 200}[rq.cost == "fail"]; r.code != want {
 			t.Fatalf("completion %d: %d, want %d", i, r.code, want)
+		}
+		if u := r.header.Get("RateLimit-Unit"); passesUnit && u != "tokens" {
+			t.Errorf("completion %d: RateLimit-Unit %q, want tokens (the budget's unit, passed on by the gateway)", i, u)
 		}
 		api.mu.Lock()
 		got := api.handles[len(api.handles)-1]
@@ -568,7 +571,7 @@ func TestNginxSettles(t *testing.T) {
 	defer sv.stop()
 	api := newSettlingAPI(t, sv.addr)
 	gw := startNginx(t, "nginx.conf", sv.addr, api.Listener.Addr().String())
-	testSettleThroughGateway(t, "http://"+gw, sv.addr, api)
+	testSettleThroughGateway(t, "http://"+gw, sv.addr, api, true)
 }
 
 // TestNginxSettlesItself drives the real nginx with
@@ -580,7 +583,7 @@ func TestNginxSettlesItself(t *testing.T) {
 	defer sv.stop()
 	api := newSettlingAPI(t, "")
 	gw := startNginx(t, "nginx-settles.conf", sv.addr, api.Listener.Addr().String())
-	testSettleThroughGateway(t, "http://"+gw, sv.addr, api)
+	testSettleThroughGateway(t, "http://"+gw, sv.addr, api, true)
 }
 
 // TestCaddySettles: TestNginxSettles with the real Caddy and
@@ -590,7 +593,7 @@ func TestCaddySettles(t *testing.T) {
 	defer sv.stop()
 	api := newSettlingAPI(t, sv.addr)
 	gw := startCaddy(t, sv.addr, api.Listener.Addr().String())
-	testSettleThroughGateway(t, "http://"+gw, sv.addr, api)
+	testSettleThroughGateway(t, "http://"+gw, sv.addr, api, false) // the Caddyfile does not copy RateLimit-Unit (docs/gateways.md)
 }
 
 // TestGatewayExamplesParse checks the examples that cannot run here: the
