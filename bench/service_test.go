@@ -113,11 +113,34 @@ var (
 // drive runs wrk (1 thread, conns connections) against t for d.
 func (t target) drive(b *testing.B, dir string, conns int, d time.Duration) wrkRound {
 	b.Helper()
-	script := filepath.Join(dir, t.name+".lua")
-	lua := `local n = 0
-request = function()
-  n = n + 1
-`
+	script := t.wrkScript(b, dir, 0)
+	cpu0, rd0 := procCPU(t.pid), time.Duration(0)
+	if t.redis != 0 {
+		rd0 = procCPU(t.redis)
+	}
+	out, err := exec.Command("wrk", "-t1", "-c"+strconv.Itoa(conns), "-d"+d.String(), "--latency", "-s", script, t.url).CombinedOutput()
+	if err != nil {
+		b.Fatalf("wrk %s: %v\n%s", t.name, err, out)
+	}
+	cpu, rd := procCPU(t.pid)-cpu0, time.Duration(0)
+	if t.redis != 0 {
+		rd = procCPU(t.redis) - rd0
+	}
+	r := parseWrk(b, t.name, out)
+	if t.settle > 0 { // a check and its settlement are one decision
+		r.reqs /= 2
+	}
+	r.rps = float64(r.reqs) / d.Seconds()
+	r.cpuUs = float64(cpu.Microseconds()) / float64(r.reqs)
+	r.rdUs = float64(rd.Microseconds()) / float64(r.reqs)
+	return r
+}
+
+// wrkScript writes t's wrk script under dir and returns its path. The
+// rotating key of request n is offset+n mod 100,000.
+func (t target) wrkScript(b *testing.B, dir string, offset int) string {
+	script := filepath.Join(dir, fmt.Sprintf("%s-%d.lua", t.name, offset))
+	lua := fmt.Sprintf("local n = %d\nrequest = function()\n  n = n + 1\n", offset)
 	switch {
 	case t.body != "":
 		lua += fmt.Sprintf("  local k = n %% 100000\n  return wrk.format(\"POST\", nil, {[\"Content-Type\"] = \"application/json\"%s}, string.format(%q%s))\n",
@@ -143,19 +166,14 @@ end
 	if t.pace > 0 {
 		lua += fmt.Sprintf("delay = function() return %d end\n", t.pace)
 	}
-	os.WriteFile(script, []byte(lua), 0o600)
-	cpu0, rd0 := procCPU(t.pid), time.Duration(0)
-	if t.redis != 0 {
-		rd0 = procCPU(t.redis)
+	if err := os.WriteFile(script, []byte(lua), 0o600); err != nil {
+		b.Fatal(err)
 	}
-	out, err := exec.Command("wrk", "-t1", "-c"+strconv.Itoa(conns), "-d"+d.String(), "--latency", "-s", script, t.url).CombinedOutput()
-	if err != nil {
-		b.Fatalf("wrk %s: %v\n%s", t.name, err, out)
-	}
-	cpu, rd := procCPU(t.pid)-cpu0, time.Duration(0)
-	if t.redis != 0 {
-		rd = procCPU(t.redis) - rd0
-	}
+	return script
+}
+
+// parseWrk reads wrk's output: requests, non-2xx answers and latencies.
+func parseWrk(b *testing.B, name string, out []byte) wrkRound {
 	var r wrkRound
 	if m := wrkTotal.FindSubmatch(out); m != nil {
 		r.reqs, _ = strconv.Atoi(string(m[1]))
@@ -173,14 +191,8 @@ end
 		}
 	}
 	if r.reqs == 0 {
-		b.Fatalf("wrk %s: no requests:\n%s", t.name, out)
+		b.Fatalf("wrk %s: no requests:\n%s", name, out)
 	}
-	if t.settle > 0 { // a check and its settlement are one decision
-		r.reqs /= 2
-	}
-	r.rps = float64(r.reqs) / d.Seconds()
-	r.cpuUs = float64(cpu.Microseconds()) / float64(r.reqs)
-	r.rdUs = float64(rd.Microseconds()) / float64(r.reqs)
 	return r
 }
 
@@ -217,14 +229,7 @@ func BenchmarkService(b *testing.B) {
 		b.Skip("wrk is not installed: make bench-service installs it (scripts/ensure-wrk.sh)")
 	}
 	dir := b.TempDir()
-	fg, floor := filepath.Join(dir, "fairgate"), filepath.Join(dir, "httpfloor")
-	for _, x := range [][3]string{{fg, "./cmd/fairgate", ".."}, {floor, "./cmd/httpfloor", "."}} { // fairgate built in its own module, as a user builds it
-		build := exec.Command("go", "build", "-o", x[0], x[1])
-		build.Dir = x[2]
-		if out, err := build.CombinedOutput(); err != nil {
-			b.Fatalf("go build %s: %v\n%s", x[1], err, out)
-		}
-	}
+	fg, floor := buildServers(b, dir)
 	cfg := filepath.Join(dir, "fairgate.yaml")
 	os.WriteFile(cfg, []byte(serviceConfig), 0o600)
 	rs, err := redistest.Start()
@@ -296,6 +301,20 @@ func BenchmarkService(b *testing.B) {
 		ts = slices.DeleteFunc(ts, func(t target) bool { return !re.MatchString(t.name) })
 	}
 	runService(b, dir, ts)
+}
+
+// buildServers builds fairgate (in its own module, as a user builds it)
+// and httpfloor into dir.
+func buildServers(b *testing.B, dir string) (fg, floor string) {
+	fg, floor = filepath.Join(dir, "fairgate"), filepath.Join(dir, "httpfloor")
+	for _, x := range [][3]string{{fg, "./cmd/fairgate", ".."}, {floor, "./cmd/httpfloor", "."}} {
+		build := exec.Command("go", "build", "-o", x[0], x[1])
+		build.Dir = x[2]
+		if out, err := build.CombinedOutput(); err != nil {
+			b.Fatalf("go build %s: %v\n%s", x[1], err, out)
+		}
+	}
+	return fg, floor
 }
 
 // runService runs the rounds and reports.

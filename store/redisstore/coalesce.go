@@ -53,17 +53,18 @@ type coalescer struct {
 	inflight int
 }
 
-// coalescerFor returns the coalescer of a slot (of the only one, standalone).
-func (s *Store) coalescerFor(slot uint16) *coalescer {
+// coalescerFor returns the coalescer of a key: a slot (the only one,
+// standalone), or nodeKeyBit | a node's index in the slot map (node.go).
+func (s *Store) coalescerFor(key uint16) *coalescer {
 	s.coMu.Lock()
 	defer s.coMu.Unlock()
-	c := s.co[slot]
+	c := s.co[key]
 	if c == nil {
 		if s.co == nil {
 			s.co = make(map[uint16]*coalescer)
 		}
 		c = &coalescer{}
-		s.co[slot] = c
+		s.co[key] = c
 	}
 	return c
 }
@@ -76,7 +77,13 @@ func (s *Store) decide(ctx context.Context, p *part) {
 		s.runPart(ctx, p)
 		return
 	}
-	c := s.coalescerFor(p.slot)
+	key := p.slot
+	if s.cluster {
+		if n, ok := s.nodeOf(p.slot); ok {
+			key = nodeKeyBit | n // merged with the node's other slots (node.go)
+		}
+	}
+	c := s.coalescerFor(key)
 	c.mu.Lock()
 	if c.inflight == 0 && len(c.queue) == 0 {
 		// Nothing to merge with: send it from this goroutine.
@@ -188,14 +195,26 @@ func (s *Store) send(batch []*request) {
 		return
 	}
 	var mask uint8
-	singles := true
+	singles, oneSlot := true, true
 	ps := make([]*part, len(batch))
 	nkeys := 0
 	for i, r := range batch {
 		mask |= r.p.algos
 		singles = singles && len(r.p.idx) == 1
+		oneSlot = oneSlot && r.p.slot == batch[0].p.slot
 		ps[i] = r.p
 		nkeys += len(r.p.keys)
+	}
+	if !oneSlot && s.sendNode(ctx, batch, mask, nkeys) {
+		return
+	}
+	if !oneSlot { // the node left the map: each alone
+		for _, r := range batch {
+			p := part{idx: r.p.idx, slot: r.p.slot, algos: r.p.algos, keys: r.p.keys, checks: r.p.checks}
+			s.runPart(ctx, &p)
+			r.reply, r.err = p.reply, p.err
+		}
+		return
 	}
 	keys := make([]string, 0, nkeys)
 	for _, r := range batch {

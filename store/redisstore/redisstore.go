@@ -73,7 +73,8 @@ type Store struct {
 	once       sync.Once
 	noCoalesce bool
 	coMu       sync.Mutex
-	co         map[uint16]*coalescer // by slot; one at 0 on standalone Redis
+	co         map[uint16]*coalescer // by slot or node (coalescerFor); one at 0 on standalone Redis
+	nodes      nodeMaps              // a Cluster's slot map, for merging by node (node.go)
 }
 
 // New returns a store on the configured Redis. With a URL it connects and

@@ -25,6 +25,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/go-redis/redis_rate/v10"
@@ -49,7 +50,7 @@ type takeResponse struct {
 func main() {
 	listen := flag.String("listen", "127.0.0.1:0", "address")
 	mode := flag.String("mode", "floor", "floor, floor+redis, redis_rate, proxy or upstream")
-	redisAddr := flag.String("redis", "", "Redis for redis_rate and floor+redis")
+	redisAddr := flag.String("redis", "", "Redis for redis_rate and floor+redis (several comma-separated: a Redis Cluster)")
 	upstream := flag.String("upstream", "", "the proxy's upstream")
 	flag.Parse()
 	var h http.Handler
@@ -59,7 +60,9 @@ func main() {
 			return takeResponse{Allowed: true, Limit: 1, Remaining: 1}, nil
 		})
 	case "redis_rate":
-		lim := redis_rate.NewLimiter(redis.NewClient(&redis.Options{Addr: *redisAddr, PoolSize: 128}))
+		// One address: a standalone Redis; several (comma-separated): a
+		// Redis Cluster, through go-redis's cluster client.
+		lim := redis_rate.NewLimiter(redis.NewUniversalClient(&redis.UniversalOptions{Addrs: strings.Split(*redisAddr, ","), PoolSize: 128}))
 		h = take(func(ctx context.Context, r takeRequest) (takeResponse, error) {
 			res, err := lim.Allow(ctx, r.Key, redis_rate.Limit{Rate: r.Limit, Burst: r.Limit, Period: time.Duration(r.PeriodMs) * time.Millisecond})
 			if err != nil {
@@ -69,7 +72,7 @@ func main() {
 				RetryAfterMs: max(0, res.RetryAfter.Milliseconds()), ResetAfterMs: res.ResetAfter.Milliseconds()}, nil
 		})
 	case "floor+redis":
-		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{*redisAddr}, DisableCache: true})
+		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: strings.Split(*redisAddr, ","), DisableCache: true})
 		if err != nil {
 			log.Fatal(err)
 		}
