@@ -2,6 +2,7 @@ package guard
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -43,4 +44,62 @@ func TestSharedDeadline(t *testing.T) {
 			t.Fatalf("the shared context after its deadline: %v", a.Err())
 		}
 	})
+}
+
+// TestSharedDeadlineStopsWhenDone: a shared context whose millisecond has
+// passed is cancelled (its timer stopped) when its last call returns, not
+// left to fire at its deadline; one still in use by a call is not; the
+// newest is left to its deadline.
+func TestSharedDeadlineStopsWhenDone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := sharedDeadline{timeout: 100 * time.Millisecond}
+		a, doneA := s.context(context.Background())
+		a2, doneA2 := s.context(context.Background())
+		doneA()
+		time.Sleep(2 * time.Millisecond)
+		b, doneB := s.context(context.Background()) // a is retired: one call still holds it
+		if a.Err() != nil {
+			t.Fatalf("a context still in use was ended: %v", a.Err())
+		}
+		doneA2()
+		if a2.Err() != context.Canceled {
+			t.Fatalf("a retired context after its last call: %v, want stopped (canceled)", a2.Err())
+		}
+		doneB()
+		time.Sleep(2 * time.Millisecond)
+		c, doneC := s.context(context.Background())
+		if b.Err() != context.Canceled {
+			t.Fatalf("a retired context no call used: %v, want stopped (canceled)", b.Err())
+		}
+		doneC()
+		time.Sleep(50 * time.Millisecond)
+		if c.Err() != nil {
+			t.Fatalf("the newest context before its deadline: %v", c.Err())
+		}
+		time.Sleep(52 * time.Millisecond)
+		if c.Err() != context.DeadlineExceeded {
+			t.Fatalf("the newest context after its deadline: %v", c.Err())
+		}
+	})
+}
+
+// TestSharedDeadlineConcurrent: calls racing the hand-over never get a
+// context that is already ended.
+func TestSharedDeadlineConcurrent(t *testing.T) {
+	s := sharedDeadline{timeout: 100 * time.Millisecond}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 20000 {
+				ctx, done := s.context(context.Background())
+				if err := ctx.Err(); err != nil {
+					t.Errorf("handed an ended context: %v", err)
+					done()
+					return
+				}
+				done()
+			}
+		})
+	}
+	wg.Wait()
 }
