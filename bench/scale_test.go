@@ -27,6 +27,7 @@ const scaleConns = 64
 type scaleSystem struct {
 	name string
 	body string // wrk's request body, one or more %d (the rotating key)
+	hot  string // the body of every tenth request, if any (a hot tenant's)
 	path string
 	// start starts instance i against the backend and returns its HTTP
 	// address and pid.
@@ -51,6 +52,7 @@ type scaleRun struct {
 	calls     float64 // Redis commands per decision (commandstats, script bodies' calls included)
 	scripts   float64 // script calls (EVALSHA, EVAL, FCALL) per decision
 	scriptUs  float64 // µs Redis spent in script calls per decision (commandstats)
+	hottest   float64 // the busiest Redis process's share of all Redis CPU
 	non2xx    int
 	p99       time.Duration
 }
@@ -146,6 +148,10 @@ func BenchmarkScale(b *testing.B) {
 	systems := []scaleSystem{
 		{name: "take", path: "/v1/take", body: `{"key":"k%d","limit":1000000000,"period_ms":3600000}`, start: fairgate},
 		{name: "check", path: "/v1/check", body: `{"tenant":"t%d","route":"GET /v1/search"}`, start: fairgate},
+		// One hot tenant sends 10% of the requests, on a class without unit
+		// grants and on one with grants of 50 (lease: 50).
+		{name: "check-hot", path: "/v1/check", body: `{"tenant":"t%d","route":"GET /v1/search"}`, hot: `{"tenant":"hot","route":"GET /v1/search"}`, start: fairgate},
+		{name: "check-hot-lease", path: "/v1/check", body: `{"tenant":"t%d","route":"GET /v1/search"}`, hot: `{"tenant":"hot","route":"GET /v1/leased"}`, start: fairgate},
 		{name: "redis_rate", path: "/take", body: `{"key":"k%d","limit":1000000000,"period_ms":3600000}`,
 			start: func(b *testing.B, be *scaleBackend, on func(string, ...string) (string, []string)) (string, int, func()) {
 				a := freeAddr(b)
@@ -200,7 +206,7 @@ func BenchmarkScale(b *testing.B) {
 	}
 
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "\n%-8s %-10s %3s %9s %10s %10s %9s %9s %10s %8s %7s\n", "backend", "system", "N", "req/s", "redis µs", "fleet µs", "cmds", "scripts", "script µs", "p99", "non2xx")
+	fmt.Fprintf(&sb, "\n%-8s %-15s %3s %9s %10s %10s %9s %9s %10s %8s %8s %7s\n", "backend", "system", "N", "req/s", "redis µs", "fleet µs", "cmds", "scripts", "script µs", "hottest", "p99", "non2xx")
 	for _, be := range backends {
 		for _, sys := range systems {
 			for _, n := range ns {
@@ -212,10 +218,11 @@ func BenchmarkScale(b *testing.B) {
 					}
 					return median(xs)
 				}
-				fmt.Fprintf(&sb, "%-8s %-10s %3d %9.0f %10.1f %10.1f %9.2f %9.3f %10.1f %8v %7.0f\n", be.name, sys.name, n,
+				fmt.Fprintf(&sb, "%-8s %-15s %3d %9.0f %10.1f %10.1f %9.2f %9.3f %10.1f %8.2f %8v %7.0f\n", be.name, sys.name, n,
 					med(func(r scaleRun) float64 { return r.rps }), med(func(r scaleRun) float64 { return r.redisUs }),
 					med(func(r scaleRun) float64 { return r.fleetUs }), med(func(r scaleRun) float64 { return r.calls }),
 					med(func(r scaleRun) float64 { return r.scripts }), med(func(r scaleRun) float64 { return r.scriptUs }),
+					med(func(r scaleRun) float64 { return r.hottest }),
 					time.Duration(med(func(r scaleRun) float64 { return float64(r.p99) })).Round(time.Microsecond),
 					med(func(r scaleRun) float64 { return float64(r.non2xx) }))
 			}
@@ -255,12 +262,19 @@ func runFleet(b *testing.B, dir string, be *scaleBackend, sys scaleSystem, n int
 		insts[i] = inst{a, pid}
 	}
 	time.Sleep(500 * time.Millisecond) // let start-up work settle
-	t := target{name: fmt.Sprintf("%s-%s", be.name, sys.name), body: sys.body}
+	t := target{name: fmt.Sprintf("%s-%s", be.name, sys.name), body: sys.body, hot: sys.hot}
 	scripts := make([]string, n)
 	for i := range n {
 		scripts[i] = t.wrkScript(b, dir, i*100000/n)
 	}
-	fleet0, redis0, stats0 := cpuOf(insts, func(x inst) int { return x.pid }), cpuOfPids(be.pids), commandStats(b, be.addrs)
+	perNode := func() []time.Duration {
+		ds := make([]time.Duration, len(be.pids))
+		for i, p := range be.pids {
+			ds[i] = procCPU(p)
+		}
+		return ds
+	}
+	fleet0, nodes0, stats0 := cpuOf(insts, func(x inst) int { return x.pid }), perNode(), commandStats(b, be.addrs)
 	outs := make([][]byte, n)
 	var wg sync.WaitGroup
 	for i := range n {
@@ -277,7 +291,13 @@ func runFleet(b *testing.B, dir string, be *scaleBackend, sys scaleSystem, n int
 	if b.Failed() {
 		b.FailNow()
 	}
-	fleet, redis, stats := cpuOf(insts, func(x inst) int { return x.pid })-fleet0, cpuOfPids(be.pids)-redis0, commandStats(b, be.addrs).minus(stats0)
+	fleet, nodes, stats := cpuOf(insts, func(x inst) int { return x.pid })-fleet0, perNode(), commandStats(b, be.addrs).minus(stats0)
+	var redis, busiest time.Duration
+	for i := range nodes {
+		d := nodes[i] - nodes0[i]
+		redis += d
+		busiest = max(busiest, d)
+	}
 	var r scaleRun
 	for i, out := range outs {
 		w := parseWrk(b, fmt.Sprintf("%s %d", t.name, i), out)
@@ -292,6 +312,7 @@ func runFleet(b *testing.B, dir string, be *scaleBackend, sys scaleSystem, n int
 	r.calls = float64(stats.calls) / dec
 	r.scripts = float64(stats.scripts) / dec
 	r.scriptUs = float64(stats.scriptUs) / dec
+	r.hottest = float64(busiest) / float64(max(redis, 1))
 	return r
 }
 
@@ -302,8 +323,6 @@ func cpuOf[T any](xs []T, pid func(T) int) time.Duration {
 	}
 	return sum
 }
-
-func cpuOfPids(pids []int) time.Duration { return cpuOf(pids, func(p int) int { return p }) }
 
 // cmdStats is INFO commandstats summed over servers: every command's
 // calls, and the script calls' count and time.

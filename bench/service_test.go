@@ -31,6 +31,8 @@ plans:
 classes:
   read: {share: 1.0, fail: open}
   search: {share: 0.5, fail: open}
+  # A hot tenant's class in the scale benchmark: unit grants of 50.
+  leased: {share: 0.5, fail: open, lease: 50}
   completions:
     share: 0.5
     fail: open
@@ -41,6 +43,7 @@ classes:
 routes:
   - {route: "GET /v1/users/{id}", class: read}
   - {route: "GET /v1/search", class: search}
+  - {route: "GET /v1/leased", class: leased}
   - {route: "POST /v1/completions", class: completions}
   - {route: "POST /v1/echo", class: read}
 auth:
@@ -57,6 +60,8 @@ type target struct {
 	body  string // a fmt format with one %d (the rotating key); "" for GET
 	hdr   string // one extra header, "Name: value"
 	pace  int    // ms each connection waits between requests; 0: none
+	// hot, when set, is the body of every tenth request (a hot tenant's).
+	hot string
 	// settle, when set, makes every admitted answer's settlement handle
 	// the next request: a POST /v1/settle of it at this true cost, on the
 	// same connection pool. One settled decision is then two requests,
@@ -143,6 +148,9 @@ func (t target) wrkScript(b *testing.B, dir string, offset int) string {
 	lua := fmt.Sprintf("local n = %d\nrequest = function()\n  n = n + 1\n", offset)
 	switch {
 	case t.body != "":
+		if t.hot != "" {
+			lua += fmt.Sprintf("  if n %% 10 == 0 then\n    return wrk.format(\"POST\", nil, {[\"Content-Type\"] = \"application/json\"%s}, %q)\n  end\n", luaHdr(t.hdr), t.hot)
+		}
 		lua += fmt.Sprintf("  local k = n %% 100000\n  return wrk.format(\"POST\", nil, {[\"Content-Type\"] = \"application/json\"%s}, string.format(%q%s))\n",
 			luaHdr(t.hdr), t.body, strings.Repeat(", k", strings.Count(t.body, "%d")))
 	default:
