@@ -190,43 +190,158 @@ func TestLinearizable(t *testing.T) {
 				})
 			}
 			wg.Wait()
-			model := linModel(lim)
-			// The checker is not vacuous: the same history with one
-			// admitted take's remaining count changed is refused.
-			for i, op := range ops {
-				if out := op.Output.(linOut); out.o.Allowed && op.Input.(int64) > 0 {
-					bad := append([]porcupine.Operation(nil), ops...)
-					out.o.Remaining++
-					bad[i].Output = out
-					if porcupine.CheckOperationsTimeout(model, bad, 30*time.Second) != porcupine.Illegal {
-						t.Fatal("a forged answer passed the linearizability check")
+			checkLinearizable(t, lim, ops, "12 clients on 2 instances")
+		})
+	}
+}
+
+// checkLinearizable checks the history ops of takes on one key against
+// lim's sequential model, after checking that the checker refuses the
+// history with one answer forged. A failure prints the history and writes
+// porcupine's visualisation.
+func checkLinearizable(t *testing.T, lim algo.Limit, ops []porcupine.Operation, who string) {
+	t.Helper()
+	model := linModel(lim)
+	// The checker is not vacuous: the same history with one
+	// admitted take's remaining count changed is refused.
+	for i, op := range ops {
+		if out := op.Output.(linOut); out.o.Allowed && op.Input.(int64) > 0 {
+			bad := append([]porcupine.Operation(nil), ops...)
+			out.o.Remaining++
+			bad[i].Output = out
+			if porcupine.CheckOperationsTimeout(model, bad, 30*time.Second) != porcupine.Illegal {
+				t.Fatal("a forged answer passed the linearizability check")
+			}
+			break
+		}
+	}
+	res, info := porcupine.CheckOperationsVerbose(model, ops, 30*time.Second)
+	switch res {
+	case porcupine.Ok:
+		admitted := 0
+		for _, op := range ops {
+			if op.Output.(linOut).o.Allowed && op.Input.(int64) > 0 {
+				admitted++
+			}
+		}
+		t.Logf("%d operations from %s: linearizable (%d admitted takes)", len(ops), who, admitted)
+	case porcupine.Unknown:
+		t.Fatalf("the checker timed out on %d operations", len(ops))
+	default:
+		file := filepath.Join(os.TempDir(), "fairgate-linearizability-"+lim.Algorithm.String()+".html")
+		if f, err := os.Create(file); err == nil {
+			porcupine.Visualize(model, info, f)
+			f.Close()
+		}
+		for _, op := range ops {
+			t.Logf("client %2d [%d, %d] %s", op.ClientId, op.Call, op.Return, model.DescribeOperation(op.Input, op.Output))
+		}
+		t.Fatalf("not linearizable: %d operations (history above; visualisation in %s)", len(ops), file)
+	}
+}
+
+// TestLinearizableSixteenInstances: the history of one key taken by 32
+// clients through 16 store instances (16 fairgate processes' clients) is
+// linearizable, on standalone Redis and on a Cluster. On the Cluster, the
+// other clients' takes land on keys of other slots of the same node, so
+// the key's takes travel merged by node (take_node.lua) with theirs.
+func TestLinearizableSixteenInstances(t *testing.T) {
+	for _, tc := range []struct{ name, url string }{
+		{"standalone", standaloneURL(t)},
+		{"cluster", clusterURL(t)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lim := algo.Limit{Limit: 4, Period: 40 * time.Millisecond, Burst: 3}
+			prefix := fmt.Sprintf("lin16%d:", rand.Uint32())
+			stores := make([]*Store, 16)
+			for i := range stores {
+				stores[i] = openPrefix(t, tc.url, prefix)
+			}
+			key := fmt.Sprintf("{lin-%d}", rand.Uint64())
+			// Keys of other slots on the key's node (standalone: any).
+			var others []string
+			if s := stores[0]; s.cluster {
+				m, err := s.loadSlotMap(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				own := m.owner[slot(prefix+"g:"+key)]
+				for i := 0; len(others) < 64; i++ {
+					k := fmt.Sprintf("{other-%d}", i)
+					if sl := slot(prefix + "g:" + k); m.owner[sl] == own && sl != slot(prefix+"g:"+key) {
+						others = append(others, k)
 					}
-					break
+				}
+			} else {
+				for i := range 64 {
+					others = append(others, fmt.Sprintf("{other-%d}", i))
 				}
 			}
-			res, info := porcupine.CheckOperationsVerbose(model, ops, 30*time.Second)
-			switch res {
-			case porcupine.Ok:
-				admitted := 0
-				for _, op := range ops {
-					if op.Output.(linOut).o.Allowed && op.Input.(int64) > 0 {
-						admitted++
+			start := time.Now()
+			var mu sync.Mutex
+			var ops []porcupine.Operation
+			var merged atomic.Bool
+			stop := make(chan struct{})
+			var noise sync.WaitGroup
+			for c := range 32 { // the other clients: keep every node coalescer busy
+				noise.Go(func() {
+					st := stores[c%16]
+					for i := 0; ; i++ {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						var res store.Result
+						k := others[(c*7+i)%len(others)]
+						if err := st.Take(context.Background(), []store.Check{{Key: k, Limit: algo.Limit{Limit: 1e9, Period: time.Hour}, Cost: 1}}, &res); err != nil {
+							t.Errorf("other client %d: %v", c, err)
+							return
+						}
 					}
-				}
-				t.Logf("%d operations from 12 clients on 2 instances: linearizable (%d admitted takes)", len(ops), admitted)
-			case porcupine.Unknown:
-				t.Fatalf("the checker timed out on %d operations", len(ops))
-			default:
-				file := filepath.Join(os.TempDir(), "fairgate-linearizability-"+a.String()+".html")
-				if f, err := os.Create(file); err == nil {
-					porcupine.Visualize(model, info, f)
-					f.Close()
-				}
-				for _, op := range ops {
-					t.Logf("client %2d [%d, %d] %s", op.ClientId, op.Call, op.Return, model.DescribeOperation(op.Input, op.Output))
-				}
-				t.Fatalf("not linearizable: %d operations (history above; visualisation in %s)", len(ops), file)
+				})
 			}
+			var wg sync.WaitGroup
+			for c := range 16 {
+				wg.Go(func() {
+					r := rand.New(rand.NewPCG(uint64(c), 16))
+					st := stores[c]
+					for range 30 {
+						cost := int64(r.IntN(2) + 1)
+						if r.IntN(6) == 0 {
+							cost = 0
+						}
+						call := time.Since(start).Nanoseconds()
+						var res store.Result
+						err := st.Take(context.Background(), []store.Check{{Key: key, Limit: lim, Cost: cost}}, &res)
+						ret := time.Since(start).Nanoseconds()
+						if err != nil {
+							t.Errorf("client %d: %v", c, err)
+							return
+						}
+						d := res.Decisions[0]
+						out := linOut{algo.Outcome{Allowed: d.Allowed, Remaining: d.Remaining, RetryUs: int64(d.RetryAfter / time.Microsecond), ResetUs: int64(d.ResetAfter / time.Microsecond)}, res.Now.UnixMicro()}
+						mu.Lock()
+						ops = append(ops, porcupine.Operation{ClientId: c, Input: cost, Call: call, Output: out, Return: ret})
+						mu.Unlock()
+						time.Sleep(time.Duration(r.IntN(6000)) * time.Microsecond)
+					}
+				})
+			}
+			wg.Wait()
+			close(stop)
+			noise.Wait()
+			if stores[0].cluster {
+				var reads int64
+				for _, s := range stores {
+					reads += s.nodes.reads.Load()
+				}
+				merged.Store(reads > 0)
+				if !merged.Load() {
+					t.Error("no instance read the slot map: the takes were never merged by node")
+				}
+			}
+			checkLinearizable(t, lim, ops, "16 clients on 16 instances")
 		})
 	}
 }
