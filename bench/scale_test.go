@@ -53,6 +53,8 @@ type scaleRun struct {
 	scripts   float64 // script calls (EVALSHA, EVAL, FCALL) per decision
 	scriptUs  float64 // µs Redis spent in script calls per decision (commandstats)
 	hottest   float64 // the busiest Redis process's share of all Redis CPU
+	redisSys  float64 // Redis's read and write system calls per decision (/proc/<pid>/io)
+	fleetSys  float64 // the instances' read and write system calls per decision
 	non2xx    int
 	p99       time.Duration
 }
@@ -82,7 +84,10 @@ type scaleRun struct {
 // FAIRGATE_BENCH_ALT names another fairgate build whose /v1/take runs
 // beside this one's (an A/B). FAIRGATE_SCALE_N=1,16 picks the fleet sizes, FAIRGATE_SCALE_SYSTEMS and
 // FAIRGATE_SCALE_BACKENDS regexps keep systems and backends,
-// FAIRGATE_SCALE_ROUNDS (3) and FAIRGATE_SCALE_SECONDS (6) size the runs.
+// FAIRGATE_SCALE_ROUNDS (3) and FAIRGATE_SCALE_SECONDS (6) size the runs,
+// and FAIRGATE_SCALE_PACE=ms makes each connection wait that long between
+// requests: the same offered load at every fleet size (64 connections at
+// 10 ms: at most 6,400 a second), below what saturates this machine.
 func BenchmarkScale(b *testing.B) {
 	redistest.Need(b)
 	if _, err := exec.LookPath("wrk"); err != nil {
@@ -95,6 +100,10 @@ func BenchmarkScale(b *testing.B) {
 	ns := envInts(b, "FAIRGATE_SCALE_N", []int{1, 4, 16})
 	rounds := envInts(b, "FAIRGATE_SCALE_ROUNDS", []int{3})[0]
 	per := time.Duration(envInts(b, "FAIRGATE_SCALE_SECONDS", []int{6})[0]) * time.Second
+	pace := 0
+	if os.Getenv("FAIRGATE_SCALE_PACE") != "" {
+		pace = envInts(b, "FAIRGATE_SCALE_PACE", nil)[0]
+	}
 
 	pin := runtime.NumCPU() >= 2 && os.Getenv("FAIRGATE_SCALE_PIN") != "0"
 	fleetCPUs := fmt.Sprintf("0-%d", runtime.NumCPU()-2)
@@ -198,7 +207,7 @@ func BenchmarkScale(b *testing.B) {
 		for _, be := range backends {
 			for _, sys := range systems {
 				for _, n := range ns {
-					r := runFleet(b, dir, be, sys, n, per, on)
+					r := runFleet(b, dir, be, sys, n, per, pace, on)
 					res[key(be.name, sys.name, n)] = append(res[key(be.name, sys.name, n)], r)
 				}
 			}
@@ -206,7 +215,7 @@ func BenchmarkScale(b *testing.B) {
 	}
 
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "\n%-8s %-15s %3s %9s %10s %10s %9s %9s %10s %8s %8s %7s\n", "backend", "system", "N", "req/s", "redis µs", "fleet µs", "cmds", "scripts", "script µs", "hottest", "p99", "non2xx")
+	fmt.Fprintf(&sb, "\n%-8s %-15s %3s %9s %10s %10s %9s %9s %10s %8s %9s %9s %8s %7s\n", "backend", "system", "N", "req/s", "redis µs", "fleet µs", "cmds", "scripts", "script µs", "hottest", "redis sys", "fleet sys", "p99", "non2xx")
 	for _, be := range backends {
 		for _, sys := range systems {
 			for _, n := range ns {
@@ -218,11 +227,12 @@ func BenchmarkScale(b *testing.B) {
 					}
 					return median(xs)
 				}
-				fmt.Fprintf(&sb, "%-8s %-15s %3d %9.0f %10.1f %10.1f %9.2f %9.3f %10.1f %8.2f %8v %7.0f\n", be.name, sys.name, n,
+				fmt.Fprintf(&sb, "%-8s %-15s %3d %9.0f %10.1f %10.1f %9.2f %9.3f %10.1f %8.2f %9.2f %9.2f %8v %7.0f\n", be.name, sys.name, n,
 					med(func(r scaleRun) float64 { return r.rps }), med(func(r scaleRun) float64 { return r.redisUs }),
 					med(func(r scaleRun) float64 { return r.fleetUs }), med(func(r scaleRun) float64 { return r.calls }),
 					med(func(r scaleRun) float64 { return r.scripts }), med(func(r scaleRun) float64 { return r.scriptUs }),
 					med(func(r scaleRun) float64 { return r.hottest }),
+					med(func(r scaleRun) float64 { return r.redisSys }), med(func(r scaleRun) float64 { return r.fleetSys }),
 					time.Duration(med(func(r scaleRun) float64 { return float64(r.p99) })).Round(time.Microsecond),
 					med(func(r scaleRun) float64 { return float64(r.non2xx) }))
 			}
@@ -247,9 +257,10 @@ func BenchmarkScale(b *testing.B) {
 }
 
 // runFleet starts n instances of sys on be, drives them for d with
-// scaleConns/n connections each (each its own wrk, its own key offset),
-// and stops them.
-func runFleet(b *testing.B, dir string, be *scaleBackend, sys scaleSystem, n int, d time.Duration, on func(string, ...string) (string, []string)) scaleRun {
+// scaleConns/n connections each (each its own wrk, its own key offset;
+// each connection waiting pace ms between requests when pace > 0), and
+// stops them.
+func runFleet(b *testing.B, dir string, be *scaleBackend, sys scaleSystem, n int, d time.Duration, pace int, on func(string, ...string) (string, []string)) scaleRun {
 	b.Helper()
 	type inst struct {
 		addr string
@@ -262,7 +273,7 @@ func runFleet(b *testing.B, dir string, be *scaleBackend, sys scaleSystem, n int
 		insts[i] = inst{a, pid}
 	}
 	time.Sleep(500 * time.Millisecond) // let start-up work settle
-	t := target{name: fmt.Sprintf("%s-%s", be.name, sys.name), body: sys.body, hot: sys.hot}
+	t := target{name: fmt.Sprintf("%s-%s", be.name, sys.name), body: sys.body, hot: sys.hot, pace: pace}
 	scripts := make([]string, n)
 	for i := range n {
 		scripts[i] = t.wrkScript(b, dir, i*100000/n)
@@ -274,6 +285,11 @@ func runFleet(b *testing.B, dir string, be *scaleBackend, sys scaleSystem, n int
 		}
 		return ds
 	}
+	instPids := make([]int, n)
+	for i, x := range insts {
+		instPids[i] = x.pid
+	}
+	rsys0, fsys0 := sysCalls(be.pids), sysCalls(instPids)
 	fleet0, nodes0, stats0 := cpuOf(insts, func(x inst) int { return x.pid }), perNode(), commandStats(b, be.addrs)
 	outs := make([][]byte, n)
 	var wg sync.WaitGroup
@@ -292,6 +308,7 @@ func runFleet(b *testing.B, dir string, be *scaleBackend, sys scaleSystem, n int
 		b.FailNow()
 	}
 	fleet, nodes, stats := cpuOf(insts, func(x inst) int { return x.pid })-fleet0, perNode(), commandStats(b, be.addrs).minus(stats0)
+	rsys, fsys := sysCalls(be.pids)-rsys0, sysCalls(instPids)-fsys0
 	var redis, busiest time.Duration
 	for i := range nodes {
 		d := nodes[i] - nodes0[i]
@@ -313,6 +330,8 @@ func runFleet(b *testing.B, dir string, be *scaleBackend, sys scaleSystem, n int
 	r.scripts = float64(stats.scripts) / dec
 	r.scriptUs = float64(stats.scriptUs) / dec
 	r.hottest = float64(busiest) / float64(max(redis, 1))
+	r.redisSys = float64(rsys) / dec
+	r.fleetSys = float64(fsys) / dec
 	return r
 }
 
@@ -322,6 +341,28 @@ func cpuOf[T any](xs []T, pid func(T) int) time.Duration {
 		sum += procCPU(pid(x))
 	}
 	return sum
+}
+
+// sysCalls sums the read and write system calls (syscr + syscw in
+// /proc/<pid>/io) the processes have made.
+func sysCalls(pids []int) int64 {
+	var n int64
+	for _, p := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", p))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "syscr: "); ok {
+				x, _ := strconv.ParseInt(v, 10, 64)
+				n += x
+			} else if v, ok := strings.CutPrefix(line, "syscw: "); ok {
+				x, _ := strconv.ParseInt(v, 10, 64)
+				n += x
+			}
+		}
+	}
+	return n
 }
 
 // cmdStats is INFO commandstats summed over servers: every command's
