@@ -118,7 +118,7 @@ func (s *Store) runPart(ctx context.Context, p *part) {
 		s.run(ctx, take1Scripts[p.algos], p)
 		return
 	}
-	msgs, err := multiScripts[p.algos].Exec(ctx, s.c, p.keys, mergedArgs([]*part{p}, false)).ToArray()
+	msgs, err := s.exec(ctx, multiScripts[p.algos], p.keys, mergedArgs([]*part{p}, false))
 	if err != nil {
 		p.err = fmt.Errorf("%w: %w", store.ErrUnavailable, err)
 		return
@@ -194,6 +194,33 @@ func (s *Store) send(batch []*request) {
 		r.reply, r.err = p.reply, p.err
 		return
 	}
+	// A merged call that Redis answers TRYAGAIN (its slot migrating, see
+	// tryAgain) goes again, paced, without the batches whose callers gave
+	// up meanwhile: those are never charged.
+	var ta tryAgain
+	for live := batch; ; {
+		err := s.sendMerged(ctx, live)
+		if !isTryAgain(err) {
+			return
+		}
+		if !ta.next(ctx) {
+			err = fmt.Errorf("%w: %w", store.ErrUnavailable, migrating(ctx, err))
+			for _, r := range live {
+				r.err = err
+			}
+			return
+		}
+		live = slices.DeleteFunc(slices.Clone(live), func(r *request) bool { return r.ctx.Err() != nil })
+		if len(live) == 0 {
+			return
+		}
+	}
+}
+
+// sendMerged decides the requests of batch in one script call and answers
+// each, with the call's error when it failed; it returns that error as
+// Redis or the client gave it, for send to tell a TRYAGAIN.
+func (s *Store) sendMerged(ctx context.Context, batch []*request) error {
 	var mask uint8
 	singles, oneSlot := true, true
 	ps := make([]*part, len(batch))
@@ -224,9 +251,10 @@ func (s *Store) send(batch []*request) {
 	if singles {
 		sc, head = multi1Scripts[mask], 0 // take1_multi.lua: the check alone
 	}
-	msgs, err := sc.Exec(ctx, s.c, keys, mergedArgs(ps, singles)).ToArray()
-	if err != nil {
-		err = fmt.Errorf("%w: %w", store.ErrUnavailable, err)
+	msgs, callErr := sc.Exec(ctx, s.c, keys, mergedArgs(ps, singles)).ToArray()
+	var err error
+	if callErr != nil {
+		err = fmt.Errorf("%w: %w", store.ErrUnavailable, callErr)
 	}
 	var vals []int64
 	if err == nil {
@@ -236,7 +264,7 @@ func (s *Store) send(batch []*request) {
 		for _, r := range batch {
 			r.err = err
 		}
-		return
+		return callErr
 	}
 	// Each caller's reply as take_multi.lua's for its batch alone (a
 	// takeReply; a single check's allowed is its batch's).
@@ -249,8 +277,10 @@ func (s *Store) send(batch []*request) {
 			r.reply = append(r.reply, vals[o])
 		}
 		r.reply = append(r.reply, vals[o:o+n]...)
+		r.err = nil // a try before may have failed
 		o += n
 	}
+	return nil
 }
 
 // mergedArgs encodes the batches ps for take_multi.lua (singles: for

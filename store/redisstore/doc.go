@@ -37,6 +37,14 @@
 // is returned): the store errs toward limiting. Each part is decided at its
 // own node's TIME.
 //
+// While a slot migrates (resharding), the client follows MOVED and ASK. A
+// script call of several keys that Redis answers TRYAGAIN (its keys split
+// between the slot's old and new master, or one not yet written) ran
+// nowhere: it is sent again, 1 to 8 ms apart, within the caller's deadline
+// and 1 s (a merged call without the batches whose callers gave up). Past
+// that it fails with an error that wraps store.ErrUnavailable and
+// context.DeadlineExceeded: a timeout, as the guard's breakers count it.
+//
 // A settlement (Store.Settle) is one lua/settle.lua call per slot, at that
 // node's TIME, which applies the slot's adjustments and records the
 // settlement id in the slot (Prefix + "s:{<tag>}" + id, the tag chosen to

@@ -27,7 +27,7 @@ func (s *Store) Hold(ctx context.Context, key string, lim algo.Limit, d time.Dur
 	}
 	em, burst, _ := lim.Params()
 	args := []string{strconv.FormatInt(em, 10), strconv.FormatInt(burst, 10), strconv.FormatInt(max(1, int64(d/time.Microsecond)), 10)}
-	if err := holdScript.Exec(ctx, s.c, []string{s.Key(lim.Algorithm, key)}, args).Error(); err != nil {
+	if _, err := s.exec(ctx, holdScript, []string{s.Key(lim.Algorithm, key)}, args); err != nil {
 		return fmt.Errorf("%w: hold: %w", store.ErrUnavailable, err)
 	}
 	return nil
@@ -255,8 +255,12 @@ func (s *Store) Shard(c store.Check) int {
 
 var _ store.Sharded = (*Store)(nil)
 
-// retryDelay is the client's retry rule for a read-only command that met a
-// network error: at most maxRetries more tries, 1, 2 then 4 ms apart.
+// retryDelay is the client's retry rule for a retryable command (a
+// read-only one, or a script made with NewLuaScriptRetryable) that met a
+// network error, or a CLUSTERDOWN, LOADING or TRYAGAIN reply: rueidis
+// counts the first try as attempt 1, so at most maxRetries tries in all,
+// the second 2 ms after the first and the third 4 ms after that (a
+// TRYAGAIN past them is the store's to wait out, see tryagain.go).
 // rueidis's own rule retries until the caller's deadline, and without one
 // for ever: a background poll of a Redis that went away (a kill, a
 // failover) then never returned, and with it the probe that notices the

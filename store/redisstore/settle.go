@@ -102,7 +102,7 @@ func (s *Store) settleParts(id string, adjs []store.Adjustment) []settlePart {
 
 // runSettle runs settle.lua for p and reads its reply.
 func (s *Store) runSettle(ctx context.Context, p *settlePart) {
-	msgs, err := settleScripts[p.algos].Exec(ctx, s.c, p.keys, p.args).ToArray()
+	msgs, err := s.exec(ctx, settleScripts[p.algos], p.keys, p.args)
 	if err != nil {
 		p.err = fmt.Errorf("%w: settle: %w", store.ErrUnavailable, err)
 		return

@@ -53,7 +53,7 @@ func (s *Store) AcquireSlots(ctx context.Context, id string, ttl time.Duration, 
 		}
 		args = append(args, strconv.FormatInt(a.Limit, 10), opt)
 	}
-	msgs, err := slotScript.Exec(ctx, s.c, keys, args).ToArray()
+	msgs, err := s.exec(ctx, slotScript, keys, args)
 	if err != nil {
 		return fmt.Errorf("%w: acquire slots: %w", store.ErrUnavailable, err)
 	}

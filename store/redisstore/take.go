@@ -110,7 +110,7 @@ func (s *Store) run(ctx context.Context, sc *rueidis.Lua, p *part) {
 	if p.infos != nil {
 		head, per = refundHead, refundPer
 	}
-	msgs, err := sc.Exec(ctx, s.c, p.keys, p.args()).ToArray()
+	msgs, err := s.exec(ctx, sc, p.keys, p.args())
 	if err != nil {
 		p.err = fmt.Errorf("%w: %w", store.ErrUnavailable, err)
 		return
