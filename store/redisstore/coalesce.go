@@ -53,6 +53,18 @@ type coalescer struct {
 	inflight int
 }
 
+// coalescerKey is the coalescer key of a slot's batches: the slot's node
+// on a Redis Cluster whose slot map the store has read (merged with the
+// node's other slots, node.go), else the slot.
+func (s *Store) coalescerKey(slot uint16) uint16 {
+	if s.cluster {
+		if n, ok := s.nodeOf(slot); ok {
+			return nodeKeyBit | n
+		}
+	}
+	return slot
+}
+
 // coalescerFor returns the coalescer of a key: a slot (the only one,
 // standalone), or nodeKeyBit | a node's index in the slot map (node.go).
 func (s *Store) coalescerFor(key uint16) *coalescer {
@@ -77,13 +89,7 @@ func (s *Store) decide(ctx context.Context, p *part) {
 		s.runPart(ctx, p)
 		return
 	}
-	key := p.slot
-	if s.cluster {
-		if n, ok := s.nodeOf(p.slot); ok {
-			key = nodeKeyBit | n // merged with the node's other slots (node.go)
-		}
-	}
-	c := s.coalescerFor(key)
+	c := s.coalescerFor(s.coalescerKey(p.slot))
 	c.mu.Lock()
 	if c.inflight == 0 && len(c.queue) == 0 {
 		// Nothing to merge with: send it from this goroutine.
@@ -232,8 +238,11 @@ func (s *Store) sendMerged(ctx context.Context, batch []*request) error {
 		ps[i] = r.p
 		nkeys += len(r.p.keys)
 	}
+	// Several slots: merged by node (node.go), whose call declares no key
+	// and so is never answered TRYAGAIN; the batches it sends again alone
+	// wait out their own.
 	if !oneSlot && s.sendNode(ctx, batch, mask, nkeys) {
-		return
+		return nil
 	}
 	if !oneSlot { // the node left the map: each alone
 		for _, r := range batch {
@@ -241,7 +250,7 @@ func (s *Store) sendMerged(ctx context.Context, batch []*request) error {
 			s.runPart(ctx, &p)
 			r.reply, r.err = p.reply, p.err
 		}
-		return
+		return nil
 	}
 	keys := make([]string, 0, nkeys)
 	for _, r := range batch {

@@ -510,7 +510,7 @@ func TestReshardStuckMigration(t *testing.T) {
 	// second caller gave up (500 ms) and the call was sent again: the
 	// second batch is dropped from it and not charged, the third's (5 s)
 	// is decided.
-	co := s.coalescerFor(sl)
+	co := s.coalescerFor(s.coalescerKey(sl))
 	queued := func(inflight, waiting int) bool {
 		co.mu.Lock()
 		defer co.mu.Unlock()
