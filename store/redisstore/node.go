@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -46,14 +45,12 @@ type slotMap struct {
 	addrs []string
 }
 
-// nodeMaps holds the store's slot map and its refreshes.
+// nodeMaps holds the store's slot map and its reads.
 type nodeMaps struct {
-	cur     atomic.Pointer[slotMap]
-	mu      sync.Mutex
-	last    time.Time // when the last read started
-	reading bool
-	reads   atomic.Int64 // map reads, for tests
-	resent  atomic.Int64 // batches a node refused and were sent again alone
+	cur    atomic.Pointer[slotMap]
+	last   atomic.Int64 // when the last read started, Unix ns
+	reads  atomic.Int64 // map reads, for tests
+	resent atomic.Int64 // batches a node refused and were sent again alone
 }
 
 // nodeOf returns the index of the node serving slot in the store's copy
@@ -68,24 +65,18 @@ func (s *Store) nodeOf(slot uint16) (uint16, bool) {
 	return o - 1, o != 0
 }
 
-// readSlotMap reads the slot map in the background, unless a read is
-// under way or one started less than a second ago.
+// readSlotMap reads the slot map in the background, unless a read started
+// less than a second ago. A map that cannot be read (an ACL user without
+// CLUSTER SLOTS) leaves batches merged by slot only.
 func (s *Store) readSlotMap() {
 	n := &s.nodes
-	n.mu.Lock()
-	if n.reading || time.Since(n.last) < time.Second {
-		n.mu.Unlock()
+	now := time.Now().UnixNano()
+	last := n.last.Load()
+	if now-last < int64(time.Second) || !n.last.CompareAndSwap(last, now) {
 		return
 	}
-	n.reading, n.last = true, time.Now()
-	n.mu.Unlock()
 	go func() {
-		defer func() {
-			n.mu.Lock()
-			n.reading = false
-			n.mu.Unlock()
-		}()
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		n.reads.Add(1)
 		if m, err := s.loadSlotMap(ctx); err == nil {

@@ -79,9 +79,7 @@ func TestNodeMergeWithAStaleMap(t *testing.T) {
 	for i := range m.owner {
 		m.owner[i] = 1 // all node 0's
 	}
-	s.nodes.mu.Lock()
-	s.nodes.last = time.Now().Add(time.Hour) // and never read again
-	s.nodes.mu.Unlock()
+	s.nodes.last.Store(time.Now().Add(time.Hour).UnixNano()) // and never read again
 	s.nodes.cur.Store(m)
 	const n = 300
 	if admitted, _ := takeTenants(t, s, "t", n); admitted != n {
