@@ -230,7 +230,8 @@ func median(xs []float64) float64 {
 // snapshot outside the repository) adds its /json beside /v1/check;
 // FAIRGATE_BENCH_TARGETS=regexp keeps only the targets it matches (such
 // as '^(floor|take-memory|check-memory)$'); FAIRGATE_BENCH_ALT names
-// another fairgate build whose Redis paths run beside this one's (an A/B).
+// another fairgate build whose Redis paths (take, check, measured,
+// settled: the "-alt" targets) run beside this one's (an A/B).
 func BenchmarkService(b *testing.B) {
 	redistest.Need(b)
 	if _, err := exec.LookPath("wrk"); err != nil {
@@ -281,7 +282,9 @@ func BenchmarkService(b *testing.B) {
 		ab := freeAddr(b)
 		pid := start(b, ab, alt, "serve", "--config", cfg, "--store", "redis://"+rs.Addr, "--listen", ab).Process.Pid
 		ts = append(ts, target{name: "take-redis-alt", pid: pid, redis: rpid, url: "http://" + ab + "/v1/take", body: takeBody},
-			target{name: "check-redis-alt", pid: pid, redis: rpid, url: "http://" + ab + "/v1/check", body: checkBody})
+			target{name: "check-redis-alt", pid: pid, redis: rpid, url: "http://" + ab + "/v1/check", body: checkBody},
+			target{name: "measured-redis-alt", pid: pid, redis: rpid, url: "http://" + ab + "/v1/check", body: measuredBody},
+			target{name: "settled-redis-alt", pid: pid, redis: rpid, url: "http://" + ab + "/v1/check", body: measuredBody, settle: 150})
 	}
 	up, upPID := floorAt("-mode", "upstream")
 	a, pid = floorAt("-mode", "proxy", "-upstream", "http://"+up)
@@ -361,7 +364,8 @@ func runService(b *testing.B, dir string, ts []target) {
 	// The ratios issue 23 sets targets for, per round (server + Redis CPU).
 	for _, c := range [][2]string{{"take-memory", "floor"}, {"check-memory", "floor"}, {"take-redis", "redis_rate"}, {"floor+redis", "redis_rate"}, {"check-redis", "envoy-json"}, {"proxy", "bare-proxy"},
 		{"settled-memory", "measured-memory"}, {"settled-redis", "measured-redis"}, {"proxy-settled", "proxy-post"},
-		{"take-redis", "take-redis-alt"}, {"check-redis", "check-redis-alt"}} {
+		{"take-redis", "take-redis-alt"}, {"check-redis", "check-redis-alt"},
+		{"settled-redis-alt", "measured-redis-alt"}, {"settled-redis", "settled-redis-alt"}} {
 		if len(res[c[0]]) == 0 || len(res[c[1]]) == 0 {
 			continue
 		}

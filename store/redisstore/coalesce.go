@@ -23,10 +23,18 @@ import (
 // (maxMerge batches) waits does a second call, and up to maxInflight,
 // go out beside it: merging at low concurrency, the throughput of
 // parallel calls at high.
+//
+// Settlements' parts are merged the same way (lua/settle_multi.lua, in
+// settle.go), in coalescers of their own (settleKeyBit), so that a merged
+// call is all takes or all settlements.
 const (
 	maxInflight = 4  // script calls in flight per slot, at most
 	maxMerge    = 64 // batches merged into one call
 )
+
+// settleKeyBit marks the coalescer key of settlements' parts: the same
+// slot or node as a take's key, in a coalescer of its own.
+const settleKeyBit = 1 << 16
 
 // multiScripts and multi1Scripts hold take_multi.lua and take1_multi.lua
 // (every batch one check) per set of algorithms.
@@ -38,11 +46,12 @@ var multiScripts, multi1Scripts = func() (m, m1 [allAlgorithms + 1]*rueidis.Lua)
 	return m, m1
 }()
 
-// request is one batch part waiting in a coalescer.
+// request is one part waiting in a coalescer: a take's or a settlement's.
 type request struct {
 	ctx   context.Context
-	p     *part
-	reply []int64 // a takeReply: as take_multi.lua's for this batch alone
+	p     *part       // a take's part, or nil
+	sp    *settlePart // a settlement's part, or nil
+	reply []int64     // a takeReply, or settle.lua's reply: as for this part alone
 	err   error
 	done  chan struct{}
 }
@@ -53,32 +62,33 @@ type coalescer struct {
 	inflight int
 }
 
-// coalescerKey is the coalescer key of a slot's batches: the slot's node
-// on a Redis Cluster whose slot map the store has read (merged with the
-// node's other slots, node.go), else the slot.
-func (s *Store) coalescerKey(slot uint16) uint16 {
-	if s.cluster {
-		if n, ok := s.nodeOf(slot); ok {
-			return nodeKeyBit | n
-		}
-	}
-	return slot
-}
-
 // coalescerFor returns the coalescer of a key: a slot (the only one,
-// standalone), or nodeKeyBit | a node's index in the slot map (node.go).
-func (s *Store) coalescerFor(key uint16) *coalescer {
+// standalone), or nodeKeyBit | a node's index in the slot map (node.go);
+// with settleKeyBit, settlements' (see coKey).
+func (s *Store) coalescerFor(key uint32) *coalescer {
 	s.coMu.Lock()
 	defer s.coMu.Unlock()
 	c := s.co[key]
 	if c == nil {
 		if s.co == nil {
-			s.co = make(map[uint16]*coalescer)
+			s.co = make(map[uint32]*coalescer)
 		}
 		c = &coalescer{}
 		s.co[key] = c
 	}
 	return c
+}
+
+// coKey returns the coalescer key of a part for slot: the slot, or on a
+// Cluster the node that serves it when the store's slot map knows it
+// (merged with the node's other slots, node.go).
+func (s *Store) coKey(slot uint16) uint32 {
+	if s.cluster {
+		if n, ok := s.nodeOf(slot); ok {
+			return nodeKeyBit | uint32(n)
+		}
+	}
+	return uint32(slot)
 }
 
 // decide runs part p's take, merged with concurrent ones for its slot, and
@@ -89,17 +99,34 @@ func (s *Store) decide(ctx context.Context, p *part) {
 		s.runPart(ctx, p)
 		return
 	}
-	c := s.coalescerFor(s.coalescerKey(p.slot))
-	c.mu.Lock()
-	if c.inflight == 0 && len(c.queue) == 0 {
-		// Nothing to merge with: send it from this goroutine.
-		c.inflight++
-		c.mu.Unlock()
+	c := s.coalescerFor(s.coKey(p.slot))
+	r := s.enqueue(ctx, c, p, nil)
+	if r == nil { // nothing to merge with: send it from this goroutine
 		s.runPart(ctx, p)
 		s.release(c)
 		return
 	}
-	r := &request{ctx: ctx, p: p, done: make(chan struct{})}
+	select {
+	case <-r.done:
+		p.reply, p.err = r.reply, r.err
+	case <-ctx.Done():
+		p.err = fmt.Errorf("%w: %w", store.ErrUnavailable, ctx.Err())
+	}
+}
+
+// enqueue queues a request for p (a take's part) or sp (a settlement's)
+// in c and returns it, starting a flusher when none runs or a full call
+// waits. When nothing is in flight or queued it queues nothing and
+// returns nil: the caller has c's call in flight, sends its part itself,
+// then calls release.
+func (s *Store) enqueue(ctx context.Context, c *coalescer, p *part, sp *settlePart) *request {
+	c.mu.Lock()
+	if c.inflight == 0 && len(c.queue) == 0 {
+		c.inflight++
+		c.mu.Unlock()
+		return nil
+	}
+	r := &request{ctx: ctx, p: p, sp: sp, done: make(chan struct{})}
 	c.queue = append(c.queue, r)
 	start := c.inflight == 0 || len(c.queue) >= maxMerge && c.inflight < maxInflight
 	if start {
@@ -109,12 +136,7 @@ func (s *Store) decide(ctx context.Context, p *part) {
 	if start {
 		go s.flush(c)
 	}
-	select {
-	case <-r.done:
-		p.reply, p.err = r.reply, r.err
-	case <-ctx.Done():
-		p.err = fmt.Errorf("%w: %w", store.ErrUnavailable, ctx.Err())
-	}
+	return r
 }
 
 // runPart sends part p alone: take1.lua for one check, else take_multi.lua
@@ -170,7 +192,8 @@ func (s *Store) flush(c *coalescer) {
 	}
 }
 
-// send decides the requests in one script call and answers each.
+// send decides the requests, all takes or all settlements, in one script
+// call and answers each.
 func (s *Store) send(batch []*request) {
 	defer func() {
 		for _, r := range batch {
@@ -191,6 +214,15 @@ func (s *Store) send(batch []*request) {
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
+	if batch[0].sp != nil {
+		s.sendSettles(ctx, batch)
+	} else {
+		s.sendTakes(ctx, batch)
+	}
+}
+
+// sendTakes decides the take requests in one script call and answers each.
+func (s *Store) sendTakes(ctx context.Context, batch []*request) {
 	if len(batch) == 1 {
 		r := batch[0]
 		// Only the request's inputs: the caller may write its own reply and
@@ -298,39 +330,16 @@ func (s *Store) sendMerged(ctx context.Context, batch []*request) error {
 // among the L. cost ≤ 1e9 and L ≤ maxMerge × store.MaxBatch keep the
 // value below 2^53, exact in Lua's doubles.
 func mergedArgs(ps []*part, singles bool) []string {
-	var lims [][4]int64 // code, p1, p2, p3 of each distinct limit
-	var index map[[4]int64]int
+	var lt limitTable
 	var which []int // per check, its limit's index
 	for _, p := range ps {
 		for _, w := range p.checks {
-			l := w.limit()
-			li := -1
-			if index == nil {
-				li = slices.Index(lims, l)
-			} else if k, ok := index[l]; ok {
-				li = k
-			}
-			if li < 0 {
-				li = len(lims)
-				lims = append(lims, l)
-				if len(lims) == 8 { // past a few, a linear search costs more than a map
-					index = make(map[[4]int64]int)
-					for k, l := range lims {
-						index[l] = k
-					}
-				} else if index != nil {
-					index[l] = li
-				}
-			}
-			which = append(which, li)
+			which = append(which, lt.index(w.limit()))
 		}
 	}
-	args := make([]string, 0, 2+4*len(lims)+len(ps)+len(which))
-	args = append(args, strconv.Itoa(len(ps)), strconv.Itoa(len(lims)))
-	for _, l := range lims {
-		args = append(args, algoArgs[l[0]], itoa(l[1]), itoa(l[2]), itoa(l[3]))
-	}
-	n, k := int64(len(lims)), 0
+	args := make([]string, 0, 2+4*len(lt.lims)+len(ps)+len(which))
+	args = lt.appendArgs(append(args, strconv.Itoa(len(ps))))
+	n, k := int64(len(lt.lims)), 0
 	for _, p := range ps {
 		if !singles {
 			args = append(args, strconv.Itoa(len(p.idx)))
@@ -339,6 +348,46 @@ func mergedArgs(ps []*part, singles bool) []string {
 			args = append(args, itoa(w.cost*n+int64(which[k])))
 			k++
 		}
+	}
+	return args
+}
+
+// limitTable numbers the distinct limits (algorithm code, p1, p2, p3) of a
+// merged call, which the merged scripts read once (lib.lua's limits).
+type limitTable struct {
+	lims  [][4]int64
+	byLim map[[4]int64]int // past a few limits, their indexes
+}
+
+// index returns l's index in the table, adding it if new.
+func (t *limitTable) index(l [4]int64) int {
+	li := -1
+	if t.byLim == nil {
+		li = slices.Index(t.lims, l)
+	} else if k, ok := t.byLim[l]; ok {
+		li = k
+	}
+	if li < 0 {
+		li = len(t.lims)
+		t.lims = append(t.lims, l)
+		if len(t.lims) == 8 { // past a few, a linear search costs more than a map
+			t.byLim = make(map[[4]int64]int)
+			for k, l := range t.lims {
+				t.byLim[l] = k
+			}
+		} else if t.byLim != nil {
+			t.byLim[l] = li
+		}
+	}
+	return li
+}
+
+// appendArgs appends the table as lib.lua's limits reads it: the number of
+// limits L, then 4 values each.
+func (t *limitTable) appendArgs(args []string) []string {
+	args = append(args, strconv.Itoa(len(t.lims)))
+	for _, l := range t.lims {
+		args = append(args, algoArgs[l[0]], itoa(l[1]), itoa(l[2]), itoa(l[3]))
 	}
 	return args
 }

@@ -23,7 +23,7 @@
 // goes out beside it only when 64 batches wait. No timer is involved: a
 // batch that finds no call in flight is sent at once from the caller's
 // goroutine. Config.NoCoalescing
-// turns it off. A caller whose deadline passes while its batch is queued is
+// turns it off (for settlements too). A caller whose deadline passes while its batch is queued is
 // answered with the deadline error and its batch is not sent.
 //
 // On Redis Cluster, a batch whose keys share one slot (the same hash tag)
@@ -45,13 +45,22 @@
 // that it fails with an error that wraps store.ErrUnavailable and
 // context.DeadlineExceeded: a timeout, as the guard's breakers count it.
 //
-// A settlement (Store.Settle) is one lua/settle.lua call per slot, at that
-// node's TIME, which applies the slot's adjustments and records the
+// A settlement (Store.Settle) is applied per slot, at that node's TIME,
+// by lua/settle.lua, which applies the slot's adjustments and records the
 // settlement id in the slot (Prefix + "s:{<tag>}" + id, the tag chosen to
 // hash to the slot; Prefix + "s:" + id on standalone Redis) with SET NX PX
 // for store.SettleIDLifetime, as one atomic step: a retry with the same id
-// applies nothing where it was applied. Like a take, it is retried by the
-// client on a fresh connection; unlike a take's, that retry is harmless.
+// applies nothing where it was applied. Concurrent settlements are merged
+// as takes are, in coalescers of their own (a merged call is all takes or
+// all settlements): the parts that queue for a slot while a settlement's
+// call to it is in flight go together in the next call
+// (lua/settle_multi.lua), each part its own atomic step in order (its id
+// record's SET NX, then its adjustments, so the same id twice in one call
+// applies once), and on a Cluster the parts of a node's slots go together
+// in lua/settle_node.lua (keys undeclared, as take_node.lua): a part whose
+// id record the node refuses wrote nothing and is sent again alone. Like a
+// take, a settlement's call is retried by the client on a fresh
+// connection; unlike a take's, that retry is harmless.
 //
 // State keys are Prefix + algorithm code + ":" + the check's key, so one
 // key under two algorithms has two states, and hash tags in the check's

@@ -26,7 +26,8 @@ import (
 // ASK) as for any call. Nothing is polled: an idle store reads no map.
 
 // nodeKeyBit marks a coalescer key that names a node (its index in the
-// slot map) rather than a slot: slots are below 1<<14.
+// slot map) rather than a slot: slots are below 1<<14 (and settleKeyBit
+// is above both).
 const nodeKeyBit = 1 << 15
 
 // nodeScripts hold take_node.lua per set of algorithms. Retried by the
@@ -180,6 +181,56 @@ func (s *Store) sendNode(ctx context.Context, batch []*request, mask uint8, nkey
 			p := part{idx: r.p.idx, slot: r.p.slot, algos: r.p.algos, keys: r.p.keys, checks: r.p.checks}
 			s.runPart(ctx, &p)
 			r.reply, r.err = p.reply, p.err
+		}
+	}
+	return true
+}
+
+// settleNodeScripts hold settle_node.lua per set of algorithms, retried
+// by the client on a fresh connection like settle.lua (see settleScripts).
+var settleNodeScripts = func() (m [allAlgorithms + 1]*rueidis.Lua) {
+	for i := 1; i <= allAlgorithms; i++ {
+		m[i] = rueidis.NewLuaScriptRetryable(script("settle_node", uint8(i)))
+	}
+	return m
+}()
+
+// sendSettleNode applies the settlement parts ps of batch, for several
+// slots, in one call to the node that serves the first one's slot, as
+// sendNode decides takes; parts the node does not serve are sent again
+// alone. ok is false when there is no such node in the map: nothing was
+// sent.
+func (s *Store) sendSettleNode(ctx context.Context, batch []*request, ps []*settlePart, mask uint8, nkeys int) (ok bool) {
+	m := s.nodes.cur.Load()
+	if m == nil || m.owner[ps[0].slot] == 0 {
+		return false
+	}
+	node := m.nodes[m.owner[ps[0].slot]-1]
+	args := settleArgs(ps)
+	for _, p := range ps {
+		args = append(args, p.keys...)
+	}
+	args = append(args, strconv.Itoa(nkeys))
+	msgs, err := settleNodeScripts[mask].Exec(ctx, node, nil, args).ToArray()
+	var vals []int64
+	if err == nil {
+		vals, err = integers(nil, msgs, 1+len(batch)+settlePer*(nkeys-len(batch)))
+	}
+	if err != nil {
+		if _, redisErr := rueidis.IsRedisErr(err); !redisErr {
+			s.readSlotMap() // the node may be gone
+		}
+		err = fmt.Errorf("%w: settle: %w", store.ErrUnavailable, err)
+		for _, r := range batch {
+			r.err = err
+		}
+		return true
+	}
+	if again := splitSettles(batch, vals); len(again) > 0 { // not this node's: its slot moved
+		s.nodes.resent.Add(int64(len(again)))
+		s.readSlotMap()
+		for _, r := range again {
+			s.runSettleAlone(ctx, r)
 		}
 	}
 	return true

@@ -59,8 +59,9 @@ type Config struct {
 	// Prefix starts every key the store writes. Zero means the URL's
 	// key_prefix parameter, else "fg:". It must not contain '{' or '}'.
 	Prefix string
-	// NoCoalescing sends every batch in a script call of its own instead
-	// of merging concurrent ones (see coalesce.go). Zero means coalesce.
+	// NoCoalescing sends every batch, and every settlement's part, in a
+	// script call of its own instead of merging concurrent ones (see
+	// coalesce.go). Zero means coalesce.
 	NoCoalescing bool
 }
 
@@ -73,7 +74,7 @@ type Store struct {
 	once       sync.Once
 	noCoalesce bool
 	coMu       sync.Mutex
-	co         map[uint16]*coalescer // by slot or node (coalescerFor); one at 0 on standalone Redis
+	co         map[uint32]*coalescer // by slot or node, takes' and settlements' apart (coalescerFor); one of each on standalone Redis
 	nodes      nodeMaps              // a Cluster's slot map, for merging by node (node.go)
 }
 

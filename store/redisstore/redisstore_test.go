@@ -627,12 +627,12 @@ func TestRejectionWritesNothing(t *testing.T) {
 	}
 }
 
-// TestEveryScriptCompiles loads the take, refund and settle script of every set of
+// TestEveryScriptCompiles loads every driver's script for every set of
 // algorithms into Redis: a syntax error in a rarely used combination fails
 // here, not in production.
 func TestEveryScriptCompiles(t *testing.T) {
 	for m := 1; m <= allAlgorithms; m++ {
-		for _, driver := range []string{"take1", "take_multi", "take1_multi", "refund", "settle"} {
+		for _, driver := range []string{"take1", "take_multi", "take1_multi", "take_node", "refund", "settle", "settle_multi", "settle_node"} {
 			if _, err := redistest.Do(redistest.Shared(t).Addr, "SCRIPT", "LOAD", script(driver, uint8(m))); err != nil {
 				t.Errorf("%s script for algorithm set %05b: %v", driver, m, err)
 			}

@@ -528,7 +528,7 @@ func TestReshardStuckMigration(t *testing.T) {
 	// second caller gave up (500 ms) and the call was sent again: the
 	// second batch is dropped from it and not charged, the third's (5 s)
 	// is decided.
-	co := s.coalescerFor(s.coalescerKey(sl))
+	co := s.coalescerFor(s.coKey(sl))
 	queued := func(inflight, waiting int) bool {
 		co.mu.Lock()
 		defer co.mu.Unlock()

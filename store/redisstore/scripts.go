@@ -54,8 +54,9 @@ func parseFragments(name string) fragments {
 	return f
 }
 
-// script builds the named driver (take1, take_multi, take1_multi, refund
-// or settle) for the algorithms in mask
+// script builds the named driver (take1, take_multi, take1_multi,
+// take_node, refund, settle, settle_multi or settle_node) for the
+// algorithms in mask
 // (bit i for algo.Algorithm i): lib.lua, their helpers, and the driver with
 // each --{{section}} replaced by a dispatch on the algorithm code to their
 // fragments. A batch runs the script of just the algorithms it uses: Redis
@@ -125,14 +126,17 @@ var take1Scripts, refundScripts = func() (take1, refund [allAlgorithms + 1]*ruei
 	return take1, refund
 }()
 
-// settleScripts hold settle.lua, one per set of algorithms. A settlement
-// is retried by the client on a fresh connection like a take: its id
-// record makes the retry of one that had run apply nothing.
-var settleScripts = func() (settle [allAlgorithms + 1]*rueidis.Lua) {
+// settleScripts and settleMultiScripts hold settle.lua and
+// settle_multi.lua (merged parts of one slot), one per set of algorithms.
+// A settlement is retried by the client on a fresh connection like a
+// take: its id record makes the retry of one that had run apply nothing
+// (a merged call's retry: nothing for each of its parts).
+var settleScripts, settleMultiScripts = func() (settle, multi [allAlgorithms + 1]*rueidis.Lua) {
 	for m := 1; m <= allAlgorithms; m++ {
 		settle[m] = rueidis.NewLuaScriptRetryable(script("settle", uint8(m)))
+		multi[m] = rueidis.NewLuaScriptRetryable(script("settle_multi", uint8(m)))
 	}
-	return settle
+	return settle, multi
 }()
 
 // holdScript holds a GCRA key (see Hold). Retrying it after a broken

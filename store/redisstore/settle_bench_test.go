@@ -5,18 +5,24 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/fairgate/fairgate/algo"
+	"github.com/fairgate/fairgate/internal/redistest"
 	"github.com/fairgate/fairgate/store"
 )
 
 // BenchmarkSettle is a settled request beside an unsettled one on the
 // shared standalone Redis: a take of one check (op=take), a settlement of
 // one adjustment (op=settle, with its id record), and both
-// (op=take+settle), on GCRA over 10,000 keys, 16 callers per CPU.
+// (op=take+settle), on GCRA over 10,000 keys, 16 callers per CPU. Beside
+// the client's time it reports Redis's script calls per op (calls/op:
+// below 1 when concurrent calls are merged) and Redis's CPU per op
+// (redis-cpu-µs/op, the server's user + system time from INFO cpu, its
+// network reads and writes included).
 // Run: go test -run '^$' -bench Settle -count 3 ./store/redisstore
 func BenchmarkSettle(b *testing.B) {
 	lim := algo.Limit{Limit: 1_000_000_000, Period: time.Hour}
@@ -28,6 +34,8 @@ func BenchmarkSettle(b *testing.B) {
 				keys[i] = fmt.Sprintf("rl:{t%d}:all", i)
 			}
 			var ids atomic.Int64
+			addr := redistest.Shared(b).Addr
+			calls0, cpu0 := scriptCallsAndCPU(b, addr)
 			b.ReportAllocs()
 			b.SetParallelism(16)
 			b.RunParallel(func(pb *testing.PB) {
@@ -49,6 +57,34 @@ func BenchmarkSettle(b *testing.B) {
 					i += 7919
 				}
 			})
+			calls, cpu := scriptCallsAndCPU(b, addr)
+			b.ReportMetric(float64(calls-calls0)/float64(b.N), "calls/op")
+			b.ReportMetric(float64(cpu-cpu0)/float64(b.N), "redis-cpu-µs/op")
 		})
 	}
+}
+
+// scriptCallsAndCPU returns the script calls the server at addr has
+// served and the CPU time (µs, user + system) it has used.
+func scriptCallsAndCPU(b *testing.B, addr string) (calls int, cpuUs int64) {
+	b.Helper()
+	calls, err := redistest.ScriptCalls(addr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	info, err := redistest.Do(addr, "INFO", "cpu")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+		if k == "used_cpu_user" || k == "used_cpu_sys" {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				b.Fatalf("INFO cpu %q: %v", line, err)
+			}
+			cpuUs += int64(f * 1e6)
+		}
+	}
+	return calls, cpuUs
 }

@@ -21,6 +21,13 @@ import (
 //	  reply  now µs, then per check: allowed, remaining,        refundReply
 //	         retry µs, reset µs
 //	take_multi.lua and take1_multi.lua, merged batches: see mergedArgs.
+//	settle.lua:
+//	  KEYS   the id record, then one state key per adjustment
+//	  ARGV   the record's lifetime ms, then per adjustment:     wireAdj
+//	         algorithm code, p1, p2, p3, delta, taken_at µs
+//	  reply  now µs, repeated 0|1, then per adjustment:         settleHead,
+//	         applied, remaining, reset µs                       settlePer
+//	settle_multi.lua and settle_node.lua, merged parts: see settleArgs.
 //
 // Every reply is read by integers, the one reader: a reply of another
 // shape is a store.ErrProtocol, never mistaken for an outage.
@@ -37,6 +44,23 @@ func newWireCheck(c *store.Check) wireCheck {
 // limit is the check's algorithm and parameters: what mergedArgs sends
 // once for every check that shares it.
 func (w wireCheck) limit() [4]int64 { return [4]int64{w.code, w.p1, w.p2, w.p3} }
+
+// wireAdj is one adjustment as the settle scripts read it.
+type wireAdj struct{ code, p1, p2, p3, delta, at int64 }
+
+// newWireAdj encodes a.
+func newWireAdj(a *store.Adjustment) wireAdj {
+	p1, p2, p3 := a.Limit.Params()
+	return wireAdj{int64(a.Limit.Algorithm), p1, p2, p3, a.Delta, a.TakenUs()}
+}
+
+// limit is the adjustment's algorithm and parameters (see wireCheck.limit).
+func (w wireAdj) limit() [4]int64 { return [4]int64{w.code, w.p1, w.p2, w.p3} }
+
+// appendArgs appends the adjustment's settle.lua ARGV values.
+func (w wireAdj) appendArgs(args []string) []string {
+	return append(args, algoArgs[w.code], itoa(w.p1), itoa(w.p2), itoa(w.p3), itoa(w.delta), itoa(w.at))
+}
 
 // argsPerCheck is how many ARGV values the take scripts read per check.
 const argsPerCheck = 5

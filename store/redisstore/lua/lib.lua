@@ -1,10 +1,10 @@
 -- lib.lua: the start of every script. A script is lib.lua, the helpers of
 -- the algorithms its batch uses, then a driver (take1.lua, take_multi.lua,
--- take1_multi.lua or refund.lua) with the
--- algorithms' fragments spliced in where the driver says --{{eval}},
--- --{{write}} or --{{refund}}. Redis runs the whole chunk on every call, so
--- the fragments are inline code, not functions: nothing is defined per call
--- but a few helpers.
+-- take1_multi.lua, take_node.lua, refund.lua, settle.lua, settle_multi.lua
+-- or settle_node.lua) with the algorithms' fragments spliced in where the
+-- driver says --{{eval}}, --{{write}}, --{{refund}} or --{{settle}}.
+-- Redis runs the whole chunk on every call, so the fragments are inline
+-- code, not functions: nothing is defined per call but a few helpers.
 --
 -- Fragment contract (locals the driver declares):
 --   eval   reads key, now, p1, p2, p3, cost; sets ok, rem, retry, reset (µs) and
@@ -35,8 +35,9 @@ local function idiv(a, b)
   return q
 end
 
--- limits reads the table of distinct limits take_multi.lua and
--- take1_multi.lua take in ARGV (from ARGV[2]: their number L, then 4 values
+-- limits reads the table of distinct limits the merged drivers
+-- (take_multi.lua, take1_multi.lua, take_node.lua, settle_multi.lua,
+-- settle_node.lua) take in ARGV (from ARGV[2]: their number L, then 4 values
 -- each) into four arrays indexed from 0: algorithm code, p1, p2, p3; and
 -- returns them with L and the ARGV index of the last value read.
 local function limits()
