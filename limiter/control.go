@@ -14,7 +14,10 @@ import (
 // Implementations are safe for concurrent use.
 type ControlStore interface {
 	// Version returns the overlay's version: it changes with every write.
-	// Cheap: instances call it every poll.
+	// Cheap: instances call it every poll. It may answer from a cache the
+	// store keeps fresh by itself (package redisctl: Redis's client
+	// tracking), so a change shows there a moment after its write returns:
+	// to see a write of its own at once, a caller calls Load.
 	Version(ctx context.Context) (int64, error)
 	// Load returns the whole overlay, consistent with its version.
 	Load(ctx context.Context) (policy.Overlay, error)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -162,16 +163,18 @@ func (l *Limiter) Guard() *guard.Guard { return l.guard }
 const ControlCallTimeout = 5 * time.Second
 
 // Run follows the control store until ctx ends, applying every change
-// within PollEvery, and probes the store through the breaker so that an
-// outage and its recovery are seen without traffic. It returns nil when
-// ctx ends.
+// within PollEvery (each poll reads the version, which package redisctl
+// reads through the client's cache: it costs Redis nothing until the
+// version moves), and runs the guard's probe ([guard.Guard.Run]) so that
+// an outage and its recovery are seen without traffic. It returns nil
+// when ctx ends.
 func (l *Limiter) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { l.guard.Run(ctx) })
 	t := time.NewTicker(l.poll)
 	defer t.Stop()
 	for {
-		// The probe first, and the poll under a deadline: a poll that
-		// waits on a Redis gone away must not keep the outage unseen.
-		l.guard.Probe(ctx, l.now())
 		rctx, cancel := context.WithTimeout(ctx, ControlCallTimeout)
 		if err := l.Refresh(rctx); err != nil && ctx.Err() == nil {
 			l.guard.LogRare(l.now(), "control store poll failed", err)

@@ -140,7 +140,7 @@ func (p *Policies) state() (policy.Policy, policy.Overlay) {
 	return p.base, ov
 }
 
-// Refresh loads the control store's overlay if it changed.
+// Refresh loads the control store's overlay if its version changed.
 func (p *Policies) Refresh(ctx context.Context) error {
 	v, err := p.control.Version(ctx)
 	if err != nil {
@@ -152,6 +152,12 @@ func (p *Policies) Refresh(ctx context.Context) error {
 	if same {
 		return nil
 	}
+	return p.load(ctx)
+}
+
+// load loads the control store's overlay and puts it in force if it is
+// not the one in force.
+func (p *Policies) load(ctx context.Context) error {
 	ov, err := p.control.Load(ctx)
 	if err != nil {
 		return err
@@ -189,10 +195,11 @@ func (p *Policies) PutOverride(ctx context.Context, id string, t policy.Tenant) 
 var ErrControlUnavailable = errors.New("limiter: the control store did not take the write, which was not applied")
 
 // refreshAfterWrite loads the overlay after a write that the control
-// store took. Failing that, the write stands and the poll (Run) brings it
+// store took (Load, not the version, which may be cached and not show the
+// write yet). Failing that, the write stands and the poll (Run) brings it
 // in; it is logged, not returned, since the write itself succeeded.
 func (p *Policies) refreshAfterWrite(ctx context.Context) {
-	if err := p.Refresh(ctx); err != nil {
+	if err := p.load(ctx); err != nil {
 		p.log.Warn("run-time policy written but not yet loaded here; the next poll loads it", slog.String("error", err.Error()))
 	}
 }

@@ -222,13 +222,28 @@ func (q *Queue) Get(ctx context.Context, tenant, id string) (fairq.Info, error) 
 	return fairq.Info{}, fairq.ErrNotFound
 }
 
-// Depth implements fairq.Queue.
+// DepthRecheck is how long a cached read of a depth stands without an
+// invalidation from Redis (see [Queue.Depth]): a safety net, should one
+// ever be lost.
+const DepthRecheck = 30 * time.Second
+
+// Depth implements fairq.Queue. It reads through the client's cache
+// (rueidis DoMultiCache): on a client with client-side caching on (a
+// redisstore URL's), Redis tracks the reads and pushes an invalidation
+// when a job is added or finished, so that reading an idle queue's depth
+// (the fairgate_queue_depth metric, the dashboard) costs Redis nothing;
+// the cached reads are sent again after [DepthRecheck] all the same.
+// Tenant "" (no job has it) reads the kind's depth alone.
 func (q *Queue) Depth(ctx context.Context, kind, tenant string) (int64, int64, error) {
 	if _, err := q.kinds.Lookup(kind); err != nil {
 		return 0, 0, err
 	}
 	b := q.base(kind)
-	res := q.c.DoMulti(ctx, q.c.B().Get().Key(b+"depth").Build(), q.c.B().Hget().Key(b+"tdepth").Field(tag(tenant)).Build())
+	reads := []rueidis.CacheableTTL{rueidis.CT(q.c.B().Get().Key(b+"depth").Cache().ToStaticTTL(), DepthRecheck)}
+	if tenant != "" {
+		reads = append(reads, rueidis.CT(q.c.B().Hget().Key(b+"tdepth").Field(tag(tenant)).Cache().ToStaticTTL(), DepthRecheck))
+	}
+	res := q.c.DoMultiCache(ctx, reads...)
 	var n [2]int64
 	for i, r := range res {
 		v, err := r.AsInt64()

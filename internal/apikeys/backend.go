@@ -15,6 +15,12 @@ import (
 // so that instances load only what changed since their last poll.
 // Implementations are safe for concurrent use.
 type Backend interface {
+	// Version returns the version, which every write moves. Cheap: a Set
+	// calls it every poll, and syncs only when it is not the Set's. It may
+	// answer from a cache the backend keeps fresh by itself (package
+	// rediskeys: Redis's client tracking), so a write shows there a moment
+	// after it returns; Changes never answers from a cache.
+	Version(ctx context.Context) (int64, error)
 	// Write applies one change: with op Create it stores r unless its ID
 	// is taken, with Update it replaces an existing record, with Delete
 	// it removes one. It reports whether it did.
@@ -120,6 +126,12 @@ func (m *memory) Write(_ context.Context, op Op, r Record) (bool, error) {
 	return true, nil
 }
 
+func (m *memory) Version(context.Context) (int64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.ver, nil
+}
+
 func (m *memory) Changes(_ context.Context, since int64, max int) ([]Change, int64, bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -184,6 +196,15 @@ func (d Deferred) Write(ctx context.Context, op Op, r Record) (bool, error) {
 		return false, err
 	}
 	return b.Write(ctx, op, r)
+}
+
+// Version implements Backend.
+func (d Deferred) Version(ctx context.Context) (int64, error) {
+	b, err := d()
+	if err != nil {
+		return 0, err
+	}
+	return b.Version(ctx)
 }
 
 // Changes implements Backend.

@@ -132,8 +132,8 @@ func (s *Set) Ready() bool {
 // hold the loop (and the next sync) for ever.
 const SyncTimeout = 10 * time.Second
 
-// Run syncs every Poll, and sends the last-used times every 10 s, until
-// ctx ends.
+// Run polls every Poll (see [Set.Poll]), and sends the last-used times
+// every 10 s, until ctx ends.
 func (s *Set) Run(ctx context.Context) {
 	t := time.NewTicker(s.c.Poll)
 	defer t.Stop()
@@ -141,7 +141,7 @@ func (s *Set) Run(ctx context.Context) {
 	var failing time.Time // when the failure now going on was last logged
 	for {
 		sctx, cancel := context.WithTimeout(ctx, SyncTimeout)
-		err := s.Sync(sctx)
+		err := s.Poll(sctx)
 		cancel()
 		switch {
 		case err != nil && ctx.Err() == nil:
@@ -172,14 +172,36 @@ func (s *Set) Run(ctx context.Context) {
 	}
 }
 
-// Sync brings the Set up to the backend's version.
+// Poll syncs if the backend's version (Backend.Version, which may answer
+// from a cache the backend keeps fresh) is not the Set's, or the Set has
+// not loaded yet: on Redis, a poll that finds nothing new sends Redis no
+// command.
+func (s *Set) Poll(ctx context.Context) error {
+	s.mu.RLock()
+	ver, ready := s.ver, s.ready
+	s.mu.RUnlock()
+	if ready {
+		v, err := s.c.Backend.Version(ctx)
+		if err != nil {
+			return fmt.Errorf("apikeys: version: %w", err)
+		}
+		if v == ver {
+			return nil
+		}
+	}
+	return s.Sync(ctx)
+}
+
+// Sync brings the Set up to the backend's version. A backend whose
+// version went back, or moved with nothing in its change log (a Redis
+// restarted without its data, or from an older copy), is loaded whole.
 func (s *Set) Sync(ctx context.Context) error {
 	s.syncMu.Lock()
 	defer s.syncMu.Unlock()
 	s.mu.RLock()
 	since, ready := s.ver, s.ready
 	s.mu.RUnlock()
-	for {
+	for reloaded := false; ; {
 		if !ready {
 			recs, ver, err := s.c.Backend.Snapshot(ctx)
 			if err != nil {
@@ -194,6 +216,13 @@ func (s *Set) Sync(ctx context.Context) error {
 			return fmt.Errorf("apikeys: changes: %w", err)
 		case !ok: // too far behind: reload everything
 			ready = false
+			continue
+		case ver < since || len(ch) == 0 && ver > since:
+			if reloaded {
+				return fmt.Errorf("apikeys: changes: the backend is at version %d, and its change log has nothing after %d, just after a load", ver, since)
+			}
+			s.c.Logger.Warn("API keys: the store's version is behind this instance's, or its change log misses changes (a Redis restarted without its data?); loading every key", slog.Int64("store_version", ver), slog.Int64("version", since))
+			ready, reloaded = false, true
 			continue
 		}
 		s.apply(ch)

@@ -62,3 +62,47 @@ func TestRunLogsOutageOnce(t *testing.T) {
 		}
 	})
 }
+
+// TestPollReloadsAStoreThatLostItsData: a backend whose version went back
+// below the Set's (a Redis restarted without its data) is loaded whole:
+// the keys it lost are refused, and the keys written to it since are
+// accepted, though their versions are ones the Set has seen before.
+func TestPollReloadsAStoreThatLostItsData(t *testing.T) {
+	ctx := context.Background()
+	var cur atomic.Pointer[apikeys.Backend]
+	swap := func() apikeys.Backend { b := apikeys.NewMemory(); cur.Store(&b); return b }
+	swap()
+	be := apikeys.Deferred(func() (apikeys.Backend, error) { return *cur.Load(), nil })
+	writer, _ := apikeys.New(apikeys.Config{Backend: be})
+	reader, _ := apikeys.New(apikeys.Config{Backend: be})
+	var lost []string
+	for range 3 {
+		key, _, err := writer.Create(ctx, apikeys.Record{Tenant: "acme"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lost = append(lost, key)
+	}
+	if err := reader.Poll(ctx); err != nil || reader.Len() != 3 {
+		t.Fatalf("first poll: %d keys, %v; want 3", reader.Len(), err)
+	}
+	swap() // the data is gone: version 0
+	if err := reader.Poll(ctx); err != nil || reader.Len() != 0 {
+		t.Fatalf("poll of a store that lost its data: %d keys, %v; want none", reader.Len(), err)
+	}
+	fresh, _, err := writer.Create(ctx, apikeys.Record{Tenant: "acme"}) // version 1 again
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reader.Poll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reader.Lookup(apikeys.Sum(fresh)); err != nil {
+		t.Errorf("a key written after the loss: %v, want accepted", err)
+	}
+	for _, k := range lost {
+		if _, err := reader.Lookup(apikeys.Sum(k)); err != apikeys.ErrUnknown {
+			t.Errorf("a key the store lost: %v, want ErrUnknown", err)
+		}
+	}
+}

@@ -39,6 +39,10 @@ type lazyRedis struct {
 	kinds fairq.Kinds
 	weigh fairq.Weigher
 	share fairq.Sharer
+	// caches marks the store whose cached reads the daemon polls (the
+	// API keys' and the overlay's versions, the queues' depths): its
+	// connection warns when Redis refuses client tracking.
+	caches bool
 
 	// failures counts failed connection attempts by reason (unreachable,
 	// refused); nil until register.
@@ -101,8 +105,14 @@ func (z *lazyRedis) connect() error {
 	z.keys.Store(rediskeys.New(rs.Client(), rs.Prefix()))
 	z.conn.Store(rs)
 	z.checkEviction(context.Background())
+	if z.caches && !rs.Tracking() {
+		z.log.Warn(noTracking, slog.String("store", redisstore.RedactURL(z.url)))
+	}
 	return nil
 }
+
+// noTracking is the warning of a Redis that refuses client tracking.
+const noTracking = "Redis refuses client tracking (RESP3 CLIENT TRACKING: a proxy without RESP3, protocol=2 in the URL, or an ACL user without +client|tracking +client|caching): the reads fairgate polls go to Redis each time, 3 to 4 commands a second from an idle instance instead of under 1 (docs/redis.md#idle-cost)"
 
 // Run connects, retrying with a backoff of up to 5 s, until it has or ctx
 // ends, logging each failure; then it looks at Redis's eviction policy

@@ -1,7 +1,6 @@
 package app
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -13,8 +12,9 @@ import (
 )
 
 // TestOutageSeenWithoutTraffic: with no request coming, a Redis that goes
-// away after the daemon connected is reported down by /readyz (the
-// once-a-second probe opens the store breaker), and back up once it
+// away after the daemon connected is reported down by /readyz (the idle
+// probe, once in 10 s, then its retries open the store breaker), and back
+// up once it
 // returns, without a restart. Before, the control store's poll retried
 // for ever on the dead connection and held the loop that probes, so the
 // store stayed "up" until requests failed.
@@ -30,21 +30,7 @@ func TestOutageSeenWithoutTraffic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	ready := make(chan string, 1)
-	go func() { done <- Serve(ctx, c, slog.New(slog.DiscardHandler), func(a string) { ready <- a }) }()
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("serve: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("serve did not start")
-	}
-	defer func() {
-		cancel()
-		<-done
-	}()
+	runServe(t, c, slog.New(slog.DiscardHandler))
 	client := &http.Client{Timeout: 5 * time.Second}
 	store := func() string {
 		resp, err := client.Get("http://" + listen + "/readyz")

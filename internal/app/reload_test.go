@@ -395,6 +395,13 @@ func serveProxy(t *testing.T, path, public, internal, admin string, log *slog.Lo
 	if err != nil {
 		t.Fatal(err)
 	}
+	runServe(t, c, log)
+}
+
+// runServe runs Serve with c until the test ends, and returns once it
+// listens; a Serve that ends with an error fails the test.
+func runServe(t *testing.T, c ServeConfig, log *slog.Logger) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	ready := make(chan string, 1)

@@ -176,6 +176,9 @@ func (d *daemon) build() error {
 	if d.be, err = OpenBackend(d.c.Store, d.c.StoreTimeout, d.log); err != nil {
 		return err
 	}
+	if d.be.lazy != nil {
+		d.be.lazy.caches = true
+	}
 	if d.tls, err = loadTLS(d.c); err != nil {
 		return err
 	}

@@ -359,36 +359,72 @@ func ScriptCalls(addrs ...string) (int, error) {
 // served and the µs they spent in them (INFO commandstats).
 func ScriptStats(addrs ...string) (calls int, usec int64, err error) {
 	for _, addr := range addrs {
-		info, err := Do(addr, "INFO", "commandstats")
+		st, err := commandStats(addr)
 		if err != nil {
 			return 0, 0, err
 		}
-		for _, line := range strings.Split(info, "\n") {
-			line = strings.TrimSpace(line)
-			rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:")
-			if !ok {
-				if rest, ok = strings.CutPrefix(line, "cmdstat_eval:"); !ok {
-					continue
-				}
-			}
-			for _, f := range strings.Split(rest, ",") {
-				k, v, _ := strings.Cut(f, "=")
-				if k != "calls" && k != "usec" {
-					continue
-				}
-				n, err := strconv.ParseInt(v, 10, 64)
-				if err != nil {
-					return 0, 0, fmt.Errorf("INFO commandstats line %q: %w", line, err)
-				}
-				if k == "calls" {
-					calls += int(n)
-				} else {
-					usec += n
-				}
-			}
+		for _, name := range []string{"evalsha", "eval"} {
+			calls += int(st[name].calls)
+			usec += st[name].usec
 		}
 	}
 	return calls, usec, nil
+}
+
+// Commands sums, by command, the calls the servers at addrs have served
+// (INFO commandstats): lower-case names, "command|subcommand" for a
+// container command's, the commands scripts call included. Each call of
+// Commands is itself an INFO call on each server, counted by the next.
+func Commands(addrs ...string) (map[string]int, error) {
+	out := map[string]int{}
+	for _, addr := range addrs {
+		st, err := commandStats(addr)
+		if err != nil {
+			return nil, err
+		}
+		for name, s := range st {
+			out[name] += int(s.calls)
+		}
+	}
+	return out, nil
+}
+
+// cmdStat is one line of INFO commandstats.
+type cmdStat struct{ calls, usec int64 }
+
+// commandStats reads INFO commandstats of the server at addr, by command.
+func commandStats(addr string) (map[string]cmdStat, error) {
+	info, err := Do(addr, "INFO", "commandstats")
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]cmdStat{}
+	for _, line := range strings.Split(info, "\n") {
+		line = strings.TrimSpace(line)
+		rest, ok := strings.CutPrefix(line, "cmdstat_")
+		if !ok {
+			continue
+		}
+		name, fields, _ := strings.Cut(rest, ":")
+		var st cmdStat
+		for _, f := range strings.Split(fields, ",") {
+			k, v, _ := strings.Cut(f, "=")
+			if k != "calls" && k != "usec" {
+				continue
+			}
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("INFO commandstats line %q: %w", line, err)
+			}
+			if k == "calls" {
+				st.calls = n
+			} else {
+				st.usec = n
+			}
+		}
+		out[name] = st
+	}
+	return out, nil
 }
 
 // Do sends one command to addr over a fresh connection and returns a simple

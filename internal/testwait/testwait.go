@@ -30,6 +30,15 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bo
 	})
 }
 
+// Took is [Eventually], and returns how long cond took to hold (to
+// within the polls' interval), for a test that reports it.
+func Took(t testing.TB, timeout time.Duration, what string, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	Eventually(t, timeout, what, cond)
+	return time.Since(start)
+}
+
 // EventuallyNil is [Eventually] for a condition that says why it does not
 // hold yet: it polls until cond returns nil, and fails t with what and
 // cond's last error.

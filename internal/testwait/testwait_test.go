@@ -50,6 +50,17 @@ func TestEventuallyReturnsOnceTrue(t *testing.T) {
 	}
 }
 
+func TestTookSaysHowLong(t *testing.T) {
+	start := time.Now()
+	var took time.Duration
+	msg := run(func(r testing.TB) {
+		took = Took(r, time.Minute, "20 ms to pass", func() bool { return time.Since(start) >= 20*time.Millisecond })
+	})
+	if msg != "" || took < 20*time.Millisecond || took > time.Since(start) {
+		t.Fatalf("failed with %q, took %v; want no failure, at least 20ms", msg, took)
+	}
+}
+
 func TestEventuallyFailsAfterTimeout(t *testing.T) {
 	start := time.Now()
 	msg := run(func(r testing.TB) {

@@ -6,7 +6,13 @@
 // write is one atomic script: <prefix>{control}:plans and
 // <prefix>{control}:tenants (hashes of JSON by name and tenant ID) and
 // <prefix>{control}:version (a counter every write increments). Instances
-// poll the version (one GET) and load the hashes when it moves.
+// poll the version and load the hashes when it moves. The version is read
+// through the client's cache (rueidis DoCache): on a client with
+// client-side caching on (a redisstore URL's), Redis tracks the read and
+// pushes an invalidation when the version moves, so a poll costs Redis
+// nothing until then; the cached read is sent again after
+// [VersionRecheck] all the same, and a broken connection drops the cache.
+// Without caching each poll is one GET.
 //
 // A write carries its context's deadline, and the script refuses to apply
 // one that reaches Redis after it (by Redis's clock): a write whose caller
@@ -19,6 +25,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/redis/rueidis"
 
@@ -52,9 +59,14 @@ var (
 	load = rueidis.NewLuaScriptReadOnly(loadSrc)
 )
 
-// Version implements limiter.ControlStore.
+// VersionRecheck is how long a cached read of the version stands without
+// an invalidation from Redis: a safety net, should one ever be lost.
+const VersionRecheck = 30 * time.Second
+
+// Version implements limiter.ControlStore, through the client's cache
+// (see the package doc): it may answer from memory.
 func (s *Store) Version(ctx context.Context) (int64, error) {
-	v, err := s.c.Do(ctx, s.c.B().Get().Key(s.verKey).Build()).AsInt64()
+	v, err := s.c.DoCache(ctx, s.c.B().Get().Key(s.verKey).Cache().ToStaticTTL(), VersionRecheck).AsInt64()
 	if rueidis.IsRedisNil(err) {
 		return 0, nil
 	}

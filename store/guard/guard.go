@@ -108,6 +108,9 @@ type Guard struct {
 	// settleFailures counts the settlements failed since the last log
 	// line about one, at lastSettleLog (seconds).
 	settleFailures, lastSettleLog atomic.Int64
+
+	// probe decides when to probe the store (probe.go).
+	probe probeState
 }
 
 // New returns a guard for c.
@@ -247,17 +250,19 @@ func (g *Guard) Call(ctx context.Context, now time.Time, checks []store.Check, r
 		return err
 	}
 	g.observeStore(ctx, time.Since(start).Seconds())
-	if err != nil {
-		g.m.storeErrors.Inc()
-		if errors.Is(err, store.ErrProtocol) {
-			// Never an outage: loud, every time, and counted apart.
-			g.m.protoErrors.Inc()
-			if sec := now.Unix(); g.lastProto.Swap(sec) != sec { // once a second at most
-				g.log.Error("store protocol error: a reply of the wrong shape (a bug, not an outage); deciding by the fail mode", slog.String("error", err.Error()))
-			}
-		} else {
-			g.LogRare(now, "store call failed", err)
+	if err == nil {
+		g.probe.answered(now) // the store answers: no probe needed for a while
+		return nil
+	}
+	g.m.storeErrors.Inc()
+	if errors.Is(err, store.ErrProtocol) {
+		// Never an outage: loud, every time, and counted apart.
+		g.m.protoErrors.Inc()
+		if sec := now.Unix(); g.lastProto.Swap(sec) != sec { // once a second at most
+			g.log.Error("store protocol error: a reply of the wrong shape (a bug, not an outage); deciding by the fail mode", slog.String("error", err.Error()))
 		}
+	} else {
+		g.LogRare(now, "store call failed", err)
 	}
 	return err
 }
@@ -372,24 +377,6 @@ func (g *Guard) LogRare(now time.Time, msg string, err error) {
 	}
 }
 
-// probeCheck is the peek Probe sends through the breaker, so that an
-// outage (and the recovery) is seen without traffic.
-var probeCheck = []store.Check{{Key: "fg:probe", Limit: algo.Limit{Limit: 1, Period: time.Second}}}
-
-// Probe peeks at the store through the breaker, and at a key of each
-// failure domain whose breaker is not closed, so that an outage and its
-// recovery are seen without traffic. Call it every second or so.
-func (g *Guard) Probe(ctx context.Context, now time.Time) {
-	if ctx.Err() != nil {
-		return // stopping: nothing to learn
-	}
-	var res store.Result
-	_ = g.Call(ctx, now, probeCheck, &res)
-	for _, c := range g.cb.toProbe() {
-		_ = g.Call(ctx, now, []store.Check{c}, &res)
-	}
-}
-
 // Up reports whether the store answers: every breaker is closed (on a
 // Redis Cluster, one per slot; a lost master makes it false until its
 // replica takes over).
@@ -423,19 +410,4 @@ func (g *Guard) Breakers() (s BreakerState, ok bool) {
 	})
 	s.State = worst.String()
 	return s, true
-}
-
-// Run probes the store every second (see [Guard.Probe]) until ctx ends,
-// for a guard that no limiter runs. It returns nil when ctx ends.
-func (g *Guard) Run(ctx context.Context) error {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		g.Probe(ctx, g.now())
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
 }

@@ -162,6 +162,47 @@ func TestACLUser(t *testing.T) {
 	}
 }
 
+// TestACLWithoutTracking: an ACL user with the line of docs/redis.md but
+// for +client|tracking and +client|caching (the line before fairgate
+// cached its polls) still connects and runs every feature: the store says
+// it has no client tracking, and a cached read (the overlay's version)
+// then goes to Redis each time, so that a change is seen at the next
+// read.
+func TestACLWithoutTracking(t *testing.T) {
+	t.Parallel()
+	redistest.Need(t)
+	args := slices.DeleteFunc(docACL(t), func(a string) bool { return a == "+client|tracking" || a == "+client|caching" })
+	srv, err := redistest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	if _, err := redistest.Do(srv.Addr, args...); err != nil {
+		t.Fatal(err)
+	}
+	st, err := redisstore.New(redisstore.Config{URL: "redis://fairgate:" + aclPassword + "@" + srv.Addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if st.Tracking() {
+		t.Fatal("Tracking() = true for a user that may not CLIENT TRACKING")
+	}
+	everyFeature(t, st, []string{srv.Addr})
+	ctl := redisctl.New(st.Client(), st.Prefix())
+	ctx := context.Background()
+	v0, err := ctl.Version(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ctl.PutTenant(ctx, "acme", policy.Tenant{Burst: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := ctl.Version(ctx); err != nil || v != v0+1 {
+		t.Errorf("the version after a write, read at once: %d, %v; want %d", v, err, v0+1)
+	}
+}
+
 // TestACLCoversScripts: every command a Lua script of the module can call,
 // in any branch (some run only past a bound, such as the API keys' change
 // log trimmed at apikeys.LogMax), is allowed by the ACL line of
@@ -358,6 +399,7 @@ func everyFeature(t *testing.T, st *redisstore.Store, addrs []string) {
 		t.Fatal(err)
 	}
 	must("API keys: first sync", set.Sync(ctx))
+	must("API keys: a poll (the version, cached)", set.Poll(ctx))
 	key, rec, err := set.Create(ctx, apikeys.Record{Tenant: "acme", Plan: "team"})
 	must("API keys: create", err)
 	if _, err := set.Lookup(apikeys.Sum(key)); err != nil {

@@ -62,6 +62,14 @@
 // take, a settlement's call is retried by the client on a fresh
 // connection; unlike a take's, that retry is harmless.
 //
+// The client a URL opens has client-side caching on (RESP3 client
+// tracking, opt-in) for the few reads other packages make with DoCache to
+// poll for changes (limiter/redisctl's and the stored API keys' versions,
+// fairq/redisq's depths), so that an idle instance costs Redis under one
+// command a second; no decision is read from it. It finds dead
+// connections by TCP keep-alive and TCP_USER_TIMEOUT, which send Redis no
+// command, and PINGs a connection only after 30 s of silence (conn.go).
+//
 // State keys are Prefix + algorithm code + ":" + the check's key, so one
 // key under two algorithms has two states, and hash tags in the check's
 // key are kept (the prefix has no braces).

@@ -55,6 +55,9 @@ type Config struct {
 	// tls_cert_file and tls_key_file, tls_server_name, skip_verify (no
 	// verification at all), skip_hostname_verify (the chain is verified,
 	// the name is not), password_file, key_prefix; docs/redis.md has them.
+	// The client it opens has client-side caching on, for the reads made
+	// with DoCache only (see [Store.Tracking]; decisions never are), and
+	// finds dead connections by TCP keep-alive rather than by PINGs.
 	URL string
 	// Prefix starts every key the store writes. Zero means the URL's
 	// key_prefix parameter, else "fg:". It must not contain '{' or '}'.
@@ -73,6 +76,7 @@ type Store struct {
 	prefix     string
 	once       sync.Once
 	noCoalesce bool
+	tracking   bool // Redis keeps the client's cached reads fresh
 	coMu       sync.Mutex
 	co         map[uint32]*coalescer // by slot or node, takes' and settlements' apart (coalescerFor); one of each on standalone Redis
 	nodes      nodeMaps              // a Cluster's slot map, for merging by node (node.go)
@@ -103,10 +107,17 @@ func New(c Config) (*Store, error) {
 			return nil, err
 		}
 		opt.RetryDelay = retryDelay
-		if s.c, err = rueidis.NewClient(opt); err != nil {
+		s.c, err = rueidis.NewClient(opt)
+		if errors.Is(err, rueidis.ErrNoCache) {
+			// No client tracking (a proxy without RESP3, an ACL user
+			// without CLIENT TRACKING): the cached reads go to Redis.
+			opt.DisableCache = true
+			s.c, err = rueidis.NewClient(opt)
+		}
+		if err != nil {
 			return nil, connectError(c.URL, err)
 		}
-		s.owned = true
+		s.owned, s.tracking = true, !opt.DisableCache
 		if opt.Sentinel.MasterSet == "" {
 			if err := notSentinel(s.c, c.URL); err != nil {
 				s.c.Close()
@@ -172,6 +183,14 @@ func (s *Store) Prefix() string { return s.prefix }
 
 // Client returns the store's rueidis client.
 func (s *Store) Client() rueidis.Client { return s.c }
+
+// Tracking reports whether Redis keeps the client's cached reads fresh
+// (RESP3 client tracking; see [Config].URL): then a read made with
+// DoCache, such as the version the shared overlay and the stored API keys
+// are polled by, costs Redis nothing until its key changes. It is false
+// for a client of the caller's, and where Redis (or a proxy before it, or
+// the ACL user) refuses tracking: DoCache then sends every read to Redis.
+func (s *Store) Tracking() bool { return s.tracking }
 
 // Reset forgets key's state under every algorithm: one DEL per
 // algorithm's key (in a cluster they may live in different slots). See

@@ -56,7 +56,7 @@ func parseURL(raw string) (rueidis.ClientOption, error) {
 	if err := o.apply(&opt, strings.HasPrefix(scheme, "rediss")); err != nil {
 		return bad(err.Error())
 	}
-	opt.DisableCache = true // no client-side caching: every decision goes to Redis
+	connOptions(&opt)
 	// No CLIENT SETINFO: Redis before 7.2 has none, and an ACL user then
 	// needs one command fewer.
 	opt.ClientSetInfo = rueidis.DisableClientSetInfo

@@ -7,8 +7,13 @@
 // records by key ID; digests only, never a key), :log (a sorted set of IDs
 // by the version of their last change, trimmed to apikeys.LogMax), :version,
 // :floor (the newest version trimmed from the log) and :used (last-used
-// times by ID). Instances poll the log for what changed since their
-// version: one small script call when nothing did.
+// times by ID). Instances poll the version and, when it is not theirs, the
+// log for what changed since theirs (one script call). The version is read
+// through the client's cache (rueidis DoCache): on a client with
+// client-side caching on (a redisstore URL's), Redis tracks the read and
+// pushes an invalidation when a write moves the version, so a poll costs
+// Redis nothing until then; the cached read is sent again after
+// [VersionRecheck] all the same, and a broken connection drops the cache.
 package rediskeys
 
 import (
@@ -16,6 +21,7 @@ import (
 	_ "embed"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/redis/rueidis"
 
@@ -50,6 +56,23 @@ var (
 	changes = rueidis.NewLuaScriptReadOnly(changesSrc)
 	touch   = rueidis.NewLuaScript(touchSrc)
 )
+
+// VersionRecheck is how long a cached read of the version stands without
+// an invalidation from Redis: a safety net, should one ever be lost.
+const VersionRecheck = 30 * time.Second
+
+// Version implements apikeys.Backend, through the client's cache (see the
+// package doc): it may answer from memory.
+func (s *Store) Version(ctx context.Context) (int64, error) {
+	v, err := s.c.DoCache(ctx, s.c.B().Get().Key(s.version).Cache().ToStaticTTL(), VersionRecheck).AsInt64()
+	if rueidis.IsRedisNil(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("rediskeys: version: %w", err)
+	}
+	return v, nil
+}
 
 // Write implements apikeys.Backend. A write that reaches Redis after its
 // context's deadline is refused there, so one its caller was told failed
