@@ -68,19 +68,7 @@ func TestClusterMergesByNode(t *testing.T) {
 func TestNodeMergeWithAStaleMap(t *testing.T) {
 	s := open(t, clusterURL(t))
 	takeTenants(t, s, "w", 10) // connect to every node, load the scripts
-	ctx := context.Background()
-	m, err := s.loadSlotMap(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(m.nodes) != 3 {
-		t.Fatalf("slot map has %d masters, want 3", len(m.nodes))
-	}
-	for i := range m.owner {
-		m.owner[i] = 1 // all node 0's
-	}
-	s.nodes.last.Store(time.Now().Add(time.Hour).UnixNano()) // and never read again
-	s.nodes.cur.Store(m)
+	staleMap(t, s)
 	const n = 300
 	if admitted, _ := takeTenants(t, s, "t", n); admitted != n {
 		t.Errorf("%d admitted, want exactly %d (one per tenant)", admitted, n)
@@ -136,4 +124,22 @@ func TestNodeMergeDecidesAsAlone(t *testing.T) {
 			}
 		}
 	}
+}
+
+// staleMap gives s a slot map of the shared Cluster in which node 0
+// serves every slot, and keeps s from reading the map again.
+func staleMap(t *testing.T, s *Store) {
+	t.Helper()
+	m, err := s.loadSlotMap(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.nodes) != 3 {
+		t.Fatalf("slot map has %d masters, want 3", len(m.nodes))
+	}
+	for i := range m.owner {
+		m.owner[i] = 1 // all node 0's
+	}
+	s.nodes.last.Store(time.Now().Add(time.Hour).UnixNano()) // and never read again
+	s.nodes.cur.Store(m)
 }

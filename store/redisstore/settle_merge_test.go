@@ -332,18 +332,7 @@ func TestSettleSameIDConcurrentlyOnce(t *testing.T) {
 func TestSettleMergeWithAStaleMap(t *testing.T) {
 	s := open(t, clusterURL(t))
 	warmSettle(t, s)
-	m, err := s.loadSlotMap(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(m.nodes) != 3 {
-		t.Fatalf("slot map has %d masters, want 3", len(m.nodes))
-	}
-	for i := range m.owner {
-		m.owner[i] = 1 // all node 0's
-	}
-	s.nodes.last.Store(time.Now().Add(time.Hour).UnixNano()) // and never read again
-	s.nodes.cur.Store(m)
+	staleMap(t, s)
 	jobs := onceJobs(seeded(t, 39), "st", 200, true)
 	_, resent := runSettleJobs(t, s, redistest.SharedCluster(t).Addrs(), jobs)
 	checkOnce(t, s, jobs)
