@@ -54,6 +54,9 @@ type request struct {
 	reply []int64     // a takeReply, or settle.lua's reply: as for this part alone
 	err   error
 	done  chan struct{}
+	// alone marks a request a node refused, sent again on its own
+	// (resendAlone), which closes done itself.
+	alone bool
 }
 
 type coalescer struct {
@@ -197,7 +200,9 @@ func (s *Store) flush(c *coalescer) {
 func (s *Store) send(batch []*request) {
 	defer func() {
 		for _, r := range batch {
-			close(r.done)
+			if !r.alone {
+				close(r.done)
+			}
 		}
 	}()
 	// The call lives as long as its most patient caller, at most 5 s.

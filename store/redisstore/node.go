@@ -174,16 +174,37 @@ func (s *Store) sendNode(ctx context.Context, batch []*request, mask uint8, nkey
 		}
 		o += n
 	}
-	if len(again) > 0 {
-		s.nodes.resent.Add(int64(len(again)))
-		s.readSlotMap()
-		for _, r := range again {
+	s.resendAlone(again)
+	return true
+}
+
+// resendAlone sends each request a node refused (its slot moved, or is
+// migrating) again on its own, with declared keys, from a goroutine of its
+// own and within its caller's deadline, and answers it. The merged call's
+// other callers are answered at once: a batch that waits out a migration
+// (TRYAGAIN, up to its deadline) must not hold theirs, nor the node's
+// queue behind the flusher.
+func (s *Store) resendAlone(again []*request) {
+	if len(again) == 0 {
+		return
+	}
+	s.nodes.resent.Add(int64(len(again)))
+	s.readSlotMap()
+	for _, r := range again {
+		r.alone = true
+		go func() {
+			defer close(r.done)
+			ctx, cancel := context.WithTimeout(r.ctx, 5*time.Second)
+			defer cancel()
+			if r.sp != nil {
+				s.runSettleAlone(ctx, r)
+				return
+			}
 			p := part{idx: r.p.idx, slot: r.p.slot, algos: r.p.algos, keys: r.p.keys, checks: r.p.checks}
 			s.runPart(ctx, &p)
 			r.reply, r.err = p.reply, p.err
-		}
+		}()
 	}
-	return true
 }
 
 // settleNodeScripts hold settle_node.lua per set of algorithms, retried
@@ -226,12 +247,6 @@ func (s *Store) sendSettleNode(ctx context.Context, batch []*request, ps []*sett
 		}
 		return true
 	}
-	if again := splitSettles(batch, vals); len(again) > 0 { // not this node's: its slot moved
-		s.nodes.resent.Add(int64(len(again)))
-		s.readSlotMap()
-		for _, r := range again {
-			s.runSettleAlone(ctx, r)
-		}
-	}
+	s.resendAlone(splitSettles(batch, vals)) // not this node's: its slot moved
 	return true
 }

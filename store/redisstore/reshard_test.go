@@ -674,3 +674,93 @@ func redisStats(t *testing.T, nodes []*reshardNode) string {
 	}
 	return strings.Join(out, ", ")
 }
+
+// TestRefusedBatchHoldsNoOne: a batch merged by node that the node
+// refuses (its slot half-migrated, its keys split between the masters, so
+// that sent alone it meets TRYAGAIN until it gives up) does not hold the
+// other batches of its call: they are answered at once, while it still
+// waits (the attacker review of issue 37 found them held until it gave
+// up, past their own deadlines).
+func TestRefusedBatchHoldsNoOne(t *testing.T) {
+	url, nodes := startReshardCluster(t)
+	s := open(t, url)
+	ctx := context.Background()
+	lim := algo.Limit{Limit: 1_000_000, Period: 24 * time.Hour}
+	stuck := []store.Check{{Key: "{stuck}a", Limit: lim, Cost: 1}, {Key: "{stuck}b", Limit: lim, Cost: 1}}
+	var res store.Result
+	if err := s.Take(ctx, stuck, &res); err != nil || !res.Allowed {
+		t.Fatalf("batch before the migration: %+v, %v", res, err)
+	}
+	sl := slot("stuck")
+	src := ownerOf(t, nodes, sl)
+	var others []store.Check // one key each in other slots of the same master
+	for i := 0; len(others) < 15; i++ {
+		tag := fmt.Sprintf("other%d", i)
+		if o := slot(tag); o != sl && ownerOf(t, nodes, o) == src {
+			others = append(others, store.Check{Key: "{" + tag + "}k", Limit: lim, Cost: 1})
+		}
+	}
+	for _, c := range others { // load the scripts and the slot map
+		if err := s.Take(ctx, []store.Check{c}, &res); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for deadline := time.Now().Add(5 * time.Second); s.nodes.cur.Load() == nil; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the slot map was never read")
+		}
+	}
+	dst := (src + 1) % 3
+	slArg := strconv.Itoa(int(sl))
+	nodes[dst].do(t, "CLUSTER", "SETSLOT", slArg, "IMPORTING", nodes[src].id)
+	nodes[src].do(t, "CLUSTER", "SETSLOT", slArg, "MIGRATING", nodes[dst].id)
+	nodes[src].do(t, "MIGRATE", "127.0.0.1", strconv.Itoa(nodes[dst].port), "", "0", "5000", "KEYS", s.Key(algo.GCRA, stuck[0].Key))
+
+	// Rounds of the stuck batch and the others at once, until one merged
+	// call carried the stuck batch (the node refused it).
+	for round := 0; ; round++ {
+		if round == 50 {
+			t.Fatal("in 50 rounds the stuck batch never travelled in a merged call")
+		}
+		resent := s.nodes.resent.Load()
+		start := time.Now()
+		var wg sync.WaitGroup
+		var stuckTook time.Duration
+		var stuckErr error
+		wg.Go(func() {
+			cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			defer cancel()
+			var res store.Result
+			stuckErr = s.Take(cctx, stuck, &res)
+			stuckTook = time.Since(start)
+		})
+		took := make([]time.Duration, len(others))
+		errs := make([]error, len(others))
+		for i, c := range others {
+			wg.Go(func() {
+				cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+				defer cancel()
+				var res store.Result
+				errs[i] = s.Take(cctx, []store.Check{c}, &res)
+				took[i] = time.Since(start)
+			})
+		}
+		wg.Wait()
+		if s.nodes.resent.Load() == resent {
+			continue
+		}
+		if stuckErr == nil {
+			t.Fatalf("the batch on the half-migrated slot was decided: want it to wait out TRYAGAIN and fail")
+		}
+		for i := range others {
+			if errs[i] != nil {
+				t.Errorf("%s: %v", others[i].Key, errs[i])
+			}
+			if took[i] > stuckTook/2 {
+				t.Errorf("%s answered after %v, the refused batch after %v: held by it", others[i].Key, took[i], stuckTook)
+			}
+		}
+		t.Logf("round %d: the refused batch gave up after %v (%v); the others answered within %v", round, stuckTook, stuckErr, slices.Max(took))
+		return
+	}
+}
