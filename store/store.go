@@ -93,6 +93,12 @@ var (
 	// ErrUnavailable means the backend could not decide: unreachable,
 	// timed out, or answering errors. The limiter applies the fail mode.
 	ErrUnavailable = errors.New("store: unavailable")
+	// ErrMoving means the keys of a call were moving between the backend's
+	// servers (a Redis Cluster slot migrating) for as long as the call
+	// could wait: the backend answers, it is not out. It wraps with
+	// ErrUnavailable (the limiter applies the fail mode) but no breaker
+	// counts it, and a settlement waits longer for it (guard.SettleMoving).
+	ErrMoving = errors.New("store: keys moving between servers")
 	// ErrProtocol means the backend answered in a shape it never should:
 	// a bug (a script and its parser out of step) or a server that is not
 	// what it claims. It is not ErrUnavailable, so that it is never
@@ -203,4 +209,12 @@ type Sharded interface {
 	// Shard returns the failure domain of c's key: the same for keys
 	// that always fail together, such as one slot's.
 	Shard(c Check) int
+}
+
+// Prober is a store served by several servers whose keys fail apart (a
+// Redis Cluster's masters). ProbeKeys returns one key on each, as far as
+// the store knows them (none yet: nil), so that a caller that probes an
+// idle store (package guard) peeks at every server, not at one.
+type Prober interface {
+	ProbeKeys() []string
 }

@@ -262,6 +262,15 @@ func (s lazyStore) Shard(c store.Check) int {
 	return 0
 }
 
+// ProbeKeys implements store.Prober: a key on each of a Cluster's
+// masters once connected.
+func (s lazyStore) ProbeKeys() []string {
+	if rs := s.z.conn.Load(); rs != nil {
+		return rs.ProbeKeys()
+	}
+	return nil
+}
+
 // Close implements store.Store.
 func (s lazyStore) Close() error {
 	if rs := s.z.conn.Load(); rs != nil {
@@ -412,6 +421,7 @@ func (q lazyQueue) Close() error {
 var (
 	_ store.Store          = lazyStore{}
 	_ store.Sharded        = lazyStore{}
+	_ store.Prober         = lazyStore{}
 	_ limiter.ControlStore = lazyControl{}
 	_ fairq.Queue          = lazyQueue{}
 )

@@ -63,7 +63,8 @@ func (d *domain) note(err error) {
 // excluded reports whether err says nothing about the store: a caller that
 // went away, a batch that is invalid, or a call not made.
 func excluded(err error) bool {
-	return errors.Is(err, context.Canceled) || errors.Is(err, store.ErrInvalidCheck) || errors.Is(err, errAborted)
+	return errors.Is(err, context.Canceled) || errors.Is(err, store.ErrInvalidCheck) || errors.Is(err, errAborted) ||
+		errors.Is(err, store.ErrMoving) // a slot migrating: the store answers
 }
 
 // errAborted is what a domain's breaker is told when its call did not

@@ -108,6 +108,8 @@ type Guard struct {
 	// settleFailures counts the settlements failed since the last log
 	// line about one, at lastSettleLog (seconds).
 	settleFailures, lastSettleLog atomic.Int64
+	// settleMoving counts the settlements waiting out a slot migration.
+	settleMoving atomic.Int64
 
 	// probe decides when to probe the store (probe.go).
 	probe probeState

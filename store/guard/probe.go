@@ -55,8 +55,9 @@ func (p *probeState) answered(now time.Time) {
 }
 
 // Probe probes the store if a probe is due: a peek at one key through the
-// breaker, and at a key of each failure domain whose breaker is not
-// closed, so that an outage and its recovery are seen without traffic. A
+// breaker (and at one on each of its servers, for a [store.Prober]: a
+// Redis Cluster's masters), and at a key of each failure domain whose
+// breaker is not closed, so that an outage and its recovery are seen without traffic. A
 // probe is due when no store call has succeeded for [IdleProbe] (traffic
 // stands in for it), 250 ms after a probe that failed, and every second
 // while a breaker is not closed. Call it every 250 ms or so, as
@@ -75,6 +76,12 @@ func (g *Guard) Probe(ctx context.Context, now time.Time) {
 	var res store.Result
 	err := g.Call(ctx, now, probeCheck, &res)
 	p.failed = err != nil && ctx.Err() == nil
+	if pr, ok := g.store.(store.Prober); ok { // and a key on every server (a Cluster's masters)
+		for _, k := range pr.ProbeKeys() {
+			err := g.Call(ctx, now, []store.Check{{Key: k, Limit: probeCheck[0].Limit}}, &res)
+			p.failed = p.failed || err != nil && ctx.Err() == nil
+		}
+	}
 	for _, c := range g.cb.toProbe() {
 		_ = g.Call(ctx, now, []store.Check{c}, &res)
 	}

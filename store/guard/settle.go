@@ -17,6 +17,14 @@ const (
 	// SettleBackoff is the wait before the first retry; each later one
 	// waits twice the one before.
 	SettleBackoff = 50 * time.Millisecond
+	// SettleMoving is how long a settlement goes on trying while its keys'
+	// slot migrates (store.ErrMoving: a Redis Cluster resharding, during
+	// which a settlement's new id record cannot be written until the
+	// slot's last key has moved), past SettleAttempts, a try every
+	// SettleBackoff × 4; at most settleMovingMax settlements of a guard
+	// wait so at once (the others fail as before).
+	SettleMoving    = 30 * time.Second
+	settleMovingMax = 1024
 )
 
 // Settle applies settlement id's adjustments (see [store.Settler]) under
@@ -77,6 +85,20 @@ func (g *Guard) settle(ctx context.Context, recorded bool, id string, adjs []sto
 		if err == nil || !retryable(err) {
 			break
 		}
+	}
+	if errors.Is(err, store.ErrMoving) && g.settleMoving.Add(1) <= settleMovingMax {
+		// Its slot is migrating: wait the move out, rather than lose a
+		// charge that may be owed (its id keeps the retries from applying
+		// twice).
+		until := time.Now().Add(SettleMoving)
+		for errors.Is(err, store.ErrMoving) && time.Now().Before(until) {
+			g.m.settleRetries.Inc()
+			time.Sleep(4 * SettleBackoff)
+			err = g.settleCall(ctx, checks, recorded, id, adjs, res)
+		}
+		g.settleMoving.Add(-1)
+	} else if errors.Is(err, store.ErrMoving) {
+		g.settleMoving.Add(-1)
 	}
 	if err != nil {
 		g.settleFailed(id, err)

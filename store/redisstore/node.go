@@ -41,9 +41,10 @@ var nodeScripts = func() (m [allAlgorithms + 1]*rueidis.Lua) {
 
 // slotMap is a Redis Cluster's slot map as the store last read it.
 type slotMap struct {
-	owner [1 << 14]uint16 // 1 + the index in nodes of each slot's master; 0: unknown
-	nodes []rueidis.Client
-	addrs []string
+	owner  [1 << 14]uint16 // 1 + the index in nodes of each slot's master; 0: unknown
+	nodes  []rueidis.Client
+	addrs  []string
+	probes []string // a key in a slot of each master (ProbeKeys)
 }
 
 // nodeMaps holds the store's slot map and its reads.
@@ -124,9 +125,30 @@ func (s *Store) loadSlotMap(ctx context.Context) (*slotMap, error) {
 		for sl := lo; sl <= hi; sl++ {
 			m.owner[sl] = i + 1
 		}
+		if int(i) == len(m.probes) {
+			m.probes = append(m.probes, "fg:probe{"+slotTags()[lo]+"}")
+		}
 	}
 	return m, nil
 }
+
+// ProbeKeys returns a key in a slot of each master of a Redis Cluster, as
+// the store's slot map last read them (asking for the map when there is
+// none yet), for the guard's idle probe to peek at every master; nil on
+// standalone Redis. See [store.Prober].
+func (s *Store) ProbeKeys() []string {
+	if !s.cluster {
+		return nil
+	}
+	m := s.nodes.cur.Load()
+	if m == nil {
+		s.readSlotMap()
+		return nil
+	}
+	return m.probes
+}
+
+var _ store.Prober = (*Store)(nil)
 
 // sendNode decides batch, whose parts are for several slots, in one call
 // to the node that serves the first one's slot; batches the node does not

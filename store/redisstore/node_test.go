@@ -143,3 +143,36 @@ func staleMap(t *testing.T, s *Store) {
 	s.nodes.last.Store(time.Now().Add(time.Hour).UnixNano()) // and never read again
 	s.nodes.cur.Store(m)
 }
+
+// TestProbeKeysOnePerMaster: on a Cluster the store names a probe key on
+// each master (the guard's idle probe peeks at every one; the attacker
+// review of issue 37 killed a master an idle instance never looked at),
+// and none on standalone Redis.
+func TestProbeKeysOnePerMaster(t *testing.T) {
+	s := open(t, clusterURL(t))
+	var keys []string
+	for deadline := time.Now().Add(5 * time.Second); keys == nil; time.Sleep(10 * time.Millisecond) {
+		if keys = s.ProbeKeys(); keys == nil && time.Now().After(deadline) {
+			t.Fatal("no probe keys: the slot map was never read")
+		}
+	}
+	m := s.nodes.cur.Load()
+	seen := map[uint16]bool{}
+	for _, k := range keys {
+		o := m.owner[slot(s.Key(algo.GCRA, k))]
+		if o == 0 || seen[o] {
+			t.Errorf("probe key %q: master %d (seen before: %v)", k, o, seen[o])
+		}
+		seen[o] = true
+		var res store.Result
+		if err := s.Take(context.Background(), []store.Check{{Key: k, Limit: algo.Limit{Limit: 1, Period: time.Second}}}, &res); err != nil {
+			t.Errorf("peek at %q: %v", k, err)
+		}
+	}
+	if len(seen) != 3 {
+		t.Errorf("probe keys %q cover %d masters, want 3", keys, len(seen))
+	}
+	if k := open(t, standaloneURL(t)).ProbeKeys(); k != nil {
+		t.Errorf("standalone Redis: probe keys %q, want none", k)
+	}
+}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/fairgate/fairgate/store"
 )
 
 // A slot migration (Redis Cluster resharding: the slot IMPORTING on its
@@ -69,15 +71,15 @@ func isTryAgain(err error) bool {
 }
 
 // migrating is the error of a call whose TRYAGAIN replies (err is the
-// last) outlasted its deadline: a timeout, which the guard's breakers
-// count as a slow call, not as a store that is out (or ctx's
+// last) outlasted its deadline: store.ErrMoving, which no breaker counts
+// (the store answers; a slot is moving), and a timeout (or ctx's
 // cancellation, when that ended it).
 func migrating(ctx context.Context, err error) error {
 	cause := context.DeadlineExceeded
 	if errors.Is(ctx.Err(), context.Canceled) {
 		cause = context.Canceled
 	}
-	return fmt.Errorf("redisstore: Redis answered TRYAGAIN until the call's deadline (at most %v): its keys were split between two masters while their slot migrated (if no resharding is under way, a stopped one holds the slot: `redis-cli --cluster fix` finishes it): %w: %w", tryAgainWait, cause, err)
+	return fmt.Errorf("redisstore: Redis answered TRYAGAIN until the call's deadline (at most %v): its keys were split between two masters while their slot migrated (if no resharding is under way, a stopped one holds the slot: `redis-cli --cluster fix` finishes it): %w: %w: %w", tryAgainWait, store.ErrMoving, cause, err)
 }
 
 // exec runs sc on keys and args, and again while Redis answers TRYAGAIN
