@@ -100,6 +100,7 @@ func TestMovingKeysOpenNoBreaker(t *testing.T) {
 type probed struct {
 	*memstore.Store
 	peeks atomic.Int64
+	seen  map[string]bool
 }
 
 func (p *probed) ProbeKeys() []string { return []string{"p{a}", "p{b}", "p{c}"} }
@@ -107,22 +108,35 @@ func (p *probed) ProbeKeys() []string { return []string{"p{a}", "p{b}", "p{c}"} 
 func (p *probed) Take(ctx context.Context, checks []store.Check, res *store.Result) error {
 	if k := checks[0].Key; k == "p{a}" || k == "p{b}" || k == "p{c}" {
 		p.peeks.Add(1)
+		if p.seen == nil {
+			p.seen = map[string]bool{}
+		}
+		p.seen[k] = true
 	}
 	return p.Store.Take(ctx, checks, res)
 }
 
 func (p *probed) Local() bool { return false }
 
-// TestProbePeeksAtEveryServer: an idle probe peeks at the probe key of
-// each of a store.Prober's servers.
+// TestProbePeeksAtEveryServer: idle probes peek at the probe keys of a
+// store.Prober's servers in turn, one per probe.
 func TestProbePeeksAtEveryServer(t *testing.T) {
 	st := &probed{Store: memstore.New(memstore.Config{})}
 	g, err := New(Config{Store: st, Timeout: time.Second, NoNearCache: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	g.Probe(context.Background(), time.Now().Add(IdleProbe+time.Second))
-	if n := st.peeks.Load(); n != 3 {
-		t.Fatalf("%d peeks at the servers' probe keys, want 3", n)
+	now := time.Now()
+	for i := range 3 {
+		now = now.Add(IdleProbe + time.Second)
+		g.Probe(context.Background(), now)
+		if n := st.peeks.Load(); n != int64(i+1) {
+			t.Fatalf("after %d idle probes, %d peeks at the servers' probe keys, want %d", i+1, n, i+1)
+		}
+	}
+	for _, k := range st.ProbeKeys() {
+		if !st.seen[k] {
+			t.Errorf("probe key %q never peeked at", k)
+		}
 	}
 }

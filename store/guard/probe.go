@@ -45,6 +45,7 @@ type probeState struct {
 	mu     sync.Mutex // one probe at a time
 	last   time.Time  // when the last probe was sent
 	failed bool       // the last probe failed
+	next   int        // which server a store.Prober's next probe peeks at
 }
 
 // answered notes a store call that succeeded at now.
@@ -55,9 +56,11 @@ func (p *probeState) answered(now time.Time) {
 }
 
 // Probe probes the store if a probe is due: a peek at one key through the
-// breaker (and at one on each of its servers, for a [store.Prober]: a
-// Redis Cluster's masters), and at a key of each failure domain whose
-// breaker is not closed, so that an outage and its recovery are seen without traffic. A
+// breaker (for a [store.Prober], a Redis Cluster, a key on each of its
+// servers in turn, so that an idle instance costs the store one call per
+// probe however many masters there are, and looks at each within
+// servers × IdleProbe), and at a key of each failure domain whose breaker
+// is not closed, so that an outage and its recovery are seen without traffic. A
 // probe is due when no store call has succeeded for [IdleProbe] (traffic
 // stands in for it), 250 ms after a probe that failed, and every second
 // while a breaker is not closed. Call it every 250 ms or so, as
@@ -74,13 +77,16 @@ func (g *Guard) Probe(ctx context.Context, now time.Time) {
 	}
 	p.last = now
 	var res store.Result
-	err := g.Call(ctx, now, probeCheck, &res)
-	p.failed = err != nil && ctx.Err() == nil
-	if pr, ok := g.store.(store.Prober); ok { // and a key on every server (a Cluster's masters)
-		for _, k := range pr.ProbeKeys() {
-			err := g.Call(ctx, now, []store.Check{{Key: k, Limit: probeCheck[0].Limit}}, &res)
-			p.failed = p.failed || err != nil && ctx.Err() == nil
+	check := probeCheck
+	if pr, ok := g.store.(store.Prober); ok { // a key on each server in turn (a Cluster's masters)
+		if keys := pr.ProbeKeys(); len(keys) > 0 {
+			check = []store.Check{{Key: keys[p.next%len(keys)], Limit: probeCheck[0].Limit}}
 		}
+	}
+	err := g.Call(ctx, now, check, &res)
+	p.failed = err != nil && ctx.Err() == nil
+	if !p.failed {
+		p.next++ // a failed server is probed again until its breaker opens
 	}
 	for _, c := range g.cb.toProbe() {
 		_ = g.Call(ctx, now, []store.Check{c}, &res)
