@@ -41,7 +41,7 @@ test-short: ## the fast tier, under a minute: go test -short, no redis-server, n
 
 test: ensure-redis ensure-chromium ensure-gateways ensure-packaging ## the whole suite, race detector on, against real redis-server processes, nginx, Caddy and a headless Chromium
 	CGO_ENABLED=0 $(GO) build -buildvcs=true -trimpath -o bin/test/fairgate ./cmd/fairgate  # the binary the tests run, built once (internal/testenv.BinaryEnv)
-	FAIRGATE_TEST_BINARY=$(CURDIR)/bin/test/fairgate $(GO) test -p 4 -race -shuffle=on -ldflags='-s -w' -timeout 9m $(PKGS)  # -s -w: no DWARF to link into ~60 test binaries (race reports keep their lines); -p 4 on 2 cores: the longest packages mostly wait on real Redis servers and clocks, and at -p 2 each held a build slot idle (cold: 606 s at -p 2)
+	FAIRGATE_TEST_BINARY=$(CURDIR)/bin/test/fairgate $(GO) test -p 6 -race -shuffle=on -ldflags='-s -w' -timeout 9m $(PKGS)  # -s -w: no DWARF to link into ~60 test binaries (race reports keep their lines); -p 6 on 2 cores: the longest packages mostly wait on real Redis servers and clocks (an idle instance's 30 s count, clusters failing over), and a test program waiting holds a build slot idle (cold: 606 s at -p 2, 613 s at -p 4, 524 s at -p 6)
 	CGO_ENABLED=0 $(GO) test -trimpath -ldflags='-s -w' -count=1 -run 'TestResetsNeverOverAdmit' ./store/redisstore  # left out of -race (store/redisstore/reset_test.go); built as the tests' static fairgate binary is, to share its packages
 
 bench-service: ensure-redis ## the real binaries under wrk, server CPU per request beside the floors and peers (bench/service_test.go)
