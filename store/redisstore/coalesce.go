@@ -102,18 +102,29 @@ func (s *Store) decide(ctx context.Context, p *part) {
 		s.runPart(ctx, p)
 		return
 	}
-	c := s.coalescerFor(s.coKey(p.slot))
-	r := s.enqueue(ctx, c, p, nil)
+	if r, merged := s.merge(ctx, s.coKey(p.slot), p, nil, func() { s.runPart(ctx, p) }); merged {
+		p.reply, p.err = r.reply, r.err
+	}
+}
+
+// merge sends a take's part p or a settlement's part sp through the
+// coalescer of key: from this goroutine (alone runs it) when nothing is in
+// flight or queued there, else in the next merged call. merged reports
+// the latter; r then holds the call's answer, or ctx's error if ctx ended
+// first.
+func (s *Store) merge(ctx context.Context, key uint32, p *part, sp *settlePart, alone func()) (r *request, merged bool) {
+	c := s.coalescerFor(key)
+	r = s.enqueue(ctx, c, p, sp)
 	if r == nil { // nothing to merge with: send it from this goroutine
-		s.runPart(ctx, p)
+		alone()
 		s.release(c)
-		return
+		return nil, false
 	}
 	select {
 	case <-r.done:
-		p.reply, p.err = r.reply, r.err
+		return r, true
 	case <-ctx.Done():
-		p.err = fmt.Errorf("%w: %w", store.ErrUnavailable, ctx.Err())
+		return &request{err: fmt.Errorf("%w: %w", store.ErrUnavailable, ctx.Err())}, true
 	}
 }
 

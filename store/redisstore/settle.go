@@ -110,18 +110,8 @@ func (s *Store) settle(ctx context.Context, p *settlePart) {
 		s.runSettle(ctx, p)
 		return
 	}
-	c := s.coalescerFor(settleKeyBit | s.coKey(p.slot))
-	r := s.enqueue(ctx, c, nil, p)
-	if r == nil { // nothing to merge with: send it from this goroutine
-		s.runSettle(ctx, p)
-		s.release(c)
-		return
-	}
-	select {
-	case <-r.done:
+	if r, merged := s.merge(ctx, settleKeyBit|s.coKey(p.slot), nil, p, func() { s.runSettle(ctx, p) }); merged {
 		p.reply, p.err = r.reply, r.err
-	case <-ctx.Done():
-		p.err = fmt.Errorf("%w: settle: %w", store.ErrUnavailable, ctx.Err())
 	}
 }
 
